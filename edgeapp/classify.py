@@ -1,0 +1,41 @@
+"""Classification post-processing: pure functions over output arrays."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+
+class Class(NamedTuple):
+    id: int
+    score: float
+
+
+def dequantize(values: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """Real values of a quantized tensor: scale·(q − zero_point). Float tensors pass through."""
+    if values.dtype.kind == "f" or not scale:
+        return values.astype(np.float32, copy=False)
+    return (values.astype(np.float32) - np.float32(zero_point)) * np.float32(scale)
+
+
+def get_scores(output: np.ndarray, scale: float = 0.0, zero_point: int = 0) -> np.ndarray:
+    """The flat, dequantized score vector of a classifier output of shape (1, N) or (N,)."""
+    return dequantize(np.asarray(output).reshape(-1), scale, zero_point)
+
+
+def get_classes_from_scores(scores: np.ndarray, top_k: int = 5, threshold: float = 0.0) -> list[Class]:
+    """The top_k classes by score (ties: lower id first), then those scoring ≥ threshold."""
+    top_k = max(0, min(top_k, scores.size))
+    if top_k == 0:
+        return []
+    if top_k < scores.size:
+        candidates = np.argpartition(-scores, top_k - 1)[:top_k]
+    else:
+        candidates = np.arange(scores.size)
+    order = sorted(candidates.tolist(), key=lambda i: (-scores[i], i))
+    return [Class(int(i), float(scores[i])) for i in order if scores[i] >= threshold]
+
+
+def label_of(labels: Optional[dict[int, str]], class_id: int) -> Optional[str]:
+    return labels.get(class_id) if labels else None

@@ -1,0 +1,135 @@
+"""`edgeapp classify`: images, folders and globs through a classification model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..cli_common import (CpuModelOpt, DeviceOpt, RuntimeOpt, ThreadsOpt, cli_errors, progress_bar,
+                          resolve_device, resolve_runtime, say)
+from ..errors import ExitCode, InvalidModel
+from ..records import Format
+
+app = typer.Typer()
+
+CSV_COLUMNS = ["path", "rank", "id", "label", "score", "device", "model", "latency_ms", "error"]
+
+
+@app.command("classify")
+@cli_errors
+def classify_command(
+    ctx: typer.Context,
+    model: Annotated[Path, typer.Argument(help="A .tflite model (uint8, int8 or float input), "
+                                               "or its *_edgetpu.tflite build.", show_default=False)],
+    inputs: Annotated[list[str], typer.Argument(
+        help="Image files, folders (recursive), globs, or - to read paths from stdin.",
+        show_default=False)],
+    labels: Annotated[Optional[Path], typer.Option(
+        "--labels", "-l", help="Labels file (`0 cat`, `0:cat` or one per line). "
+                               "Default: the model's sidecar JSON or embedded metadata.",
+        show_default=False)] = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Classes per image.")] = 5,
+    threshold: Annotated[float, typer.Option("--threshold", "-t",
+                                             help="Minimum score to report.")] = 0.0,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write results to FILE instead of stdout.", show_default=False)] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Skip inputs already in --output (after a killed or failed run).")] = False,
+    mean: Annotated[Optional[float], typer.Option(
+        "--mean", help="Input normalization: the float model takes (pixel − mean)/std. "
+                       "Default: the model's metadata, else 128.", show_default=False)] = None,
+    std: Annotated[Optional[float], typer.Option(
+        "--std", help="See --mean. Default: the model's metadata, else 128.", show_default=False)] = None,
+    workers: Annotated[int, typer.Option(
+        "--workers", min=0, help="Threads decoding images ahead of inference (0: none).")] = 2,
+    fast_decode: Annotated[bool, typer.Option(
+        "--fast-decode", help="Decode JPEGs at reduced scale (faster on large photos; scores "
+                              "differ slightly from a full decode).")] = False,
+    device: DeviceOpt = None,
+    cpu_model: CpuModelOpt = None,
+    threads: ThreadsOpt = None,
+    runtime: RuntimeOpt = None,
+) -> None:
+    """Classify images on the Edge TPU, or on the CPU when none is usable.
+
+    Results stream to stdout (or --output) as they are produced; a bad image gives an error
+    record and the batch goes on (exit code 3 at the end).
+    """
+    from ..classify import get_classes_from_scores, get_scores
+    from ..inputs import expand_inputs
+    from ..labels import read_labels
+    from ..model_meta import read_meta
+    from ..pipeline import input_spec, run_batch
+    from ..records import RecordWriter
+    from ..runtime import open_model
+
+    paths = expand_inputs(inputs)
+    engine = open_model(model, resolve_device(ctx, device), cpu_model=cpu_model,
+                        runtime=resolve_runtime(ctx, runtime), threads=threads)
+    if engine.notice:
+        say(engine.notice)
+    meta = read_meta(model)
+    label_map = read_labels(labels) if labels else meta.labels
+    spec = input_spec(engine, meta, mean, std, fast_decode)
+    if len(engine.outputs) != 1:
+        hint = " (it looks like a detection model: use `edgeapp detect`)" if len(engine.outputs) == 4 else ""
+        raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs; a classifier has "
+                           f"one{hint}")
+    out_scale, out_zero = engine.outputs[0].get("quantization", (0.0, 0))
+
+    def prepare(path: str):
+        return spec.prepare(path), None
+
+    def interpret(outputs, _context) -> dict:
+        scores = get_scores(outputs[0], out_scale, out_zero)
+        classes = get_classes_from_scores(scores, top_k, threshold)
+        return {"classes": [{"id": c.id, "label": label_map.get(c.id) if label_map else None,
+                             "score": round(c.score, 6)} for c in classes]}
+
+    writer = RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume)
+    try:
+        with progress_bar(len(paths), "classify") as advance:
+            stats = run_batch(paths, engine, prepare, interpret, {"classes": []}, writer,
+                              workers=workers, progress=advance)
+    finally:
+        writer.close()
+    _summary(stats, engine.device, output)
+    if stats.failed:
+        raise typer.Exit(int(ExitCode.INPUTS_FAILED))
+
+
+def _csv_rows(record: dict) -> list[dict]:
+    base = {k: record.get(k) for k in ("path", "device", "model", "latency_ms", "error")}
+    if not record["classes"]:
+        return [base]
+    return [{**base, "rank": r, **c} for r, c in enumerate(record["classes"], 1)]
+
+
+def _table_line(record: dict) -> str:
+    if record["error"]:
+        return f"{record['path']}  ERROR: {record['error']}"
+    shown = ", ".join(f"{c['label'] if c['label'] is not None else c['id']} {c['score']:.3f}"
+                      for c in record["classes"]) or "(no class above threshold)"
+    return f"{record['path']}  {shown}"
+
+
+def _summary(stats, device: str, output: Optional[Path]) -> None:
+    if stats.total == 0:
+        say("no inputs to classify")
+        return
+    import statistics
+
+    done = stats.ok + stats.failed
+    parts = [f"{done} image(s) in {stats.seconds:.2f} s ({stats.per_second:.1f}/s) on {device}"]
+    if stats.latencies_ms:
+        parts.append(f"median inference {statistics.median(stats.latencies_ms):.2f} ms")
+    if stats.skipped:
+        parts.append(f"{stats.skipped} already done (--resume)")
+    if stats.failed:
+        parts.append(f"{stats.failed} failed")
+    if output is not None:
+        parts.append(f"results in {output}")
+    say("; ".join(parts))

@@ -1,0 +1,66 @@
+"""Typed errors raised by the library; only the CLI turns them into exit codes.
+
+Every error carries a one-line message meant for the user, ideally with the fix.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes, documented in README.md."""
+
+    OK = 0
+    ERROR = 1  # unexpected failure (a bug): please report it
+    USAGE = 2  # bad flags or arguments (Click uses 2 as well)
+    INPUTS_FAILED = 3  # some inputs (images, frames) failed; the rest were processed
+    MODEL_INVALID = 4  # model file missing, truncated, not TFLite, wrong shapes
+    DEVICE_UNAVAILABLE = 5  # the requested device (Edge TPU, camera) cannot be used
+    CONVERT_FAILED = 6  # conversion/quantization failed or produced a non-int8 model
+    MISSING_DEPENDENCY = 7  # an optional package or tool is not installed
+    NOT_MAPPABLE = 8  # check/compile: the model does not fully map to the Edge TPU
+    COMPILE_FAILED = 9  # edgetpu_compiler failed
+
+
+class EdgeappError(Exception):
+    """Base class: a user-facing failure with a one-line message and an exit code."""
+
+    exit_code: ExitCode = ExitCode.ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(EdgeappError):
+    exit_code = ExitCode.USAGE
+
+
+class InputError(EdgeappError):
+    """One input (image, frame) cannot be used; batch jobs record it and go on."""
+
+    exit_code = ExitCode.INPUTS_FAILED
+
+
+class InvalidModel(EdgeappError):
+    exit_code = ExitCode.MODEL_INVALID
+
+
+class DeviceUnavailable(EdgeappError):
+    exit_code = ExitCode.DEVICE_UNAVAILABLE
+
+
+class ConvertError(EdgeappError):
+    exit_code = ExitCode.CONVERT_FAILED
+
+
+class MissingDependency(EdgeappError):
+    exit_code = ExitCode.MISSING_DEPENDENCY
+
+
+class CompileError(EdgeappError):
+    exit_code = ExitCode.COMPILE_FAILED

@@ -1,0 +1,103 @@
+"""The batch pipeline shared by classify and detect: prepare ahead, invoke, record, go on."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .errors import InputError, InvalidModel
+from .model_meta import ModelMeta
+from .prefetch import prefetch
+from .preprocess import CORAL_MEAN, CORAL_STD, prepare_image
+from .records import RecordWriter
+from .runtime import Engine
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How to turn an image into this model's input tensor."""
+
+    width: int
+    height: int
+    channels: int
+    dtype: np.dtype
+    scale: float
+    zero_point: int
+    mean: float
+    std: float
+    fast_decode: bool = False
+
+    def prepare(self, source) -> np.ndarray:
+        return prepare_image(source, (self.width, self.height), self.channels, self.dtype,
+                             self.scale, self.zero_point, self.mean, self.std, self.fast_decode)
+
+
+def input_spec(engine: Engine, meta: ModelMeta, mean: Optional[float] = None,
+               std: Optional[float] = None, fast_decode: bool = False) -> InputSpec:
+    """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128."""
+    shape = engine.input_shape
+    if len(shape) != 4 or shape[0] != 1 or shape[3] not in (1, 3):
+        raise InvalidModel(f"{engine.model_path}: input shape {list(shape)} is not an image tensor "
+                           "[1, height, width, 1 or 3]")
+    if engine.input_dtype not in (np.uint8, np.int8, np.float32):
+        raise InvalidModel(f"{engine.model_path}: input type {engine.input_dtype} is not supported "
+                           "(uint8, int8 or float32)")
+    scale, zero = engine.input_quantization
+    return InputSpec(width=shape[2], height=shape[1], channels=shape[3], dtype=engine.input_dtype,
+                     scale=scale, zero_point=zero,
+                     mean=_first(mean, meta.mean, CORAL_MEAN), std=_first(std, meta.std, CORAL_STD),
+                     fast_decode=fast_decode)
+
+
+def _first(*values):
+    return next(v for v in values if v is not None)
+
+
+@dataclass
+class BatchStats:
+    total: int = 0
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+
+    @property
+    def per_second(self) -> float:
+        return (self.ok + self.failed) / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_batch(paths: list[str], engine: Engine, prepare: Callable[[str], tuple[np.ndarray, Any]],
+              interpret: Callable[[list[np.ndarray], Any], dict], empty: dict, writer: RecordWriter,
+              workers: int = 2, progress: Optional[Callable[[], None]] = None) -> BatchStats:
+    """Run every path not already done; each result is written as soon as it is produced.
+
+    `prepare(path)` returns (input tensor, context), `interpret(outputs, context)` the result
+    fields; `empty` holds those fields for an input that failed.
+    """
+    stats = BatchStats(total=len(paths))
+    todo = [p for p in paths if not writer.is_done(p)]
+    stats.skipped = len(paths) - len(todo)
+    base = {"device": engine.device, "model": engine.model_path}
+    start = time.perf_counter()
+    for path, prepared in prefetch(todo, prepare, workers):
+        record = {"path": path, **base}
+        if isinstance(prepared, InputError):
+            record.update(empty, latency_ms=None, error=str(prepared))
+            stats.failed += 1
+        else:
+            tensor, context = prepared
+            t0 = time.perf_counter()
+            outputs = engine.run(tensor)
+            latency = (time.perf_counter() - t0) * 1000.0
+            record.update(interpret(outputs, context), latency_ms=round(latency, 3), error=None)
+            stats.latencies_ms.append(latency)
+            stats.ok += 1
+        writer.write(record)
+        if progress:
+            progress()
+    stats.seconds = time.perf_counter() - start
+    return stats

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Build the bundled default model: models/digits_int8.tflite (+ .json) and models/samples/.
+
+Trains a small Keras CNN on scikit-learn's digits (8x8 scans, shipped inside the package, so
+nothing is downloaded), writes the data as 32x32 grayscale PNGs in class folders, and runs
+`edgeapp convert` on them: the model is calibrated and evaluated on real image files, exactly
+as `classify` will read them.
+
+    pip install -e '.[dev]' && python scripts/build_default_model.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZE = 32
+
+
+def digit_images(seed: int = 0):
+    """(pixels uint8 (N, 32, 32), labels) from sklearn's digits, upscaled as the PNGs are."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    small = np.clip(np.rint(d.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
+    big = np.stack([np.asarray(Image.fromarray(a, "L").resize((SIZE, SIZE), Image.BILINEAR))
+                    for a in small])
+    order = np.random.default_rng(seed).permutation(len(big))
+    return big[order], d.target[order]
+
+
+def write_folders(root: Path, x: np.ndarray, y: np.ndarray) -> None:
+    from PIL import Image
+
+    for i, (a, label) in enumerate(zip(x, y)):
+        folder = root / str(label)
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(a, "L").save(folder / f"{i:04d}.png")
+
+
+def train(x: np.ndarray, y: np.ndarray, epochs: int, seed: int):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([
+        keras.Input((SIZE, SIZE, 1)),
+        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
+    model.compile(optimizer=keras.optimizers.Adam(3e-3), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    model.fit(x[..., None].astype("float32") / 255.0, y, epochs=epochs, batch_size=32, verbose=0)
+    return model
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "models")
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    x, y = digit_images(args.seed)
+    n_test = len(x) // 5
+    with tempfile.TemporaryDirectory(prefix="edgeapp-digits-") as tmp:
+        tmp = Path(tmp)
+        write_folders(tmp / "train", x[n_test:], y[n_test:])
+        write_folders(tmp / "test", x[:n_test], y[:n_test])
+        model = train(x[n_test:], y[n_test:], args.epochs, args.seed)
+        model.save(tmp / "digits.keras")
+        args.out.mkdir(parents=True, exist_ok=True)
+        target = args.out / "digits_int8.tflite"
+        cmd = [sys.executable, "-m", "edgeapp", "convert", str(tmp / "digits.keras"), "-o", str(target),
+               "--calibration", str(tmp / "train"), "--samples", "300", "--eval", str(tmp / "test"),
+               "--format", "json"]
+        print("+", " ".join(cmd), file=sys.stderr)
+        report = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        (args.out / "digits_int8.report.json").write_text(report)
+        print(report)
+        samples = args.out / "samples"
+        shutil.rmtree(samples, ignore_errors=True)
+        samples.mkdir()
+        for label in range(10):  # one test image of each digit, never seen in training
+            first = sorted((tmp / "test" / str(label)).glob("*.png"))[0]
+            shutil.copy(first, samples / f"digit_{label}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
