@@ -93,8 +93,8 @@ def _saved_model(tf, path: Path) -> FloatModel:
     if len(shape) != 3 or None in shape:
         raise InvalidModel(f"{path}: input {name} has shape {spec.shape}; need [batch, H, W, C]")
 
-    def call(x):
-        out = sig(**{name: x})
+    def call(x):  # `loaded` stays referenced here: its variables must outlive `sig`
+        out = loaded.signatures["serving_default"](**{name: x})
         return next(iter(out.values())) if isinstance(out, dict) else out
 
     def predict(x: np.ndarray) -> np.ndarray:
@@ -103,6 +103,7 @@ def _saved_model(tf, path: Path) -> FloatModel:
 
     def export(folder: str) -> None:
         module = tf.Module()
+        module.loaded = loaded  # track the original variables in the re-export
         module.f = tf.function(call, input_signature=[tf.TensorSpec((1, *shape), tf.float32)])
         tf.saved_model.save(module, folder, signatures=module.f.get_concrete_function())
 

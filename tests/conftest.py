@@ -125,3 +125,54 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "shared" in item.keywords:
             item.add_marker(skip)
+
+
+def make_edgetpu_stand_in(cpu_model: Path, out: Path) -> Path:
+    """A valid TFLite file shaped like edgetpu_compiler's output: one `edgetpu-custom-op` node
+    from the CPU model's input to its output (written with the TFLite flatbuffers schema)."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    m = schema.ModelT.InitFromPackedBuf(cpu_model.read_bytes(), 0)
+    sg = m.subgraphs[0]
+    code = schema.OperatorCodeT()
+    code.builtinCode = schema.BuiltinOperator.CUSTOM
+    code.deprecatedBuiltinCode = schema.BuiltinOperator.CUSTOM
+    code.customCode = "edgetpu-custom-op"
+    code.version = 1
+    op = schema.OperatorT()
+    op.opcodeIndex = 0
+    op.inputs, op.outputs = list(sg.inputs), list(sg.outputs)
+    op.customOptions = list(b"compiled-for-edgetpu")  # opaque blob, as the real op has
+    m.operatorCodes = [code]
+    sg.operators = [op]
+    m.metadata, m.signatureDefs = None, None
+    b = flatbuffers.Builder(1024)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    out.write_bytes(b.Output())
+    return out
+
+
+@pytest.fixture(scope="session")
+def compiled_pair(tiny_model: Path, tmp_path_factory) -> tuple[Path, Path]:
+    """(X_edgetpu.tflite, X.tflite) side by side, as `edgeapp compile` leaves them."""
+    folder = tmp_path_factory.mktemp("compiled")
+    twin = folder / "colors.tflite"
+    twin.write_bytes(tiny_model.read_bytes())
+    twin.with_suffix(".json").write_bytes(tiny_model.with_suffix(".json").read_bytes())
+    return make_edgetpu_stand_in(tiny_model, folder / "colors_edgetpu.tflite"), twin
+
+
+@pytest.fixture(scope="session")
+def color_images(tmp_path_factory) -> dict[str, Path]:
+    """One 64x48 PNG per class (not the model's input size, so resizing is exercised)."""
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("color_images")
+    rng = np.random.default_rng(7)
+    out = {}
+    for c, name in enumerate(CLASSES):
+        p = folder / f"{name}.png"
+        Image.fromarray(color_pixels(c, rng, 64)[:48]).save(p)
+        out[name] = p
+    return out

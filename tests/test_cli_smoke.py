@@ -1,0 +1,73 @@
+"""The installed `edgeapp` as a user runs it: console script, lazy imports, bundled model."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SHARED
+
+HEAVY = ("tensorflow", "cv2", "ai_edge_litert", "tflite_runtime", "keras")
+
+
+def run(*args, **kw):
+    return subprocess.run(list(map(str, args)), capture_output=True, text=True, cwd=ROOT, **kw)
+
+
+def test_console_script_help_and_version():
+    exe = shutil.which("edgeapp")
+    assert exe, "the edgeapp console script is not installed: pip install -e ."
+    r = run(exe, "--help")
+    assert r.returncode == 0 and "classify" in r.stdout and "convert" in r.stdout
+    r = run(sys.executable, "-m", "edgeapp", "--version")
+    assert r.returncode == 0 and r.stdout.startswith("edgeapp ")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["classify", "--help"], ["convert", "--help"]])
+def test_help_imports_no_heavy_module(argv):
+    code = ("import sys\nfrom edgeapp.cli import app\n"
+            f"try:\n    app({argv!r})\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (HEAVY,))
+    r = run(sys.executable, "-c", code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_classify_never_imports_tensorflow(tiny_model, color_images):
+    code = ("import sys\nfrom edgeapp.cli import app\n"
+            f"try:\n    app(['classify', {str(tiny_model)!r}, {str(color_images['red'])!r}])\n"
+            "except SystemExit:\n    pass\n"
+            "print('TF', 'tensorflow' in sys.modules, 'keras' in sys.modules)")
+    r = run(sys.executable, "-c", code)
+    assert r.stdout.strip().splitlines()[-1] == "TF False False", r.stdout + r.stderr
+
+
+def test_bundled_model_readme_command():
+    """The README's main job: classify the bundled samples with the bundled model."""
+    r = run("edgeapp", "classify", "models/digits_int8.tflite", "models/samples", "-f", "jsonl", "-k", "1")
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(recs) == 10
+    for rec in recs:
+        digit = rec["path"].rsplit("_", 1)[1].split(".")[0]
+        assert rec["classes"][0]["label"] == digit, rec
+
+
+def test_unknown_command_and_missing_args_are_usage_errors():
+    assert run("edgeapp", "nope").returncode == 2
+    r = run("edgeapp", "classify")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("model", ["mobilenet_v2_1.0_224_quant", "mobilenet_v1_0.25_128_quant",
+                                   "mobilenet_v1_0.25_128_quant_edgetpu"])
+def test_coral_reference_top1(model):
+    """Coral's reference: cat.bmp is class 286 (Egyptian cat) on MobileNet models."""
+    r = run("edgeapp", "classify", SHARED / f"{model}.tflite", SHARED / "cat.bmp",
+            "--labels", SHARED / "imagenet_labels.txt", "-f", "jsonl", "-k", "1")
+    assert r.returncode == 0, r.stderr
+    top = json.loads(r.stdout)["classes"][0]
+    assert (top["id"], top["label"]) == (286, "Egyptian cat")
