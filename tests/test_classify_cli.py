@@ -133,3 +133,16 @@ def test_workers_zero_gives_the_same_results(cli, tiny_model, tiny_data):
     b = cli("classify", tiny_model, tiny_data / "test", "-f", "jsonl", "--workers", "3")
     strip = lambda out: [(r["path"], r["classes"]) for r in jsonl(out)]
     assert strip(a.stdout) == strip(b.stdout)
+
+
+def test_labels_embedded_in_model_metadata_zip(cli, tiny_model, color_images, tmp_path):
+    """Models with TFLite metadata carry their labels in a zip appended to the flatbuffer."""
+    import zipfile
+
+    model = tmp_path / "with_metadata.tflite"
+    model.write_bytes(tiny_model.read_bytes())
+    with zipfile.ZipFile(model, "a") as z:
+        z.writestr("labels.txt", "cyan\nmagenta\nyellow\n")
+    r = cli("classify", model, color_images["red"], "-f", "jsonl", "-k", "1", "--mean", "0", "--std", "255")
+    assert r.exit_code == 0, r.stderr
+    assert jsonl(r.stdout)[0]["classes"][0]["label"] == "yellow"

@@ -66,8 +66,9 @@ def test_unknown_command_and_missing_args_are_usage_errors():
                                    "mobilenet_v1_0.25_128_quant_edgetpu"])
 def test_coral_reference_top1(model):
     """Coral's reference: cat.bmp is class 286 (Egyptian cat) on MobileNet models."""
-    r = run("edgeapp", "classify", SHARED / f"{model}.tflite", SHARED / "cat.bmp",
-            "--labels", SHARED / "imagenet_labels.txt", "-f", "jsonl", "-k", "1")
-    assert r.returncode == 0, r.stderr
-    top = json.loads(r.stdout)["classes"][0]
-    assert (top["id"], top["label"]) == (286, "Egyptian cat")
+    for labels in (["--labels", SHARED / "imagenet_labels.txt"], []):  # [] = embedded metadata
+        r = run("edgeapp", "classify", SHARED / f"{model}.tflite", SHARED / "cat.bmp", *labels,
+                "-f", "jsonl", "-k", "1")
+        assert r.returncode == 0, r.stderr
+        top = json.loads(r.stdout)["classes"][0]
+        assert (top["id"], top["label"]) == (286, "Egyptian cat")
