@@ -1,0 +1,125 @@
+"""What a reader needs to trust benchmark figures: CPU, cores, frequency governor, runtimes.
+
+Reads /proc and /sys under an injectable `root` (tests use fake trees); nothing here fails:
+missing files give None.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from pathlib import Path
+from typing import Optional
+
+CORAL_USB_IDS = {("1a6e", "089a"): "USB Accelerator (before firmware load)",
+                 ("18d1", "9302"): "USB Accelerator"}
+_USB_SPEEDS = {"1.5": "USB 1 (1.5 Mb/s)", "12": "USB 1 (12 Mb/s)", "480": "USB 2 (480 Mb/s)",
+               "5000": "USB 3 (5 Gb/s)", "10000": "USB 3 (10 Gb/s)", "20000": "USB 3 (20 Gb/s)"}
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def cpu_model(root: Path | str = "/") -> Optional[str]:
+    """`model name` (x86), else the board model (Raspberry Pi), else `Hardware`/`CPU part`."""
+    r = Path(root)
+    text = _read(r / "proc/cpuinfo") or ""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and value.strip():
+            fields.setdefault(key.strip().lower(), value.strip())
+    if "model name" in fields:
+        return fields["model name"]
+    board = (_read(r / "proc/device-tree/model") or "").rstrip("\x00") or fields.get("model")
+    if board:
+        return board
+    return fields.get("hardware") or (f"CPU part {fields['cpu part']}" if "cpu part" in fields
+                                      else platform.processor() or None)
+
+
+def cpu_count(root: Path | str = "/") -> Optional[int]:
+    """Logical CPUs listed in /proc/cpuinfo (falls back to os.cpu_count())."""
+    text = _read(Path(root) / "proc/cpuinfo")
+    if text:
+        n = sum(1 for line in text.splitlines() if line.split(":")[0].strip() == "processor")
+        if n:
+            return n
+    return os.cpu_count()
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (affinity, cgroups' cpusets): the `--threads auto` range."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def governor(root: Path | str = "/") -> Optional[str]:
+    return _read(Path(root) / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+
+
+def governor_warning(gov: Optional[str]) -> Optional[str]:
+    """A warning when the governor may clock the CPU down mid-benchmark."""
+    if gov is None or gov == "performance":
+        return None
+    return (f"CPU frequency governor is '{gov}', not 'performance': latencies may vary with clock "
+            "changes (sudo cpupower frequency-set -g performance)")
+
+
+def max_mhz(root: Path | str = "/") -> Optional[float]:
+    khz = _read(Path(root) / "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    try:
+        return int(khz) / 1000 if khz else None
+    except ValueError:
+        return None
+
+
+def usb_accelerators(root: Path | str = "/") -> list[dict]:
+    """Coral USB Accelerators seen in sysfs, with their negotiated link speed."""
+    out = []
+    base = Path(root) / "sys/bus/usb/devices"
+    for d in sorted(base.glob("*")) if base.is_dir() else []:
+        ids = (_read(d / "idVendor"), _read(d / "idProduct"))
+        if ids in CORAL_USB_IDS:
+            speed = _read(d / "speed")
+            out.append({"path": d.name, "type": CORAL_USB_IDS[ids], "speed_mbps": speed,
+                        "link": _USB_SPEEDS.get(speed or "", speed)})
+    return out
+
+
+def edgetpu_runtime_version(library: str) -> Optional[str]:
+    """libedgetpu's own version string (its C API `edgetpu_version`), None when unavailable."""
+    try:
+        lib = ctypes.CDLL(library)
+        fn = lib.edgetpu_version
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_char_p
+    try:
+        value = fn()
+    except Exception:  # a foreign library: never let it break a benchmark
+        return None
+    return value.decode("utf-8", "replace") if value else None
+
+
+def host_info(root: Path | str = "/") -> dict:
+    """The `host` object of bench's JSON."""
+    gov = governor(root)
+    return {
+        "cpu": cpu_model(root),
+        "cores": cpu_count(root),
+        "usable_cores": usable_cores(),
+        "max_mhz": max_mhz(root),
+        "governor": gov,
+        "governor_warning": governor_warning(gov),
+        "machine": platform.machine(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }

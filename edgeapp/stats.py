@@ -1,0 +1,79 @@
+"""Latency statistics: pure functions over arrays of per-inference times in milliseconds."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Summary of warm latencies. std is the population std (ddof=0): the runs are all we have."""
+
+    count: int
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    def to_dict(self, digits: int = 4) -> dict:
+        return {k: (round(v, digits) if isinstance(v, float) else v) for k, v in asdict(self).items()
+                if k != "count"}
+
+
+def percentile(samples_ms: Sequence[float] | np.ndarray, q: float) -> float:
+    """The q-th percentile with linear interpolation between closest ranks (numpy's default)."""
+    a = np.asarray(samples_ms, dtype=np.float64)
+    if a.size == 0:
+        raise ValueError("no samples")
+    return float(np.percentile(a, q))
+
+
+def latency_stats(samples_ms: Sequence[float] | np.ndarray) -> LatencyStats:
+    """mean, std, min, p50, p90, p99 and max of `samples_ms` (at least one sample)."""
+    a = np.asarray(samples_ms, dtype=np.float64)
+    if a.size == 0:
+        raise ValueError("no samples")
+    if not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError("latencies must be finite and non-negative")
+    p50, p90, p99 = (float(v) for v in np.percentile(a, PERCENTILES))
+    return LatencyStats(count=int(a.size), mean=float(a.mean()), std=float(a.std()),
+                        min=float(a.min()), p50=p50, p90=p90, p99=p99, max=float(a.max()))
+
+
+def throughput(count: int, seconds: float) -> float:
+    """Inferences per second over a wall-clock window (includes the loop's own overhead)."""
+    if seconds <= 0:
+        raise ValueError("the window must last more than 0 s")
+    return count / seconds
+
+
+def achieved_tops(ops_per_inference: Optional[int], inferences_per_s: float) -> Optional[float]:
+    """Tera-operations per second actually achieved: ops × inferences/s ÷ 10¹²."""
+    if not ops_per_inference:
+        return None
+    return ops_per_inference * inferences_per_s / 1e12
+
+
+def energy_figures(tops: Optional[float], inferences_per_s: float,
+                   watts: Optional[float]) -> dict[str, Optional[float]]:
+    """TOPS/W, inferences per joule and millijoules per inference at `watts` (None: unknown)."""
+    if not watts or watts <= 0:
+        return {"tops_per_watt": None, "inferences_per_joule": None, "mj_per_inference": None}
+    return {"tops_per_watt": (tops / watts) if tops is not None else None,
+            "inferences_per_joule": inferences_per_s / watts,
+            "mj_per_inference": 1000.0 * watts / inferences_per_s if inferences_per_s > 0 else None}
+
+
+def speedup(baseline_ms: Optional[float], other_ms: Optional[float]) -> Optional[float]:
+    """How many times faster `other` is than `baseline` (None when either is missing)."""
+    if not baseline_ms or not other_ms:
+        return None
+    return baseline_ms / other_ms
