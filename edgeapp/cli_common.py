@@ -45,6 +45,10 @@ CpuModelOpt = Annotated[Optional[Path], typer.Option(
 ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", min=1, help="Interpreter threads for CPU inference (default: the runtime's).",
     show_default=False)]
+NoProbeOpt = Annotated[bool, typer.Option(
+    "--no-probe", envvar="EDGEAPP_NO_PROBE",
+    help="Load the Edge TPU delegate without first trying it in a child process (the probe "
+         "that turns a runtime/libedgetpu build mismatch crash into a message).")]
 
 
 def resolve_device(ctx: typer.Context, device: Optional[str]) -> str:

@@ -21,6 +21,7 @@ class ExitCode(IntEnum):
     MISSING_DEPENDENCY = 7  # an optional package or tool is not installed
     NOT_MAPPABLE = 8  # check/compile: the model does not fully map to the Edge TPU
     COMPILE_FAILED = 9  # edgetpu_compiler failed
+    CHECKS_FAILED = 10  # doctor: at least one check failed
 
 
 class EdgeappError(Exception):

@@ -134,7 +134,8 @@ def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
         raise DeviceUnavailable(_explain_os_error(str(e), library)) from None
     except ValueError as e:  # "Failed to load delegate from libedgetpu.so.1"
         where = f" at {spec.option}" if spec.option else ""
-        raise DeviceUnavailable(f"no Edge TPU found{where} ({e}); plug it in, check `edgeapp devices` "
+        reason = " ".join(str(e).split())  # the runtime's message spans lines
+        raise DeviceUnavailable(f"no Edge TPU found{where} ({reason}); plug it in, check `edgeapp devices` "
                                 "and that your user may access it (udev rule, plugdev group)") from None
 
 
@@ -196,25 +197,31 @@ class Engine:
 
 
 def open_model(path: str | Path, device: str = "auto", *, cpu_model: Optional[str | Path] = None,
-               runtime: Optional[str] = None, threads: Optional[int] = None) -> Engine:
+               runtime: Optional[str] = None, threads: Optional[int] = None,
+               probe: bool = True) -> Engine:
     """Validate the model, pick the device, and return an allocated Engine.
 
     auto: Edge TPU when a compiled model and a TPU are there, else the CPU (the CPU twin for a
     compiled model). An explicit TPU device never falls back: it raises DeviceUnavailable.
+    probe: first try the (runtime, Edge TPU library) pair in a child process (probe.py), so a
+    mismatched build that segfaults is reported instead of killing us.
     """
     spec = parse_device(device)
     model = load_model(path)
     rt = find_runtime(runtime)
     if spec.kind != "cpu" and model.is_edgetpu_compiled:
         try:
+            if probe:
+                from .probe import ensure_probed
+                ensure_probed(rt, spec, model.path)
             delegate = load_edgetpu_delegate(rt, spec)
+            interpreter = _interpreter(rt, model, [delegate], threads)
         except DeviceUnavailable as e:
             if spec.kind == "edgetpu":
                 raise
             twin = _load_twin(model, cpu_model)
             return _cpu_engine(rt, twin, threads, str(path),
                                f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU")
-        interpreter = _interpreter(rt, model, [delegate], threads)
         return Engine(interpreter, model, "edgetpu", rt, str(path))
     if spec.kind == "edgetpu":
         raise UsageError(f"{model.path} is not compiled for the Edge TPU: run `edgeapp compile "

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli_common import (CpuModelOpt, DeviceOpt, RuntimeOpt, ThreadsOpt, cli_errors, progress_bar,
-                          resolve_device, resolve_runtime, say)
+from ..cli_common import (CpuModelOpt, DeviceOpt, NoProbeOpt, RuntimeOpt, ThreadsOpt, cli_errors,
+                          progress_bar, resolve_device, resolve_runtime, say)
 from ..errors import ExitCode, InvalidModel
 from ..records import Format
 
@@ -52,6 +52,7 @@ def classify_command(
     cpu_model: CpuModelOpt = None,
     threads: ThreadsOpt = None,
     runtime: RuntimeOpt = None,
+    no_probe: NoProbeOpt = False,
 ) -> None:
     """Classify images on the Edge TPU, or on the CPU when none is usable.
 
@@ -68,7 +69,7 @@ def classify_command(
 
     paths = expand_inputs(inputs)
     engine = open_model(model, resolve_device(ctx, device), cpu_model=cpu_model,
-                        runtime=resolve_runtime(ctx, runtime), threads=threads)
+                        runtime=resolve_runtime(ctx, runtime), threads=threads, probe=not no_probe)
     if engine.notice:
         say(engine.notice)
     meta = read_meta(model)

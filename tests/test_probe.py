@@ -1,0 +1,271 @@
+"""The crash-safe delegate probe, with real native crashes.
+
+Each test builds (once per session) small shared libraries with the C compiler that export the
+Edge TPU plugin API (`tflite_plugin_create_delegate`) and segfault, hang, return NULL, or return
+a do-nothing delegate that claims no node. Each call to create appends "create <pid>" to the file
+in $FAKE_EDGETPU_LOG, so a test sees which process loaded the delegate. edgeapp is pointed at
+them with EDGEAPP_EDGETPU_LIB, runs as a user runs it (a subprocess), and must survive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from edgeapp.devices import list_edge_tpus
+from edgeapp.doctor import library_checks
+from edgeapp.probe import Pair, Verdict, VerdictCache
+from edgeapp.runtime import find_runtime
+from test_devices import add_apex, add_usb
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_C = r"""
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* TfLiteDelegate from tensorflow/lite/core/c/common.h: Prepare claims nothing and succeeds. */
+typedef struct { void* data; int (*prepare)(void*, void*); void* copy_from; void* copy_to;
+                 void* free_handle; int64_t flags; void* opaque; } Delegate;
+static int prepare(void* context, void* delegate) { return 0; }
+static Delegate fake = {0, prepare, 0, 0, 0, 0, 0};
+
+static void note(const char* what) {
+  const char* p = getenv("FAKE_EDGETPU_LOG");
+  FILE* f = p ? fopen(p, "a") : NULL;
+  if (f) { fprintf(f, "%s %d\n", what, (int)getpid()); fclose(f); }
+}
+
+const char* edgetpu_version(void) {
+  return "BuildLabel(COMPILER=fake,DATE=redacted,TIME=redacted),RuntimeVersion(14)";
+}
+
+/* edgetpu_c.h: one USB accelerator and one PCIe card. */
+struct edgetpu_device { int type; const char* path; };
+static struct edgetpu_device two[2] = {{1, "/sys/bus/usb/devices/2-1"}, {0, "/dev/apex_0"}};
+struct edgetpu_device* edgetpu_list_devices(size_t* n) { *n = 2; return two; }
+void edgetpu_free_devices(struct edgetpu_device* d) { note("free_devices"); }
+
+void* tflite_plugin_create_delegate(char** keys, char** values, size_t n, void (*report)(const char*)) {
+  note("create");
+#if defined(CRASH)
+  raise(SIGSEGV);
+#elif defined(HANG)
+  for (;;) sleep(1);
+#elif defined(NULL_DELEGATE)
+  report("fake: no Edge TPU here");
+  return NULL;
+#endif
+  return &fake;
+}
+
+void tflite_plugin_destroy_delegate(void* delegate) {}
+"""
+KINDS = ("CRASH", "HANG", "NULL_DELEGATE", "LOADS")
+LITERT = f"ai-edge-litert {metadata.version('ai-edge-litert')}"
+BUILD_FIX = "known build mismatch; install a matching pair (see README)"
+
+
+@pytest.fixture(scope="session")
+def fake_libs(tmp_path_factory) -> dict[str, Path]:
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+    if cc is None or sys.platform == "win32":
+        pytest.skip("needs a C compiler (cc, gcc or clang) to build stand-in Edge TPU libraries")
+    folder = tmp_path_factory.mktemp("fake_libedgetpu")
+    (folder / "fake.c").write_text(FAKE_C)
+    libs = {}
+    for kind in KINDS:
+        libs[kind] = folder / f"libedgetpu_{kind.lower()}.so"
+        subprocess.run([cc, "-shared", "-fPIC", f"-D{kind}", "-o", str(libs[kind]), str(folder / "fake.c")],
+                       check=True)
+    return libs
+
+
+class Run:
+    """`edgeapp classify` in a subprocess, with the stand-in library and its own cache."""
+
+    def __init__(self, tmp_path: Path, library: Path, model: Path, image: Path, **env: str) -> None:
+        self.log, self.cache = tmp_path / "calls.log", tmp_path / "cache"
+        self.env = {**os.environ, "EDGEAPP_EDGETPU_LIB": str(library), "FAKE_EDGETPU_LOG": str(self.log),
+                    "EDGEAPP_CACHE_DIR": str(self.cache), **env}
+        self.model, self.image = model, image
+
+    def __call__(self, *args: str) -> tuple[int, list[dict], str, int]:
+        """(exit code, JSON records, stderr, pid of the edgeapp process)."""
+        proc = subprocess.Popen([sys.executable, "-m", "edgeapp", "classify", str(self.model),
+                                 str(self.image), "--format", "jsonl", "-k", "1", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                env=self.env)
+        out, err = proc.communicate(timeout=300)
+        return proc.returncode, [json.loads(ln) for ln in out.splitlines()], err, proc.pid
+
+    def calls(self) -> list[tuple[str, int]]:
+        text = self.log.read_text() if self.log.exists() else ""
+        return [(w, int(pid)) for w, pid in (ln.split() for ln in text.splitlines())]
+
+    def verdicts(self) -> dict[str, dict]:
+        return VerdictCache(self.cache).entries()
+
+
+def ran_on_cpu_as_red(records: list[dict]) -> bool:
+    return len(records) == 1 and records[0]["device"] == "cpu" and \
+        records[0]["classes"][0]["label"] == "red"
+
+
+@pytest.fixture()
+def run_with(tmp_path, fake_libs, compiled_pair, color_images):
+    def make(kind: str, **env: str) -> Run:
+        return Run(tmp_path, fake_libs[kind], compiled_pair[0], color_images["red"], **env)
+    return make
+
+
+def test_segfault_is_survived_explained_cached_and_not_probed_again(tmp_path, fake_libs, compiled_pair,
+                                                                     color_images):
+    library = tmp_path / "libedgetpu.so.1"  # a copy: this test changes its mtime
+    shutil.copy2(fake_libs["CRASH"], library)
+    run = Run(tmp_path, library, compiled_pair[0], color_images["red"])
+
+    code, records, err, pid = run()
+    assert code == 0, err
+    assert ran_on_cpu_as_red(records), records
+    assert f"crashed under {LITERT}: {BUILD_FIX}" in err and "RuntimeVersion(14)" in err
+    assert "killed by SIGSEGV" in err and "on CPU" in err
+    assert [w for w, p in run.calls()] == ["create"] and run.calls()[0][1] != pid  # in the child only
+    (entry,) = run.verdicts().values()
+    assert (entry["status"], entry["library"], entry["runtime"]) == ("crash", str(library), "ai-edge-litert")
+    cached = run.cache.joinpath("probe.json").read_bytes()
+
+    code, records, err, _ = run()  # second run: the cached verdict, no probe
+    assert code == 0 and ran_on_cpu_as_red(records)
+    assert "crashed under" in err and "verdict cached" in err
+    assert len(run.calls()) == 1
+    assert run.cache.joinpath("probe.json").read_bytes() == cached
+
+    code, records, err, _ = run("--device", "edgetpu")  # explicit: no fallback
+    assert code == 5 and records == []
+    assert "crashed under" in err and len(run.calls()) == 1
+
+    stat = library.stat()  # a new build of the library (same path) is probed again
+    os.utime(library, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    code, records, err, _ = run()
+    assert code == 0 and ran_on_cpu_as_red(records) and "verdict cached" not in err
+    assert len(run.calls()) == 2 and len(run.verdicts()) == 2
+
+
+def test_explicit_edgetpu_exits_5_when_the_probe_crashes(run_with):
+    run = run_with("CRASH")
+    code, records, err, pid = run("--device", "usb:0")
+    assert code == 5 and records == []
+    assert f"error: Edge TPU runtime RuntimeVersion(14) crashed under {LITERT}: {BUILD_FIX}" in err
+    assert all(p != pid for _, p in run.calls())
+    assert [e["status"] for e in run.verdicts().values()] == ["crash"]
+
+
+def test_hanging_delegate_is_killed_after_the_timeout(run_with):
+    run = run_with("HANG", EDGEAPP_PROBE_TIMEOUT="2")
+    code, records, err, _ = run()
+    assert code == 0 and ran_on_cpu_as_red(records), err
+    assert f"crashed under {LITERT}" in err and "hung: no answer in 2 s" in err
+    assert [e["status"] for e in run.verdicts().values()] == ["hang"]
+
+
+def test_null_delegate_is_no_edge_tpu_and_is_not_cached(run_with):
+    run = run_with("NULL_DELEGATE")
+    code, records, err, pid = run()
+    assert code == 0 and ran_on_cpu_as_red(records), err
+    assert "no Edge TPU found (Failed to load delegate from" in err and "fake: no Edge TPU here" in err
+    assert "crashed" not in err
+    code, records, err, pid = run("--device", "edgetpu")
+    assert code == 5 and "no Edge TPU found" in err
+    assert len(run.calls()) == 2 and all(p != pid for _, p in run.calls())
+    assert run.verdicts() == {}  # plugging a TPU in later must not need a cache reset
+
+
+def test_delegate_that_loads_but_cannot_run_the_model_is_a_failed_probe_not_a_crash(run_with):
+    """Without a delegate claiming it, allocate_tensors fails on `edgetpu-custom-op`."""
+    run = run_with("LOADS")
+    code, records, err, pid = run()
+    assert code == 0 and ran_on_cpu_as_red(records), err
+    assert f"Edge TPU rejected {run.model}: Encountered unresolved custom op: edgetpu-custom-op" in err
+    assert "crashed" not in err
+    assert [w for w, _ in run.calls()] == ["create"] and run.calls()[0][1] != pid
+    assert run.verdicts() == {}
+    code, _, err, _ = run("--device", "edgetpu")
+    assert code == 5 and "Edge TPU rejected" in err
+
+
+def test_no_probe_and_a_passed_pair_load_in_the_main_process(run_with, fake_libs):
+    run = run_with("LOADS")
+    code, records, err, pid = run("--no-probe")
+    assert code == 0 and ran_on_cpu_as_red(records), err
+    assert run.calls() == [("create", pid)]  # no child: the main process loaded it
+    runtime = find_runtime("ai-edge-litert")
+    pair = Pair.of(runtime.name, runtime.version, str(fake_libs["LOADS"]))
+    VerdictCache(run.cache).put(pair, Verdict("pass", ""))
+    code, records, err, pid = run()
+    assert code == 0 and ran_on_cpu_as_red(records), err
+    assert run.calls()[-1] == ("create", pid) and len(run.calls()) == 2
+
+
+def test_devices_through_libedgetpu_c_api(fake_libs, tmp_path, monkeypatch):
+    add_usb(tmp_path, "2-1", "18d1:9302", "5000", 2, 3)
+    add_apex(tmp_path, 0, 47000)
+    monkeypatch.setenv("FAKE_EDGETPU_LOG", str(tmp_path / "calls.log"))
+    tpus = list_edge_tpus(tmp_path, str(fake_libs["LOADS"]))
+    assert [(t.device, t.source, t.path, t.usb_id, t.speed_mbps, t.temperature_c) for t in tpus] == [
+        ("usb:0", "libedgetpu", "/sys/bus/usb/devices/2-1", "18d1:9302", 5000.0, None),
+        ("pci:0", "libedgetpu", "/dev/apex_0", None, None, 47.0)]
+    assert (tmp_path / "calls.log").read_text().split()[0] == "free_devices"
+
+
+def test_doctor_reports_the_library_and_the_cached_verdict(run_with, fake_libs, tmp_path, cli, monkeypatch):
+    env = {"EDGEAPP_EDGETPU_LIB": str(fake_libs["CRASH"]), "EDGEAPP_CACHE_DIR": str(tmp_path / "cache"),
+           "PATH": os.environ.get("PATH", "")}
+    lib, pair = library_checks(env, {"ai-edge-litert": metadata.version("ai-edge-litert")})
+    assert lib.status == "ok" and lib.detail == f"RuntimeVersion(14) at {fake_libs['CRASH']}"
+    assert pair.status == "ok" and "not probed yet" in pair.detail
+
+    run_with("CRASH")()  # leaves a crash verdict in tmp_path/cache
+    _, pair = library_checks(env, {"ai-edge-litert": metadata.version("ai-edge-litert")})
+    assert pair.status == "fail" and "crashed under" in pair.detail
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    report = cli("doctor", "--format", "json")
+    assert report.exit_code == 10
+    assert [v["status"] for v in json.loads(report.stdout)["probe_verdicts"]] == ["crash"]
+    forgot = cli("doctor", "--forget-probes", "--format", "json")
+    assert "forgot 1 cached probe verdict" in forgot.stderr
+    assert json.loads(forgot.stdout)["probe_verdicts"] == []
+
+
+@pytest.mark.parametrize("package_version, status, says", [
+    ("16.0", "warn", "reported to crash under ai-edge-litert"),  # Google's build, TensorFlow 2.5
+    ("16.0tf2.17.1-1.bookworm", "ok", "libedgetpu built for TensorFlow 2.17"),  # a community rebuild
+])
+def test_doctor_names_the_debian_package_and_known_bad_builds(fake_libs, tmp_path, package_version,
+                                                              status, says):
+    """dpkg-query stand-in on PATH, answering as dpkg does for libedgetpu1-max."""
+    tool = tmp_path / "bin" / "dpkg-query"
+    tool.parent.mkdir()
+    tool.write_text(f"""#!/bin/sh
+case "$1" in
+  -S) echo "libedgetpu1-max:amd64: $2" ;;
+  -W) printf '%s' '{package_version}' ;;
+esac
+""")
+    tool.chmod(0o755)
+    env = {"EDGEAPP_EDGETPU_LIB": str(fake_libs["LOADS"]), "EDGEAPP_CACHE_DIR": str(tmp_path / "cache"),
+           "PATH": str(tool.parent)}
+    lib, pair = library_checks(env, {"ai-edge-litert": metadata.version("ai-edge-litert")})
+    assert lib.detail.endswith(f"{fake_libs['LOADS']}, libedgetpu1-max {package_version}")
+    assert pair.status == status and says in pair.detail
