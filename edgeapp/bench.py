@@ -39,6 +39,7 @@ class BenchOptions:
     cpu_model: Optional[str] = None
     power_root: str = field(default_factory=lambda: os.environ.get(SYSFS_ROOT_ENV) or "/")
     synthetic: bool = False
+    probe: bool = True  # try the Edge TPU delegate in a child process first (probe.py)
     seed: int = 0
     extra_notes: list[str] = field(default_factory=list)
 
@@ -88,7 +89,7 @@ def bench_device(model_path: str, device: str, threads: Optional[int], opts: Ben
     t0 = time.perf_counter()
     try:
         engine = open_model(model_path, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
-                            threads=threads)
+                            threads=threads, probe=opts.probe)
     except (DeviceUnavailable, UsageError) as e:
         if strict or device in ("cpu", "auto"):
             raise

@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli_common import CpuModelOpt, RuntimeOpt, cli_errors, resolve_device, resolve_runtime, say
+from ..cli_common import (CpuModelOpt, NoProbeOpt, RuntimeOpt, cli_errors, resolve_device,
+                          resolve_runtime, say)
 from ..errors import UsageError
 
 app = typer.Typer()
@@ -67,6 +68,7 @@ def bench_command(
                             "CPU's peak).")] = False,
     cpu_model: CpuModelOpt = None,
     runtime: RuntimeOpt = None,
+    no_probe: NoProbeOpt = False,
 ) -> None:
     """Measure load time, cold and warm latency, throughput, ops per inference, achieved TOPS,
     power and TOPS/W, with the context needed to trust the numbers."""
@@ -84,7 +86,8 @@ def bench_command(
         raise UsageError("missing MODEL (or use --synthetic)")
     opts = BenchOptions(runs=runs, warmup=warmup, duration=duration, power_mode=power_mode.value,
                         watts=watts, runtime=resolve_runtime(ctx, runtime),
-                        cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic)
+                        cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
+                        probe=not no_probe)
     progress = _progress if fmt == BenchFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
 
     if synthetic:
