@@ -23,7 +23,8 @@ from typing import Mapping, Optional
 from .devices import (USB2_MBPS, apex_nodes, apex_temperature, dpkg_owner, library_version,
                       open_library, pci_cards, read_text, short_version, under, usb_accelerators)
 from .probe import Pair, VerdictCache, cache_dir
-from .runtime import _MODULES, EDGETPU_LIB_ENV, RUNTIMES, _version, edgetpu_library
+from .runtime import (EDGETPU_LIB_ENV, RUNTIME_MODULES, available_runtimes, edgetpu_library,
+                      runtime_version)
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 HOT_C = 85.0  # the apex driver's first thermal trip point: it starts throttling here
@@ -85,8 +86,7 @@ def system_checks(root: str | Path, machine: str) -> list[Check]:
 
 def installed_runtimes() -> dict[str, str]:
     """TFLite runtimes installed (found, not imported) and their versions."""
-    return {n: _version(n) for n in RUNTIMES
-            if importlib.util.find_spec(_MODULES[n].split(".")[0]) is not None}
+    return {n: runtime_version(n) for n in available_runtimes()}
 
 
 def runtime_checks(versions: Mapping[str, str]) -> list[Check]:
@@ -95,7 +95,7 @@ def runtime_checks(versions: Mapping[str, str]) -> list[Check]:
     for name, version in versions.items():
         if name == "tensorflow":
             continue  # a 5-second import; reported by tensorflow_check
-        proc = subprocess.run([sys.executable, "-c", f"import {_MODULES[name]}"], capture_output=True,
+        proc = subprocess.run([sys.executable, "-c", f"import {RUNTIME_MODULES[name]}"], capture_output=True,
                               text=True, timeout=120)
         if proc.returncode == 0:
             checks.append(Check(f"runtime {name}", OK, f"{version}, imports"))
@@ -126,7 +126,7 @@ def tensorflow_check() -> Check:
     if importlib.util.find_spec("tensorflow") is None:
         return Check("tensorflow", WARN, "not installed: `edgeapp convert` needs it",
                      "pip install 'edgeapp[convert]' (on a PC; inference does not need it)")
-    return Check("tensorflow", OK, f"{_version('tensorflow')} (for convert)")
+    return Check("tensorflow", OK, f"{runtime_version('tensorflow')} (for convert)")
 
 
 def pycoral_check() -> Check:

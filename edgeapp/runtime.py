@@ -29,7 +29,7 @@ from .tflite_model import Model, load_model
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
 RUNTIMES = ("ai-edge-litert", "tflite-runtime", "tensorflow")
-_MODULES = {
+RUNTIME_MODULES = {  # runtime name -> the module holding Interpreter and load_delegate
     "ai-edge-litert": "ai_edge_litert.interpreter",
     "tflite-runtime": "tflite_runtime.interpreter",
     "tensorflow": "tensorflow.lite",
@@ -62,7 +62,7 @@ class Runtime:
 
 def available_runtimes() -> list[str]:
     """Runtimes that are installed, without importing them."""
-    return [n for n in RUNTIMES if importlib.util.find_spec(_MODULES[n].split(".")[0]) is not None]
+    return [n for n in RUNTIMES if importlib.util.find_spec(RUNTIME_MODULES[n].split(".")[0]) is not None]
 
 
 def find_runtime(name: Optional[str] = None) -> Runtime:
@@ -71,17 +71,18 @@ def find_runtime(name: Optional[str] = None) -> Runtime:
         raise UsageError(f"unknown runtime {name!r}; choose one of: {', '.join(RUNTIMES)}")
     for candidate in [name] if name else RUNTIMES:
         try:
-            module = importlib.import_module(_MODULES[candidate])
+            module = importlib.import_module(RUNTIME_MODULES[candidate])
         except ImportError:
             continue
-        return Runtime(candidate, _version(candidate), module)
+        return Runtime(candidate, runtime_version(candidate), module)
     if name:
         raise MissingDependency(f"runtime {name!r} is not installed (pip install {_DISTRIBUTIONS[name][0]})")
     raise MissingDependency("no TFLite runtime installed: pip install ai-edge-litert "
                             "(or tflite-runtime on 32-bit ARM)")
 
 
-def _version(name: str) -> str:
+def runtime_version(name: str) -> str:
+    """The installed version of a runtime's distribution, without importing it."""
     for dist in _DISTRIBUTIONS[name]:
         try:
             return metadata.version(dist)

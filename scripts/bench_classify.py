@@ -13,7 +13,6 @@ else the bundled digits model and generated JPEGs. Warm-up first; perf_counter t
 from __future__ import annotations
 
 import argparse
-import io
 import statistics
 import sys
 import tempfile

@@ -1,7 +1,6 @@
 """--resume after a real SIGKILL mid-batch: nothing lost, nothing doubled, no half lines."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
