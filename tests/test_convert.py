@@ -92,3 +92,17 @@ def test_bad_inputs_fail_cleanly(tmp_path, tiny_data):
         assert proc.returncode == code, (args, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr
         assert proc.stderr.strip().splitlines()[-1].startswith("edgeapp: error: ")
+
+
+def test_float32_io_model_classifies(tiny_keras, tiny_data, tmp_path, cli):
+    """--io float32: int8 inside, float at the edges; classify feeds it (pixel − mean)/std."""
+    out = tmp_path / "float_io.tflite"
+    report = json.loads(run_convert(tiny_keras, "-o", out, "-c", tiny_data / "train", "--io", "float32",
+                                    "--samples", "50", "--format", "json").stdout)
+    assert report["io"] == "float32" and report["agreement"] >= 0.97
+    m = load_model(out)
+    assert m.input_tensors[0].dtype == "float32" and m.output_tensors[0].dtype == "float32"
+    assert {"QUANTIZE", "DEQUANTIZE"} <= set(m.op_names)
+    r = cli("classify", out, tiny_data / "test" / "green", "-f", "jsonl", "-k", "1")
+    labels = [json.loads(line)["classes"][0]["label"] for line in r.stdout.splitlines()]
+    assert r.exit_code == 0 and labels.count("green") >= 19, r.stderr

@@ -50,11 +50,18 @@ def convert_command(
         "--labels", "-l", help="Labels file to store with the model (default: class folder names).",
         show_default=False)] = None,
     fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="Report format.")] = ReportFormat.table,
+    compile_: Annotated[bool, typer.Option(
+        "--compile", help="Then compile it for the Edge TPU with edgetpu_compiler, when installed "
+                          "(x86-64 Linux): writes OUT_edgetpu.tflite beside OUT.tflite.")] = False,
+    compiler: Annotated[Optional[str], typer.Option(
+        "--compiler", help="The edgetpu_compiler executable for --compile (default: "
+                           "$EDGETPU_COMPILER, else PATH).", show_default=False)] = None,
 ) -> None:
     """Quantize a Keras model to full-integer int8 TFLite, calibrated on your images.
 
     Writes OUT.tflite and OUT.json (labels and preprocessing, read by classify), then reports
-    float vs int8 agreement, size and operators. Needs TensorFlow: pip install 'edgeapp[convert]'.
+    float vs int8 agreement, size, operators and the `edgeapp check` verdict (what will run on
+    the Edge TPU). Needs TensorFlow: pip install 'edgeapp[convert]'.
     """
     from .. import converter
     from ..errors import UsageError
@@ -82,13 +89,54 @@ def convert_command(
                   size_bytes=tflite.size, input_shape=list(tflite.input_tensors[0].shape),
                   calibration_samples=len(cal.x),
                   ops=dict(Counter(op.op for op in tflite.operators).most_common()))
-    if fmt == ReportFormat.json:
-        typer.echo(json.dumps(report, indent=2))
-    else:
-        _print_report(report)
     if report["agreement"] is not None and report["agreement"] < 0.9:
         say(f"warning: int8 agrees with float on only {report['agreement']:.1%} of samples; "
             "calibrate with more representative images or check --mean/--std")
+    code = finish_report(output, report, fmt.value, compile_, compiler)
+    if code:
+        raise typer.Exit(code)
+
+
+def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
+                  compiler: Optional[str] = None) -> int:
+    """Add the `check` verdict (and the --compile result) to the report, print it, and return
+    the exit code: 0, or the compile step's code when it ran and did not map everything."""
+    from ..errors import MissingDependency
+    from .check import run_check, verdict_line
+
+    checked = run_check(output)
+    report["edgetpu_check"] = checked.summary
+    report["edgetpu_verdict"] = verdict_line(checked)
+    compiled = None
+    if compile_:
+        from ..compiler import compile_model, find_compiler
+
+        try:
+            exe = find_compiler(compiler)
+        except MissingDependency as e:
+            say(f"--compile skipped: {e}")
+            report["compile"] = {"skipped": str(e)}
+        else:
+            compiled = compile_model(output, exe, output.parent, log=say)
+            report["compile"] = compiled.to_json()
+    if fmt == ReportFormat.json.value:
+        typer.echo(json.dumps(report, indent=2))
+        say(f"Edge TPU check: {report['edgetpu_verdict']}")
+    else:
+        _print_report(report)
+    if compiled is None:
+        return 0
+    from .compile import render
+
+    if fmt != ReportFormat.json.value:
+        typer.echo("")
+        typer.echo(render(compiled))
+    j = compiled.judgement
+    for w in j.warnings:
+        say(f"warning: {w}")
+    for e in j.errors:
+        say(f"error: {e}")
+    return j.exit_code
 
 
 def _evaluate(path: Path, float_model, data, mean: float, std: float) -> dict:
@@ -138,6 +186,8 @@ def _print_report(r: dict) -> None:
     if r["float_accuracy"] is not None:
         rows.append(("accuracy", f"float {r['float_accuracy']:.4f}, int8 {r['int8_accuracy']:.4f}"))
     rows.append(("operators", ", ".join(f"{k}×{v}" for k, v in r["ops"].items())))
+    if r.get("edgetpu_verdict"):
+        rows.append(("Edge TPU check", r["edgetpu_verdict"]))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         typer.echo(f"{k:<{width}}  {v}")
