@@ -12,7 +12,7 @@ import typer
 
 from . import __version__
 from .cli_common import Globals, RuntimeName
-from .commands import bench, check, classify, compile, convert, devices, doctor
+from .commands import bench, camera, check, classify, compile, convert, detect, devices, doctor
 
 app = typer.Typer(
     name="edgeapp",
@@ -23,7 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for module in (convert, check, compile, classify, bench, devices, doctor):
+for module in (convert, check, compile, classify, bench, detect, camera, devices, doctor):
     app.add_typer(module.app)
 
 

@@ -1,0 +1,83 @@
+"""Drawing results on BGR frames with OpenCV: boxes with labels, the top class, a status line.
+
+Everything draws in place on a uint8 (H, W, 3) BGR array and returns it. OpenCV is imported
+inside the functions, so importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+_FONT_SCALE = 0.5
+_THICK = 1
+
+
+def color_for(class_id: int) -> tuple[int, int, int]:
+    """A stable, saturated BGR colour per class id."""
+    import colorsys
+
+    h = (class_id * 0.618033988749895) % 1.0
+    r, g, b = colorsys.hsv_to_rgb(h, 0.85, 1.0)
+    return int(b * 255), int(g * 255), int(r * 255)
+
+
+def _text(img: np.ndarray, text: str, org: tuple[int, int], color, bg=(0, 0, 0)) -> None:
+    """Text with a filled background box, kept inside the image."""
+    import cv2
+
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    (tw, th), base = cv2.getTextSize(text, font, _FONT_SCALE, _THICK)
+    h, w = img.shape[:2]
+    x = min(max(0, org[0]), max(0, w - tw - 2))
+    y = min(max(th + 2, org[1]), h - base)
+    cv2.rectangle(img, (x, y - th - 2), (x + tw + 2, y + base), bg, cv2.FILLED)
+    cv2.putText(img, text, (x + 1, y - 1), font, _FONT_SCALE, color, _THICK, cv2.LINE_AA)
+
+
+def _name(item: dict) -> str:
+    label = item.get("label")
+    return str(label) if label is not None else str(item.get("id"))
+
+
+def draw_objects(img: np.ndarray, objects: Sequence[dict]) -> np.ndarray:
+    """Boxes with `label score` for object records ({"id", "label", "score", "bbox"})."""
+    import cv2
+
+    for o in objects:
+        x0, y0, x1, y1 = (int(round(v)) for v in o["bbox"])
+        color = color_for(int(o["id"]))
+        cv2.rectangle(img, (x0, y0), (x1, y1), color, 2)
+        _text(img, f"{_name(o)} {o['score']:.2f}", (x0, y0 - 2), (0, 0, 0), bg=color)
+    return img
+
+
+def draw_classes(img: np.ndarray, classes: Sequence[dict]) -> np.ndarray:
+    """The top class (with its score) at the top left, for classifier records."""
+    text = f"{_name(classes[0])} {classes[0]['score']:.2f}" if classes else "(no class)"
+    _text(img, text, (4, 18), (255, 255, 255))
+    return img
+
+
+def draw_status(img: np.ndarray, latency_ms: Optional[float], fps: Optional[float],
+                device: str) -> np.ndarray:
+    """`inference 3.1 ms | 29.8 FPS | cpu` at the bottom left."""
+    parts = []
+    if latency_ms is not None:
+        parts.append(f"inference {latency_ms:.1f} ms")
+    if fps:
+        parts.append(f"{fps:.1f} FPS")
+    parts.append(device)
+    _text(img, " | ".join(parts), (4, img.shape[0] - 6), (255, 255, 255))
+    return img
+
+
+def draw_result(img: np.ndarray, fields: dict, latency_ms: Optional[float], fps: Optional[float],
+                device: str) -> np.ndarray:
+    """Everything for one frame: objects or the top class, then the status line."""
+    if "objects" in fields:
+        draw_objects(img, fields["objects"])
+    elif "classes" in fields:
+        draw_classes(img, fields["classes"])
+    return draw_status(img, latency_ms, fps, device)
