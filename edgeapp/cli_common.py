@@ -65,6 +65,19 @@ def resolve_runtime(ctx: typer.Context, runtime: Optional[RuntimeName]) -> Optio
     return g.runtime if g else None
 
 
+def open_engine(ctx: typer.Context, model: Path, device: Optional[str], cpu_model: Optional[Path],
+                runtime: Optional[RuntimeName], threads: Optional[int], no_probe: bool):
+    """The inference commands' way into the runtime layer: resolve the global options, open the
+    model on its device, and tell the user in one line when it runs somewhere unexpected."""
+    from .runtime import open_model
+
+    engine = open_model(model, resolve_device(ctx, device), cpu_model=cpu_model,
+                        runtime=resolve_runtime(ctx, runtime), threads=threads, probe=not no_probe)
+    if engine.notice:
+        say(engine.notice)
+    return engine
+
+
 def say(message: str) -> None:
     """One line for the user on stderr (notices, summaries): stdout stays for results."""
     typer.echo(f"edgeapp: {message}", err=True)

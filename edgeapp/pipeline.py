@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -68,6 +70,20 @@ class BatchStats:
     @property
     def per_second(self) -> float:
         return (self.ok + self.failed) / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self, device: str, output: Optional[Path] = None) -> list[str]:
+        """The parts of the one-line summary printed at the end of a batch."""
+        parts = [f"{self.ok + self.failed} image(s) in {self.seconds:.2f} s "
+                 f"({self.per_second:.1f}/s) on {device}"]
+        if self.latencies_ms:
+            parts.append(f"median inference {statistics.median(self.latencies_ms):.2f} ms")
+        if self.skipped:
+            parts.append(f"{self.skipped} already done (--resume)")
+        if self.failed:
+            parts.append(f"{self.failed} failed")
+        if output is not None:
+            parts.append(f"results in {output}")
+        return parts
 
 
 def run_batch(paths: list[str], engine: Engine, prepare: Callable[[str], tuple[np.ndarray, Any]],

@@ -14,7 +14,7 @@ import typer
 
 from ..boxes import ResizeMode
 from ..cli_common import (CpuModelOpt, DeviceOpt, NoProbeOpt, RuntimeOpt, ThreadsOpt, cli_errors,
-                          resolve_device, resolve_runtime, say)
+                          open_engine, say)
 from ..errors import ExitCode, InvalidModel, UsageError
 from ..records import Format
 
@@ -113,15 +113,10 @@ def camera_command(
     from ..model_meta import read_meta
     from ..pipeline import input_spec
     from ..records import RecordWriter
-    from ..runtime import open_model
 
     if output is not None and output.exists() and output.is_dir():
         raise UsageError(f"--output {output} is a folder")
-    engine = open_model(model, resolve_device(ctx, device), cpu_model=cpu_model,
-                        runtime=resolve_runtime(ctx, runtime), threads=threads,
-                        probe=not no_probe)
-    if engine.notice:
-        say(engine.notice)
+    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
     meta = read_meta(model)
     label_map = read_labels(labels) if labels else meta.labels
     spec = input_spec(engine, meta, mean, std)

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..cli_common import (CpuModelOpt, DeviceOpt, NoProbeOpt, RuntimeOpt, ThreadsOpt, cli_errors,
-                          progress_bar, resolve_device, resolve_runtime, say)
+                          open_engine, progress_bar, say)
 from ..errors import ExitCode, InvalidModel
 from ..records import Format
 
@@ -65,13 +65,9 @@ def classify_command(
     from ..model_meta import read_meta
     from ..pipeline import input_spec, run_batch
     from ..records import RecordWriter
-    from ..runtime import open_model
 
     paths = expand_inputs(inputs)
-    engine = open_model(model, resolve_device(ctx, device), cpu_model=cpu_model,
-                        runtime=resolve_runtime(ctx, runtime), threads=threads, probe=not no_probe)
-    if engine.notice:
-        say(engine.notice)
+    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
     meta = read_meta(model)
     label_map = read_labels(labels) if labels else meta.labels
     spec = input_spec(engine, meta, mean, std, fast_decode)
@@ -97,7 +93,7 @@ def classify_command(
                               workers=workers, progress=advance)
     finally:
         writer.close()
-    _summary(stats, engine.device, output)
+    say("; ".join(stats.summary(engine.device, output)) if stats.total else "no inputs to classify")
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
 
@@ -115,22 +111,3 @@ def _table_line(record: dict) -> str:
     shown = ", ".join(f"{c['label'] if c['label'] is not None else c['id']} {c['score']:.3f}"
                       for c in record["classes"]) or "(no class above threshold)"
     return f"{record['path']}  {shown}"
-
-
-def _summary(stats, device: str, output: Optional[Path]) -> None:
-    if stats.total == 0:
-        say("no inputs to classify")
-        return
-    import statistics
-
-    done = stats.ok + stats.failed
-    parts = [f"{done} image(s) in {stats.seconds:.2f} s ({stats.per_second:.1f}/s) on {device}"]
-    if stats.latencies_ms:
-        parts.append(f"median inference {statistics.median(stats.latencies_ms):.2f} ms")
-    if stats.skipped:
-        parts.append(f"{stats.skipped} already done (--resume)")
-    if stats.failed:
-        parts.append(f"{stats.failed} failed")
-    if output is not None:
-        parts.append(f"results in {output}")
-    say("; ".join(parts))

@@ -10,7 +10,7 @@ import typer
 
 from ..boxes import ResizeMode
 from ..cli_common import (CpuModelOpt, DeviceOpt, NoProbeOpt, RuntimeOpt, ThreadsOpt, cli_errors,
-                          progress_bar, resolve_device, resolve_runtime, say)
+                          open_engine, progress_bar, say)
 from ..errors import ExitCode, UsageError
 from ..records import Format
 
@@ -77,14 +77,9 @@ def detect_command(
     from ..model_meta import read_meta
     from ..pipeline import input_spec, run_batch
     from ..records import RecordWriter
-    from ..runtime import open_model
 
     paths = expand_inputs(inputs)
-    engine = open_model(model, resolve_device(ctx, device), cpu_model=cpu_model,
-                        runtime=resolve_runtime(ctx, runtime), threads=threads,
-                        probe=not no_probe)
-    if engine.notice:
-        say(engine.notice)
+    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
     meta = read_meta(model)
     label_map = read_labels(labels) if labels else meta.labels
     spec = input_spec(engine, meta, mean, std)
@@ -110,7 +105,13 @@ def detect_command(
                               workers=workers, progress=advance)
     finally:
         writer.close()
-    _summary(stats, engine.device, output, annotate)
+    if not stats.total:
+        say("no inputs to detect")
+    else:
+        parts = stats.summary(engine.device, output)
+        if annotate is not None and stats.ok:
+            parts.append(f"annotated images in {annotate}")
+        say("; ".join(parts))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
 
@@ -169,24 +170,3 @@ def _table_line(record: dict) -> str:
     shown = ", ".join(f"{o['label'] if o['label'] is not None else o['id']} {o['score']:.2f} "
                       f"[{', '.join(str(v) for v in o['bbox'])}]" for o in objs)
     return f"{record['path']}  {len(objs)} object(s): {shown}"
-
-
-def _summary(stats, device: str, output: Optional[Path], annotate: Optional[Path]) -> None:
-    if stats.total == 0:
-        say("no inputs to detect")
-        return
-    import statistics
-
-    done = stats.ok + stats.failed
-    parts = [f"{done} image(s) in {stats.seconds:.2f} s ({stats.per_second:.1f}/s) on {device}"]
-    if stats.latencies_ms:
-        parts.append(f"median inference {statistics.median(stats.latencies_ms):.2f} ms")
-    if stats.skipped:
-        parts.append(f"{stats.skipped} already done (--resume)")
-    if stats.failed:
-        parts.append(f"{stats.failed} failed")
-    if output is not None:
-        parts.append(f"results in {output}")
-    if annotate is not None and stats.ok:
-        parts.append(f"annotated images in {annotate}")
-    say("; ".join(parts))
