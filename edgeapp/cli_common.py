@@ -51,6 +51,23 @@ NoProbeOpt = Annotated[bool, typer.Option(
          "that turns a runtime/libedgetpu build mismatch crash into a message).")]
 
 
+LabelsOpt = Annotated[Optional[Path], typer.Option(
+    "--labels", "-l", help="Labels file (`0 cat`, `0:cat` or one label per line). "
+                           "Default: the model's sidecar JSON or embedded metadata.",
+    show_default=False)]
+MeanOpt = Annotated[Optional[float], typer.Option(
+    "--mean", help="Input normalization: the float model takes (pixel − mean)/std. "
+                   "Default: the model's metadata, else 128.", show_default=False)]
+StdOpt = Annotated[Optional[float], typer.Option(
+    "--std", help="See --mean. Default: the model's metadata, else 128.", show_default=False)]
+OutputOpt = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", help="Write results to FILE instead of stdout.", show_default=False)]
+ResumeOpt = Annotated[bool, typer.Option(
+    "--resume", help="Skip inputs already in --output (after a killed or failed run).")]
+WorkersOpt = Annotated[int, typer.Option(
+    "--workers", min=0, help="Threads decoding images ahead of inference (0: none).")]
+
+
 def resolve_device(ctx: typer.Context, device: Optional[str]) -> str:
     if device:
         return device

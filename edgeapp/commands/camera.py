@@ -13,8 +13,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..boxes import ResizeMode
-from ..cli_common import (CpuModelOpt, DeviceOpt, NoProbeOpt, RuntimeOpt, ThreadsOpt, cli_errors,
-                          open_engine, say)
+from ..cli_common import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, RuntimeOpt, StdOpt,
+                          ThreadsOpt, cli_errors, open_engine, say)
 from ..errors import ExitCode, InvalidModel, UsageError
 from ..records import Format
 
@@ -65,9 +65,7 @@ def camera_command(
                                "stdout when headless, or to --output.", show_default=False)] = None,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Write the per-frame records to FILE.", show_default=False)] = None,
-    labels: Annotated[Optional[Path], typer.Option(
-        "--labels", "-l", help="Labels file. Default: the model's sidecar JSON or metadata.",
-        show_default=False)] = None,
+    labels: LabelsOpt = None,
     top_k: Annotated[Optional[int], typer.Option(
         "--top-k", "-k", min=1, help="Classes per frame (default 3), or objects per frame "
                                      "(default all).", show_default=False)] = None,
@@ -89,11 +87,8 @@ def camera_command(
     summary: Annotated[SummaryFormat, typer.Option(
         "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")
     ] = SummaryFormat.text,
-    mean: Annotated[Optional[float], typer.Option(
-        "--mean", help="Input normalization for float models (default: metadata, else 128).",
-        show_default=False)] = None,
-    std: Annotated[Optional[float], typer.Option(
-        "--std", help="See --mean.", show_default=False)] = None,
+    mean: MeanOpt = None,
+    std: StdOpt = None,
     device: DeviceOpt = None,
     cpu_model: CpuModelOpt = None,
     threads: ThreadsOpt = None,

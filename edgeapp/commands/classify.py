@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from ..cli_common import (CpuModelOpt, DeviceOpt, NoProbeOpt, RuntimeOpt, ThreadsOpt, cli_errors,
+from ..cli_common import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, OutputOpt,
+                          ResumeOpt, RuntimeOpt, StdOpt, ThreadsOpt, WorkersOpt, cli_errors,
                           open_engine, progress_bar, say)
 from ..errors import ExitCode, InvalidModel
 from ..records import Format
@@ -26,25 +27,16 @@ def classify_command(
     inputs: Annotated[list[str], typer.Argument(
         help="Image files, folders (recursive), globs, or - to read paths from stdin.",
         show_default=False)],
-    labels: Annotated[Optional[Path], typer.Option(
-        "--labels", "-l", help="Labels file (`0 cat`, `0:cat` or one per line). "
-                               "Default: the model's sidecar JSON or embedded metadata.",
-        show_default=False)] = None,
+    labels: LabelsOpt = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Classes per image.")] = 5,
     threshold: Annotated[float, typer.Option("--threshold", "-t",
                                              help="Minimum score to report.")] = 0.0,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", help="Write results to FILE instead of stdout.", show_default=False)] = None,
-    resume: Annotated[bool, typer.Option(
-        "--resume", help="Skip inputs already in --output (after a killed or failed run).")] = False,
-    mean: Annotated[Optional[float], typer.Option(
-        "--mean", help="Input normalization: the float model takes (pixel − mean)/std. "
-                       "Default: the model's metadata, else 128.", show_default=False)] = None,
-    std: Annotated[Optional[float], typer.Option(
-        "--std", help="See --mean. Default: the model's metadata, else 128.", show_default=False)] = None,
-    workers: Annotated[int, typer.Option(
-        "--workers", min=0, help="Threads decoding images ahead of inference (0: none).")] = 2,
+    output: OutputOpt = None,
+    resume: ResumeOpt = False,
+    mean: MeanOpt = None,
+    std: StdOpt = None,
+    workers: WorkersOpt = 2,
     fast_decode: Annotated[bool, typer.Option(
         "--fast-decode", help="Decode JPEGs at reduced scale (faster on large photos; scores "
                               "differ slightly from a full decode).")] = False,

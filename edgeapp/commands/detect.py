@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..boxes import ResizeMode
-from ..cli_common import (CpuModelOpt, DeviceOpt, NoProbeOpt, RuntimeOpt, ThreadsOpt, cli_errors,
+from ..cli_common import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, OutputOpt,
+                          ResumeOpt, RuntimeOpt, StdOpt, ThreadsOpt, WorkersOpt, cli_errors,
                           open_engine, progress_bar, say)
 from ..errors import ExitCode, UsageError
 from ..records import Format
@@ -34,10 +35,7 @@ def detect_command(
     inputs: Annotated[list[str], typer.Argument(
         help="Image files, folders (recursive), globs, or - to read paths from stdin.",
         show_default=False)],
-    labels: Annotated[Optional[Path], typer.Option(
-        "--labels", "-l", help="Labels file (`0 person`, `0:person` or one per line). "
-                               "Default: the model's sidecar JSON or embedded metadata.",
-        show_default=False)] = None,
+    labels: LabelsOpt = None,
     threshold: Annotated[float, typer.Option("--threshold", "-t",
                                              help="Minimum score of an object.")] = 0.4,
     top_k: Annotated[Optional[int], typer.Option(
@@ -48,17 +46,11 @@ def detect_command(
         "--annotate", help="Write each image with its boxes, labels and scores drawn into DIR.",
         metavar="DIR", show_default=False)] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", help="Write results to FILE instead of stdout.", show_default=False)] = None,
-    resume: Annotated[bool, typer.Option(
-        "--resume", help="Skip inputs already in --output (after a killed or failed run).")] = False,
-    mean: Annotated[Optional[float], typer.Option(
-        "--mean", help="Input normalization for float models: (pixel − mean)/std. "
-                       "Default: the model's metadata, else 128.", show_default=False)] = None,
-    std: Annotated[Optional[float], typer.Option(
-        "--std", help="See --mean. Default: the model's metadata, else 128.", show_default=False)] = None,
-    workers: Annotated[int, typer.Option(
-        "--workers", min=0, help="Threads decoding images ahead of inference (0: none).")] = 2,
+    output: OutputOpt = None,
+    resume: ResumeOpt = False,
+    mean: MeanOpt = None,
+    std: StdOpt = None,
+    workers: WorkersOpt = 2,
     device: DeviceOpt = None,
     cpu_model: CpuModelOpt = None,
     threads: ThreadsOpt = None,
