@@ -19,6 +19,7 @@ def expand_inputs(args: Iterable[str], stdin: Optional[TextIO] = None,
     """Files as given; folders walked recursively (image suffixes only, sorted); globs expanded.
 
     A file named explicitly is kept whatever its suffix, so a bad file gives an error record.
+    Nothing at all to process is a usage error: a typo'd folder should not look like success.
     """
     out: list[str] = []
     for arg in args:
@@ -36,6 +37,9 @@ def expand_inputs(args: Iterable[str], stdin: Optional[TextIO] = None,
                 out.extend(_walk(m, suffixes) if os.path.isdir(m) else [m])
         else:
             out.append(arg)  # reported per input as "no such file", the batch goes on
+    if not out:
+        raise UsageError(f"no images found in {' '.join(args) or 'the input'} "
+                         f"(looked for {', '.join(sorted(suffixes)[:6])}, ...)")
     return list(dict.fromkeys(out))
 
 

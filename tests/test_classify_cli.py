@@ -146,3 +146,11 @@ def test_labels_embedded_in_model_metadata_zip(cli, tiny_model, color_images, tm
     r = cli("classify", model, color_images["red"], "-f", "jsonl", "-k", "1", "--mean", "0", "--std", "255")
     assert r.exit_code == 0, r.stderr
     assert jsonl(r.stdout)[0]["classes"][0]["label"] == "yellow"
+
+
+def test_nothing_to_classify_is_a_usage_error(cli, tiny_model, tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "readme.txt").write_text("no images here")
+    for args in ([tmp_path / "empty"], ["-"]):
+        r = cli("classify", tiny_model, *args, input="")
+        assert r.exit_code == ExitCode.USAGE and "no images found" in r.stderr, r.stderr

@@ -85,7 +85,7 @@ def classify_command(
                               workers=workers, progress=advance)
     finally:
         writer.close()
-    say("; ".join(stats.summary(engine.device, output)) if stats.total else "no inputs to classify")
+    say("; ".join(stats.summary(engine.device, output)))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
 

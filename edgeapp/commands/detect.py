@@ -97,13 +97,10 @@ def detect_command(
                               workers=workers, progress=advance)
     finally:
         writer.close()
-    if not stats.total:
-        say("no inputs to detect")
-    else:
-        parts = stats.summary(engine.device, output)
-        if annotate is not None and stats.ok:
-            parts.append(f"annotated images in {annotate}")
-        say("; ".join(parts))
+    parts = stats.summary(engine.device, output)
+    if annotate is not None and stats.ok:
+        parts.append(f"annotated images in {annotate}")
+    say("; ".join(parts))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
 
