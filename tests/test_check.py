@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from edgeapp import check_report as CR
 from edgeapp import edgetpu_rules as R
 from edgeapp.errors import ExitCode
 from edgeapp.tflite_model import Model, Operator, Quantization, Tensor, load_model
@@ -94,7 +95,7 @@ def test_branchy_graph_follows_data_flow_not_file_order():
         assert preds[k].causes == ("depends_on_cpu",) and preds[k].blocked_by == 1
         assert "depends on op 1 (LEAKY_RELU)" in preds[k].reason
         assert "only one Edge TPU subgraph" in preds[k].reason
-    s = R.summarize(m, preds)
+    s = CR.summarize(m, preds)
     assert s["verdict"] == "partially_mapped" and (s["ops_tpu"], s["ops_cpu"]) == (3, 3)
     assert s["first_cpu_op"] == 1
     assert 0 < s["macs_tpu_share"] < 1
@@ -120,7 +121,7 @@ def test_cpu_ops_before_the_tpu_do_not_block_what_follows():
     assert "quantizes the float model input" in preds[0].reason
     assert not preds[2].after_tpu
     assert preds[5].causes[0] == "unsupported_op" and "float_io" in preds[5].causes
-    advice = R.summarize(m, preds)["advice"]
+    advice = CR.summarize(m, preds)["advice"]
     assert any("--io uint8" in a for a in advice)
 
 
@@ -151,8 +152,8 @@ def test_fully_int8_graph_is_fully_mapped():
     s = g.unary("SOFTMAX", o)
     u = g.unary("QUANTIZE", s, dtype="uint8")
     m = g.model([x], [u])
-    result = R.CheckResult("hand", *R.predict(m)[:1])
-    result.summary = R.summarize(m, result.ops)
+    result = CR.CheckResult("hand", *R.predict(m)[:1])
+    result.summary = CR.summarize(m, result.ops)
     assert all(p.mapped for p in result.ops) and result.fully_mapped
     assert result.summary["advice"] == [] and result.summary["macs_tpu_share"] == 1.0
 
@@ -174,7 +175,7 @@ def test_float_int16_batch_rank_rules():
     assert preds[1].causes == ("dtype",) and "int16" in preds[1].reason
     assert preds[2].causes == ("batch",) and "batch 4" in preds[2].reason
     assert preds[3].causes == ("rank",) and "3 innermost" in preds[3].reason
-    advice = R.summarize(m, preds)["advice"]
+    advice = CR.summarize(m, preds)["advice"]
     assert any(a.startswith("float tensors: re-run `edgeapp convert` with full-integer") for a in advice)
     assert "batch is 4: re-convert with batch 1" in advice
 
@@ -224,7 +225,7 @@ def test_too_new_op_version_blocks_the_whole_model():
     assert not any(p.mapped for p in preds)
     assert "TensorFlow 2.8" in preds[0].reason
     assert preds[1].reason.startswith("the compiler refuses the whole model")
-    assert R.summarize(m, preds, blockers)["verdict"] == "not_mapped"
+    assert CR.summarize(m, preds, blockers)["verdict"] == "not_mapped"
 
 
 def test_dynamic_sized_tensors_block_the_whole_model():
@@ -240,7 +241,7 @@ def test_dynamic_sized_tensors_block_the_whole_model():
     assert blockers and "static-sized tensors" in blockers[0]
     assert not any(p.mapped for p in preds)
     assert "dynamic" in preds[2].causes
-    s = R.summarize(m, preds, blockers)
+    s = CR.summarize(m, preds, blockers)
     assert any("dynamic batch (-1): re-convert with a fixed batch of 1" in a for a in s["advice"])
 
 
@@ -252,7 +253,7 @@ def test_already_compiled_model_is_reported():
     m = g.model([x], [y])
     preds, _ = R.predict(m)
     assert preds[0].mapped
-    assert R.summarize(m, preds)["already_compiled"] is True
+    assert CR.summarize(m, preds)["already_compiled"] is True
 
 
 def test_parameters_over_the_cache_warn_about_streaming():
@@ -261,11 +262,11 @@ def test_parameters_over_the_cache_warn_about_streaming():
     a = g.conv(x)
     w = g.tensors[1]
     g.tensors[1] = Tensor(w.index, w.name, w.shape, w.dtype, w.buffer, w.quantization,
-                          data_size=9 * R.MIB)
+                          data_size=9 * CR.MIB)
     m = g.model([x], [a])
     preds, _ = R.predict(m)
-    s = R.summarize(m, preds)
-    assert s["streamed_bytes_estimate"] == 9 * R.MIB + g.tensors[2].data_size - 8 * R.MIB
+    s = CR.summarize(m, preds)
+    assert s["streamed_bytes_estimate"] == 9 * CR.MIB + g.tensors[2].data_size - 8 * CR.MIB
     assert any("streamed from host memory on every inference" in w for w in s["warnings"])
     assert any("--segments" in a for a in s["advice"])
 

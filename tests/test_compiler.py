@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from edgeapp import compiler as C
+from edgeapp import compiler_output as CO
 from edgeapp.errors import ExitCode, MissingDependency
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +36,7 @@ def fixture(name: str) -> str:
 
 
 def test_parse_partial_stdout_verbatim():
-    r = C.parse_stdout(fixture("partial_stdout.txt"))
+    r = CO.parse_stdout(fixture("partial_stdout.txt"))
     assert r.compiler_version == "16.0.384591198"
     assert r.timeout_s == 180 and r.compile_ms == 1524
     assert r.input_model == "efficientdet_coral_v2.tflite"
@@ -52,7 +53,7 @@ def test_parse_partial_stdout_verbatim():
 
 
 def test_parse_log_table_verbatim():
-    rows = C.parse_operator_table(fixture("mnist4_edgetpu.log"))
+    rows = CO.parse_operator_table(fixture("mnist4_edgetpu.log"))
     assert [(o.operator, o.count, o.status, o.mapped) for o in rows] == [
         ("RESHAPE", 1, "Mapped to Edge TPU", True),
         ("QUANTIZE", 1, "Operation is otherwise supported, but not mapped due to some "
@@ -61,7 +62,7 @@ def test_parse_log_table_verbatim():
 
 
 def test_log_table_one_operator_on_several_rows():
-    rows = C.parse_operator_table(fixture("tiny_yolo_edgetpu.log"))
+    rows = CO.parse_operator_table(fixture("tiny_yolo_edgetpu.log"))
     quant = [(o.count, o.status) for o in rows if o.operator == "QUANTIZE"]
     assert quant == [(1, "Operation is otherwise supported, but not mapped due to some unspecified "
                          "limitation"), (1, "More than one subgraph is not supported"),
@@ -73,7 +74,7 @@ def test_log_table_one_operator_on_several_rows():
 
 def test_stdout_with_show_operations_has_the_table():
     text = fixture("partial_stdout.txt") + "\n" + fixture("partial_edgetpu.log").split("\n", 3)[3]
-    r = C.parse_stdout(text)
+    r = CO.parse_stdout(text)
     assert len(r.operators) == 9 and r.cpu_operators[-1].operator == "TFLite_Detection_PostProcess"
     assert (r.ops_tpu, r.ops_cpu) == (264, 3)  # the printed counts win
 
@@ -81,26 +82,26 @@ def test_stdout_with_show_operations_has_the_table():
 @pytest.mark.parametrize("text,expected", [("4.24MiB", 4445962), ("0.00B", 0), ("175.00KiB", 179200),
                                            ("1.5GiB", 1610612736), ("12B", 12), ("n/a", None)])
 def test_parse_size(text, expected):
-    assert C.parse_size(text) == expected
+    assert CO.parse_size(text) == expected
 
 
 def test_fully_mapped_counts_are_derived_and_judged_ok():
-    r = C.parse_stdout(fixture("fully_mapped_stdout.txt"))
+    r = CO.parse_stdout(fixture("fully_mapped_stdout.txt"))
     assert (r.subgraphs, r.total_ops, r.ops_tpu, r.ops_cpu) == (1, 72, 72, 0)
-    j = C.judge(r, 0)
+    j = CO.judge(r, 0)
     assert (j.verdict, j.exit_code, j.errors, j.warnings) == ("fully_mapped", 0, [], [])
 
 
 def test_counts_derived_from_the_log_when_stdout_has_none():
-    r = C.parse_stdout(fixture("fully_mapped_stdout.txt").replace("Total number", "Total  number"))
-    C.apply_log(r, fixture("fully_mapped_edgetpu.log"))
+    r = CO.parse_stdout(fixture("fully_mapped_stdout.txt").replace("Total number", "Total  number"))
+    CO.apply_log(r, fixture("fully_mapped_edgetpu.log"))
     assert r.ops_tpu == 72
 
 
 def test_partial_is_a_warning_listing_cpu_operations_with_reasons():
-    r = C.parse_stdout(fixture("partial_stdout.txt"))
-    C.apply_log(r, fixture("partial_edgetpu.log"))
-    j = C.judge(r, 0)
+    r = CO.parse_stdout(fixture("partial_stdout.txt"))
+    CO.apply_log(r, fixture("partial_edgetpu.log"))
+    j = CO.judge(r, 0)
     assert j.verdict == "partially_mapped" and j.exit_code == ExitCode.NOT_MAPPABLE
     assert j.errors == []
     (w,) = j.warnings
@@ -110,9 +111,9 @@ def test_partial_is_a_warning_listing_cpu_operations_with_reasons():
 
 
 def test_zero_subgraphs_fails_even_though_the_compiler_succeeded():
-    r = C.parse_stdout(fixture("zero_subgraphs_stdout.txt"))
+    r = CO.parse_stdout(fixture("zero_subgraphs_stdout.txt"))
     assert r.compiled and (r.subgraphs, r.ops_tpu, r.ops_cpu) == (0, 0, 69)
-    j = C.judge(r, 0)
+    j = CO.judge(r, 0)
     assert j.verdict == "not_mapped" and j.exit_code == ExitCode.NOT_MAPPABLE
     assert "nothing runs on the Edge TPU" in j.errors[0]
 
@@ -120,14 +121,14 @@ def test_zero_subgraphs_fails_even_though_the_compiler_succeeded():
 def test_zero_mapped_without_counts_is_a_failure_too():
     text = fixture("fully_mapped_stdout.txt").replace("Number of Edge TPU subgraphs: 1",
                                                       "Number of Edge TPU subgraphs: 0")
-    j = C.judge(C.parse_stdout(text), 0)
+    j = CO.judge(CO.parse_stdout(text), 0)
     assert j.verdict == "not_mapped"
 
 
 def test_streamed_parameters_are_a_performance_warning():
-    r = C.parse_stdout(fixture("streamed_stdout.txt"))
+    r = CO.parse_stdout(fixture("streamed_stdout.txt"))
     assert r.off_chip_bytes == 175 * 1024
-    j = C.judge(r, 0)
+    j = CO.judge(r, 0)
     assert j.verdict == "fully_mapped" and j.exit_code == 0
     assert any("175.00 KiB" in w and "streamed" in w for w in j.warnings)
 
@@ -142,11 +143,11 @@ def test_streamed_parameters_are_a_performance_warning():
     ("dynamic_stdout.txt", "dynamic_tensors", ["static-sized", "batch of 1"]),
 ])
 def test_failures_are_recognised_and_explained(name, kind, words):
-    r = C.parse_stdout(fixture(name))
+    r = CO.parse_stdout(fixture(name))
     assert [f.kind for f in r.failures] == [kind]
     assert r.succeeded is False
     for returncode in (1, 0):  # exit codes are undocumented: the text decides
-        j = C.judge(r, returncode)
+        j = CO.judge(r, returncode)
         assert j.verdict == "failed" and j.exit_code == ExitCode.COMPILE_FAILED
         assert len(j.errors) == 1 and "\n" not in j.errors[0]
         for w in words:
@@ -154,17 +155,17 @@ def test_failures_are_recognised_and_explained(name, kind, words):
 
 
 def test_unknown_failure_with_nonzero_exit():
-    j = C.judge(C.parse_stdout("Edge TPU Compiler version 16.0.384591198\nsomething new\n"), 3)
+    j = CO.judge(CO.parse_stdout("Edge TPU Compiler version 16.0.384591198\nsomething new\n"), 3)
     assert j.verdict == "failed" and "exit status 3" in j.errors[0]
 
 
 def test_segments_are_parsed_per_block_and_summed():
-    r = C.parse_stdout(fixture("segments_stdout.txt"))
+    r = CO.parse_stdout(fixture("segments_stdout.txt"))
     assert [s.input_model for s in r.segments] == ["efficientdet_coral_v2_segment_0_of_2.tflite",
                                                    "efficientdet_coral_v2_segment_1_of_2.tflite"]
     assert [s.total_ops for s in r.segments] == [40, 32]
     assert (r.total_ops, r.ops_tpu, r.ops_cpu, r.subgraphs) == (72, 72, 0, 2)
-    assert C.judge(r, 0).verdict == "fully_mapped"
+    assert CO.judge(r, 0).verdict == "fully_mapped"
 
 
 def test_output_naming_as_the_compiler_does_it(tmp_path):

@@ -42,8 +42,8 @@ def check_command(
 
 
 def run_check(path: Path):
-    """Load (validated) and check `path`; returns an `edgetpu_rules.CheckResult`."""
-    from ..edgetpu_rules import check_model
+    """Load (validated) and check `path`; returns a `check_report.CheckResult`."""
+    from ..check_report import check_model
     from ..tflite_model import load_model, parse_model
 
     model = load_model(path)  # validates, with one-line errors
@@ -75,7 +75,7 @@ def _size(n: int) -> str:
 
 def verdict_line(result) -> str:
     """One line: the verdict and the shares on the TPU (used by `convert` too)."""
-    from ..edgetpu_rules import VERDICT_TEXT
+    from ..check_report import VERDICT_TEXT
 
     s = result.summary
     line = (f"{VERDICT_TEXT[s['verdict']]}: {s['ops_tpu']}/{s['ops_total']} ops on the Edge TPU, "
