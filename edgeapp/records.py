@@ -85,6 +85,12 @@ class RecordWriter:
             os.close(self._fd)
             self._fd = None
 
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def _cell(value: Any) -> Any:
     if isinstance(value, float):

@@ -78,13 +78,10 @@ def classify_command(
         return {"classes": [{"id": c.id, "label": label_map.get(c.id) if label_map else None,
                              "score": round(c.score, 6)} for c in classes]}
 
-    writer = RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume)
-    try:
-        with progress_bar(len(paths), "classify") as advance:
-            stats = run_batch(paths, engine, prepare, interpret, {"classes": []}, writer,
-                              workers=workers, progress=advance)
-    finally:
-        writer.close()
+    with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+            progress_bar(len(paths), "classify") as advance:
+        stats = run_batch(paths, engine, prepare, interpret, {"classes": []}, writer, workers=workers,
+                          progress=advance)
     say("; ".join(stats.summary(engine.device, output)))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))

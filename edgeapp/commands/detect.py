@@ -90,13 +90,10 @@ def detect_command(
             annotator.write(context["path"], context["image"], objects)
         return {"objects": objects}
 
-    writer = RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume)
-    try:
-        with progress_bar(len(paths), "detect") as advance:
-            stats = run_batch(paths, engine, prepare, interpret, {"objects": []}, writer,
-                              workers=workers, progress=advance)
-    finally:
-        writer.close()
+    with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+            progress_bar(len(paths), "detect") as advance:
+        stats = run_batch(paths, engine, prepare, interpret, {"objects": []}, writer, workers=workers,
+                          progress=advance)
     parts = stats.summary(engine.device, output)
     if annotate is not None and stats.ok:
         parts.append(f"annotated images in {annotate}")
