@@ -106,3 +106,14 @@ def test_float32_io_model_classifies(tiny_keras, tiny_data, tmp_path, cli):
     r = cli("classify", out, tiny_data / "test" / "green", "-f", "jsonl", "-k", "1")
     labels = [json.loads(line)["classes"][0]["label"] for line in r.stdout.splitlines()]
     assert r.exit_code == 0 and labels.count("green") >= 19, r.stderr
+
+
+def test_legacy_h5_model(tiny_keras, tiny_data, tmp_path):
+    h5 = tmp_path / "colors.h5"
+    code = (f"import os; os.environ['TF_CPP_MIN_LOG_LEVEL']='2'\nimport keras\n"
+            f"keras.models.load_model({str(tiny_keras)!r}).save({str(h5)!r})\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    out = tmp_path / "from_h5.tflite"
+    report = json.loads(run_convert(h5, "-o", out, "-c", tiny_data / "train", "--samples", "30",
+                                    "--format", "json").stdout)
+    assert report["agreement"] >= 0.97 and load_model(out).input_tensors[0].shape == (1, 16, 16, 3)
