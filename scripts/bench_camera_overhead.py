@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from edgeapp.boxes import ResizeMode  # noqa: E402
-from edgeapp.camera import cv2_module, fit_frame, resize_frame  # noqa: E402
+from edgeapp.camera import fit_frame, resize_frame  # noqa: E402
+from edgeapp.capture import cv2_module  # noqa: E402
 from edgeapp.overlay import draw_result  # noqa: E402
 from edgeapp.preprocess import quantize_input  # noqa: E402
 

@@ -23,8 +23,8 @@ import pytest
 import detection_models as dm
 from conftest import CLASSES, ROOT
 from edgeapp.boxes import ResizeMode
-from edgeapp.camera import (CameraStats, FrameGrabber, OpenCVSource, ReconnectPolicy, fit_frame,
-                            has_display, parse_source, run_camera)
+from edgeapp.camera import CameraStats, fit_frame, has_display, run_camera
+from edgeapp.capture import FrameGrabber, OpenCVSource, ReconnectPolicy, parse_source
 from edgeapp.errors import ExitCode
 
 cv2 = pytest.importorskip("cv2")

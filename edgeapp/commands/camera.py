@@ -102,8 +102,8 @@ def camera_command(
     mid-run is reopened with backoff for --reconnect seconds, then the run stops with its
     summary (exit 5; 3 for a file that breaks off). Ctrl-C stops cleanly (exit 0).
     """
-    from ..camera import (ClassifyTask, DetectTask, Display, OpenCVSource, ReconnectPolicy, Recorder,
-                          has_display, run_camera)
+    from ..camera import ClassifyTask, DetectTask, Display, Recorder, has_display, run_camera
+    from ..capture import OpenCVSource, ReconnectPolicy
     from ..labels import read_labels
     from ..model_meta import read_meta
     from ..pipeline import input_spec
