@@ -23,7 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for module in (convert, check, compile, classify, bench, detect, camera, devices, doctor):
+for module in (convert, check, compile, classify, detect, camera, bench, devices, doctor):
     app.add_typer(module.app)
 
 

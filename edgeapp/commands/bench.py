@@ -70,8 +70,11 @@ def bench_command(
     runtime: RuntimeOpt = None,
     no_probe: NoProbeOpt = False,
 ) -> None:
-    """Measure load time, cold and warm latency, throughput, ops per inference, achieved TOPS,
-    power and TOPS/W, with the context needed to trust the numbers."""
+    """Benchmark a model: cold and warm latency, throughput, achieved TOPS, TOPS per watt.
+
+    Also load time, ops per inference and power (with its source named), CPU and Edge TPU side
+    by side, with the context needed to trust the numbers.
+    """
     from ..bench import BenchOptions, run_bench, save_peaks
     from ..runtime import parse_device
 
