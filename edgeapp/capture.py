@@ -110,6 +110,10 @@ class OpenCVSource:
         if self.kind == "file" and not os.path.exists(self.target):
             raise UsageError(f"--source {self.target}: no such file, and not a camera index, "
                              "/dev/videoN, URL or GStreamer pipeline")
+        if self.kind == "file" and not (os.path.isfile(self.target) or self.target.startswith("/dev/")):
+            # a FIFO or socket would block OpenCV's open() in C, beyond the reach of Ctrl-C
+            raise UsageError(f"--source {self.target}: not a regular file (pipe or special file); "
+                             "for a stream use a URL or a GStreamer pipeline")
         cv2 = cv2_module()
         self.close()
         if self.kind == "camera":

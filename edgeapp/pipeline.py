@@ -40,6 +40,9 @@ class InputSpec:
 def input_spec(engine: Engine, meta: ModelMeta, mean: Optional[float] = None,
                std: Optional[float] = None, fast_decode: bool = False) -> InputSpec:
     """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128."""
+    if len(engine.model.inputs) != 1:
+        raise InvalidModel(f"{engine.model_path} has {len(engine.model.inputs)} inputs; an image model "
+                           "has one")
     shape = engine.input_shape
     if len(shape) != 4 or shape[0] != 1 or shape[3] not in (1, 3):
         raise InvalidModel(f"{engine.model_path}: input shape {list(shape)} is not an image tensor "

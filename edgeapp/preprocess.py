@@ -8,6 +8,7 @@ match Coral's classify_image.py, so top-1 results agree with Coral's reference o
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from typing import Union
 
@@ -29,6 +30,9 @@ def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, in
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     name = "<bytes>" if isinstance(source, bytes) else str(source)
+    if not isinstance(source, bytes) and os.path.exists(source) and not os.path.isfile(source):
+        # a FIFO or device would block the reader thread in open(), beyond Ctrl-C's reach
+        raise InputError(f"{name}: not a regular file")
     try:
         img = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
         if draft_size and img.format == "JPEG":

@@ -143,6 +143,8 @@ def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
 def _explain_os_error(message: str, library: str) -> str:
     if "libusb" in message:
         return "libusb-1.0 is missing (sudo apt install libusb-1.0-0)"
+    if os.path.exists(library):  # there, but not a loadable library for this machine
+        return f"cannot load {library}: {message.strip().splitlines()[0] if message.strip() else 'unknown error'}"
     if library in message or "edgetpu" in message:
         return (f"no {library}: install the Edge TPU runtime (sudo apt install libedgetpu1-std, "
                 "see README)")
@@ -238,14 +240,26 @@ def open_model(path: str | Path, device: str = "auto", *, cpu_model: Optional[st
 
 def _load_twin(model: Model, cpu_model: Optional[str | Path]) -> Model:
     twin_path = Path(cpu_model) if cpu_model else cpu_twin_path(model.path)
-    if not twin_path.exists() or twin_path.resolve() == Path(model.path).resolve():
+    if twin_path.exists() and twin_path.resolve() == Path(model.path).resolve():
+        raise UsageError(f"--cpu-model {twin_path} is the compiled model itself; pass the uncompiled "
+                         "model it was compiled from")
+    if not twin_path.exists():
         raise DeviceUnavailable(f"{Path(model.path).name} needs the Edge TPU, which is unavailable, and "
                                 f"its CPU twin {twin_path} was not found; pass --cpu-model PATH")
     twin = load_model(twin_path)
     if twin.is_edgetpu_compiled:
         raise InvalidModel(f"CPU twin {twin_path} is itself compiled for the Edge TPU; pass the "
                            "uncompiled model with --cpu-model")
+    if _io_signature(twin) != _io_signature(model):
+        raise InvalidModel(f"CPU twin {twin_path} does not match {Path(model.path).name}: inputs/outputs "
+                           f"{_io_signature(twin)} vs {_io_signature(model)}; pass the model it was "
+                           "compiled from with --cpu-model")
     return twin
+
+
+def _io_signature(model: Model) -> list[tuple]:
+    """What a twin must share with its compiled model: I/O shapes and types."""
+    return [(list(t.shape), t.dtype) for t in model.input_tensors + model.output_tensors]
 
 
 def _cpu_engine(rt: Runtime, model: Model, threads: Optional[int], requested: str,

@@ -8,6 +8,7 @@ gives the graph (operators, tensors, quantization) that `check`, `bench` and the
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -265,10 +266,16 @@ def _read(buf: bytes, name: str) -> Model:
         if q is not None:
             scale = q.scalars(2, "f")
             if scale:
+                if not all(math.isfinite(v) and v > 0 for v in scale):
+                    raise InvalidModel(f"{name}: tensor {i} ({t.string(3) or 'unnamed'}) has an invalid "
+                                       f"quantization scale {_first_bad(scale)}; re-convert the model")
                 quant = Quantization(tuple(scale), tuple(q.scalars(3, "q")), q.scalar(6, "i"))
+        shape = tuple(t.scalars(0, "i"))
+        if any(d < 0 for d in shape):
+            raise InvalidModel(f"{name}: tensor {i} has a negative dimension {list(shape)}")
         sig = t.scalars(7, "i")
         tensors.append(Tensor(
-            index=i, name=t.string(3) or "", shape=tuple(t.scalars(0, "i")),
+            index=i, name=t.string(3) or "", shape=shape,
             dtype=TENSOR_TYPES[ttype], buffer=bidx,
             quantization=quant, data_size=buffers[bidx] if buffers else 0,
             shape_signature=tuple(sig) if sig else None))
@@ -297,6 +304,8 @@ def _read(buf: bytes, name: str) -> Model:
             inputs=_indices(o.scalars(1, "i"), f"operator {i}"),
             outputs=_indices(o.scalars(2, "i"), f"operator {i}"),
             options_type=opts_type, _options=o.table(4) if opts_type else None))
+    if not operators:
+        raise InvalidModel(f"{name} has no operators: not a usable TFLite model")
     inputs = _indices(sg.scalars(1, "i"), "subgraph input")
     outputs = _indices(sg.scalars(2, "i"), "subgraph output")
     if not inputs or not outputs or -1 in inputs or -1 in outputs:
@@ -316,6 +325,10 @@ def _read(buf: bytes, name: str) -> Model:
                  tensors=tuple(tensors), operators=tuple(operators), inputs=inputs,
                  outputs=outputs, subgraph_count=len(subgraphs), metadata=metadata,
                  signature_outputs=sig_outputs)
+
+
+def _first_bad(values: tuple) -> float:
+    return next(v for v in values if not (math.isfinite(v) and v > 0))
 
 
 def dtype_size(dtype: str) -> int:

@@ -154,3 +154,26 @@ def test_nothing_to_classify_is_a_usage_error(cli, tiny_model, tmp_path):
     for args in ([tmp_path / "empty"], ["-"]):
         r = cli("classify", tiny_model, *args, input="")
         assert r.exit_code == ExitCode.USAGE and "no images found" in r.stderr, r.stderr
+
+
+def test_a_fifo_is_an_error_record_not_a_hang(cli, tiny_model, color_images, tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)
+    r = cli("classify", tiny_model, fifo, color_images["red"], "-f", "jsonl", "-k", "1")
+    assert r.exit_code == ExitCode.INPUTS_FAILED
+    recs = jsonl(r.stdout)
+    assert recs[0]["error"].endswith("not a regular file") and recs[1]["classes"][0]["label"] == "red"
+
+
+def test_two_input_model_is_refused(cli, tiny_model, tmp_path, color_images):
+    from test_tflite_model import _edited
+
+    def two_inputs(m):
+        sg = m.subgraphs[0]
+        sg.inputs = [sg.inputs[0], sg.outputs[0]]
+
+    p = _edited(tiny_model, tmp_path, "two.tflite", two_inputs)
+    r = cli("classify", p, color_images["red"])
+    assert r.exit_code == ExitCode.MODEL_INVALID and "2 inputs" in r.stderr

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from conftest import ROOT
 from edgeapp.errors import ExitCode
 from edgeapp.runtime import cpu_twin_path, open_model, parse_device
 from edgeapp.tflite_model import load_model
@@ -111,3 +112,13 @@ def test_coral_compiled_model_falls_back_to_its_twin(cli):
     assert fallback.exit_code == twin.exit_code == 0
     assert "running mobilenet_v1_0.25_128_quant.tflite on CPU" in fallback.stderr
     assert [c for _, _, c in classes(fallback.stdout)] == [c for _, _, c in classes(twin.stdout)]
+
+
+def test_a_twin_that_does_not_match_is_refused(cli, compiled_pair, tmp_path, color_images):
+    """Running some other model as the twin would give confident nonsense: refuse it."""
+    wrong = tmp_path / "wrong.tflite"
+    wrong.write_bytes((ROOT / "models" / "digits_int8.tflite").read_bytes())
+    r = cli("classify", compiled_pair[0], color_images["red"], "--cpu-model", wrong)
+    assert r.exit_code == ExitCode.MODEL_INVALID and "does not match" in r.stderr
+    r = cli("classify", compiled_pair[0], color_images["red"], "--cpu-model", compiled_pair[0])
+    assert r.exit_code == ExitCode.USAGE and "compiled model itself" in r.stderr
