@@ -45,8 +45,7 @@ class RecordWriter:
             raise UsageError("--resume needs --format jsonl or csv")
         if output is not None:
             if resume and output.exists():
-                trim_partial_line(output)
-                self.done = completed_paths(output, fmt)
+                self.done = prepare_resume(output, fmt, columns)
             flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if resume else os.O_TRUNC)
             try:
                 self._fd = os.open(output, flags, 0o644)
@@ -63,22 +62,38 @@ class RecordWriter:
 
     def write(self, record: dict) -> None:
         if self.fmt == Format.jsonl:
-            text = json.dumps(record, ensure_ascii=False) + "\n"
+            try:
+                data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+            except UnicodeEncodeError:  # a non-UTF-8 file name: \udcXX escapes keep it valid JSON
+                data = (json.dumps(record) + "\n").encode("ascii")
+            self._emit(data)
         elif self.fmt == Format.csv:
-            text = "".join(_csv_line([_cell(r.get(c)) for c in self.columns]) for r in self.rows(record))
+            self._emit("".join(_csv_line([_cell(r.get(c)) for c in self.columns])
+                               for r in self.rows(record)))
         else:
-            text = self.table(record) + "\n"
-        self._emit(text)
+            self._emit(self.table(record) + "\n")
 
-    def _emit(self, text: str) -> None:
-        if self._fd is not None:
-            data = text.encode("utf-8")
-            while data:  # one write for a line in practice; loop for the pathological case
-                n = os.write(self._fd, data)
-                data = data[n:]
-        else:
-            self._stream.write(text)
-            self._stream.flush()
+    def _emit(self, text: str | bytes) -> None:
+        """One write per record (whole lines only, even if killed); file names that are not
+        UTF-8 go out as the bytes they are on disk."""
+        data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+        try:
+            if self._fd is not None:
+                while data:
+                    data = data[os.write(self._fd, data):]
+            elif hasattr(self._stream, "buffer"):
+                self._stream.flush()
+                self._stream.buffer.write(data)
+                self._stream.buffer.flush()
+            else:
+                self._stream.write(data.decode("utf-8", "replace"))
+                self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            where = self.output or "stdout"
+            raise UsageError(f"cannot write results to {where}: {e.strerror or e}; the results "
+                             "written so far are kept") from None
 
     def close(self) -> None:
         if self._fd is not None:
@@ -128,20 +143,67 @@ def trim_partial_line(path: Path) -> None:
         f.truncate(0)
 
 
-def completed_paths(path: Path, fmt: Format) -> set[str]:
-    """Paths (as written and absolute) already present in a results file."""
-    done: set[str] = set()
-    with open(path, encoding="utf-8", errors="replace", newline="") as f:
-        if fmt == Format.jsonl:
-            for line in f:
-                try:
-                    p = json.loads(line).get("path")
-                except (ValueError, AttributeError):
-                    continue
-                if isinstance(p, str):
-                    done.add(p)
-        else:
-            for row in csv.DictReader(f):
-                if row.get("path"):
-                    done.add(row["path"])
+def prepare_resume(path: Path, fmt: Format, columns: list[str]) -> set[str]:
+    """Make a results file safe to append to, and return the paths it already holds.
+
+    JSONL: a cut-off last line is dropped. CSV: an image spans several rows written in one
+    write, so a kill can leave some of its rows; the last image's rows are always dropped and
+    redone. A file that is not our own results file of this format is refused, never appended to.
+    """
+    if fmt == Format.jsonl:
+        trim_partial_line(path)
+        done = _jsonl_paths(path)
+    else:
+        done = _csv_resume(path, columns)
     return done | {os.path.abspath(p) for p in done}
+
+
+def _jsonl_paths(path: Path) -> set[str]:
+    done: set[str] = set()
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                p = json.loads(raw.decode("utf-8", "surrogateescape")).get("path")
+            except (ValueError, AttributeError):
+                p = None
+            if not isinstance(p, str):
+                raise UsageError(f"--resume: {path} is not an edgeapp JSONL results file (line {n}); "
+                                 "choose another --output")
+            done.add(p)
+    return done
+
+
+def _csv_resume(path: Path, columns: list[str]) -> set[str]:
+    raw = path.read_bytes()
+    if not raw:
+        return set()
+    ends: list[int] = []  # byte offset after each physical line handed to the csv reader
+    lines = raw.splitlines(keepends=True)
+
+    def feed():
+        offset = 0
+        for line in lines:
+            offset += len(line)
+            ends.append(offset)
+            yield line.decode("utf-8", "surrogateescape")
+
+    rows: list[tuple[list[str], int]] = []
+    for row in csv.reader(feed()):
+        rows.append((row, ends[-1]))
+    if not rows or rows[0][0] != columns:
+        raise UsageError(f"--resume: {path} is not an edgeapp CSV results file with columns "
+                         f"{','.join(columns)}; choose another --output")
+    body = rows[1:]
+    while body and (len(body[-1][0]) != len(columns) or not raw.endswith(b"\n")
+                    and body[-1][1] == len(raw)):
+        body.pop()  # a row cut short by a kill
+    if body:  # the last image may have only some of its rows: drop them all, redo it
+        last = body[-1][0][0]
+        while body and body[-1][0][0] == last:
+            body.pop()
+    cut = body[-1][1] if body else rows[0][1]
+    with open(path, "rb+") as f:
+        f.truncate(cut)
+    return {row[0] for row, _ in body}
