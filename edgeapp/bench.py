@@ -255,6 +255,9 @@ def save_peaks(results: list[dict]) -> Optional[str]:
 
 # -- whole runs --------------------------------------------------------------------------------
 
+MAX_THREADS = 64  # more threads than this is a typo, and a crash in the runtime
+
+
 def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
     """--threads: None (runtime default), N, or auto (1..usable cores)."""
     if threads is None or threads == "":
@@ -265,8 +268,8 @@ def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
         n = int(threads)
     except ValueError:
         raise UsageError(f"--threads must be a number or auto, not {threads!r}") from None
-    if n < 1:
-        raise UsageError("--threads must be at least 1")
+    if not 1 <= n <= MAX_THREADS:
+        raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
     return [n]
 
 

@@ -43,7 +43,7 @@ CpuModelOpt = Annotated[Optional[Path], typer.Option(
     "--cpu-model", help="CPU twin to run when a *_edgetpu.tflite model cannot use the Edge TPU "
                         "(default: X.tflite beside X_edgetpu.tflite).", show_default=False)]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
-    "--threads", min=1, help="Interpreter threads for CPU inference (default: the runtime's).",
+    "--threads", min=1, max=64, help="Interpreter threads for CPU inference (default: the runtime's).",
     show_default=False)]
 NoProbeOpt = Annotated[bool, typer.Option(
     "--no-probe", envvar="EDGEAPP_NO_PROBE",
@@ -93,6 +93,17 @@ def open_engine(ctx: typer.Context, model: Path, device: Optional[str], cpu_mode
     if engine.notice:
         say(engine.notice)
     return engine
+
+
+def finite(name: str, value: Optional[float]) -> Optional[float]:
+    """Typer accepts nan and inf for floats; no option of ours means them."""
+    import math
+
+    from .errors import UsageError
+
+    if value is not None and not math.isfinite(value):
+        raise UsageError(f"{name} must be a finite number, not {value}")
+    return value
 
 
 def say(message: str) -> None:

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 from .compiler_output import (CompileResult, Judgement, apply_log, judge, parse_stdout,
                               timeout_failure)
-from .errors import MissingDependency
+from .errors import MissingDependency, UsageError
 
 COMPILER_NAME = "edgetpu_compiler"
 ENV_VAR = "EDGETPU_COMPILER"
@@ -179,6 +179,8 @@ def compile_model(model: str | Path, compiler: str, out_dir: Optional[str | Path
     """
     model = Path(model)
     out = Path(out_dir) if out_dir is not None else model.parent
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out} is a file; pass a folder for the compiled model")
     out.mkdir(parents=True, exist_ok=True)
     argv = build_argv(compiler, model, out, segments=segments, min_runtime=min_runtime,
                       timeout=timeout, search_delegate=search_delegate)

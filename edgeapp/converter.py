@@ -72,6 +72,8 @@ def load_float_model(path: Path) -> FloatModel:
     if len(model.inputs) != 1 or len(shape) != 3 or None in shape:
         raise InvalidModel(f"{path}: expected one image input [batch, H, W, C] with fixed H, W, C; "
                            f"got {[tuple(i.shape) for i in model.inputs]}")
+    if len(model.outputs) != 1:
+        raise InvalidModel(f"{path}: expected one output (class scores), got {len(model.outputs)}")
 
     def export(folder: str) -> None:
         model.export(folder, format="tf_saved_model", verbose=False,
@@ -89,6 +91,9 @@ def _saved_model(tf, path: Path) -> FloatModel:
     if len(specs) != 1:
         raise InvalidModel(f"{path}: expected one image input, got {list(specs)}")
     (name, spec), = specs.items()
+    if len(sig.structured_outputs) != 1:
+        raise InvalidModel(f"{path}: expected one output (class scores), got "
+                           f"{list(sig.structured_outputs)}")
     shape = tuple(spec.shape[1:])
     if len(shape) != 3 or None in shape:
         raise InvalidModel(f"{path}: input {name} has shape {spec.shape}; need [batch, H, W, C]")
@@ -118,7 +123,11 @@ def load_dataset(source: Path, size: tuple[int, int], channels: int, limit: Opti
             x = np.load(source)
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot read {source}: {e}") from None
-        if x.ndim == 3:
+        if x.dtype.kind not in "uif":
+            raise UsageError(f"{source}: dtype {x.dtype}; use uint8 pixels or float model inputs")
+        if len(x) == 0:
+            raise UsageError(f"{source} holds no samples")
+        if x.ndim == 3 and channels == 1:
             x = x[..., None]
         if x.ndim != 4 or x.shape[1:3] != (size[1], size[0]) or x.shape[3] != channels:
             raise UsageError(f"{source}: shape {x.shape}; the model needs (N, {size[1]}, {size[0]}, "
@@ -149,7 +158,12 @@ def load_dataset(source: Path, size: tuple[int, int], channels: int, limit: Opti
 
 
 def normalize(data: Dataset, mean: float, std: float) -> np.ndarray:
-    return data.x.astype(np.float32) if data.normalized else (data.x.astype(np.float32) - mean) / std
+    """Model inputs: (pixel − mean)/std, or the .npy floats as they are; NaN/inf refused (the
+    converter would otherwise produce float ops and blame the model)."""
+    x = data.x.astype(np.float32) if data.normalized else (data.x.astype(np.float32) - mean) / std
+    if not np.isfinite(x).all():
+        raise UsageError("calibration data contains NaN or infinite values")
+    return x
 
 
 def quantize(model: FloatModel, calibration: np.ndarray, out: Path, io_type: str = "uint8") -> Model:

@@ -11,20 +11,24 @@ _NUMBERED = re.compile(r"^\s*(\d+)\s*[:\s]\s*(.*?)\s*$")
 
 
 def parse_labels(text: str) -> dict[int, str]:
-    """Numbered when every non-empty line starts with an id; otherwise the line index is the id."""
+    """Numbered when the first non-empty line starts with an id (as Coral's reader decides; lines
+    without an id are then skipped); otherwise the line index is the id."""
     lines = text.splitlines()
     if lines and lines[0].startswith("\ufeff"):
         lines[0] = lines[0][1:]
-    matches = [_NUMBERED.match(line) for line in lines if line.strip()]
-    if matches and all(matches):
-        return {int(m.group(1)): m.group(2) for m in matches}
+    first = next((line for line in lines if line.strip()), None)
+    if first is not None and _NUMBERED.match(first):
+        return {int(m.group(1)): m.group(2) for m in map(_NUMBERED.match, lines) if m}
     return {i: line.strip() for i, line in enumerate(lines) if line.strip()}
 
 
 def read_labels(path: str | Path) -> dict[int, str]:
     p = Path(path)
     try:
-        return parse_labels(p.read_text(encoding="utf-8", errors="replace"))
+        data = p.read_bytes()
+        if b"\0" in data:
+            raise UsageError(f"{p} is not a text labels file")
+        return parse_labels(data.decode("utf-8", errors="replace"))
     except FileNotFoundError:
         raise UsageError(f"labels file not found: {p}") from None
     except OSError as e:

@@ -177,3 +177,9 @@ def test_two_input_model_is_refused(cli, tiny_model, tmp_path, color_images):
     p = _edited(tiny_model, tmp_path, "two.tflite", two_inputs)
     r = cli("classify", p, color_images["red"])
     assert r.exit_code == ExitCode.MODEL_INVALID and "2 inputs" in r.stderr
+
+
+@pytest.mark.parametrize("args", [["-t", "nan"], ["--mean", "inf"], ["--threads", "100000"], ["--threads", "0"]])
+def test_absurd_numbers_are_usage_errors(cli, tiny_model, color_images, args):
+    r = cli("classify", tiny_model, color_images["red"], *args)
+    assert r.exit_code == ExitCode.USAGE, r.stderr

@@ -495,3 +495,10 @@ def test_convert_compile_without_compiler_is_skipped(model_copy, tmp_path, monke
     captured = capsys.readouterr()
     assert "--compile skipped: edgetpu_compiler not found" in captured.err
     assert "skipped" in json.loads(captured.out)["compile"]
+
+
+def test_output_folder_that_is_a_file_is_a_usage_error(cli, tiny_model, tmp_path):
+    target = tmp_path / "not_a_folder"
+    target.write_text("x")
+    r = cli("compile", tiny_model, "-o", target, "--compiler", "/bin/true")
+    assert r.exit_code == 2 and "is a file" in r.stderr

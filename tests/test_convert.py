@@ -117,3 +117,10 @@ def test_legacy_h5_model(tiny_keras, tiny_data, tmp_path):
     report = json.loads(run_convert(h5, "-o", out, "-c", tiny_data / "train", "--samples", "30",
                                     "--format", "json").stdout)
     assert report["agreement"] >= 0.97 and load_model(out).input_tensors[0].shape == (1, 16, 16, 3)
+
+
+def test_nan_calibration_data_is_named_as_the_cause(tiny_keras, tmp_path):
+    bad = np.full((4, 16, 16, 3), np.nan, np.float32)
+    np.save(tmp_path / "nan.npy", bad)
+    proc = run_convert(tiny_keras, "-o", tmp_path / "x.tflite", "-c", tmp_path / "nan.npy", check=False)
+    assert proc.returncode == ExitCode.USAGE and "NaN" in proc.stderr.strip().splitlines()[-1]

@@ -142,3 +142,14 @@ def test_top_k_order_ties_and_threshold():
 ])
 def test_label_formats(text, expected):
     assert parse_labels(text) == expected
+
+
+def test_labels_numbered_mode_skips_lines_without_an_id_and_binary_is_refused(tmp_path):
+    from edgeapp.errors import UsageError
+    from edgeapp.labels import read_labels
+
+    assert parse_labels("0 a\nfoo bar\n3: c\n") == {0: "a", 3: "c"}
+    p = tmp_path / "labels.bin"
+    p.write_bytes(bytes(range(256)))
+    with pytest.raises(UsageError, match="not a text labels file"):
+        read_labels(p)

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli_common import (CpuModelOpt, NoProbeOpt, RuntimeOpt, cli_errors, resolve_device,
+from ..cli_common import (CpuModelOpt, NoProbeOpt, RuntimeOpt, cli_errors, finite, resolve_device,
                           resolve_runtime, say)
 from ..errors import UsageError
 
@@ -56,7 +56,7 @@ def bench_command(
         "--power", help="Power source: auto tries rapl, hwmon, vcgencmd (Edge TPU: nominal 2 W).")
     ] = PowerMode.auto,
     watts: Annotated[Optional[float], typer.Option(
-        "--watts", min=0.001, help="Power draw you measured (e.g. a USB power meter); used for "
+        "--watts", min=0.001, max=100000.0, help="Power draw you measured (e.g. a USB power meter); used for "
                                    "TOPS/W instead of any sensor.", show_default=False)] = None,
     fmt: Annotated[BenchFormat, typer.Option("--format", "-f", help="Output format.")] = BenchFormat.table,
     output: Annotated[Optional[Path], typer.Option(
@@ -75,6 +75,9 @@ def bench_command(
     Also load time, ops per inference and power (with its source named), CPU and Edge TPU side
     by side, with the context needed to trust the numbers.
     """
+    finite("--watts", watts)
+    finite("--duration", duration)
+
     from ..bench import BenchOptions, run_bench, save_peaks
     from ..runtime import parse_device
 

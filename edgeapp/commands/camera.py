@@ -13,8 +13,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..boxes import ResizeMode
-from ..cli_common import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, RuntimeOpt, StdOpt,
-                          ThreadsOpt, cli_errors, open_engine, say)
+from ..cli_common import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, RuntimeOpt,
+                          StdOpt, ThreadsOpt, cli_errors, finite, open_engine, say)
 from ..errors import ExitCode, InvalidModel, UsageError
 from ..records import Format
 
@@ -102,6 +102,10 @@ def camera_command(
     mid-run is reopened with backoff for --reconnect seconds, then the run stops with its
     summary (exit 5; 3 for a file that breaks off). Ctrl-C stops cleanly (exit 0).
     """
+    finite("--threshold", threshold)
+    finite("--mean", mean)
+    finite("--std", std)
+
     from ..camera import ClassifyTask, DetectTask, Display, Recorder, has_display, run_camera
     from ..capture import OpenCVSource, ReconnectPolicy
     from ..labels import read_labels

@@ -9,7 +9,7 @@ import typer
 
 from ..cli_common import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, OutputOpt,
                           ResumeOpt, RuntimeOpt, StdOpt, ThreadsOpt, WorkersOpt, cli_errors,
-                          open_engine, progress_bar, say)
+                          finite, open_engine, progress_bar, say)
 from ..errors import ExitCode, InvalidModel
 from ..records import Format
 
@@ -51,6 +51,10 @@ def classify_command(
     Results stream to stdout (or --output) as they are produced; a bad image gives an error
     record and the batch goes on (exit code 3 at the end).
     """
+    finite("--threshold", threshold)
+    finite("--mean", mean)
+    finite("--std", std)
+
     from ..classify import get_classes_from_scores, get_scores
     from ..inputs import expand_inputs
     from ..labels import read_labels

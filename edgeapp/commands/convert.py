@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli_common import cli_errors, say
+from ..cli_common import cli_errors, finite, say
 
 app = typer.Typer()
 
@@ -63,6 +63,9 @@ def convert_command(
     float vs int8 agreement, size, operators and the `edgeapp check` verdict (what will run on
     the Edge TPU). Needs TensorFlow: pip install 'edgeapp[convert]'.
     """
+    finite("--mean", mean)
+    finite("--std", std)
+
     from .. import converter
     from ..errors import UsageError
     from ..labels import read_labels

@@ -11,7 +11,7 @@ import typer
 from ..boxes import ResizeMode
 from ..cli_common import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, OutputOpt,
                           ResumeOpt, RuntimeOpt, StdOpt, ThreadsOpt, WorkersOpt, cli_errors,
-                          open_engine, progress_bar, say)
+                          finite, open_engine, progress_bar, say)
 from ..errors import ExitCode, UsageError
 from ..records import Format
 
@@ -63,6 +63,10 @@ def detect_command(
     (or --output) as they are produced; a bad image gives an error record and the batch goes on
     (exit code 3 at the end).
     """
+    finite("--threshold", threshold)
+    finite("--mean", mean)
+    finite("--std", std)
+
     from ..detect import engine_layout, get_objects, object_fields, prepare_detection
     from ..inputs import expand_inputs
     from ..labels import read_labels
