@@ -304,7 +304,7 @@ def judge(result: CompileResult, returncode: Optional[int] = 0,
     if not errors and (returncode not in (0, None) or result.succeeded is False) \
             and not result.compiled:
         errors.append(f"edgetpu_compiler failed (exit status {returncode}) without a known "
-                      "message: see its output above")
+                      "message (its last lines follow)")
     if errors:
         return Judgement("failed", int(ExitCode.COMPILE_FAILED), errors)
     if not result.compiled and result.total_ops is None:

@@ -88,6 +88,10 @@ def finish(report) -> None:
         say(f"warning: {w}")
     for e in j.errors:
         say(f"error: {e}")
+    if j.verdict == "failed" and not report.result.failures:  # an unknown failure: show its words
+        tail = [ln for ln in (report.stdout + "\n" + report.stderr).splitlines() if ln.strip()][-5:]
+        for line in tail:
+            say(f"edgetpu_compiler: {line}")
     if j.exit_code:
         raise typer.Exit(j.exit_code)
 
