@@ -19,12 +19,12 @@ import numpy as np
 
 from . import hostinfo, power, stats
 from .errors import DeviceUnavailable, EdgeappError, UsageError
+from .userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
 from .opcount import OpCount, count_ops
 from .tflite_model import load_model
 
 SCHEMA = "edgeapp.bench/1"
 EDGETPU_PEAK_TOPS = 4.0  # Coral datasheet, int8
-CACHE_ENV = "EDGEAPP_CACHE_DIR"  # where the CPU peak measured by --synthetic is kept
 SYSFS_ROOT_ENV = "EDGEAPP_SYSFS_ROOT"  # read power sensors under this root instead of / (tests)
 
 
@@ -202,13 +202,6 @@ def _ops_for(engine) -> tuple[Optional[OpCount], Optional[str]]:
 
 
 # -- peaks -------------------------------------------------------------------------------------
-
-def cache_dir() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgeapp"
-
 
 def peak_key(runtime: str, version: str, threads: Optional[int]) -> str:
     """Peaks are per CPU, runtime build and thread count: each changes the kernels' speed."""

@@ -22,7 +22,8 @@ from typing import Mapping, Optional
 
 from .devices import (USB2_MBPS, apex_nodes, apex_temperature, dpkg_owner, library_version,
                       open_library, pci_cards, read_text, short_version, under, usb_accelerators)
-from .probe import Pair, VerdictCache, cache_dir
+from .probe import Pair, VerdictCache
+from .userdirs import cache_dir
 from .runtime import (EDGETPU_LIB_ENV, RUNTIME_MODULES, available_runtimes, edgetpu_library,
                       runtime_version)
 

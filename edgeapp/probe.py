@@ -25,22 +25,15 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
-CACHE_ENV = "EDGEAPP_CACHE_DIR"
+from .userdirs import cache_dir
+
 TIMEOUT_ENV = "EDGEAPP_PROBE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0  # after the child is up: USB firmware upload + model upload + invoke
 START_TIMEOUT_S = 120.0  # for the child to import the runtime (slow on a Raspberry Pi Zero)
 _MARK = "EDGEAPP_PROBE "
 FIX = "known build mismatch; install a matching pair (see README)"
-
-
-def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
-    """EDGEAPP_CACHE_DIR, else $XDG_CACHE_HOME/edgeapp, else ~/.cache/edgeapp."""
-    if env.get(CACHE_ENV):
-        return Path(env[CACHE_ENV])
-    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgeapp"
 
 
 @dataclass(frozen=True)

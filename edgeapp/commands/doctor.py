@@ -26,7 +26,8 @@ def doctor_command(
 ) -> None:
     """One line per check: ok, warn or fail, with the fix. Exit 0 when nothing fails."""
     from ..doctor import FAIL, exit_ok, run_checks
-    from ..probe import VerdictCache, cache_dir
+    from ..probe import VerdictCache
+    from ..userdirs import cache_dir
 
     cache = VerdictCache(cache_dir())
     if forget_probes:
