@@ -19,6 +19,9 @@ import numpy as np
 from .boxes import Fit, ResizeMode, make_fit
 from .errors import UsageError
 from .capture import FrameGrabber, FrameSource, ReconnectPolicy, cv2_module
+from .classify import class_fields, get_classes_from_scores, get_scores
+from .detect import engine_layout, get_objects, object_fields
+from .preprocess import quantize_input
 
 # ---------------------------------------------------------------------------------------------
 # Per-frame work: preprocessing with OpenCV, inference, post-processing
@@ -82,26 +85,21 @@ class ClassifyTask:
 
     def __init__(self, engine, spec, labels: Optional[dict[int, str]], top_k: int = 3,
                  threshold: float = 0.0) -> None:
-        from .classify import get_classes_from_scores, get_scores
-        from .preprocess import quantize_input
-
         self.engine, self.spec, self.labels = engine, spec, labels
         self.top_k, self.threshold = top_k, threshold
         self.device = engine.device
-        self._scores, self._classes, self._quantize = get_scores, get_classes_from_scores, quantize_input
         self._out_q = engine.outputs[0].get("quantization", (0.0, 0))
 
     def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
         s = self.spec
         pixels, _ = fit_frame(frame, (s.width, s.height), s.channels, ResizeMode.stretch)
-        tensor = self._quantize(pixels, s.dtype, s.scale, s.zero_point, s.mean, s.std)[None]
+        tensor = quantize_input(pixels, s.dtype, s.scale, s.zero_point, s.mean, s.std)[None]
         t0 = time.perf_counter()
         outputs = self.engine.run(tensor)
         latency = (time.perf_counter() - t0) * 1000.0
-        scores = self._scores(outputs[0], *self._out_q)
-        classes = self._classes(scores, self.top_k, self.threshold)
-        return {"classes": [{"id": c.id, "label": self.labels.get(c.id) if self.labels else None,
-                             "score": round(c.score, 6)} for c in classes]}, latency
+        scores = get_scores(outputs[0], *self._out_q)
+        classes = get_classes_from_scores(scores, self.top_k, self.threshold)
+        return {"classes": class_fields(classes, self.labels)}, latency
 
 
 class DetectTask:
@@ -109,10 +107,6 @@ class DetectTask:
 
     def __init__(self, engine, spec, labels: Optional[dict[int, str]], threshold: float = 0.4,
                  top_k: Optional[int] = None, resize: ResizeMode | str = ResizeMode.stretch) -> None:
-        from .detect import engine_layout, get_objects, object_fields
-        from .preprocess import quantize_input
-
-        self._get_objects, self._fields, self._quantize = get_objects, object_fields, quantize_input
         self.engine, self.spec, self.labels = engine, spec, labels
         self.threshold, self.top_k, self.resize = threshold, top_k, ResizeMode(resize)
         self.device = engine.device
@@ -122,12 +116,12 @@ class DetectTask:
     def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
         s = self.spec
         pixels, fit = fit_frame(frame, (s.width, s.height), s.channels, self.resize)
-        tensor = self._quantize(pixels, s.dtype, s.scale, s.zero_point, s.mean, s.std)[None]
+        tensor = quantize_input(pixels, s.dtype, s.scale, s.zero_point, s.mean, s.std)[None]
         t0 = time.perf_counter()
         outputs = self.engine.run(tensor)
         latency = (time.perf_counter() - t0) * 1000.0
-        objects = self._get_objects(outputs, self.layout, fit, self._quant, self.threshold, self.top_k)
-        return {"objects": self._fields(objects, self.labels)}, latency
+        objects = get_objects(outputs, self.layout, fit, self._quant, self.threshold, self.top_k)
+        return {"objects": object_fields(objects, self.labels)}, latency
 
 
 # ---------------------------------------------------------------------------------------------

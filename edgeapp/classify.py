@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -34,3 +34,9 @@ def get_classes_from_scores(scores: np.ndarray, top_k: int = 5, threshold: float
     top_k = max(0, min(top_k, scores.size))
     order = np.lexsort((-np.arange(scores.size), -scores))[:top_k]  # score desc, then id desc
     return [Class(int(i), float(scores[i])) for i in order if scores[i] >= threshold]
+
+
+def class_fields(classes: list[Class], labels: Optional[dict[int, str]]) -> list[dict]:
+    """The JSON form of classes, shared by classify and camera records."""
+    return [{"id": c.id, "label": labels.get(c.id) if labels else None, "score": round(c.score, 6)}
+            for c in classes]

@@ -55,7 +55,7 @@ def classify_command(
     finite("--mean", mean)
     finite("--std", std)
 
-    from ..classify import get_classes_from_scores, get_scores
+    from ..classify import class_fields, get_classes_from_scores, get_scores
     from ..inputs import expand_inputs
     from ..labels import read_labels
     from ..model_meta import read_meta
@@ -79,8 +79,7 @@ def classify_command(
     def interpret(outputs, _context) -> dict:
         scores = get_scores(outputs[0], out_scale, out_zero)
         classes = get_classes_from_scores(scores, top_k, threshold)
-        return {"classes": [{"id": c.id, "label": label_map.get(c.id) if label_map else None,
-                             "score": round(c.score, 6)} for c in classes]}
+        return {"classes": class_fields(classes, label_map)}
 
     with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
             progress_bar(len(paths), "classify") as advance:
