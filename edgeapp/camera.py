@@ -21,6 +21,7 @@ from .errors import UsageError
 from .capture import FrameGrabber, FrameSource, ReconnectPolicy, cv2_module
 from .classify import class_fields, get_classes_from_scores, get_scores
 from .detect import engine_layout, get_objects, object_fields
+from .pipeline import classifier_output
 from .preprocess import quantize_input
 
 # ---------------------------------------------------------------------------------------------
@@ -80,6 +81,15 @@ class FrameTask(Protocol):
         """(result fields, inference milliseconds)."""
 
 
+def infer_frame(engine, spec, frame: np.ndarray, mode: ResizeMode) -> tuple[list[np.ndarray], Fit, float]:
+    """Fit a BGR frame to the model input, run it: (outputs, fit, inference ms)."""
+    pixels, fit = fit_frame(frame, (spec.width, spec.height), spec.channels, mode)
+    tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)[None]
+    t0 = time.perf_counter()
+    outputs = engine.run(tensor)
+    return outputs, fit, (time.perf_counter() - t0) * 1000.0
+
+
 class ClassifyTask:
     """Top-k classes of a frame: {"classes": [{"id", "label", "score"}]}."""
 
@@ -88,15 +98,10 @@ class ClassifyTask:
         self.engine, self.spec, self.labels = engine, spec, labels
         self.top_k, self.threshold = top_k, threshold
         self.device = engine.device
-        self._out_q = engine.outputs[0].get("quantization", (0.0, 0))
+        self._out_q = classifier_output(engine)
 
     def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
-        s = self.spec
-        pixels, _ = fit_frame(frame, (s.width, s.height), s.channels, ResizeMode.stretch)
-        tensor = quantize_input(pixels, s.dtype, s.scale, s.zero_point, s.mean, s.std)[None]
-        t0 = time.perf_counter()
-        outputs = self.engine.run(tensor)
-        latency = (time.perf_counter() - t0) * 1000.0
+        outputs, _, latency = infer_frame(self.engine, self.spec, frame, ResizeMode.stretch)
         scores = get_scores(outputs[0], *self._out_q)
         classes = get_classes_from_scores(scores, self.top_k, self.threshold)
         return {"classes": class_fields(classes, self.labels)}, latency
@@ -114,12 +119,7 @@ class DetectTask:
         self._quant = [o.get("quantization", (0.0, 0)) for o in engine.outputs]
 
     def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
-        s = self.spec
-        pixels, fit = fit_frame(frame, (s.width, s.height), s.channels, self.resize)
-        tensor = quantize_input(pixels, s.dtype, s.scale, s.zero_point, s.mean, s.std)[None]
-        t0 = time.perf_counter()
-        outputs = self.engine.run(tensor)
-        latency = (time.perf_counter() - t0) * 1000.0
+        outputs, fit, latency = infer_frame(self.engine, self.spec, frame, self.resize)
         objects = get_objects(outputs, self.layout, fit, self._quant, self.threshold, self.top_k)
         return {"objects": object_fields(objects, self.labels)}, latency
 

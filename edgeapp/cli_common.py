@@ -24,6 +24,14 @@ class RuntimeName(str, Enum):
     tensorflow = "tensorflow"
 
 
+class ReportFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+ReportFormatOpt = Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format.")]
+
+
 @dataclass
 class Globals:
     """Values of the global options (`edgeapp --device usb:0 classify ...`)."""

@@ -57,6 +57,37 @@ def input_spec(engine: Engine, meta: ModelMeta, mean: Optional[float] = None,
                      fast_decode=fast_decode)
 
 
+@dataclass(frozen=True)
+class ImageModel:
+    """An opened image model and what it needs besides its graph: labels and input layout."""
+
+    engine: Engine
+    meta: ModelMeta
+    labels: Optional[dict[int, str]]
+    spec: InputSpec
+
+
+def image_model(engine: Engine, model_path, labels_file=None, mean: Optional[float] = None,
+                std: Optional[float] = None, fast_decode: bool = False) -> ImageModel:
+    """Labels from the file given, else the model's metadata; normalization likewise."""
+    from .labels import read_labels
+    from .model_meta import read_meta
+
+    meta = read_meta(model_path)
+    labels = read_labels(labels_file) if labels_file else meta.labels
+    return ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, fast_decode))
+
+
+def classifier_output(engine: Engine, hint: str = "use `edgeapp detect`") -> tuple[float, int]:
+    """The (scale, zero point) of a classifier's one output; any other shape is refused."""
+    if len(engine.outputs) != 1:
+        more = f" (it looks like a detection model: {hint})" if len(engine.outputs) == 4 else ""
+        raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs; a classifier has "
+                           f"one{more}")
+    scale, zero = engine.outputs[0].get("quantization", (0.0, 0))
+    return float(scale), int(zero)
+
+
 def _first(*values):
     return next(v for v in values if v is not None)
 

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli_common import (CpuModelOpt, NoProbeOpt, RuntimeOpt, cli_errors, finite, resolve_device,
-                          resolve_runtime, say)
+from ..cli_common import (CpuModelOpt, NoProbeOpt, ReportFormat, ReportFormatOpt, RuntimeOpt,
+                          cli_errors, finite, resolve_device, resolve_runtime, say)
 from ..errors import UsageError
 
 app = typer.Typer()
@@ -24,10 +24,6 @@ class PowerMode(str, Enum):
     vcgencmd = "vcgencmd"
     none = "none"
 
-
-class BenchFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 @app.command("bench")
@@ -58,7 +54,7 @@ def bench_command(
     watts: Annotated[Optional[float], typer.Option(
         "--watts", min=0.001, max=100000.0, help="Power draw you measured (e.g. a USB power meter); used for "
                                    "TOPS/W instead of any sensor.", show_default=False)] = None,
-    fmt: Annotated[BenchFormat, typer.Option("--format", "-f", help="Output format.")] = BenchFormat.table,
+    fmt: ReportFormatOpt = ReportFormat.table,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Also append the JSON document, one line per run, to FILE.",
         show_default=False)] = None,
@@ -94,7 +90,7 @@ def bench_command(
                         watts=watts, runtime=resolve_runtime(ctx, runtime),
                         cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
                         probe=not no_probe)
-    progress = _progress if fmt == BenchFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
+    progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
 
     if synthetic:
         import tempfile
@@ -128,7 +124,7 @@ def bench_command(
                 f.write(json.dumps(doc, separators=(",", ":")) + "\n")
         except OSError as e:
             raise UsageError(f"cannot write {output}: {e.strerror or e}") from None
-    if fmt == BenchFormat.json:
+    if fmt == ReportFormat.json:
         typer.echo(json.dumps(doc, indent=2))
     else:
         typer.echo(format_table(doc))

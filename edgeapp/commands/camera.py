@@ -108,25 +108,20 @@ def camera_command(
 
     from ..camera import ClassifyTask, DetectTask, Display, Recorder, has_display, run_camera
     from ..capture import OpenCVSource, ReconnectPolicy
-    from ..labels import read_labels
-    from ..model_meta import read_meta
-    from ..pipeline import input_spec
+    from ..pipeline import classifier_output, image_model
     from ..records import RecordWriter
 
     if output is not None and output.exists() and output.is_dir():
         raise UsageError(f"--output {output} is a folder")
     engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
-    meta = read_meta(model)
-    label_map = read_labels(labels) if labels else meta.labels
-    spec = input_spec(engine, meta, mean, std)
-    kind = task.value if task else _guess_task(meta.task, len(engine.outputs), engine.model_path)
+    loaded = image_model(engine, model, labels, mean, std)
+    spec, label_map = loaded.spec, loaded.labels
+    kind = task.value if task else _guess_task(loaded.meta.task, len(engine.outputs), engine.model_path)
     if kind == "detect":
         frame_task = DetectTask(engine, spec, label_map, 0.4 if threshold is None else threshold,
                                 top_k, resize)
     else:
-        if len(engine.outputs) != 1:
-            raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs; a classifier "
-                               "has one (use --task detect for a detection model)")
+        classifier_output(engine, hint="use --task detect")
         frame_task = ClassifyTask(engine, spec, label_map, top_k or 3,
                                   0.0 if threshold is None else threshold)
 

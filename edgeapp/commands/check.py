@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ..cli_common import cli_errors
+from ..cli_common import ReportFormat, ReportFormatOpt, cli_errors
 from ..errors import ExitCode
 
 app = typer.Typer()
 
-
-class ReportFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 @app.command("check")
@@ -25,7 +20,7 @@ class ReportFormat(str, Enum):
 def check_command(
     model: Annotated[Path, typer.Argument(help="A .tflite model (the CPU model you would compile).",
                                           show_default=False)],
-    fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format.")] = ReportFormat.table,
+    fmt: ReportFormatOpt = ReportFormat.table,
 ) -> None:
     """Predict which operations the Edge TPU compiler will map, from the model file alone.
 

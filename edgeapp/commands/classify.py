@@ -10,7 +10,7 @@ import typer
 from ..cli_common import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, OutputOpt,
                           ResumeOpt, RuntimeOpt, StdOpt, ThreadsOpt, WorkersOpt, cli_errors,
                           finite, open_engine, progress_bar, say)
-from ..errors import ExitCode, InvalidModel
+from ..errors import ExitCode
 from ..records import Format
 
 app = typer.Typer()
@@ -57,21 +57,14 @@ def classify_command(
 
     from ..classify import class_fields, get_classes_from_scores, get_scores
     from ..inputs import expand_inputs
-    from ..labels import read_labels
-    from ..model_meta import read_meta
-    from ..pipeline import input_spec, run_batch
+    from ..pipeline import classifier_output, image_model, run_batch
     from ..records import RecordWriter
 
     paths = expand_inputs(inputs)
     engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
-    meta = read_meta(model)
-    label_map = read_labels(labels) if labels else meta.labels
-    spec = input_spec(engine, meta, mean, std, fast_decode)
-    if len(engine.outputs) != 1:
-        hint = " (it looks like a detection model: use `edgeapp detect`)" if len(engine.outputs) == 4 else ""
-        raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs; a classifier has "
-                           f"one{hint}")
-    out_scale, out_zero = engine.outputs[0].get("quantization", (0.0, 0))
+    loaded = image_model(engine, model, labels, mean, std, fast_decode)
+    spec, label_map = loaded.spec, loaded.labels
+    out_scale, out_zero = classifier_output(engine)
 
     def prepare(path: str):
         return spec.prepare(path), None

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from ..cli_common import cli_errors, say
+from ..cli_common import ReportFormat, ReportFormatOpt, cli_errors, say
 
 app = typer.Typer()
 
-
-class ReportFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 CompilerOpt = Annotated[Optional[str], typer.Option(
@@ -43,7 +38,7 @@ def compile_command(
     search_delegate: Annotated[bool, typer.Option(
         "--search-delegate", help="Retry with earlier stopping points when the compiler fails "
                                   "on an unsupported operation.")] = False,
-    fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format.")] = ReportFormat.table,
+    fmt: ReportFormatOpt = ReportFormat.table,
     compiler: CompilerOpt = None,
 ) -> None:
     """Compile MODEL for the Edge TPU with edgetpu_compiler (x86-64 Linux only).

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli_common import cli_errors, finite, say
+from ..cli_common import ReportFormat, ReportFormatOpt, cli_errors, finite, say
 
 app = typer.Typer()
 
@@ -20,10 +20,6 @@ class IOType(str, Enum):
     int8 = "int8"
     float32 = "float32"
 
-
-class ReportFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 @app.command("convert")
@@ -49,7 +45,7 @@ def convert_command(
     labels: Annotated[Optional[Path], typer.Option(
         "--labels", "-l", help="Labels file to store with the model (default: class folder names).",
         show_default=False)] = None,
-    fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="Report format.")] = ReportFormat.table,
+    fmt: ReportFormatOpt = ReportFormat.table,
     compile_: Annotated[bool, typer.Option(
         "--compile", help="Then compile it for the Edge TPU with edgetpu_compiler, when installed "
                           "(x86-64 Linux): writes OUT_edgetpu.tflite beside OUT.tflite.")] = False,

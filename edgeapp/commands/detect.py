@@ -69,16 +69,13 @@ def detect_command(
 
     from ..detect import engine_layout, get_objects, object_fields, prepare_detection
     from ..inputs import expand_inputs
-    from ..labels import read_labels
-    from ..model_meta import read_meta
-    from ..pipeline import input_spec, run_batch
+    from ..pipeline import image_model, run_batch
     from ..records import RecordWriter
 
     paths = expand_inputs(inputs)
     engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
-    meta = read_meta(model)
-    label_map = read_labels(labels) if labels else meta.labels
-    spec = input_spec(engine, meta, mean, std)
+    loaded = image_model(engine, model, labels, mean, std)
+    spec, label_map = loaded.spec, loaded.labels
     layout = engine_layout(engine)
     quant = [o.get("quantization", (0.0, 0)) for o in engine.outputs]
     annotator = _Annotator(annotate) if annotate is not None else None

@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import cli_errors, say
-from .convert import ReportFormat
+from ..cli_common import ReportFormat, ReportFormatOpt, cli_errors, say
 
 app = typer.Typer()
 
@@ -20,7 +19,7 @@ RootOpt = Annotated[str, typer.Option(
 @app.command("devices")
 @cli_errors
 def devices_command(
-    fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format.")] = ReportFormat.table,
+    fmt: ReportFormatOpt = ReportFormat.table,
     root: RootOpt = "/",
 ) -> None:
     """List Edge TPUs without creating an interpreter (libedgetpu's C API, else sysfs).

@@ -7,9 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import cli_errors, say
+from ..cli_common import ReportFormat, ReportFormatOpt, cli_errors, say
 from ..errors import ExitCode
-from .convert import ReportFormat
 from .devices import RootOpt
 
 app = typer.Typer()
@@ -18,7 +17,7 @@ app = typer.Typer()
 @app.command("doctor")
 @cli_errors
 def doctor_command(
-    fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format.")] = ReportFormat.table,
+    fmt: ReportFormatOpt = ReportFormat.table,
     forget_probes: Annotated[bool, typer.Option(
         "--forget-probes", help="Delete the cached delegate-probe verdicts first, so each "
                                 "(runtime, libedgetpu) pair is probed again on next use.")] = False,
