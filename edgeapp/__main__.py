@@ -1,3 +1,3 @@
-from .cli import main
+from edgeapp.cli.app import main
 
 main()

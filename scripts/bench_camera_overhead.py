@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from edgeapp.boxes import ResizeMode  # noqa: E402
-from edgeapp.camera import fit_frame, resize_frame  # noqa: E402
-from edgeapp.capture import cv2_module  # noqa: E402
-from edgeapp.overlay import draw_result  # noqa: E402
-from edgeapp.preprocess import quantize_input  # noqa: E402
+from edgeapp.core.boxes import ResizeMode  # noqa: E402
+from edgeapp.flows.camera import fit_frame, resize_frame  # noqa: E402
+from edgeapp.hw.capture import cv2_module  # noqa: E402
+from edgeapp.core.overlay import draw_result  # noqa: E402
+from edgeapp.core.preprocess import quantize_input  # noqa: E402
 
 W, H = 640, 480
 

@@ -68,10 +68,10 @@ def main() -> int:
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))
-    from edgeapp.inputs import expand_inputs
-    from edgeapp.model_meta import read_meta
-    from edgeapp.pipeline import input_spec, run_batch
-    from edgeapp.runtime import open_model
+    from edgeapp.flows.inputs import expand_inputs
+    from edgeapp.core.meta import read_meta
+    from edgeapp.flows.batch import input_spec, run_batch
+    from edgeapp.hw.runtime import open_model
 
     engine = open_model(args.model, "auto", threads=args.threads)
     spec = input_spec(engine, read_meta(args.model))

@@ -108,7 +108,7 @@ def tiny_model(converted: dict) -> Path:
 @pytest.fixture()
 def cli():
     """Run the Typer app in-process: cli(args) -> click Result (stdout and stderr separate)."""
-    from edgeapp.cli import app
+    from edgeapp.cli.app import app
 
     runner = CliRunner()
 

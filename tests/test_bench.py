@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from conftest import SHARED, SIZE
-from edgeapp import stats
-from edgeapp.bench import random_input, thread_counts, time_invocations
+from edgeapp.core import stats
+from edgeapp.flows.bench import random_input, thread_counts, time_invocations
 from edgeapp.errors import UsageError
-from edgeapp.hostinfo import usable_cores
-from edgeapp.synthetic import DEFAULT_SPEC
+from edgeapp.hw.hostinfo import usable_cores
+from edgeapp.flows.synthetic import DEFAULT_SPEC
 
 TINY_MACS = SIZE * SIZE * 8 * 27 + (SIZE // 2) ** 2 * 8 * 72 + 8 * 3  # conv, conv, dense
 RESULT_KEYS = {"device", "runtime", "threads", "load_ms", "first_ms", "latency_ms",

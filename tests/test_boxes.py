@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from edgeapp.boxes import (BBox, Fit, ResizeMode, area, clip, intersection, iou, letterbox_fit, make_fit,
+from edgeapp.core.boxes import (BBox, Fit, ResizeMode, area, clip, intersection, iou, letterbox_fit, make_fit,
                            scale, stretch_fit, to_original, translate)
 
 

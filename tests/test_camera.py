@@ -22,9 +22,9 @@ import pytest
 
 import detection_models as dm
 from conftest import CLASSES, ROOT
-from edgeapp.boxes import ResizeMode
-from edgeapp.camera import CameraStats, fit_frame, has_display, run_camera
-from edgeapp.capture import FrameGrabber, OpenCVSource, ReconnectPolicy, parse_source
+from edgeapp.core.boxes import ResizeMode
+from edgeapp.flows.camera import CameraStats, fit_frame, has_display, run_camera
+from edgeapp.hw.capture import FrameGrabber, OpenCVSource, ReconnectPolicy, parse_source
 from edgeapp.errors import ExitCode
 
 cv2 = pytest.importorskip("cv2")
@@ -425,7 +425,7 @@ def test_stats_summary_has_the_documented_fields():
 
 
 def test_overlay_draws_boxes_label_and_status():
-    from edgeapp.overlay import color_for, draw_result
+    from edgeapp.core.overlay import color_for, draw_result
 
     img = np.zeros((H, W, 3), np.uint8)
     draw_result(img, {"objects": [{"id": 3, "label": "cat", "score": 0.9, "bbox": [100, 100, 200, 200]}]},

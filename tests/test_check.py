@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from edgeapp import check_report as CR
-from edgeapp import edgetpu_rules as R
+from edgeapp.core import check_report as CR
+from edgeapp.core import edgetpu_rules as R
 from edgeapp.errors import ExitCode
-from edgeapp.tflite_model import Model, Operator, Quantization, Tensor, load_model
+from edgeapp.core.tflite.model import Model, Operator, Quantization, Tensor, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = Quantization(scale=(0.05,), zero_point=(0,))

@@ -27,7 +27,7 @@ def test_console_script_help_and_version():
 
 @pytest.mark.parametrize("argv", [["--help"], ["classify", "--help"], ["convert", "--help"]])
 def test_help_imports_no_heavy_module(argv):
-    code = ("import sys\nfrom edgeapp.cli import app\n"
+    code = ("import sys\nfrom edgeapp.cli.app import app\n"
             f"try:\n    app({argv!r})\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (HEAVY,))
     r = run(sys.executable, "-c", code)
@@ -36,7 +36,7 @@ def test_help_imports_no_heavy_module(argv):
 
 
 def test_classify_never_imports_tensorflow(tiny_model, color_images):
-    code = ("import sys\nfrom edgeapp.cli import app\n"
+    code = ("import sys\nfrom edgeapp.cli.app import app\n"
             f"try:\n    app(['classify', {str(tiny_model)!r}, {str(color_images['red'])!r}])\n"
             "except SystemExit:\n    pass\n"
             "print('TF', 'tensorflow' in sys.modules, 'keras' in sys.modules)")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeapp import compiler as C
-from edgeapp import compiler_output as CO
+from edgeapp.hw import compiler as C
+from edgeapp.core import compiler_output as CO
 from edgeapp.errors import ExitCode, MissingDependency
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -470,7 +470,7 @@ def _report(path: Path) -> dict:
 
 
 def test_convert_compile_step(fake_compiler, model_copy, capsys):
-    from edgeapp.commands.convert import finish_report
+    from edgeapp.cli.convert import finish_report
 
     report = _report(model_copy)
     assert finish_report(model_copy, report, "json", compile_=True) == 0
@@ -486,7 +486,7 @@ def test_convert_compile_step(fake_compiler, model_copy, capsys):
 
 
 def test_convert_compile_without_compiler_is_skipped(model_copy, tmp_path, monkeypatch, capsys):
-    from edgeapp.commands.convert import finish_report
+    from edgeapp.cli.convert import finish_report
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("EDGETPU_COMPILER", raising=False)

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import ROOT
 from edgeapp.errors import ExitCode
-from edgeapp.model_meta import read_meta
-from edgeapp.tflite_model import load_model
+from edgeapp.core.meta import read_meta
+from edgeapp.core.tflite.model import load_model
 
 
 def run_convert(*args, check=True):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import detection_models as dm
-from edgeapp.boxes import BBox, letterbox_fit, stretch_fit
-from edgeapp.detect import OutputInfo, engine_layout, find_layout, get_objects
+from edgeapp.core.boxes import BBox, letterbox_fit, stretch_fit
+from edgeapp.core.detect import OutputInfo, engine_layout, find_layout, get_objects
 from edgeapp.errors import ExitCode, InvalidModel
 
 RED, GREEN, BLUE = 0, 1, 2  # class ids of the test models (and RGB channels)
@@ -149,7 +149,7 @@ def test_get_objects_letterbox_maps_back_to_the_original():
     ("plain_sig", "signature output_0..3"),
 ])
 def test_real_models_layouts(det_models, name, how):
-    from edgeapp.runtime import open_model
+    from edgeapp.hw.runtime import open_model
 
     engine = open_model(det_models[name], "cpu")
     assert engine_layout(engine).how == how

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from edgeapp.devices import list_edge_tpus, scan_sysfs
+from edgeapp.hw.devices import list_edge_tpus, scan_sysfs
 
 PCI_PARENT = "sys/devices/pci0000:00/0000:00:14.0"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeapp.doctor import FAIL, OK, WARN, exit_ok, numpy_check, pycoral_check, run_checks
+from edgeapp.flows.doctor import FAIL, OK, WARN, exit_ok, numpy_check, pycoral_check, run_checks
 from edgeapp.errors import ExitCode
 from test_devices import add_apex, two_accelerators_and_a_mouse
 

@@ -6,8 +6,8 @@ import pytest
 
 from conftest import ROOT
 from edgeapp.errors import ExitCode
-from edgeapp.runtime import cpu_twin_path, open_model, parse_device
-from edgeapp.tflite_model import load_model
+from edgeapp.hw.runtime import cpu_twin_path, open_model, parse_device
+from edgeapp.core.tflite.model import load_model
 
 
 def classes(stdout: str) -> list:

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from conftest import SHARED, SIZE
-from edgeapp.opcount import count_ops, macs_per_op
-from edgeapp.synthetic import SyntheticSpec, build_synthetic
-from edgeapp.tflite_model import load_model, parse_model
-from edgeapp.tflite_writer import ModelWriter
+from edgeapp.core.opcount import count_ops, macs_per_op
+from edgeapp.flows.synthetic import SyntheticSpec, build_synthetic
+from edgeapp.core.tflite.model import load_model, parse_model
+from edgeapp.core.tflite.writer import ModelWriter
 
 
 def test_tiny_model_conv_layer_by_hand(tiny_model):

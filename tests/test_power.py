@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from edgeapp import hostinfo, power
+from edgeapp.hw import hostinfo, power
 
 # `vcgencmd pmic_read_adc` as printed by a Raspberry Pi 5 Model B under load (Raspberry Pi OS
 # bookworm): a rail's current and voltage come on separate lines, with different channel

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from edgeapp.classify import Class, dequantize, get_classes_from_scores, get_scores
+from edgeapp.core.classify import Class, dequantize, get_classes_from_scores, get_scores
 from edgeapp.errors import InputError
-from edgeapp.labels import parse_labels
-from edgeapp.preprocess import input_affine, load_image, prepare_image, quantize_input
+from edgeapp.core.labels import parse_labels
+from edgeapp.core.preprocess import input_affine, load_image, prepare_image, quantize_input
 
 
 def save(img: Image.Image, tmp_path, name: str, **kw):
@@ -146,7 +146,7 @@ def test_label_formats(text, expected):
 
 def test_labels_numbered_mode_skips_lines_without_an_id_and_binary_is_refused(tmp_path):
     from edgeapp.errors import UsageError
-    from edgeapp.labels import read_labels
+    from edgeapp.core.labels import read_labels
 
     assert parse_labels("0 a\nfoo bar\n3: c\n") == {0: "a", 3: "c"}
     p = tmp_path / "labels.bin"

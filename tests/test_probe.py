@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from edgeapp.devices import list_edge_tpus
-from edgeapp.doctor import library_checks
-from edgeapp.probe import Pair, Verdict, VerdictCache
-from edgeapp.runtime import find_runtime
+from edgeapp.hw.devices import list_edge_tpus
+from edgeapp.flows.doctor import library_checks
+from edgeapp.hw.probe import Pair, Verdict, VerdictCache
+from edgeapp.hw.runtime import find_runtime
 from test_devices import add_apex, add_usb
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from edgeapp.errors import ExitCode, InvalidModel
-from edgeapp.tflite_model import load_model, parse_model
+from edgeapp.core.tflite.model import load_model, parse_model
 
 
 def test_converted_model_graph(tiny_model):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeapp.runtime import open_model
-from edgeapp.synthetic import (DEFAULT_SPEC, EDGETPU_CACHE_BYTES, SyntheticSpec, build_synthetic,
+from edgeapp.hw.runtime import open_model
+from edgeapp.flows.synthetic import (DEFAULT_SPEC, EDGETPU_CACHE_BYTES, SyntheticSpec, build_synthetic,
                                write_synthetic)
-from edgeapp.tflite_model import load_model
-from edgeapp.tflite_writer import ModelWriter, conv_layer, dense_layer, int8_input
+from edgeapp.core.tflite.model import load_model
+from edgeapp.core.tflite.writer import ModelWriter, conv_layer, dense_layer, int8_input
 
 
 def _requantize(acc: np.ndarray, multiplier, out_zero: int) -> np.ndarray:

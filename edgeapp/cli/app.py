@@ -1,0 +1,52 @@
+"""The `edgeapp` command: one Typer app per command module, joined here.
+
+Command modules import their heavy dependencies (runtimes, OpenCV, TensorFlow) inside the
+command function, so `edgeapp --help` stays fast and light.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from edgeapp import __version__
+from edgeapp.cli.options import Globals, RuntimeName
+from edgeapp.cli import bench, camera, check, classify, compile, convert, detect, devices, doctor
+
+app = typer.Typer(
+    name="edgeapp",
+    help="From a Keras model to fast inference on the Google Coral Edge TPU "
+         "(with CPU fallback when no Edge TPU is usable).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+for module in (convert, check, compile, classify, detect, camera, bench, devices, doctor):
+    app.add_typer(module.app)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"edgeapp {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    device: Annotated[str, typer.Option(
+        "--device", "-d", envvar="EDGEAPP_DEVICE", metavar="DEVICE",
+        help="Default device for every command: auto, cpu, edgetpu, usb, usb:N, pci, pci:N, :N.")] = "auto",
+    runtime: Annotated[Optional[RuntimeName], typer.Option(
+        "--runtime", envvar="EDGEAPP_RUNTIME",
+        help="Default TFLite runtime (default: the best installed).", show_default=False)] = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Show the version and exit.")] = False,
+) -> None:
+    ctx.obj = Globals(device=device, runtime=runtime.value if runtime else None)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,119 @@
+"""`edgeapp check`: which operators will run on the Edge TPU, predicted without the compiler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors
+from edgeapp.errors import ExitCode
+
+app = typer.Typer()
+
+
+
+@app.command("check")
+@cli_errors
+def check_command(
+    model: Annotated[Path, typer.Argument(help="A .tflite model (the CPU model you would compile).",
+                                          show_default=False)],
+    fmt: ReportFormatOpt = ReportFormat.table,
+) -> None:
+    """Predict which operations the Edge TPU compiler will map, from the model file alone.
+
+    Works on any OS, without edgetpu_compiler. Exit code 0 when the whole model is predicted to
+    run on the Edge TPU, 8 when part or none of it is (see the reasons and advice).
+    """
+    result = run_check(model)
+    if fmt == ReportFormat.json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        typer.echo(render(result))
+    if not result.fully_mapped:
+        raise typer.Exit(int(ExitCode.NOT_MAPPABLE))
+
+
+def run_check(path: Path):
+    """Load (validated) and check `path`; returns a `check_report.CheckResult`."""
+    from edgeapp.core.check_report import check_model
+    from edgeapp.core.tflite.model import load_model, parse_model
+
+    model = load_model(path)  # validates, with one-line errors
+    try:
+        data = Path(path).read_bytes()
+        model = parse_model(data, str(path))
+    except OSError:
+        data = None
+    return check_model(model, data)
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _count(n: int) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return str(n)
+
+
+def _size(n: int) -> str:
+    for unit, size in (("MiB", 1024 ** 2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def verdict_line(result) -> str:
+    """One line: the verdict and the shares on the TPU (used by `convert` too)."""
+    from edgeapp.core.check_report import VERDICT_TEXT
+
+    s = result.summary
+    line = (f"{VERDICT_TEXT[s['verdict']]}: {s['ops_tpu']}/{s['ops_total']} ops on the Edge TPU, "
+            f"{_pct(s['macs_tpu_share'])} of {_count(s['macs_total'])} MACs")
+    if s["verdict"] != "fully_mapped" and s["first_cpu_op"] is not None:
+        first = next(o for o in result.ops if o.index == s["first_cpu_op"])
+        line += f"; first CPU op #{first.index} {first.op}: {first.reason}"
+    return line
+
+
+def _io_text(entries: list[dict]) -> str:
+    parts = []
+    for e in entries:
+        shape = ",".join(str(d) for d in e["shape"])
+        q = f" (scale {e['scale']:.6g}, zero {e['zero_point']})" if e["scale"] else ""
+        parts.append(f"{e['dtype']}[{shape}]{q}")
+    return "; ".join(parts)
+
+
+def render(result) -> str:
+    """The per-operator table and the summary, for a terminal."""
+    rows = [("#", "op", "inputs", "outputs", "TPU", "reason")]
+    for o in result.ops:
+        ins = " ".join(o.inputs) + (f" +{o.constants} const" if o.constants else "")
+        rows.append((str(o.index), o.op, ins, " ".join(o.outputs), "yes" if o.mapped else "NO",
+                     o.reason or ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = [f"{result.model}"]
+    for r in rows:
+        lines.append("  ".join([r[0].rjust(widths[0])] + [c.ljust(w) for c, w in zip(r[1:5], widths[1:])]
+                               + [r[5]]).rstrip())
+    s = result.summary
+    lines += ["", f"verdict     {verdict_line(result)}"]
+    lines.append(f"operations  {s['ops_tpu']} of {s['ops_total']} on the Edge TPU ({_pct(s['ops_tpu_share'])}), "
+                 f"{s['ops_cpu']} on the CPU")
+    lines.append(f"MACs        {_count(s['macs_tpu'])} of {_count(s['macs_total'])} on the Edge TPU "
+                 f"({_pct(s['macs_tpu_share'])})")
+    lines.append(f"parameters  {_size(s['parameter_bytes_tpu'])} on the Edge TPU of ~8 MiB on-chip "
+                 f"cache ({_size(s['parameter_bytes'])} in the file)")
+    lines.append(f"input       {_io_text(s['inputs'])}")
+    lines.append(f"output      {_io_text(s['outputs'])}")
+    for w in s["warnings"]:
+        lines.append(f"warning     {w}")
+    for a in s["advice"]:
+        lines.append(f"advice      {a}")
+    return "\n".join(lines)

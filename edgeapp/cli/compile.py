@@ -1,0 +1,139 @@
+"""`edgeapp compile`: run Google's edgetpu_compiler, parse and judge what it did."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+
+app = typer.Typer()
+
+
+
+CompilerOpt = Annotated[Optional[str], typer.Option(
+    "--compiler", help="The edgetpu_compiler executable (default: $EDGETPU_COMPILER, else PATH).",
+    show_default=False)]
+
+
+@app.command("compile")
+@cli_errors
+def compile_command(
+    model: Annotated[Path, typer.Argument(help="A full-integer .tflite model (from `edgeapp convert`).",
+                                          show_default=False)],
+    out_dir: Annotated[Optional[Path], typer.Option(
+        "--out-dir", "-o", help="Folder for X_edgetpu.tflite and X_edgetpu.log (default: beside "
+                                "the model).", show_default=False)] = None,
+    segments: Annotated[Optional[int], typer.Option(
+        "--segments", "-n", min=1, help="Split into N segments to pipeline over N Edge TPUs "
+                                        "(X_segment_I_of_N_edgetpu.tflite).", show_default=False)] = None,
+    min_runtime: Annotated[Optional[int], typer.Option(
+        "--min-runtime", "-m", min=10, help="Oldest Edge TPU runtime version to support.",
+        show_default=False)] = None,
+    timeout: Annotated[float, typer.Option("--timeout", "-t", min=1,
+                                           help="Seconds before the compilation is stopped.")] = 180,
+    search_delegate: Annotated[bool, typer.Option(
+        "--search-delegate", help="Retry with earlier stopping points when the compiler fails "
+                                  "on an unsupported operation.")] = False,
+    fmt: ReportFormatOpt = ReportFormat.table,
+    compiler: CompilerOpt = None,
+) -> None:
+    """Compile MODEL for the Edge TPU with edgetpu_compiler (x86-64 Linux only).
+
+    Exit code 0 when every operation is mapped, 8 when some or none run on the Edge TPU, 9 when
+    the compiler fails or times out, 7 when it is not installed (`edgeapp check` predicts the
+    mapping without it).
+    """
+    report = run_compile(model, out_dir=out_dir, segments=segments, min_runtime=min_runtime,
+                         timeout=timeout, search_delegate=search_delegate, compiler=compiler)
+    emit(report, fmt.value)
+    finish(report)
+
+
+def run_compile(model: Path, *, out_dir=None, segments=None, min_runtime=None, timeout=180.0,
+                search_delegate=False, compiler=None):
+    """Validate the model, find the compiler and run it; returns a `compiler.CompileReport`."""
+    from edgeapp.hw.compiler import compile_model, find_compiler
+    from edgeapp.errors import UsageError
+    from edgeapp.core.tflite.model import load_model
+
+    m = load_model(model)
+    if m.is_edgetpu_compiled:
+        raise UsageError(f"{model} is already compiled for the Edge TPU (edgetpu-custom-op): "
+                         "compile its CPU model instead")
+    exe = find_compiler(compiler)
+    return compile_model(model, exe, out_dir, segments=segments, min_runtime=min_runtime,
+                         timeout=timeout, search_delegate=search_delegate, log=say)
+
+
+def emit(report, fmt: str) -> None:
+    if fmt == "json":
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        typer.echo(render(report))
+
+
+def finish(report) -> None:
+    """Errors and warnings on stderr, then the exit code of the judgement."""
+    j = report.judgement
+    for w in j.warnings:
+        say(f"warning: {w}")
+    for e in j.errors:
+        say(f"error: {e}")
+    if j.verdict == "failed" and not report.result.failures:  # an unknown failure: show its words
+        tail = [ln for ln in (report.stdout + "\n" + report.stderr).splitlines() if ln.strip()][-5:]
+        for line in tail:
+            say(f"edgetpu_compiler: {line}")
+    if j.exit_code:
+        raise typer.Exit(j.exit_code)
+
+
+def _size(n: Optional[int]) -> str:
+    if n is None:
+        return "?"
+    for unit, size in (("MiB", 1024 ** 2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+VERDICTS = {"fully_mapped": "fully mapped to the Edge TPU",
+            "partially_mapped": "partially mapped (some operations run on the CPU)",
+            "not_mapped": "nothing mapped to the Edge TPU",
+            "failed": "compilation failed"}
+
+
+def render(report) -> str:
+    r = report.result
+    rows = [("verdict", VERDICTS[report.judgement.verdict]),
+            ("compiler", f"{report.compiler} (version {r.compiler_version or '?'})")]
+    if r.compile_ms is not None:
+        rows.append(("compile time", f"{r.compile_ms} ms"))
+    rows.append(("input", f"{r.input_model or report.model} ({_size(r.input_size_bytes)})"))
+    for o in report.outputs:
+        if o["exists"]:
+            rows.append(("output", f"{o['model']}" + (f" ({_size(r.output_size_bytes)})"
+                                                     if len(report.outputs) == 1 else "")))
+    if report.cpu_model:
+        rows.append(("CPU twin", report.cpu_model))
+    if r.on_chip_used_bytes is not None:
+        rows.append(("on-chip memory", f"{_size(r.on_chip_used_bytes)} used, "
+                                       f"{_size(r.on_chip_remaining_bytes)} remaining"))
+    if r.off_chip_bytes is not None:
+        rows.append(("off-chip (streamed)", _size(r.off_chip_bytes)))
+    if r.subgraphs is not None:
+        rows.append(("Edge TPU subgraphs", str(r.subgraphs)))
+    if r.total_ops is not None:
+        rows.append(("operations", f"{r.ops_tpu if r.ops_tpu is not None else '?'} of {r.total_ops} "
+                                   f"on the Edge TPU, {r.ops_cpu if r.ops_cpu is not None else '?'} "
+                                   "on the CPU"))
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    if r.operators:
+        w = max(len("operator"), *(len(o.operator) for o in r.operators))
+        lines += ["", f"{'operator':<{w}}  {'count':>5}  status"]
+        lines += [f"{o.operator:<{w}}  {o.count:>5}  {o.status}" for o in r.operators]
+    return "\n".join(lines)

@@ -1,0 +1,192 @@
+"""`edgeapp convert`: a Keras model to a full-integer int8 TFLite model, with a report."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, finite, say
+
+app = typer.Typer()
+
+
+class IOType(str, Enum):
+    uint8 = "uint8"
+    int8 = "int8"
+    float32 = "float32"
+
+
+
+@app.command("convert")
+@cli_errors
+def convert_command(
+    model: Annotated[Path, typer.Argument(help="Keras model: .keras, .h5, or a SavedModel folder.",
+                                          show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The .tflite file to write.",
+                                         show_default=False)],
+    calibration: Annotated[Path, typer.Option(
+        "--calibration", "-c", help="Calibration images: a folder (sub-folders = classes) or an "
+        ".npy array (N,H,W,C) of uint8 pixels, or of float model inputs.", show_default=False)],
+    samples: Annotated[int, typer.Option("--samples", "-n", min=1,
+                                         help="Calibration images to use (random subset).")] = 300,
+    io: Annotated[IOType, typer.Option("--io", help="Input/output tensor type. uint8 is what "
+                                                    "Coral's models and examples use.")] = IOType.uint8,
+    mean: Annotated[float, typer.Option(
+        "--mean", help="Your float model takes (pixel − mean)/std. Default: [0, 1] inputs.")] = 0.0,
+    std: Annotated[float, typer.Option("--std", help="See --mean (127.5/127.5 for [-1, 1]).")] = 255.0,
+    eval_dir: Annotated[Optional[Path], typer.Option(
+        "--eval", help="Folder with one sub-folder per class: report float and int8 accuracy.",
+        show_default=False)] = None,
+    labels: Annotated[Optional[Path], typer.Option(
+        "--labels", "-l", help="Labels file to store with the model (default: class folder names).",
+        show_default=False)] = None,
+    fmt: ReportFormatOpt = ReportFormat.table,
+    compile_: Annotated[bool, typer.Option(
+        "--compile", help="Then compile it for the Edge TPU with edgetpu_compiler, when installed "
+                          "(x86-64 Linux): writes OUT_edgetpu.tflite beside OUT.tflite.")] = False,
+    compiler: Annotated[Optional[str], typer.Option(
+        "--compiler", help="The edgetpu_compiler executable for --compile (default: "
+                           "$EDGETPU_COMPILER, else PATH).", show_default=False)] = None,
+) -> None:
+    """Quantize a Keras model to full-integer int8 TFLite, calibrated on your images.
+
+    Writes OUT.tflite and OUT.json (labels and preprocessing, read by classify), then reports
+    float vs int8 agreement, size, operators and the `edgeapp check` verdict (what will run on
+    the Edge TPU). Needs TensorFlow: pip install 'edgeapp[convert]'.
+    """
+    finite("--mean", mean)
+    finite("--std", std)
+
+    from edgeapp.flows import convert as converter
+    from edgeapp.errors import UsageError
+    from edgeapp.core.labels import read_labels
+    from edgeapp.core.meta import ModelMeta, write_sidecar
+
+    if std == 0:
+        raise UsageError("--std must not be 0")
+    if output.suffix.lower() != ".tflite":
+        raise UsageError(f"--output {output}: use a .tflite file name")
+    say(f"loading {model} (TensorFlow)")
+    float_model = converter.load_float_model(model)
+    h, w, c = float_model.input_shape
+    cal = converter.load_dataset(calibration, (w, h), c, samples)
+    evaluation = converter.load_dataset(eval_dir, (w, h), c, None, seed=1) if eval_dir else cal
+    say(f"calibrating on {len(cal.x)} sample(s), input {h}x{w}x{c}")
+    tflite = converter.quantize(float_model, converter.normalize(cal, mean, std), output, io.value)
+
+    names = evaluation.class_names or cal.class_names
+    label_map = read_labels(labels) if labels else ({i: n for i, n in enumerate(names)} if names else None)
+    sidecar = write_sidecar(output, ModelMeta(labels=label_map, mean=mean, std=std, task="classify",
+                                              extra={"source": str(model)}))
+    report = _evaluate(output, float_model, evaluation, mean, std)
+    report.update(model=str(output), source=str(model), sidecar=str(sidecar), io=io.value,
+                  size_bytes=tflite.size, input_shape=list(tflite.input_tensors[0].shape),
+                  calibration_samples=len(cal.x),
+                  ops=dict(Counter(op.op for op in tflite.operators).most_common()))
+    if report["agreement"] is not None and report["agreement"] < 0.9:
+        say(f"warning: int8 agrees with float on only {report['agreement']:.1%} of samples; "
+            "calibrate with more representative images or check --mean/--std")
+    code = finish_report(output, report, fmt.value, compile_, compiler)
+    if code:
+        raise typer.Exit(code)
+
+
+def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
+                  compiler: Optional[str] = None) -> int:
+    """Add the `check` verdict (and the --compile result) to the report, print it, and return
+    the exit code: 0, or the compile step's code when it ran and did not map everything."""
+    from edgeapp.errors import MissingDependency
+    from edgeapp.cli.check import run_check, verdict_line
+
+    checked = run_check(output)
+    report["edgetpu_check"] = checked.summary
+    report["edgetpu_verdict"] = verdict_line(checked)
+    compiled = None
+    if compile_:
+        from edgeapp.hw.compiler import compile_model, find_compiler
+
+        try:
+            exe = find_compiler(compiler)
+        except MissingDependency as e:
+            say(f"--compile skipped: {e}")
+            report["compile"] = {"skipped": str(e)}
+        else:
+            compiled = compile_model(output, exe, output.parent, log=say)
+            report["compile"] = compiled.to_json()
+    if fmt == ReportFormat.json.value:
+        typer.echo(json.dumps(report, indent=2))
+        say(f"Edge TPU check: {report['edgetpu_verdict']}")
+    else:
+        _print_report(report)
+    if compiled is None:
+        return 0
+    from edgeapp.cli.compile import render
+
+    if fmt != ReportFormat.json.value:
+        typer.echo("")
+        typer.echo(render(compiled))
+    j = compiled.judgement
+    for w in j.warnings:
+        say(f"warning: {w}")
+    for e in j.errors:
+        say(f"error: {e}")
+    return j.exit_code
+
+
+def _evaluate(path: Path, float_model, data, mean: float, std: float) -> dict:
+    """Top-1 of the float model vs the int8 model run as `classify` runs it."""
+    import numpy as np
+
+    from edgeapp.core.classify import get_scores
+    from edgeapp.flows.convert import normalize
+    from edgeapp.core.preprocess import quantize_input
+    from edgeapp.hw.runtime import open_model
+
+    x = normalize(data, mean, std)
+    float_top1 = np.argmax(float_model.predict(x).reshape(len(x), -1), axis=1)
+    engine = open_model(path, "cpu")
+    scale, zero = engine.input_quantization
+    out_scale, out_zero = engine.outputs[0].get("quantization", (0.0, 0))
+    int8_top1 = []
+    for i in range(len(x)):
+        if data.normalized:  # float inputs: quantize them directly
+            q = x[i] if engine.input_dtype.kind == "f" else np.clip(
+                np.rint(x[i] / scale + zero), *_limits(engine.input_dtype)).astype(engine.input_dtype)
+        else:
+            q = quantize_input(data.x[i], engine.input_dtype, scale, zero, mean, std)
+        int8_top1.append(int(np.argmax(get_scores(engine.run(q[None])[0], out_scale, out_zero))))
+    int8_top1 = np.array(int8_top1)
+    report = {"samples": len(x), "agreement": round(float(np.mean(float_top1 == int8_top1)), 4),
+              "float_accuracy": None, "int8_accuracy": None}
+    if data.y is not None and (data.y >= 0).all():
+        report["float_accuracy"] = round(float(np.mean(float_top1 == data.y)), 4)
+        report["int8_accuracy"] = round(float(np.mean(int8_top1 == data.y)), 4)
+    return report
+
+
+def _limits(dtype) -> tuple[int, int]:
+    import numpy as np
+
+    info = np.iinfo(dtype)
+    return info.min, info.max
+
+
+def _print_report(r: dict) -> None:
+    rows = [("model", f"{r['model']} ({r['size_bytes'] / 1024:.1f} KiB, {r['io']} I/O, input "
+                      f"{r['input_shape']})"),
+            ("sidecar", r["sidecar"]),
+            ("calibration", f"{r['calibration_samples']} sample(s)"),
+            ("top-1 agreement", f"{r['agreement']:.2%} of {r['samples']} (float vs int8)")]
+    if r["float_accuracy"] is not None:
+        rows.append(("accuracy", f"float {r['float_accuracy']:.4f}, int8 {r['int8_accuracy']:.4f}"))
+    rows.append(("operators", ", ".join(f"{k}×{v}" for k, v in r["ops"].items())))
+    if r.get("edgetpu_verdict"):
+        rows.append(("Edge TPU check", r["edgetpu_verdict"]))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        typer.echo(f"{k:<{width}}  {v}")

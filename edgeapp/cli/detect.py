@@ -1,0 +1,159 @@
+"""`edgeapp detect`: objects in images, as boxes in the original image's pixels."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from edgeapp.core.boxes import ResizeMode
+from edgeapp.cli.options import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, OutputOpt,
+                          ResumeOpt, RuntimeOpt, StdOpt, ThreadsOpt, WorkersOpt, cli_errors,
+                          finite, open_engine, progress_bar, say)
+from edgeapp.errors import ExitCode, UsageError
+from edgeapp.flows.records import Format
+
+app = typer.Typer()
+
+CSV_COLUMNS = ["path", "rank", "id", "label", "score", "xmin", "ymin", "xmax", "ymax", "device",
+               "model", "latency_ms", "error"]
+ResizeOpt = Annotated[ResizeMode, typer.Option(
+    "--resize", help="How images are fitted to the model input: stretch (what SSD models are "
+                     "trained with) or letterbox (keep the aspect ratio, pad). Boxes are mapped "
+                     "back to the original image either way.")]
+
+
+@app.command("detect")
+@cli_errors
+def detect_command(
+    ctx: typer.Context,
+    model: Annotated[Path, typer.Argument(
+        help="A detection .tflite model ending in the TFLite detection post-process op (SSD "
+             "MobileNet, EfficientDet-Lite...), or its *_edgetpu.tflite build.", show_default=False)],
+    inputs: Annotated[list[str], typer.Argument(
+        help="Image files, folders (recursive), globs, or - to read paths from stdin.",
+        show_default=False)],
+    labels: LabelsOpt = None,
+    threshold: Annotated[float, typer.Option("--threshold", "-t",
+                                             help="Minimum score of an object.")] = 0.4,
+    top_k: Annotated[Optional[int], typer.Option(
+        "--top-k", "-k", min=1, help="At most this many objects per image, best first "
+                                     "(default: all above the threshold).", show_default=False)] = None,
+    resize: ResizeOpt = ResizeMode.stretch,
+    annotate: Annotated[Optional[Path], typer.Option(
+        "--annotate", help="Write each image with its boxes, labels and scores drawn into DIR.",
+        metavar="DIR", show_default=False)] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    output: OutputOpt = None,
+    resume: ResumeOpt = False,
+    mean: MeanOpt = None,
+    std: StdOpt = None,
+    workers: WorkersOpt = 2,
+    device: DeviceOpt = None,
+    cpu_model: CpuModelOpt = None,
+    threads: ThreadsOpt = None,
+    runtime: RuntimeOpt = None,
+    no_probe: NoProbeOpt = False,
+) -> None:
+    """Detect objects in images on the Edge TPU, or on the CPU when none is usable.
+
+    Boxes are [xmin, ymin, xmax, ymax] in the original image's pixels. Results stream to stdout
+    (or --output) as they are produced; a bad image gives an error record and the batch goes on
+    (exit code 3 at the end).
+    """
+    finite("--threshold", threshold)
+    finite("--mean", mean)
+    finite("--std", std)
+
+    from edgeapp.core.detect import engine_layout, get_objects, object_fields, prepare_detection
+    from edgeapp.flows.inputs import expand_inputs
+    from edgeapp.flows.batch import image_model, run_batch
+    from edgeapp.flows.records import RecordWriter
+
+    paths = expand_inputs(inputs)
+    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
+    loaded = image_model(engine, model, labels, mean, std)
+    spec, label_map = loaded.spec, loaded.labels
+    layout = engine_layout(engine)
+    quant = [o.get("quantization", (0.0, 0)) for o in engine.outputs]
+    annotator = _Annotator(annotate) if annotate is not None else None
+
+    def prepare(path: str):
+        tensor, context = prepare_detection(path, spec, resize, keep_image=annotator is not None)
+        return tensor, {**context, "path": path}
+
+    def interpret(outputs, context) -> dict:
+        objects = object_fields(get_objects(outputs, layout, context["fit"], quant, threshold, top_k),
+                                label_map)
+        if annotator is not None:
+            annotator.write(context["path"], context["image"], objects)
+        return {"objects": objects}
+
+    with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+            progress_bar(len(paths), "detect") as advance:
+        stats = run_batch(paths, engine, prepare, interpret, {"objects": []}, writer, workers=workers,
+                          progress=advance)
+    parts = stats.summary(engine.device, output)
+    if annotate is not None and stats.ok:
+        parts.append(f"annotated images in {annotate}")
+    say("; ".join(parts))
+    if stats.failed:
+        raise typer.Exit(int(ExitCode.INPUTS_FAILED))
+
+
+class _Annotator:
+    """Writes annotated copies into a folder, one file per input, names kept unique."""
+
+    _KEEP = {".jpg", ".jpeg", ".png", ".bmp"}
+
+    def __init__(self, folder: Path) -> None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--annotate {folder}: cannot create it ({e.strerror or e})") from None
+        self.folder = folder
+        self.used: set[str] = set()
+
+    def write(self, path: str, image, objects: list[dict]) -> None:
+        import cv2
+        import numpy as np
+
+        from edgeapp.core.overlay import draw_objects
+
+        p = Path(path)
+        ext = p.suffix.lower() if p.suffix.lower() in self._KEEP else ".png"
+        name, n = p.stem + ext, 1
+        while name in self.used:
+            name, n = f"{p.stem}_{n}{ext}", n + 1
+        self.used.add(name)
+        rgb = np.asarray(image.convert("RGB"), dtype=np.uint8)
+        bgr = np.ascontiguousarray(rgb[:, :, ::-1])
+        draw_objects(bgr, objects)
+        out = self.folder / name
+        if not cv2.imwrite(os.fspath(out), bgr):
+            raise UsageError(f"--annotate: cannot write {out}")
+
+
+def _csv_rows(record: dict) -> list[dict]:
+    base = {k: record.get(k) for k in ("path", "device", "model", "latency_ms", "error")}
+    if not record["objects"]:
+        return [base]
+    rows = []
+    for r, o in enumerate(record["objects"], 1):
+        x0, y0, x1, y1 = o["bbox"]
+        rows.append({**base, "rank": r, "id": o["id"], "label": o["label"], "score": o["score"],
+                     "xmin": x0, "ymin": y0, "xmax": x1, "ymax": y1})
+    return rows
+
+
+def _table_line(record: dict) -> str:
+    if record["error"]:
+        return f"{record['path']}  ERROR: {record['error']}"
+    objs = record["objects"]
+    if not objs:
+        return f"{record['path']}  (no object above threshold)"
+    shown = ", ".join(f"{o['label'] if o['label'] is not None else o['id']} {o['score']:.2f} "
+                      f"[{', '.join(str(v) for v in o['bbox'])}]" for o in objs)
+    return f"{record['path']}  {len(objs)} object(s): {shown}"

@@ -1,0 +1,46 @@
+"""`edgeapp doctor`: diagnose the install (runtimes, libedgetpu, devices, drivers, compiler)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+from edgeapp.errors import ExitCode
+from edgeapp.cli.devices import RootOpt
+
+app = typer.Typer()
+
+
+@app.command("doctor")
+@cli_errors
+def doctor_command(
+    fmt: ReportFormatOpt = ReportFormat.table,
+    forget_probes: Annotated[bool, typer.Option(
+        "--forget-probes", help="Delete the cached delegate-probe verdicts first, so each "
+                                "(runtime, libedgetpu) pair is probed again on next use.")] = False,
+    root: RootOpt = "/",
+) -> None:
+    """One line per check: ok, warn or fail, with the fix. Exit 0 when nothing fails."""
+    from edgeapp.flows.doctor import FAIL, exit_ok, run_checks
+    from edgeapp.hw.probe import VerdictCache
+    from edgeapp.core.userdirs import cache_dir
+
+    cache = VerdictCache(cache_dir())
+    if forget_probes:
+        say(f"forgot {cache.clear()} cached probe verdict(s)")
+    checks = run_checks(root)
+    if fmt is ReportFormat.json:
+        summary = {s: sum(c.status == s for c in checks) for s in ("ok", "warn", "fail")}
+        typer.echo(json.dumps({"checks": [c.to_dict() for c in checks], "summary": summary,
+                               "probe_verdicts": list(cache.entries().values())}, indent=2))
+    else:
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            typer.echo(f"{c.status:<4}  {c.name:<{width}}  {c.detail}" + (f"  -> {c.fix}" if c.fix else ""))
+    if not exit_ok(checks):
+        failed = [c.name for c in checks if c.status == FAIL]
+        say(f"{len(failed)} check(s) failed: {', '.join(failed)}")
+        raise typer.Exit(int(ExitCode.CHECKS_FAILED))

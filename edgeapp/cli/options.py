@@ -1,0 +1,183 @@
+"""Options shared by several commands, and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Callable, Optional, TypeVar
+
+import typer
+
+from edgeapp.errors import EdgeappError, ExitCode
+
+F = TypeVar("F", bound=Callable)
+
+
+class RuntimeName(str, Enum):
+    ai_edge_litert = "ai-edge-litert"
+    tflite_runtime = "tflite-runtime"
+    tensorflow = "tensorflow"
+
+
+class ReportFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+ReportFormatOpt = Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format.")]
+
+
+@dataclass
+class Globals:
+    """Values of the global options (`edgeapp --device usb:0 classify ...`)."""
+
+    device: str = "auto"
+    runtime: Optional[str] = None
+
+
+DeviceOpt = Annotated[Optional[str], typer.Option(
+    "--device", "-d", metavar="DEVICE",
+    help="auto (Edge TPU if usable, else CPU), cpu, edgetpu, usb, usb:N, pci, pci:N or :N. "
+         "Default: the global --device, else auto.", show_default=False)]
+RuntimeOpt = Annotated[Optional[RuntimeName], typer.Option(
+    "--runtime", help="Force a TFLite runtime (default: the global --runtime, else the best installed).",
+    show_default=False)]
+CpuModelOpt = Annotated[Optional[Path], typer.Option(
+    "--cpu-model", help="CPU twin to run when a *_edgetpu.tflite model cannot use the Edge TPU "
+                        "(default: X.tflite beside X_edgetpu.tflite).", show_default=False)]
+ThreadsOpt = Annotated[Optional[int], typer.Option(
+    "--threads", min=1, max=64, help="Interpreter threads for CPU inference (default: the runtime's).",
+    show_default=False)]
+NoProbeOpt = Annotated[bool, typer.Option(
+    "--no-probe", envvar="EDGEAPP_NO_PROBE",
+    help="Load the Edge TPU delegate without first trying it in a child process (the probe "
+         "that turns a runtime/libedgetpu build mismatch crash into a message).")]
+
+
+LabelsOpt = Annotated[Optional[Path], typer.Option(
+    "--labels", "-l", help="Labels file (`0 cat`, `0:cat` or one label per line). "
+                           "Default: the model's sidecar JSON or embedded metadata.",
+    show_default=False)]
+MeanOpt = Annotated[Optional[float], typer.Option(
+    "--mean", help="Input normalization: the float model takes (pixel − mean)/std. "
+                   "Default: the model's metadata, else 128.", show_default=False)]
+StdOpt = Annotated[Optional[float], typer.Option(
+    "--std", help="See --mean. Default: the model's metadata, else 128.", show_default=False)]
+OutputOpt = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", help="Write results to FILE instead of stdout.", show_default=False)]
+ResumeOpt = Annotated[bool, typer.Option(
+    "--resume", help="Skip inputs already in --output (after a killed or failed run).")]
+WorkersOpt = Annotated[int, typer.Option(
+    "--workers", min=0, help="Threads decoding images ahead of inference (0: none).")]
+
+
+def resolve_device(ctx: typer.Context, device: Optional[str]) -> str:
+    if device:
+        return device
+    g = ctx.find_object(Globals)
+    return g.device if g else "auto"
+
+
+def resolve_runtime(ctx: typer.Context, runtime: Optional[RuntimeName]) -> Optional[str]:
+    if runtime is not None:
+        return runtime.value
+    g = ctx.find_object(Globals)
+    return g.runtime if g else None
+
+
+def open_engine(ctx: typer.Context, model: Path, device: Optional[str], cpu_model: Optional[Path],
+                runtime: Optional[RuntimeName], threads: Optional[int], no_probe: bool):
+    """The inference commands' way into the runtime layer: resolve the global options, open the
+    model on its device, and tell the user in one line when it runs somewhere unexpected."""
+    from edgeapp.hw.runtime import open_model
+
+    engine = open_model(model, resolve_device(ctx, device), cpu_model=cpu_model,
+                        runtime=resolve_runtime(ctx, runtime), threads=threads, probe=not no_probe)
+    if engine.notice:
+        say(engine.notice)
+    return engine
+
+
+def finite(name: str, value: Optional[float]) -> Optional[float]:
+    """Typer accepts nan and inf for floats; no option of ours means them."""
+    import math
+
+    from edgeapp.errors import UsageError
+
+    if value is not None and not math.isfinite(value):
+        raise UsageError(f"{name} must be a finite number, not {value}")
+    return value
+
+
+def say(message: str) -> None:
+    """One line for the user on stderr (notices, summaries): stdout stays for results."""
+    typer.echo(f"edgeapp: {message}", err=True)
+
+
+def cli_errors(fn: F) -> F:
+    """Map library errors to a one-line message and the documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EdgeappError as e:
+            say(f"error: {e}")
+            raise typer.Exit(int(e.exit_code)) from None
+        except KeyboardInterrupt:
+            say("interrupted")
+            raise typer.Exit(130) from None
+        except BrokenPipeError:  # `edgeapp classify ... | head`
+            _silence_stdout()
+            raise typer.Exit(0) from None
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except Exception as e:  # a bug: one line unless asked for the traceback
+            if os.environ.get("EDGEAPP_DEBUG"):
+                traceback.print_exc()
+            say(f"internal error: {type(e).__name__}: {e} (set EDGEAPP_DEBUG=1 for the traceback "
+                "and please report it)")
+            raise typer.Exit(int(ExitCode.ERROR)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+class progress_bar:
+    """A progress bar on stderr when it is a terminal and there is more than one item.
+
+    Used as `with progress_bar(n, "classify") as advance: ... advance()`; `advance` is None
+    when no bar is shown, so callers pay nothing in scripts and pipes.
+    """
+
+    def __init__(self, total: int, label: str) -> None:
+        self.total, self.label, self._progress = total, label, None
+
+    def __enter__(self) -> Optional[Callable[[], None]]:
+        if self.total <= 1 or not sys.stderr.isatty() or os.environ.get("EDGEAPP_NO_PROGRESS"):
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        self._progress = Progress("[progress.description]{task.description}", BarColumn(),
+                                  MofNCompleteColumn(), TimeRemainingColumn(),
+                                  console=Console(stderr=True), transient=True)
+        self._progress.start()
+        task = self._progress.add_task(self.label, total=self.total)
+        return lambda: self._progress.advance(task)
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()

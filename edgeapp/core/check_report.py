@@ -1,0 +1,187 @@
+"""The `edgeapp check` report: the verdict, summary, warnings and advice of a prediction.
+
+`edgetpu_rules.predict` says, per operator, what the Edge TPU compiler will map; this module
+turns those predictions into what a user reads: shares of operations, MACs and parameters on
+the Edge TPU, the on-chip cache estimate, and one concrete piece of advice per cause.
+Pure functions over `tflite_model.Model`, like the rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from edgeapp.core.edgetpu_rules import EIGHT_BIT_TYPES, OP_HINTS, OpPrediction, constant_reader, predict
+from edgeapp.core.tflite.model import Model, Tensor
+
+MIB = 1024 * 1024
+ON_CHIP_CACHE_BYTES = 8 * MIB  # the Edge TPU's SRAM; compiler 16 reports ~6.9-7.5 MiB usable
+USABLE_CACHE_BYTES = int(6.9 * MIB)  # below this parameters are reported cached in practice
+
+VERDICT_TEXT = {"fully_mapped": "fully mapped to the Edge TPU",
+                "partially_mapped": "partially mapped (some operations run on the CPU)",
+                "not_mapped": "not mapped (everything runs on the CPU)"}
+
+
+@dataclass
+class CheckResult:
+    model: str
+    ops: list[OpPrediction]
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def fully_mapped(self) -> bool:
+        return self.summary["verdict"] == "fully_mapped"
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "ops": [o.to_json() for o in self.ops], "summary": self.summary}
+
+
+def check_model(model: Model, data: Optional[bytes] = None) -> CheckResult:
+    """Predict the Edge TPU mapping of `model`; `data` (the file's bytes) enables the rules
+    that read constant operands (axes, paddings, strides, zero pads)."""
+    read = constant_reader(data) if data is not None else None
+    preds, blockers = predict(model, read)
+    return CheckResult(model=model.path, ops=preds, summary=summarize(model, preds, blockers))
+
+
+def _io(t: Tensor) -> dict:
+    q = t.quantization
+    return {"name": t.name, "shape": list(t.shape_signature or t.shape), "dtype": t.dtype,
+            "scale": q.per_tensor[0] if q else None, "zero_point": q.per_tensor[1] if q else None}
+
+
+def summarize(model: Model, preds: list[OpPrediction], blockers: Sequence[str] = ()) -> dict:
+    """The `summary` of the report: verdict, shares on the Edge TPU, warnings and advice."""
+    n = len(preds)
+    tpu = [p for p in preds if p.mapped]
+    macs_total = sum(p.macs for p in preds)
+    macs_tpu = sum(p.macs for p in tpu)
+    if n and len(tpu) == n:
+        verdict = "fully_mapped"
+    elif tpu:
+        verdict = "partially_mapped"
+    else:
+        verdict = "not_mapped"
+    tpu_idx = {p.index for p in tpu}
+    consumed: set[int] = set()
+    for op in model.operators:
+        if op.index in tpu_idx:
+            consumed.update(t for t in op.inputs if t >= 0 and model.tensors[t].is_constant)
+    params_tpu = sum(model.tensors[t].data_size for t in consumed)
+    first_cpu = next((p.index for p in preds if not p.mapped), None)
+    causes = list(dict.fromkeys(c for p in preds for c in p.causes))
+    summary = {
+        "verdict": verdict,
+        "ops_total": n,
+        "ops_tpu": len(tpu),
+        "ops_cpu": n - len(tpu),
+        "ops_tpu_share": round(len(tpu) / n, 4) if n else 0.0,
+        "macs_total": macs_total,
+        "macs_tpu": macs_tpu,
+        "macs_tpu_share": round(macs_tpu / macs_total, 4) if macs_total else None,
+        "parameter_bytes": model.parameter_bytes,
+        "parameter_bytes_tpu": params_tpu,
+        "on_chip_cache_bytes": ON_CHIP_CACHE_BYTES,
+        "streamed_bytes_estimate": max(0, params_tpu - ON_CHIP_CACHE_BYTES),
+        "first_cpu_op": first_cpu,
+        "cpu_ops": [{"index": p.index, "op": p.op, "reason": p.reason} for p in preds if not p.mapped],
+        "inputs": [_io(t) for t in model.input_tensors],
+        "outputs": [_io(t) for t in model.output_tensors],
+        "causes": causes,
+        "blockers": list(blockers),
+        "already_compiled": model.is_edgetpu_compiled,
+        "warnings": [],
+        "advice": [],
+    }
+    summary["warnings"] = _warnings(model, preds, summary)
+    summary["advice"] = advise(model, preds, summary)
+    return summary
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:.2f} MiB"
+
+
+def _warnings(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
+    out = []
+    if s["parameter_bytes_tpu"] > ON_CHIP_CACHE_BYTES:
+        out.append(f"parameters on the Edge TPU: {_mib(s['parameter_bytes_tpu'])}, over the ~8 MiB "
+                   f"on-chip cache: at least {_mib(s['streamed_bytes_estimate'])} will be streamed "
+                   "from host memory on every inference (slower)")
+    elif s["parameter_bytes_tpu"] > USABLE_CACHE_BYTES:
+        out.append(f"parameters on the Edge TPU: {_mib(s['parameter_bytes_tpu'])}, close to the "
+                   "~8 MiB on-chip cache (compiler 16 caches about 7 MiB): part of them may be "
+                   "streamed from host memory on every inference")
+    if any(p.op.startswith("RESIZE_") and p.mapped for p in preds):
+        out.append("the compiler may still leave a resize on the CPU for some input/output sizes "
+                   "(to avoid a loss of precision)")
+    if s["already_compiled"]:
+        out.append("this model is already compiled for the Edge TPU (edgetpu-custom-op); check "
+                   "its CPU twin (X.tflite) to predict a compilation")
+    return out
+
+
+def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
+    """One concrete piece of advice per cause found."""
+    tips: list[str] = []
+    causes = s["causes"]
+    for b in s["blockers"]:
+        tips.append(f"the compiler will refuse this model: {b}")
+    if "float" in causes:
+        tips.append("float tensors: re-run `edgeapp convert` with full-integer quantization "
+                    "(every weight and activation int8)")
+    if "float_io" in causes:
+        tips.append("float input/output: re-run `edgeapp convert --io uint8` (or int8) so the "
+                    "(de)quantization is not left on the CPU")
+    explained = EIGHT_BIT_TYPES + ("float32", "float16", "float64", "int32", "int64")
+    kinds = sorted({t.dtype for p in preds if "dtype" in p.causes for t in _op_tensors(model, p.index)
+                    if t.dtype not in explained})
+    if kinds:  # int32 activations come from shape arithmetic: see the dynamic-size advice
+        tips.append(f"{'/'.join(kinds)} tensors: the Edge TPU runs 8-bit quantization only "
+                    "(re-convert with int8, not 16x8, quantization)")
+    batches = sorted({t.shape[0] for p in preds if "batch" in p.causes
+                      for t in _op_tensors(model, p.index) if len(t.shape) == 4 and t.shape[0] > 1})
+    if batches:
+        tips.append(f"batch is {batches[0]}: re-convert with batch 1")
+    if any(t.has_dynamic_batch for t in model.input_tensors):
+        tips.append("dynamic batch (-1): re-convert with a fixed batch of 1 (`edgeapp convert` "
+                    "does)")
+    elif "dynamic" in causes:
+        tips.append("dynamic-sized tensors: give every shape operand a constant value (fixed "
+                    "batch 1 and fixed input size)")
+    if "rank" in causes:
+        tips.append("tensors with more than 3 dimensions larger than 1: reshape them to at most "
+                    "3 (e.g. fold dimensions together)")
+    ops = list(dict.fromkeys(p.op for p in preds if "unsupported_op" in p.causes))
+    for name in ops:
+        hint = OP_HINTS.get(name, "replace it with supported operations (g.co/coral/model-reqs), "
+                                  "or move it to the end of the model")
+        tips.append(f"{name} is not supported: {hint}")
+    limits = [p for p in preds if "limit" in p.causes]
+    if any("pooling" in (p.reason or "") for p in limits):
+        tips.append("fused activation on pooling: apply the activation as its own layer, or "
+                    "before the pooling (ReLU then max-pool gives the same result)")
+    if any(p.op == "SOFTMAX" for p in limits):
+        tips.append("Softmax on a multi-dimensional tensor: flatten before it, or apply it on "
+                    "the CPU after the model")
+    for p in limits:
+        texts = [t for c, t in p.problems if c == "limit"]
+        if p.causes == ("limit",) and "pooling" not in texts[0] and p.op != "SOFTMAX":
+            tips.append(f"op {p.index} {p.op}: {'; '.join(texts)}")
+    after = [p for p in preds if p.after_tpu and p.causes != ("depends_on_cpu",)]
+    if after and any("depends_on_cpu" in p.causes for p in preds):
+        first = after[0]
+        n_dep = sum(1 for p in preds if "depends_on_cpu" in p.causes)
+        tips.append(f"op {first.index} ({first.op}) cuts the Edge TPU subgraph: {n_dep} supported "
+                    "operation(s) after it also run on the CPU; fix it or move it to the end of "
+                    "the model")
+    if s["streamed_bytes_estimate"] > 0:
+        tips.append("too many parameters for the on-chip cache: use a smaller model, or "
+                    "`edgeapp compile --segments N` to pipeline it over N Edge TPUs")
+    return tips
+
+
+def _op_tensors(model: Model, index: int) -> list[Tensor]:
+    op = model.operators[index]
+    return [model.tensors[t] for t in op.inputs + op.outputs if t >= 0]

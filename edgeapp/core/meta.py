@@ -1,0 +1,82 @@
+"""What a model needs besides its graph: labels and input normalization.
+
+`convert` writes a sidecar `X.json` beside `X.tflite`; `X_edgetpu.tflite` shares its twin's.
+Models with TFLite metadata (Coral's, Model Maker's) carry a labels file in the zip appended
+to the flatbuffer; that is read too, so their labels work without --labels.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from edgeapp.core.labels import parse_labels
+from edgeapp.hw.runtime import cpu_twin_path
+
+SIDECAR_VERSION = 1
+
+
+@dataclass
+class ModelMeta:
+    labels: Optional[dict[int, str]] = None
+    mean: Optional[float] = None  # the float model takes (pixel − mean) / std
+    std: Optional[float] = None
+    task: Optional[str] = None  # "classify" or "detect"
+    source: Optional[str] = None  # where this was read from
+    extra: dict = field(default_factory=dict)
+
+
+def sidecar_path(model_path: str | Path) -> Path:
+    return Path(model_path).with_suffix(".json")
+
+
+def write_sidecar(model_path: str | Path, meta: ModelMeta) -> Path:
+    out = sidecar_path(model_path)
+    data = {"edgeapp_sidecar": SIDECAR_VERSION, "task": meta.task,
+            "preprocessing": {"mean": meta.mean, "std": meta.std},
+            "labels": [meta.labels.get(i, "") for i in range(max(meta.labels) + 1)] if meta.labels else None,
+            **meta.extra}
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    return out
+
+
+def read_meta(model_path: str | Path) -> ModelMeta:
+    """Sidecar of the model (or of its CPU twin), else labels from embedded TFLite metadata."""
+    for candidate in dict.fromkeys([sidecar_path(model_path), sidecar_path(cpu_twin_path(model_path))]):
+        meta = _read_sidecar(candidate)
+        if meta is not None:
+            return meta
+    labels = embedded_labels(model_path)
+    return ModelMeta(labels=labels, source=f"{model_path} (embedded)" if labels else None)
+
+
+def _read_sidecar(path: Path) -> Optional[ModelMeta]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or "edgeapp_sidecar" not in data:
+        return None
+    pre = data.get("preprocessing") or {}
+    labels = data.get("labels")
+    extra = {k: v for k, v in data.items() if k not in ("edgeapp_sidecar", "task", "preprocessing", "labels")}
+    return ModelMeta(labels={i: str(v) for i, v in enumerate(labels)} if labels else None,
+                     mean=pre.get("mean"), std=pre.get("std"), task=data.get("task"),
+                     source=str(path), extra=extra)
+
+
+def embedded_labels(model_path: str | Path) -> Optional[dict[int, str]]:
+    """Labels from the associated-files zip that TFLite metadata appends to the model."""
+    try:
+        with open(model_path, "rb") as f, zipfile.ZipFile(f) as z:
+            names = [n for n in z.namelist() if n.lower().endswith(".txt")]
+            if not names:
+                return None
+            text = z.read(sorted(names, key=lambda n: ("label" not in n.lower(), n))[0])
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError):
+        return None
+    return parse_labels(io.TextIOWrapper(io.BytesIO(text), encoding="utf-8", errors="replace").read()) or None

@@ -1,0 +1,114 @@
+"""Image loading and input quantization: plain functions over Pillow images and numpy arrays.
+
+`convert` calibrates with exactly these functions, so a model sees at inference the same pixels
+it was calibrated on. The resize (Pillow LANCZOS after conversion to RGB) and the mean/std rule
+match Coral's classify_image.py, so top-1 results agree with Coral's reference outputs.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+from edgeapp.errors import InputError
+
+ImageSource = Union[str, Path, bytes]
+CORAL_MEAN = 128.0  # Coral's defaults for models without preprocessing metadata
+CORAL_STD = 128.0
+
+
+def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, int] | None = None):
+    """Open any Pillow-readable image as RGB (or L for 1-channel models), fully decoded.
+
+    `draft_size` lets JPEG decode at a reduced scale that is still at least that size (much
+    faster for camera-sized photos; results differ slightly from a full decode).
+    """
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    name = "<bytes>" if isinstance(source, bytes) else str(source)
+    if not isinstance(source, bytes) and os.path.exists(source) and not os.path.isfile(source):
+        # a FIFO or device would block the reader thread in open(), beyond Ctrl-C's reach
+        raise InputError(f"{name}: not a regular file")
+    try:
+        img = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+        if draft_size and img.format == "JPEG":
+            img.draft("RGB" if channels == 3 else "L", draft_size)
+        img.load()
+        img = ImageOps.exif_transpose(img)
+        return to_mode(img, "RGB" if channels == 3 else "L")
+    except FileNotFoundError:
+        raise InputError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{name}: is a folder") from None
+    except UnidentifiedImageError:
+        raise InputError(f"{name}: not an image (or a format Pillow cannot read)") from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise InputError(f"{name}: cannot decode image ({e})") from None
+
+
+def to_mode(img, mode: str):
+    """Convert to RGB or L; 16-bit and float images are scaled to 8 bits, not clipped."""
+    from PIL import Image
+
+    if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+        a = np.asarray(img, dtype=np.float64)
+        if img.mode.startswith("I;16") or a.max(initial=0) > 255:
+            a = a / 257.0  # 65535 -> 255
+        img = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), "L")
+    elif img.mode == "F":
+        a = np.asarray(img, dtype=np.float64)
+        if a.max(initial=0) <= 1.0:
+            a = a * 255.0
+        img = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), "L")
+    return img if img.mode == mode else img.convert(mode)
+
+
+def resize(img, size: tuple[int, int]):
+    """Resize to (width, height) with LANCZOS, as Coral's examples do."""
+    from PIL import Image
+
+    return img if img.size == size else img.resize(size, Image.LANCZOS)
+
+
+def input_affine(dtype: np.dtype, scale: float, zero_point: int, mean: float, std: float
+                 ) -> tuple[float, float]:
+    """(a, b) such that model input = a·pixel + b, for pixel values 0..255.
+
+    Float models take (pixel − mean)/std. Quantized models take that divided by the input
+    scale, plus the zero point: q = (pixel − mean)/(std·scale) + zero_point.
+    """
+    if np.dtype(dtype).kind == "f" or scale == 0:
+        return 1.0 / std, -mean / std
+    a = 1.0 / (std * scale)
+    return a, zero_point - mean * a
+
+
+def quantize_input(pixels: np.ndarray, dtype: np.dtype, scale: float, zero_point: int,
+                   mean: float = CORAL_MEAN, std: float = CORAL_STD) -> np.ndarray:
+    """Turn uint8 pixels (H, W, C) into the model's input tensor values (without batch)."""
+    dtype = np.dtype(dtype)
+    a, b = input_affine(dtype, scale, zero_point, mean, std)
+    if dtype == np.uint8 and abs(a - 1) < 1e-5 and abs(b) < 1e-5:
+        return pixels  # the model takes raw pixels: Coral's "skip normalization" rule
+    if dtype == np.int8 and abs(a - 1) < 1e-5 and abs(b + 128) < 1e-5:
+        return (pixels ^ np.uint8(0x80)).view(np.int8)  # pixel − 128, without a float pass
+    values = pixels.astype(np.float32) * np.float32(a) + np.float32(b)
+    if dtype.kind == "f":
+        return values.astype(dtype)
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(values), info.min, info.max).astype(dtype)
+
+
+def prepare_image(source: ImageSource, size: tuple[int, int], channels: int, dtype: np.dtype,
+                  scale: float, zero_point: int, mean: float = CORAL_MEAN,
+                  std: float = CORAL_STD, fast_decode: bool = False) -> np.ndarray:
+    """Load, convert, resize and quantize one image into a (1, H, W, C) input tensor."""
+    img = resize(load_image(source, channels, size if fast_decode else None), size)
+    pixels = np.asarray(img, dtype=np.uint8)
+    if pixels.ndim == 2:
+        pixels = pixels[:, :, None]
+    return quantize_input(pixels, dtype, scale, zero_point, mean, std)[None]

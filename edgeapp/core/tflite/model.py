@@ -1,0 +1,335 @@
+"""Read and validate a .tflite file without any TFLite runtime.
+
+Native runtimes trust the file: tflite-runtime 2.14 segfaults on a truncated model. So every
+model is walked here first, with every offset, vector and buffer checked against the file
+size, and anything wrong becomes an `InvalidModel` with a one-line reason. The same walk
+gives the graph (operators, tensors, quantization) that `check`, `bench` and the fallback use.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Optional
+
+from edgeapp.errors import InvalidModel
+from edgeapp.core.tflite.schema import BUILTIN_OPS, TENSOR_TYPES
+
+EDGETPU_CUSTOM_OP = "edgetpu-custom-op"
+_FILE_ID = b"TFL3"
+_DTYPE_SIZES = {"float32": 4, "float16": 2, "int32": 4, "uint8": 1, "int64": 8, "bool": 1,
+                "int16": 2, "int8": 1, "float64": 8, "uint64": 8, "uint32": 4, "uint16": 2}
+
+
+class _Corrupt(Exception):
+    """Internal: an offset or length points outside the file."""
+
+
+class _Table:
+    """A flatbuffer table whose every access is bounds-checked."""
+
+    __slots__ = ("buf", "pos", "vt", "vt_len")
+
+    def __init__(self, buf: bytes, pos: int) -> None:
+        self.buf = buf
+        _need(buf, pos, 4)
+        vt = pos - struct.unpack_from("<i", buf, pos)[0]
+        _need(buf, vt, 4)
+        vt_len, _obj_len = struct.unpack_from("<HH", buf, vt)
+        if vt_len < 4 or vt_len % 2:
+            raise _Corrupt("bad vtable")
+        _need(buf, vt, vt_len)
+        self.pos, self.vt, self.vt_len = pos, vt, vt_len
+
+    def _off(self, slot: int) -> int:
+        o = 4 + 2 * slot
+        if o >= self.vt_len:
+            return 0
+        return struct.unpack_from("<H", self.buf, self.vt + o)[0]
+
+    def scalar(self, slot: int, fmt: str, default=0):
+        o = self._off(slot)
+        if not o:
+            return default
+        _need(self.buf, self.pos + o, struct.calcsize(fmt))
+        return struct.unpack_from("<" + fmt, self.buf, self.pos + o)[0]
+
+    def _indirect(self, slot: int) -> Optional[int]:
+        o = self._off(slot)
+        if not o:
+            return None
+        p = self.pos + o
+        _need(self.buf, p, 4)
+        return p + struct.unpack_from("<I", self.buf, p)[0]
+
+    def table(self, slot: int) -> Optional["_Table"]:
+        p = self._indirect(slot)
+        return None if p is None else _Table(self.buf, p)
+
+    def _vector(self, slot: int, elem: int) -> tuple[int, int]:
+        p = self._indirect(slot)
+        if p is None:
+            return 0, 0
+        _need(self.buf, p, 4)
+        n = struct.unpack_from("<I", self.buf, p)[0]
+        _need(self.buf, p + 4, n * elem)
+        return p + 4, n
+
+    def string(self, slot: int) -> Optional[str]:
+        if not self._off(slot):
+            return None
+        start, n = self._vector(slot, 1)
+        return self.buf[start:start + n].decode("utf-8", "replace")
+
+    def scalars(self, slot: int, fmt: str) -> tuple:
+        size = struct.calcsize(fmt)
+        start, n = self._vector(slot, size)
+        return struct.unpack_from(f"<{n}{fmt}", self.buf, start) if n else ()
+
+    def bytes_span(self, slot: int) -> tuple[int, int]:
+        return self._vector(slot, 1)
+
+    def tables(self, slot: int) -> list["_Table"]:
+        start, n = self._vector(slot, 4)
+        out = []
+        for i in range(n):
+            p = start + 4 * i
+            out.append(_Table(self.buf, p + struct.unpack_from("<I", self.buf, p)[0]))
+        return out
+
+
+def _need(buf: bytes, pos: int, n: int) -> None:
+    if pos < 0 or n < 0 or pos + n > len(buf):
+        raise _Corrupt(f"offset {pos}+{n} outside the file ({len(buf)} bytes)")
+
+
+@dataclass(frozen=True)
+class Quantization:
+    scale: tuple[float, ...]
+    zero_point: tuple[int, ...]
+    quantized_dimension: int = 0
+
+    @property
+    def per_tensor(self) -> tuple[float, int]:
+        """(scale, zero_point) of a per-tensor quantized tensor, (0.0, 0) when absent."""
+        if not self.scale:
+            return 0.0, 0
+        return self.scale[0], (self.zero_point[0] if self.zero_point else 0)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    buffer: int
+    quantization: Optional[Quantization]
+    data_size: int  # bytes of constant data, 0 for activations
+    shape_signature: Optional[tuple[int, ...]] = None
+
+    @property
+    def is_constant(self) -> bool:
+        return self.data_size > 0
+
+    @property
+    def has_dynamic_batch(self) -> bool:
+        sig = self.shape_signature
+        return bool(sig) and sig[0] == -1
+
+
+@dataclass(frozen=True)
+class Operator:
+    index: int
+    op: str  # builtin name (CONV_2D) or custom code (edgetpu-custom-op)
+    builtin_code: Optional[int]  # None for custom operators
+    version: int
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    options_type: int = 0
+    _options: Optional[_Table] = field(default=None, repr=False, compare=False)
+
+    @property
+    def is_custom(self) -> bool:
+        return self.builtin_code is None
+
+    def option(self, slot: int, fmt: str = "b", default=0):
+        """A scalar field of the builtin options table (slot as in schema.fbs, 0-based)."""
+        return default if self._options is None else self._options.scalar(slot, fmt, default)
+
+
+@dataclass(frozen=True)
+class Model:
+    path: str
+    size: int
+    version: int
+    description: str
+    tensors: tuple[Tensor, ...]  # of the main subgraph
+    operators: tuple[Operator, ...]  # of the main subgraph, in execution order
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    subgraph_count: int
+    metadata: dict[str, bytes]
+    # (name, tensor index) of the first signature's outputs, if the model has signatures
+    signature_outputs: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        return [self.tensors[i] for i in self.inputs]
+
+    @property
+    def output_tensors(self) -> list[Tensor]:
+        return [self.tensors[i] for i in self.outputs]
+
+    @cached_property
+    def op_names(self) -> list[str]:
+        return [o.op for o in self.operators]
+
+    @property
+    def is_edgetpu_compiled(self) -> bool:
+        """Compiled by edgetpu_compiler: judged by the operators, never by the file name."""
+        return EDGETPU_CUSTOM_OP in self.op_names
+
+    @property
+    def parameter_bytes(self) -> int:
+        return sum(t.data_size for t in self.tensors)
+
+
+def load_model(path: str | Path) -> Model:
+    """Read and validate `path`; raise `InvalidModel` with a one-line reason."""
+    p = Path(path)
+    if p.is_dir():
+        raise InvalidModel(f"{p} is a folder, not a .tflite model file")
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InvalidModel(f"model not found: {p}") from None
+    except OSError as e:
+        raise InvalidModel(f"cannot read model {p}: {e.strerror or e}") from None
+    return parse_model(data, str(p))
+
+
+def parse_model(data: bytes, name: str = "<bytes>") -> Model:
+    """Validate and read a TFLite flatbuffer held in memory."""
+    if not data:
+        raise InvalidModel(f"{name} is empty (0 bytes): not a TFLite model")
+    if len(data) < 8 or data[4:8] != _FILE_ID:
+        hint = "; it looks like a text file" if _looks_like_text(data) else ""
+        raise InvalidModel(f"{name} is not a TFLite model (no 'TFL3' file identifier{hint})")
+    try:
+        return _read(data, name)
+    except _Corrupt as e:
+        raise InvalidModel(f"{name} is truncated or corrupt ({e}); re-download or re-convert it") from None
+    except (struct.error, UnicodeDecodeError, IndexError) as e:
+        raise InvalidModel(f"{name} is corrupt ({e}); re-download or re-convert it") from None
+
+
+def _looks_like_text(data: bytes) -> bool:
+    head = data[:256]
+    return all(32 <= b < 127 or b in b"\r\n\t" for b in head)
+
+
+def _read(buf: bytes, name: str) -> Model:
+    root = _Table(buf, struct.unpack_from("<I", buf, 0)[0])
+    version = root.scalar(0, "I")
+    codes = []
+    for t in root.tables(1):
+        deprecated = t.scalar(0, "b")
+        builtin = max(t.scalar(3, "i"), deprecated)
+        custom = t.string(1)
+        codes.append((builtin, custom, t.scalar(2, "i", 1)))
+    buffers = []
+    for t in root.tables(4):
+        _start, n = t.bytes_span(0)
+        off, size = t.scalar(1, "Q"), t.scalar(2, "Q")
+        if off > 1:  # data stored outside the flatbuffer (models over 2 GB)
+            _need(buf, off, size)
+            n = size
+        buffers.append(n)
+    subgraphs = root.tables(2)
+    if not subgraphs:
+        raise InvalidModel(f"{name} has no subgraph: not a usable TFLite model")
+    sg = subgraphs[0]
+    tensors = []
+    for i, t in enumerate(sg.tables(0)):
+        ttype = t.scalar(1, "b")
+        if not 0 <= ttype < len(TENSOR_TYPES):
+            raise _Corrupt(f"tensor {i} has unknown type {ttype}")
+        bidx = t.scalar(2, "I")
+        if buffers and bidx >= len(buffers):
+            raise _Corrupt(f"tensor {i} refers to buffer {bidx} of {len(buffers)}")
+        q = t.table(4)
+        quant = None
+        if q is not None:
+            scale = q.scalars(2, "f")
+            if scale:
+                if not all(math.isfinite(v) and v > 0 for v in scale):
+                    raise InvalidModel(f"{name}: tensor {i} ({t.string(3) or 'unnamed'}) has an invalid "
+                                       f"quantization scale {_first_bad(scale)}; re-convert the model")
+                quant = Quantization(tuple(scale), tuple(q.scalars(3, "q")), q.scalar(6, "i"))
+        shape = tuple(t.scalars(0, "i"))
+        if any(d < 0 for d in shape):
+            raise InvalidModel(f"{name}: tensor {i} has a negative dimension {list(shape)}")
+        sig = t.scalars(7, "i")
+        tensors.append(Tensor(
+            index=i, name=t.string(3) or "", shape=shape,
+            dtype=TENSOR_TYPES[ttype], buffer=bidx,
+            quantization=quant, data_size=buffers[bidx] if buffers else 0,
+            shape_signature=tuple(sig) if sig else None))
+    nt = len(tensors)
+
+    def _indices(values: tuple, what: str) -> tuple[int, ...]:
+        for v in values:
+            if not -1 <= v < nt:
+                raise _Corrupt(f"{what} refers to tensor {v} of {nt}")
+        return tuple(values)
+
+    operators = []
+    for i, o in enumerate(sg.tables(3)):
+        ci = o.scalar(0, "I")
+        if ci >= len(codes):
+            raise _Corrupt(f"operator {i} refers to opcode {ci} of {len(codes)}")
+        builtin, custom, ver = codes[ci]
+        if builtin == 32 and custom is not None:  # BuiltinOperator.CUSTOM
+            op_name, code = custom, None
+        else:
+            op_name = BUILTIN_OPS[builtin] if 0 <= builtin < len(BUILTIN_OPS) else f"BUILTIN_{builtin}"
+            code = builtin
+        opts_type = o.scalar(3, "B")
+        operators.append(Operator(
+            index=i, op=op_name, builtin_code=code, version=ver,
+            inputs=_indices(o.scalars(1, "i"), f"operator {i}"),
+            outputs=_indices(o.scalars(2, "i"), f"operator {i}"),
+            options_type=opts_type, _options=o.table(4) if opts_type else None))
+    if not operators:
+        raise InvalidModel(f"{name} has no operators: not a usable TFLite model")
+    inputs = _indices(sg.scalars(1, "i"), "subgraph input")
+    outputs = _indices(sg.scalars(2, "i"), "subgraph output")
+    if not inputs or not outputs or -1 in inputs or -1 in outputs:
+        raise InvalidModel(f"{name} has no inputs or outputs: not a usable TFLite model")
+
+    metadata = {}
+    for m in root.tables(6):
+        bidx = m.scalar(1, "I")
+        if bidx < len(buffers):
+            start, n = root.tables(4)[bidx].bytes_span(0)
+            metadata[m.string(0) or ""] = bytes(buf[start:start + n])
+    sig_outputs: tuple[tuple[str, int], ...] = ()
+    sigs = root.tables(7)
+    if sigs:
+        sig_outputs = tuple((tm.string(0) or "", tm.scalar(1, "I")) for tm in sigs[0].tables(1))
+    return Model(path=name, size=len(buf), version=version, description=root.string(3) or "",
+                 tensors=tuple(tensors), operators=tuple(operators), inputs=inputs,
+                 outputs=outputs, subgraph_count=len(subgraphs), metadata=metadata,
+                 signature_outputs=sig_outputs)
+
+
+def _first_bad(values: tuple) -> float:
+    return next(v for v in values if not (math.isfinite(v) and v > 0))
+
+
+def dtype_size(dtype: str) -> int:
+    return _DTYPE_SIZES.get(dtype, 1)

@@ -1,0 +1,370 @@
+"""The benchmark: load, cold first inference, warm-up, timed runs; then ops, TOPS and power.
+
+One `bench_device` call measures one (model, device, threads) and returns one result dict of
+the documented JSON schema (README: `edgeapp bench`). Devices that cannot be used give a
+result with `"available": false` and the reason instead of an exception, so `--device all`
+always shows every device. Only `runtime.open_model` touches the TFLite runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from edgeapp.hw import hostinfo
+from edgeapp.hw import power
+from edgeapp.core import stats
+from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
+from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
+from edgeapp.core.opcount import OpCount, count_ops
+from edgeapp.core.tflite.model import load_model
+
+SCHEMA = "edgeapp.bench/1"
+EDGETPU_PEAK_TOPS = 4.0  # Coral datasheet, int8
+SYSFS_ROOT_ENV = "EDGEAPP_SYSFS_ROOT"  # read power sensors under this root instead of / (tests)
+
+
+@dataclass
+class BenchOptions:
+    runs: int = 100
+    warmup: int = 10
+    duration: Optional[float] = None  # seconds of timed runs; overrides `runs` when given
+    power_mode: str = "auto"
+    watts: Optional[float] = None
+    runtime: Optional[str] = None
+    cpu_model: Optional[str] = None
+    power_root: str = field(default_factory=lambda: os.environ.get(SYSFS_ROOT_ENV) or "/")
+    synthetic: bool = False
+    probe: bool = True  # try the Edge TPU delegate in a child process first (probe.py)
+    seed: int = 0
+    extra_notes: list[str] = field(default_factory=list)
+
+
+def random_input(shape: tuple[int, ...], dtype: np.dtype, seed: int = 0) -> np.ndarray:
+    """A deterministic input of the model's own type: timings do not depend on values, but
+    saturated or all-zero tensors could take shortcuts in some kernels."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, int(info.max) + 1, size=shape, dtype=dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    return rng.standard_normal(size=shape).astype(dtype)
+
+
+def time_invocations(invoke, runs: int, duration: Optional[float]) -> tuple[np.ndarray, float]:
+    """Per-call latencies (ms) of `invoke()` and the wall-clock window (s) they took."""
+    latencies: list[float] = []
+    clock = time.perf_counter
+    start = clock()
+    deadline = start + duration if duration else None
+    while True:
+        t = clock()
+        invoke()
+        latencies.append((clock() - t) * 1000.0)
+        if deadline is not None:
+            if clock() >= deadline:
+                break
+        elif len(latencies) >= runs:
+            break
+    return np.asarray(latencies), clock() - start
+
+
+def unavailable(device: str, reason: str, model: str) -> dict:
+    return {"device": device, "available": False, "reason": reason, "model": model}
+
+
+def bench_device(model_path: str, device: str, threads: Optional[int], opts: BenchOptions,
+                 strict: bool = True) -> dict:
+    """Benchmark one device. An unusable Edge TPU raises (strict) or gives an
+    `available: false` result with the reason (for `--device all`)."""
+    from edgeapp.hw.runtime import find_runtime, open_model
+
+    find_runtime(opts.runtime)  # import the runtime first: load_ms is the model's, not Python's
+    t0 = time.perf_counter()
+    try:
+        engine = open_model(model_path, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
+                            threads=threads, probe=opts.probe)
+    except (DeviceUnavailable, UsageError) as e:
+        if strict or device in ("cpu", "auto"):
+            raise
+        return unavailable(_kind(device), str(e), str(model_path))
+    load_ms = (time.perf_counter() - t0) * 1000.0
+    notes = list(opts.extra_notes)
+    if engine.notice:
+        notes.append(engine.notice)
+    interp = engine.interpreter
+    interp.set_tensor(engine.input["index"],
+                      random_input(engine.input_shape, engine.input_dtype, opts.seed))
+    t = time.perf_counter()
+    interp.invoke()  # cold: on the Edge TPU this uploads the model into its memory
+    first_ms = (time.perf_counter() - t) * 1000.0
+    for _ in range(opts.warmup):
+        interp.invoke()
+
+    meter = power.open_meter(opts.power_mode, engine.device, watts=opts.watts, root=opts.power_root)
+    notes.extend(meter.notes)
+    try:
+        meter.start()
+    except power.SensorUnavailable as e:
+        notes.append(f"{meter.source}: {e}")
+        meter = power.PowerMeter("none")
+    latencies, window = time_invocations(interp.invoke, opts.runs, opts.duration)
+    try:
+        watts = meter.stop()
+    except power.SensorUnavailable as e:  # a sensor that vanished mid-run: no figure, no error
+        notes.append(f"{meter.source}: {e}")
+        watts = None
+
+    lat = stats.latency_stats(latencies)
+    ips = stats.throughput(len(latencies), window)
+    counted, count_note = _ops_for(engine)
+    if count_note:
+        notes.append(count_note)
+    ops = counted.ops if counted and counted.macs else None
+    tops = stats.achieved_tops(ops, ips)
+    peak, peak_source = _peak(engine, threads, opts)
+    result = {
+        "device": engine.device,
+        "available": True,
+        "model": engine.model_path,
+        "requested_model": str(model_path),
+        "runtime": engine.runtime.name,
+        "runtime_version": engine.runtime.version,
+        "threads": threads,
+        "load_ms": round(load_ms, 3),
+        "first_ms": round(first_ms, 3),
+        "warmup": opts.warmup,
+        "runs": int(lat.count),
+        "window_s": round(window, 4),
+        "latency_ms": lat.to_dict(),
+        "throughput_ips": round(ips, 3),
+        "macs_per_inference": counted.macs if counted else None,
+        "ops_per_inference": ops,
+        "other_ops": counted.other_ops if counted else None,
+        "tops": _round(tops, 6),
+        "peak_tops": peak,
+        "peak_source": peak_source,
+        "share_of_peak": _round(tops / peak, 4) if tops and peak else None,
+        "power_w": _round(watts, 3),
+        "power_source": meter.source if watts is not None else "none",
+        "power_detail": meter.detail,
+    }
+    energy = stats.energy_figures(tops, ips, watts)
+    result.update({k: _round(v, 6) for k, v in energy.items()})
+    if engine.device == "edgetpu":
+        from edgeapp.hw.runtime import edgetpu_library
+
+        result["edgetpu"] = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
+                             "device": device,
+                             "usb": hostinfo.usb_accelerators()}
+        if any(u.get("speed_mbps") == "480" for u in result["edgetpu"]["usb"]):
+            notes.append("the USB Accelerator is on a USB 2 link: expect 3–4× slower inference; "
+                         "use a USB 3 port and cable")
+    result["notes"] = notes
+    return result
+
+
+def _kind(device: str) -> str:
+    return "cpu" if device == "cpu" else "edgetpu"
+
+
+def _round(v: Optional[float], digits: int) -> Optional[float]:
+    return None if v is None else round(v, digits)
+
+
+def _ops_for(engine) -> tuple[Optional[OpCount], Optional[str]]:
+    """Count ops on the graph that describes the work: the CPU twin of a compiled model."""
+    model = engine.model
+    if model.is_edgetpu_compiled:
+        from edgeapp.hw.runtime import cpu_twin_path
+
+        twin = cpu_twin_path(model.path)
+        try:
+            model = load_model(twin)
+        except EdgeappError:
+            return None, (f"ops not counted: {Path(model.path).name} hides its graph in the "
+                          f"edgetpu-custom-op and its CPU twin {twin.name} is not beside it")
+        if model.is_edgetpu_compiled:
+            return None, "ops not counted: the CPU twin is itself compiled"
+    counted = count_ops(model)
+    note = None
+    if counted.unknown:
+        note = f"{len(counted.unknown)} MAC operator(s) with unknown shapes not counted"
+    elif not counted.macs:
+        note = "no MAC operators (CONV_2D, FULLY_CONNECTED, ...): TOPS not applicable"
+    return counted, note
+
+
+# -- peaks -------------------------------------------------------------------------------------
+
+def peak_key(runtime: str, version: str, threads: Optional[int]) -> str:
+    """Peaks are per CPU, runtime build and thread count: each changes the kernels' speed."""
+    return f"{hostinfo.cpu_model() or 'cpu'}|{runtime} {version}|threads={threads or 'default'}"
+
+
+def _peak(engine, threads: Optional[int], opts: BenchOptions) -> tuple[Optional[float], Optional[str]]:
+    if engine.device == "edgetpu":
+        return EDGETPU_PEAK_TOPS, "datasheet"
+    if opts.synthetic:
+        return None, None
+    peaks = load_peaks()
+    value = peaks.get(peak_key(engine.runtime.name, engine.runtime.version, threads))
+    return (round(value, 6), "synthetic") if value else (None, None)
+
+
+def load_peaks() -> dict[str, float]:
+    try:
+        data = json.loads((cache_dir() / "peaks.json").read_text())
+        return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def save_peaks(results: list[dict]) -> Optional[str]:
+    """Remember the CPU TOPS the synthetic model reached, per CPU, runtime and thread count.
+    Returns a note when the cache cannot be written (never an error)."""
+    peaks = load_peaks()
+    for r in results:
+        if not r.get("available") or r.get("device") != "cpu" or not r.get("tops"):
+            continue
+        key = peak_key(r["runtime"], r["runtime_version"], r["threads"])
+        peaks[key] = max(peaks.get(key, 0.0), r["tops"])
+    path = cache_dir() / "peaks.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(peaks, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError as e:
+        return f"CPU peak not saved to {path}: {e.strerror or e}"
+    return None
+
+
+# -- whole runs --------------------------------------------------------------------------------
+
+MAX_THREADS = 64  # more threads than this is a typo, and a crash in the runtime
+
+
+def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
+    """--threads: None (runtime default), N, or auto (1..usable cores)."""
+    if threads is None or threads == "":
+        return [None]
+    if threads == "auto":
+        return list(range(1, hostinfo.usable_cores() + 1))
+    try:
+        n = int(threads)
+    except ValueError:
+        raise UsageError(f"--threads must be a number or auto, not {threads!r}") from None
+    if not 1 <= n <= MAX_THREADS:
+        raise UsageError(f"--threads must be between 1 and {MAX_THREADS}")
+    return [n]
+
+
+def devices_for(device: str) -> list[str]:
+    return ["cpu", "edgetpu"] if device == "all" else [device]
+
+
+def edgetpu_twin_path(path: str | Path) -> Path:
+    """Where the compiled build of `X.tflite` lives: `X_edgetpu.tflite` beside it."""
+    p = Path(path)
+    return p.with_name(p.stem + "_edgetpu" + p.suffix)
+
+
+def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchOptions,
+              progress=None, no_tpu_reason: Optional[str] = None) -> dict:
+    """Benchmark `model_path` on the device(s) and thread counts asked for: the JSON document.
+
+    A CPU model X.tflite runs on the Edge TPU as X_edgetpu.tflite when that is beside it; a
+    compiled model runs on the CPU as its twin (runtime.open_model). `no_tpu_reason` says why
+    there is no compiled model to run on the Edge TPU (e.g. no compiler for --synthetic).
+    """
+    counts = thread_counts(threads)
+    results = []
+    for dev in devices_for(device):
+        tpu = dev not in ("cpu", "auto")
+        path = model_path
+        if tpu and not _is_compiled(path) and edgetpu_twin_path(path).exists():
+            path = str(edgetpu_twin_path(path))
+        if tpu and no_tpu_reason and not _is_compiled(path):
+            results.append(unavailable("edgetpu", no_tpu_reason, str(model_path)))
+            continue
+        for n in ([None] if tpu else counts):
+            r = bench_device(path, dev, n, opts, strict=device != "all")
+            results.append(r)
+            if progress:
+                progress(r)
+            if r.get("available") and r["device"] == "edgetpu":
+                break
+            if not r.get("available"):
+                break
+    _mark_best(results)
+    doc = {"schema": SCHEMA, "host": host_section(results), "model": _model_section(model_path),
+           "results": results}
+    comparison = compare(results)
+    if comparison:
+        doc["comparison"] = comparison
+    return doc
+
+
+def _mark_best(results: list[dict]) -> None:
+    """With several thread counts on one device, flag the fastest (lowest mean latency)."""
+    by_device: dict[str, list[dict]] = {}
+    for r in results:
+        if r.get("available"):
+            by_device.setdefault(r["device"], []).append(r)
+    for rs in by_device.values():
+        if len(rs) > 1:
+            best = min(rs, key=lambda r: r["latency_ms"]["mean"])
+            for r in rs:
+                r["best"] = r is best
+
+
+def compare(results: list[dict]) -> Optional[dict]:
+    """Speed-up of each accelerator over the (best) CPU result, cold and warm."""
+    cpus = [r for r in results if r.get("available") and r["device"] == "cpu"]
+    others = [r for r in results if r.get("available") and r["device"] != "cpu"]
+    if not cpus or not others:
+        return None
+    cpu = min(cpus, key=lambda r: r["latency_ms"]["mean"])
+    out = {}
+    for r in others:
+        out[r["device"]] = {
+            "cold_speedup": _round(stats.speedup(cpu["first_ms"], r["first_ms"]), 2),
+            "warm_speedup": _round(stats.speedup(cpu["latency_ms"]["mean"], r["latency_ms"]["mean"]), 2),
+            "cpu_threads": cpu["threads"]}
+    return out
+
+
+def host_section(results: list[dict]) -> dict:
+    host = hostinfo.host_info()
+    try:
+        host["loadavg_1m"] = round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        host["loadavg_1m"] = None
+    rts = sorted({f"{r['runtime']} {r['runtime_version']}" for r in results if r.get("available")})
+    host["runtimes"] = rts
+    return host
+
+
+def _is_compiled(path: str | Path) -> bool:
+    try:
+        return load_model(path).is_edgetpu_compiled
+    except EdgeappError:
+        return False
+
+
+def _model_section(model_path: str) -> dict:
+    try:
+        m = load_model(model_path)
+    except EdgeappError:
+        return {"path": str(model_path)}
+    return {"path": str(model_path), "bytes": m.size, "edgetpu_compiled": m.is_edgetpu_compiled,
+            "input_shape": list(m.input_tensors[0].shape), "input_dtype": m.input_tensors[0].dtype}

@@ -1,0 +1,355 @@
+"""`edgeapp doctor`: what is installed, what is plugged in, and the one-sentence fix for each gap.
+
+Every check reads files under `root` and tools on the PATH of `env`, so tests run it against
+fake system trees. Python packages are looked up without importing them (a TFLite runtime is
+imported in a child process, TensorFlow not at all), so doctor stays fast and cannot be killed
+by a broken native wheel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Mapping, Optional
+
+from edgeapp.hw.devices import (USB2_MBPS, apex_nodes, apex_temperature, dpkg_owner, library_version,
+                      open_library, pci_cards, read_text, short_version, under, usb_accelerators)
+from edgeapp.hw.probe import Pair, VerdictCache
+from edgeapp.core.userdirs import cache_dir
+from edgeapp.hw.runtime import (EDGETPU_LIB_ENV, RUNTIME_MODULES, available_runtimes, edgetpu_library,
+                      runtime_version)
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+HOT_C = 85.0  # the apex driver's first thermal trip point: it starts throttling here
+CORAL_VENDORS = ("1a6e", "18d1")
+RULE_DIRS = ("/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
+README_FIX = "install a matching pair (see README, Edge TPU runtimes)"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok, warn, fail
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_checks(root: str | Path = "/", env: Optional[Mapping[str, str]] = None,
+               machine: Optional[str] = None) -> list[Check]:
+    """All checks, in the order a user fixes things: Python side, library, devices, compiler."""
+    env = os.environ if env is None else env
+    machine = (machine or platform.machine()).lower()
+    versions = installed_runtimes()
+    checks = system_checks(root, machine)
+    checks += runtime_checks(versions)
+    checks.append(numpy_check(_dist_version("numpy"), versions))
+    checks.append(tensorflow_check())
+    checks.append(pycoral_check())
+    checks += library_checks(env, versions)
+    checks.append(probe_cache_check(env))
+    checks += device_checks(root, env)
+    checks.append(compiler_check(env, machine))
+    return checks
+
+
+def exit_ok(checks: list[Check]) -> bool:
+    return not any(c.status == FAIL for c in checks)
+
+
+# --- Python side ---------------------------------------------------------------------------
+
+def system_checks(root: str | Path, machine: str) -> list[Check]:
+    release = read_text(under(root, "/etc/os-release")) or ""
+    pretty = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', release, re.M)
+    os_name = pretty.group(1) if pretty else f"{platform.system()} {platform.release()}"
+    arch = Check("architecture", OK, machine)
+    if machine in ("armv7l", "armv6l", "i686", "i386"):
+        arch = Check("architecture", WARN, f"{machine} (32-bit): no ai-edge-litert wheels",
+                     "edgeapp uses tflite-runtime here, which needs numpy<2")
+    py = platform.python_version()
+    python = Check("python", OK, f"{py} ({platform.python_implementation()}) at {sys.executable}")
+    if sys.version_info < (3, 10):
+        python = Check("python", WARN, f"{py}: ai-edge-litert needs Python 3.10+",
+                       "edgeapp falls back to tflite-runtime; use Python 3.10+ for the faster runtime")
+    return [Check("os", OK, os_name), arch, python]
+
+
+def installed_runtimes() -> dict[str, str]:
+    """TFLite runtimes installed (found, not imported) and their versions."""
+    return {n: runtime_version(n) for n in available_runtimes()}
+
+
+def runtime_checks(versions: Mapping[str, str]) -> list[Check]:
+    """Import each light runtime in a child: a broken wheel fails there, not here."""
+    checks = []
+    for name, version in versions.items():
+        if name == "tensorflow":
+            continue  # a 5-second import; reported by tensorflow_check
+        proc = subprocess.run([sys.executable, "-c", f"import {RUNTIME_MODULES[name]}"], capture_output=True,
+                              text=True, timeout=120)
+        if proc.returncode == 0:
+            checks.append(Check(f"runtime {name}", OK, f"{version}, imports"))
+        else:
+            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+            checks.append(Check(f"runtime {name}", FAIL, f"{version} does not import: "
+                                f"{lines[-1] if lines else proc.returncode}",
+                                f"pip install --force-reinstall {name}"))
+    if not any(c.status == OK for c in checks) and "tensorflow" not in versions:
+        checks.append(Check("runtime", FAIL, "no TFLite runtime installed",
+                            "pip install ai-edge-litert (tflite-runtime on 32-bit ARM)"))
+    return checks
+
+
+def numpy_check(numpy_version: Optional[str], runtimes: Mapping[str, str]) -> Check:
+    """tflite-runtime wheels (the last is 2.14) are built against numpy 1: numpy 2 breaks them."""
+    if numpy_version is None:
+        return Check("numpy", FAIL, "not installed", "pip install numpy")
+    major = _major(numpy_version)
+    tflite = runtimes.get("tflite-runtime")
+    if tflite and major >= 2:
+        return Check("numpy", FAIL, f"{numpy_version}, but tflite-runtime {tflite} is built for numpy 1",
+                     "pip install 'numpy<2' (or use ai-edge-litert)")
+    return Check("numpy", OK, numpy_version)
+
+
+def tensorflow_check() -> Check:
+    if importlib.util.find_spec("tensorflow") is None:
+        return Check("tensorflow", WARN, "not installed: `edgeapp convert` needs it",
+                     "pip install 'edgeapp[convert]' (on a PC; inference does not need it)")
+    return Check("tensorflow", OK, f"{runtime_version('tensorflow')} (for convert)")
+
+
+def pycoral_check() -> Check:
+    """Google's pycoral has pycoral/utils/edgetpu.py; PyPI's `pycoral` is an unrelated project."""
+    spec = importlib.util.find_spec("pycoral")
+    if spec is None:
+        return Check("pycoral", OK, "not installed (not needed: edgeapp loads the delegate itself)")
+    places = list(spec.submodule_search_locations or [])
+    if any(list(Path(p, "utils").glob("edgetpu.*")) for p in places):
+        version = _dist_version("pycoral") or "(version unknown)"
+        return Check("pycoral", OK, f"Google's pycoral {version} at {places[0]}")
+    return Check("pycoral", WARN, f"the `pycoral` at {places[0] if places else spec.origin} is not "
+                 "Google's (no pycoral.utils.edgetpu): it is an unrelated PyPI package",
+                 "pip uninstall pycoral; Google's comes from Coral's apt repository (python3-pycoral)")
+
+
+# --- Edge TPU library and the probe verdicts -----------------------------------------------
+
+def library_checks(env: Mapping[str, str], runtimes: Mapping[str, str]) -> list[Check]:
+    name = env.get(EDGETPU_LIB_ENV) or edgetpu_library()
+    try:
+        lib, path = open_library(name)
+    except OSError:
+        return [Check("libedgetpu", WARN, f"{name} not found: no Edge TPU runtime, CPU only",
+                      "sudo apt install libedgetpu1-std (Coral's apt repository; see README)")]
+    raw = library_version(lib)
+    owner = dpkg_owner(path, env.get("PATH"))
+    where = f"{path}, {owner[0]} {owner[1]}" if owner else path
+    checks = [Check("libedgetpu", OK, f"{short_version(raw) or 'version unknown'} at {where}")]
+    cache = VerdictCache(cache_dir(env))
+    for runtime, version in runtimes.items():
+        checks.append(pair_check(Pair.of(runtime, version, path), owner, cache))
+    return checks
+
+
+def pair_check(pair: Pair, owner: Optional[tuple[str, str]], cache: VerdictCache) -> Check:
+    """The cached probe verdict of a (runtime, libedgetpu) pair, else what is known about it."""
+    name = f"pair {pair.runtime}"
+    verdict = cache.get(pair)
+    if verdict is not None and verdict.status == "pass":
+        return Check(name, OK, f"{pair.runtime} {pair.runtime_version} passed the delegate probe "
+                               f"({verdict.probed_at})")
+    if verdict is not None:
+        return Check(name, FAIL, verdict.message, README_FIX)
+    tf = re.search(r"tf(\d+\.\d+)", owner[1]) if owner else None
+    if owner and not tf and owner[1].startswith("16.0") and \
+            (pair.runtime != "tflite-runtime" or _version_tuple(pair.runtime_version) >= (2, 12)):
+        return Check(name, WARN, f"Google's libedgetpu {owner[1]} (built with TensorFlow 2.5) is reported "
+                                 f"to crash under {pair.runtime} {pair.runtime_version}; not probed yet",
+                     README_FIX)
+    built = f" (libedgetpu built for TensorFlow {tf.group(1)})" if tf else ""
+    return Check(name, OK, f"{pair.runtime} {pair.runtime_version}{built}: not probed yet "
+                           "(edgeapp probes it on first Edge TPU use)")
+
+
+def probe_cache_check(env: Mapping[str, str]) -> Check:
+    """Every cached verdict, also of pairs no longer installed (`--format json` lists them)."""
+    cache = VerdictCache(cache_dir(env))
+    statuses = [e.get("status") for e in cache.entries().values()]
+    if not statuses:
+        return Check("probe cache", OK, f"no delegate-probe verdicts in {cache.path}")
+    counts = ", ".join(f"{s}: {statuses.count(s)}" for s in sorted(set(statuses)))
+    return Check("probe cache", OK, f"{len(statuses)} verdict(s) ({counts}) in {cache.path}")
+
+
+# --- devices, udev, drivers ----------------------------------------------------------------
+
+def device_checks(root: str | Path, env: Mapping[str, str]) -> list[Check]:
+    checks = []
+    usb = usb_accelerators(root)
+    for path, ident, speed in usb:
+        if speed is None:
+            checks.append(Check("usb accelerator", OK, f"{ident} at {path}, link speed unknown"))
+        elif speed <= USB2_MBPS:
+            checks.append(Check("usb accelerator", WARN, f"{ident} at {path} on USB 2 ({speed:g} Mb/s): "
+                                "3-4x slower", "plug it into a USB 3 port (blue) with a USB 3 cable"))
+        else:
+            checks.append(Check("usb accelerator", OK, f"{ident} at {path}, {speed:g} Mb/s"))
+    nodes, cards = apex_nodes(root), pci_cards(root)
+    for node in nodes:
+        temp = apex_temperature(root, node)
+        shown = f", {temp:.1f} °C" if temp is not None else ""
+        hot = temp is not None and temp >= HOT_C
+        checks.append(Check("pcie edge tpu", WARN if hot else OK, f"{node}{shown}",
+                            "improve cooling: the driver throttles the Edge TPU from 85 °C" if hot else ""))
+    if not usb and not nodes and not cards:
+        checks.append(Check("edge tpu", WARN, "none found (USB or PCIe/M.2): edgeapp runs on the CPU",
+                            "plug in a Coral USB Accelerator, or see README for PCIe/M.2 drivers"))
+    if platform.system() == "Linux" or Path(root) != Path("/"):
+        checks += udev_checks(root, env, present=bool(usb))
+        checks.append(driver_check(root, nodes, cards))
+    return checks
+
+
+def udev_rules(root: str | Path) -> list[tuple[str, str]]:
+    """(file, line) of every udev rule that names a Coral USB vendor id."""
+    found = []
+    for d in RULE_DIRS:
+        base = under(root, d)
+        for f in sorted(base.glob("*.rules")) if base.is_dir() else []:
+            for line in (read_text(f) or "").splitlines():
+                if not line.lstrip().startswith("#") and any(v in line.lower() for v in CORAL_VENDORS):
+                    found.append((f"{d}/{f.name}", line.strip()))
+    return found
+
+
+def udev_checks(root: str | Path, env: Mapping[str, str], present: bool) -> list[Check]:
+    bad = FAIL if present else WARN  # only blocking when an accelerator is plugged in
+    rules = udev_rules(root)
+    if not rules:
+        return [Check("udev rule", bad, "no udev rule for the Coral USB Accelerator (1a6e/18d1): "
+                      "only root can use it", "sudo apt install libedgetpu1-std (it installs the rule), "
+                      "then unplug and replug")]
+    files = sorted({f for f, _ in rules})
+    checks = [Check("udev rule", OK, ", ".join(files))]
+    text = " ".join(line for _, line in rules)
+    groups = sorted(set(re.findall(r'GROUP\s*:?=\s*"([^"]+)"', text)))
+    if re.search(r'MODE\s*:?=\s*"0?666"', text) or "uaccess" in text:
+        return checks + [Check("usb access", OK, "the rule lets every local user open the device")]
+    user = env.get("USER") or env.get("LOGNAME") or (_login() if Path(root) == Path("/") else "")
+    if not groups:
+        return checks
+    if user == "root":
+        return checks + [Check("usb access", OK, "running as root")]
+    members = group_members(root, user)
+    inside = [g for g in groups if g in members]
+    if not inside:
+        return checks + [Check("usb access", bad, f"user {user or '?'} is not in group {groups[0]}, "
+                               "which the rule grants the device to",
+                               f"sudo usermod -aG {groups[0]} {user or '$USER'}, then log out and in")]
+    if Path(root) == Path("/") and user == _login() and not _session_groups() & set(inside):
+        return checks + [Check("usb access", WARN, f"{user} was added to {inside[0]} after logging in",
+                               f"log out and in again (or run `newgrp {inside[0]}`)")]
+    return checks + [Check("usb access", OK, f"{user} is in group {inside[0]}")]
+
+
+def group_members(root: str | Path, user: str) -> set[str]:
+    """Groups of `user` by /etc/group membership and by the primary gid in /etc/passwd."""
+    if not user:
+        return set()
+    primary = None
+    for line in (read_text(under(root, "/etc/passwd")) or "").splitlines():
+        parts = line.split(":")
+        if len(parts) > 3 and parts[0] == user:
+            primary = parts[3]
+    groups = set()
+    for line in (read_text(under(root, "/etc/group")) or "").splitlines():
+        parts = line.split(":")
+        if len(parts) > 3 and (user in parts[3].split(",") or parts[2] == primary):
+            groups.add(parts[0])
+    return groups
+
+
+def loaded_modules(root: str | Path) -> set[str]:
+    names = {line.split()[0] for line in (read_text(under(root, "/proc/modules")) or "").splitlines()
+             if line.strip()}
+    return names | {m for m in ("apex", "gasket") if under(root, f"/sys/module/{m}").is_dir()}
+
+
+def driver_check(root: str | Path, nodes: list[str], cards: list[tuple[str, Optional[str]]]) -> Check:
+    """PCIe/M.2 cards need the gasket and apex kernel modules (gasket-dkms) to get /dev/apex_N."""
+    loaded = sorted({"apex", "gasket"} & loaded_modules(root))
+    if loaded == ["apex", "gasket"]:
+        return Check("pcie driver", OK, "apex and gasket modules loaded")
+    if cards or nodes:
+        what = ", ".join(f"{addr} (driver: {drv or 'none'})" for addr, drv in cards) or ", ".join(nodes)
+        return Check("pcie driver", FAIL if not nodes else WARN,
+                     f"PCIe Edge TPU {what} but modules {', '.join(loaded) or 'apex/gasket'} "
+                     f"{'loaded' if loaded else 'not loaded'}",
+                     "sudo apt install gasket-dkms (or build gasket-driver for your kernel), then reboot")
+    return Check("pcie driver", OK, "apex/gasket not loaded (only needed for PCIe/M.2 cards)")
+
+
+# --- compiler ------------------------------------------------------------------------------
+
+def compiler_check(env: Mapping[str, str], machine: str) -> Check:
+    if machine not in ("x86_64", "amd64"):
+        return Check("edgetpu_compiler", WARN, f"not available on {machine} (x86-64 Linux only)",
+                     "compile on an x86-64 PC (or Colab); `edgeapp check` shows what would map")
+    tool = shutil.which("edgetpu_compiler", path=env.get("PATH"))
+    if tool is None:
+        return Check("edgetpu_compiler", WARN, "not installed: needed to compile models for the Edge TPU",
+                     "sudo apt install edgetpu-compiler (Coral's apt repository)")
+    try:
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return Check("edgetpu_compiler", FAIL, f"{tool} does not run: {e}", "reinstall edgetpu-compiler")
+    version = re.search(r"version\s+(\S+)", out)
+    return Check("edgetpu_compiler", OK, f"{version.group(1) if version else out.strip()} at {tool}")
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+def _dist_version(dist: str) -> Optional[str]:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def _major(version: str) -> int:
+    return (_version_tuple(version) or (0,))[0]
+
+
+def _login() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+def _session_groups() -> set[str]:
+    """Groups of this process: a group added by usermod counts only after a new login."""
+    import grp
+
+    names = set()
+    for gid in os.getgroups():
+        try:
+            names.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue
+    return names

@@ -1,0 +1,209 @@
+"""Result records streamed as table, JSON lines or CSV, crash-safe and resumable.
+
+Each record is written with one `write` on an append-mode file and flushed, so a killed batch
+leaves whole lines only; `--resume` first trims any partial last line, then skips the inputs
+whose path is already in the file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Optional, TextIO
+
+from edgeapp.errors import UsageError
+
+
+class Format(str, Enum):
+    table = "table"
+    jsonl = "jsonl"
+    csv = "csv"
+
+
+TableFormatter = Callable[[dict], str]
+
+
+class RecordWriter:
+    """Writes records to stdout or a file; `columns` is the CSV layout (one row per item)."""
+
+    def __init__(self, fmt: Format, columns: list[str], rows: Callable[[dict], list[dict]],
+                 table: TableFormatter, output: Optional[Path] = None, resume: bool = False,
+                 stream: Optional[TextIO] = None) -> None:
+        self.fmt, self.columns, self.rows, self.table = fmt, columns, rows, table
+        self.output = output
+        self.done: set[str] = set()
+        self._fd: Optional[int] = None
+        self._stream = stream or sys.stdout
+        if resume and output is None:
+            raise UsageError("--resume needs --output FILE (the file to resume)")
+        if resume and fmt == Format.table:
+            raise UsageError("--resume needs --format jsonl or csv")
+        if output is not None:
+            if resume and output.exists():
+                self.done = prepare_resume(output, fmt, columns)
+            flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if resume else os.O_TRUNC)
+            try:
+                self._fd = os.open(output, flags, 0o644)
+            except OSError as e:
+                raise UsageError(f"cannot write {output}: {e.strerror}") from None
+            if resume:
+                os.lseek(self._fd, 0, os.SEEK_END)
+        needs_header = fmt == Format.csv and (self._fd is None or os.fstat(self._fd).st_size == 0)
+        if needs_header:
+            self._emit(_csv_line(columns))
+
+    def is_done(self, path: str) -> bool:
+        return path in self.done or os.path.abspath(path) in self.done
+
+    def write(self, record: dict) -> None:
+        if self.fmt == Format.jsonl:
+            try:
+                data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+            except UnicodeEncodeError:  # a non-UTF-8 file name: \udcXX escapes keep it valid JSON
+                data = (json.dumps(record) + "\n").encode("ascii")
+            self._emit(data)
+        elif self.fmt == Format.csv:
+            self._emit("".join(_csv_line([_cell(r.get(c)) for c in self.columns])
+                               for r in self.rows(record)))
+        else:
+            self._emit(self.table(record) + "\n")
+
+    def _emit(self, text: str | bytes) -> None:
+        """One write per record (whole lines only, even if killed); file names that are not
+        UTF-8 go out as the bytes they are on disk."""
+        data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+        try:
+            if self._fd is not None:
+                while data:
+                    data = data[os.write(self._fd, data):]
+            elif hasattr(self._stream, "buffer"):
+                self._stream.flush()
+                self._stream.buffer.write(data)
+                self._stream.buffer.flush()
+            else:
+                self._stream.write(data.decode("utf-8", "replace"))
+                self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            where = self.output or "stdout"
+            raise UsageError(f"cannot write results to {where}: {e.strerror or e}; the results "
+                             "written so far are kept") from None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else value
+
+
+def _csv_line(values: list) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(values)
+    return buf.getvalue()
+
+
+def trim_partial_line(path: Path) -> None:
+    """Drop an unterminated last line (a write cut short by a kill)."""
+    with open(path, "rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        pos = size - 1
+        chunk = 65536
+        while pos > 0:
+            start = max(0, pos - chunk)
+            f.seek(start)
+            block = f.read(pos - start)
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                f.truncate(start + nl + 1)
+                return
+            pos = start
+        f.truncate(0)
+
+
+def prepare_resume(path: Path, fmt: Format, columns: list[str]) -> set[str]:
+    """Make a results file safe to append to, and return the paths it already holds.
+
+    JSONL: a cut-off last line is dropped. CSV: an image spans several rows written in one
+    write, so a kill can leave some of its rows; the last image's rows are always dropped and
+    redone. A file that is not our own results file of this format is refused, never appended to.
+    """
+    if fmt == Format.jsonl:
+        trim_partial_line(path)
+        done = _jsonl_paths(path)
+    else:
+        done = _csv_resume(path, columns)
+    return done | {os.path.abspath(p) for p in done}
+
+
+def _jsonl_paths(path: Path) -> set[str]:
+    done: set[str] = set()
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                p = json.loads(raw.decode("utf-8", "surrogateescape")).get("path")
+            except (ValueError, AttributeError):
+                p = None
+            if not isinstance(p, str):
+                raise UsageError(f"--resume: {path} is not an edgeapp JSONL results file (line {n}); "
+                                 "choose another --output")
+            done.add(p)
+    return done
+
+
+def _csv_resume(path: Path, columns: list[str]) -> set[str]:
+    raw = path.read_bytes()
+    if not raw:
+        return set()
+    ends: list[int] = []  # byte offset after each physical line handed to the csv reader
+    lines = raw.splitlines(keepends=True)
+
+    def feed():
+        offset = 0
+        for line in lines:
+            offset += len(line)
+            ends.append(offset)
+            yield line.decode("utf-8", "surrogateescape")
+
+    rows: list[tuple[list[str], int]] = []
+    for row in csv.reader(feed()):
+        rows.append((row, ends[-1]))
+    if not rows or rows[0][0] != columns:
+        raise UsageError(f"--resume: {path} is not an edgeapp CSV results file with columns "
+                         f"{','.join(columns)}; choose another --output")
+    body = rows[1:]
+    while body and (len(body[-1][0]) != len(columns) or not raw.endswith(b"\n")
+                    and body[-1][1] == len(raw)):
+        body.pop()  # a row cut short by a kill
+    if body:  # the last image may have only some of its rows: drop them all, redo it
+        last = body[-1][0][0]
+        while body and body[-1][0][0] == last:
+            body.pop()
+    cut = body[-1][1] if body else rows[0][1]
+    with open(path, "rb+") as f:
+        f.truncate(cut)
+    return {row[0] for row, _ in body}

@@ -1,0 +1,313 @@
+"""The hardware boundary: the one module that touches TFLite runtimes and the Edge TPU delegate.
+
+Everything else works on numpy arrays. `open_model` turns (model file, device string) into an
+`Engine`: an allocated interpreter on the Edge TPU, or on the CPU with the model's CPU twin when
+the Edge TPU cannot be used and the user asked for `auto`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import importlib.util
+import os
+import platform
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from edgeapp.errors import DeviceUnavailable, InvalidModel, MissingDependency, UsageError
+from edgeapp.core.tflite.model import Model, load_model
+
+# CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
+# MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
+RUNTIMES = ("ai-edge-litert", "tflite-runtime", "tensorflow")
+RUNTIME_MODULES = {  # runtime name -> the module holding Interpreter and load_delegate
+    "ai-edge-litert": "ai_edge_litert.interpreter",
+    "tflite-runtime": "tflite_runtime.interpreter",
+    "tensorflow": "tensorflow.lite",
+}
+_DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tflite-runtime",),
+                  "tensorflow": ("tensorflow", "tensorflow-cpu")}
+EDGETPU_LIB_ENV = "EDGEAPP_EDGETPU_LIB"  # override the Edge TPU library (tests, custom builds)
+_DEVICE_RE = re.compile(r"^(auto|cpu|edgetpu|usb|pci|usb:\d+|pci:\d+|:\d+)$")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One importable TFLite runtime implementation."""
+
+    name: str
+    version: str
+    module: Any
+
+    def make_interpreter(self, model_path: str, delegates: Optional[list] = None,
+                         threads: Optional[int] = None) -> Any:
+        return self.module.Interpreter(model_path=model_path, experimental_delegates=delegates,
+                                       num_threads=threads)
+
+    def load_delegate(self, library: str, options: dict) -> Any:
+        load = getattr(self.module, "load_delegate", None)
+        if load is None:  # tensorflow.lite keeps it under experimental
+            load = self.module.experimental.load_delegate
+        return load(library, options)
+
+
+def available_runtimes() -> list[str]:
+    """Runtimes that are installed, without importing them."""
+    return [n for n in RUNTIMES if importlib.util.find_spec(RUNTIME_MODULES[n].split(".")[0]) is not None]
+
+
+def find_runtime(name: Optional[str] = None) -> Runtime:
+    """The requested runtime, or the best installed one."""
+    if name is not None and name not in RUNTIMES:
+        raise UsageError(f"unknown runtime {name!r}; choose one of: {', '.join(RUNTIMES)}")
+    for candidate in [name] if name else RUNTIMES:
+        try:
+            module = importlib.import_module(RUNTIME_MODULES[candidate])
+        except ImportError:
+            continue
+        return Runtime(candidate, runtime_version(candidate), module)
+    if name:
+        raise MissingDependency(f"runtime {name!r} is not installed (pip install {_DISTRIBUTIONS[name][0]})")
+    raise MissingDependency("no TFLite runtime installed: pip install ai-edge-litert "
+                            "(or tflite-runtime on 32-bit ARM)")
+
+
+def runtime_version(name: str) -> str:
+    """The installed version of a runtime's distribution, without importing it."""
+    for dist in _DISTRIBUTIONS[name]:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A parsed --device string: kind is auto, cpu or edgetpu; `option` is libedgetpu's."""
+
+    text: str
+    kind: str
+    option: Optional[str]  # "usb", "usb:0", "pci", "pci:1", ":0", or None for any TPU
+
+
+def parse_device(text: str) -> DeviceSpec:
+    t = (text or "auto").strip().lower()
+    if not _DEVICE_RE.match(t):
+        raise UsageError(f"invalid device {text!r}: use auto, cpu, edgetpu, usb, usb:N, pci, pci:N or :N")
+    if t in ("auto", "cpu"):
+        return DeviceSpec(t, t, None)
+    return DeviceSpec(t, "edgetpu", None if t == "edgetpu" else t)
+
+
+def edgetpu_library() -> str:
+    """The OS-specific Edge TPU runtime library name (or the EDGEAPP_EDGETPU_LIB override)."""
+    override = os.environ.get(EDGETPU_LIB_ENV)
+    if override:
+        return override
+    return {"Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}.get(platform.system(),
+                                                                        "libedgetpu.so.1")
+
+
+def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
+    """Load the Edge TPU delegate or raise DeviceUnavailable with a short reason and the fix."""
+    library = edgetpu_library()
+    options = {"device": spec.option} if spec.option else {}
+    try:
+        if runtime.name == "tflite-runtime" and not os.environ.get(EDGETPU_LIB_ENV):
+            try:  # Google's pycoral, when installed, knows its own library
+                from pycoral.utils import edgetpu as coral  # type: ignore
+                return coral.load_edgetpu_delegate(options)
+            except ImportError:
+                pass
+        ctypes.CDLL(library)  # fail here, not half-way through the runtime's Delegate object
+        return runtime.load_delegate(library, options)
+    except OSError as e:
+        raise DeviceUnavailable(_explain_os_error(str(e), library)) from None
+    except ValueError as e:  # "Failed to load delegate from libedgetpu.so.1"
+        where = f" at {spec.option}" if spec.option else ""
+        reason = " ".join(str(e).split())  # the runtime's message spans lines
+        raise DeviceUnavailable(f"no Edge TPU found{where} ({reason}); plug it in, check `edgeapp devices` "
+                                "and that your user may access it (udev rule, plugdev group)") from None
+
+
+def _explain_os_error(message: str, library: str) -> str:
+    if "libusb" in message:
+        return "libusb-1.0 is missing (sudo apt install libusb-1.0-0)"
+    if os.path.exists(library):  # there, but not a loadable library for this machine
+        return f"cannot load {library}: {message.strip().splitlines()[0] if message.strip() else 'unknown error'}"
+    if library in message or "edgetpu" in message:
+        return (f"no {library}: install the Edge TPU runtime (sudo apt install libedgetpu1-std, "
+                "see README)")
+    return f"cannot load {library}: {message}"
+
+
+def cpu_twin_path(path: str | Path) -> Path:
+    """Where the CPU model of `X_edgetpu.tflite` lives: `X.tflite` beside it."""
+    p = Path(path)
+    stem = p.stem[: -len("_edgetpu")] if p.stem.endswith("_edgetpu") else p.stem
+    return p.with_name(stem + p.suffix)
+
+
+@dataclass
+class Engine:
+    """An allocated interpreter and what it runs: the thing pipelines call `run` on."""
+
+    interpreter: Any
+    model: Model
+    device: str  # "edgetpu" or "cpu"
+    runtime: Runtime
+    requested_model: str
+    notice: Optional[str] = None  # one line for stderr: why we run where we run
+
+    def __post_init__(self) -> None:
+        self.input = self.interpreter.get_input_details()[0]
+        self.outputs = self.interpreter.get_output_details()
+
+    @property
+    def model_path(self) -> str:
+        return self.model.path
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.input["shape"])
+
+    @property
+    def input_dtype(self) -> np.dtype:
+        return np.dtype(self.input["dtype"])
+
+    @property
+    def input_quantization(self) -> tuple[float, int]:
+        scale, zero = self.input.get("quantization", (0.0, 0))
+        return float(scale), int(zero)
+
+    def run(self, tensor: np.ndarray) -> list[np.ndarray]:
+        """Invoke on one input tensor; return copies of all raw outputs."""
+        if tensor.shape != self.input_shape:
+            tensor = tensor.reshape(self.input_shape)
+        self.interpreter.set_tensor(self.input["index"], tensor)
+        self.interpreter.invoke()
+        return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
+
+
+def open_model(path: str | Path, device: str = "auto", *, cpu_model: Optional[str | Path] = None,
+               runtime: Optional[str] = None, threads: Optional[int] = None,
+               probe: bool = True) -> Engine:
+    """Validate the model, pick the device, and return an allocated Engine.
+
+    auto: Edge TPU when a compiled model and a TPU are there, else the CPU (the CPU twin for a
+    compiled model). An explicit TPU device never falls back: it raises DeviceUnavailable.
+    probe: first try the (runtime, Edge TPU library) pair in a child process (probe.py), so a
+    mismatched build that segfaults is reported instead of killing us.
+    """
+    spec = parse_device(device)
+    model = load_model(path)
+    rt = find_runtime(runtime)
+    if spec.kind != "cpu" and model.is_edgetpu_compiled:
+        try:
+            if probe:
+                from edgeapp.hw.probe import ensure_probed
+                ensure_probed(rt, spec, model.path)
+            delegate = load_edgetpu_delegate(rt, spec)
+            interpreter = _interpreter(rt, model, [delegate], threads)
+        except DeviceUnavailable as e:
+            if spec.kind == "edgetpu":
+                raise
+            twin = _load_twin(model, cpu_model)
+            return _cpu_engine(rt, twin, threads, str(path),
+                               f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU")
+        return Engine(interpreter, model, "edgetpu", rt, str(path))
+    if spec.kind == "edgetpu":
+        raise UsageError(f"{model.path} is not compiled for the Edge TPU: run `edgeapp compile "
+                         f"{model.path}` first, or use --device cpu")
+    if model.is_edgetpu_compiled:  # --device cpu with a compiled model
+        twin = _load_twin(model, cpu_model)
+        return _cpu_engine(rt, twin, threads, str(path),
+                           f"--device cpu: running {Path(twin.path).name} (CPU twin) on CPU")
+    note = None if spec.kind == "cpu" else \
+        f"running {Path(model.path).name} on CPU (not compiled for the Edge TPU)"
+    return _cpu_engine(rt, model, threads, str(path), note)
+
+
+def _load_twin(model: Model, cpu_model: Optional[str | Path]) -> Model:
+    twin_path = Path(cpu_model) if cpu_model else cpu_twin_path(model.path)
+    if twin_path.exists() and twin_path.resolve() == Path(model.path).resolve():
+        raise UsageError(f"--cpu-model {twin_path} is the compiled model itself; pass the uncompiled "
+                         "model it was compiled from")
+    if not twin_path.exists():
+        raise DeviceUnavailable(f"{Path(model.path).name} needs the Edge TPU, which is unavailable, and "
+                                f"its CPU twin {twin_path} was not found; pass --cpu-model PATH")
+    twin = load_model(twin_path)
+    if twin.is_edgetpu_compiled:
+        raise InvalidModel(f"CPU twin {twin_path} is itself compiled for the Edge TPU; pass the "
+                           "uncompiled model with --cpu-model")
+    if _io_signature(twin) != _io_signature(model):
+        raise InvalidModel(f"CPU twin {twin_path} does not match {Path(model.path).name}: inputs/outputs "
+                           f"{_io_signature(twin)} vs {_io_signature(model)}; pass the model it was "
+                           "compiled from with --cpu-model")
+    return twin
+
+
+def _io_signature(model: Model) -> list[tuple]:
+    """What a twin must share with its compiled model: I/O shapes and types."""
+    return [(list(t.shape), t.dtype) for t in model.input_tensors + model.output_tensors]
+
+
+def _cpu_engine(rt: Runtime, model: Model, threads: Optional[int], requested: str,
+                notice: Optional[str]) -> Engine:
+    return Engine(_interpreter(rt, model, None, threads), model, "cpu", rt, requested, notice)
+
+
+def _interpreter(rt: Runtime, model: Model, delegates: Optional[list], threads: Optional[int]) -> Any:
+    native: list[str] = []
+    try:
+        with native_stderr(native):
+            interpreter = rt.make_interpreter(model.path, delegates, threads)
+            interpreter.allocate_tensors()
+    except (RuntimeError, ValueError) as e:
+        lines = [ln for ln in str(e).strip().splitlines() + native if ln.strip()]
+        first = lines[0] if lines else type(e).__name__
+        if delegates:
+            raise DeviceUnavailable(f"Edge TPU rejected {model.path}: {first}") from None
+        raise InvalidModel(f"{rt.name} {rt.version} cannot run {model.path}: {first}") from None
+    return interpreter
+
+
+_NATIVE_NOISE = ("INFO: Created TensorFlow Lite", "INFO: Initialized TensorFlow Lite")
+
+
+@contextlib.contextmanager
+def native_stderr(lines: list[str]):
+    """Collect what native code prints on fd 2 (runtimes log there) into `lines`.
+
+    Routine INFO lines are dropped; anything else is echoed afterwards, so real native errors
+    are never hidden, and callers can quote them in their one-line message.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        try:
+            sys.stderr.flush()
+            os.dup2(tmp.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+        for line in text.splitlines():
+            if line.strip() and not line.startswith(_NATIVE_NOISE):
+                lines.append(line)
+                sys.stderr.write(line + "\n")
