@@ -17,6 +17,7 @@ from typing import Optional
 
 import numpy as np
 
+from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.hw import hostinfo
 from edgeapp.hw import power
 from edgeapp.core import stats
@@ -184,7 +185,6 @@ def _ops_for(engine) -> tuple[Optional[OpCount], Optional[str]]:
     """Count ops on the graph that describes the work: the CPU twin of a compiled model."""
     model = engine.model
     if model.is_edgetpu_compiled:
-        from edgeapp.hw.runtime import cpu_twin_path
 
         twin = cpu_twin_path(model.path)
         try:
@@ -270,12 +270,6 @@ def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
 
 def devices_for(device: str) -> list[str]:
     return ["cpu", "edgetpu"] if device == "all" else [device]
-
-
-def edgetpu_twin_path(path: str | Path) -> Path:
-    """Where the compiled build of `X.tflite` lives: `X_edgetpu.tflite` beside it."""
-    p = Path(path)
-    return p.with_name(p.stem + "_edgetpu" + p.suffix)
 
 
 def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchOptions,

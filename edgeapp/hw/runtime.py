@@ -24,6 +24,7 @@ from typing import Any, Optional
 import numpy as np
 
 from edgeapp.errors import DeviceUnavailable, InvalidModel, MissingDependency, UsageError
+from edgeapp.core.naming import cpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
@@ -149,13 +150,6 @@ def _explain_os_error(message: str, library: str) -> str:
         return (f"no {library}: install the Edge TPU runtime (sudo apt install libedgetpu1-std, "
                 "see README)")
     return f"cannot load {library}: {message}"
-
-
-def cpu_twin_path(path: str | Path) -> Path:
-    """Where the CPU model of `X_edgetpu.tflite` lives: `X.tflite` beside it."""
-    p = Path(path)
-    stem = p.stem[: -len("_edgetpu")] if p.stem.endswith("_edgetpu") else p.stem
-    return p.with_name(stem + p.suffix)
 
 
 @dataclass
