@@ -94,7 +94,7 @@ def test_conv_per_channel_runs_like_numpy(tmp_path, stride):
     filt = model.tensors[model.operators[0].inputs[1]]
     assert filt.quantization.scale == pytest.approx(tuple(scales))
     assert filt.quantization.quantized_dimension == 0
-    assert model.operators[0].option(1, "i") == stride  # Conv2DOptions.stride_w
+    assert model.operators[0].option("stride_w", "i") == stride
     side = -(-7 // stride)
     assert model.output_tensors[0].shape == (1, side, side, 5)
 
