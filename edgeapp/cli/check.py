@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from edgeapp.core.units import format_bytes
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors
 from edgeapp.errors import ExitCode
 
@@ -61,13 +62,6 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def _size(n: int) -> str:
-    for unit, size in (("MiB", 1024 ** 2), ("KiB", 1024)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
-
-
 def verdict_line(result) -> str:
     """One line: the verdict and the shares on the TPU (used by `convert` too)."""
     from edgeapp.core.check_report import VERDICT_TEXT
@@ -108,8 +102,8 @@ def render(result) -> str:
                  f"{s['ops_cpu']} on the CPU")
     lines.append(f"MACs        {_count(s['macs_tpu'])} of {_count(s['macs_total'])} on the Edge TPU "
                  f"({_pct(s['macs_tpu_share'])})")
-    lines.append(f"parameters  {_size(s['parameter_bytes_tpu'])} on the Edge TPU of ~8 MiB on-chip "
-                 f"cache ({_size(s['parameter_bytes'])} in the file)")
+    lines.append(f"parameters  {format_bytes(s['parameter_bytes_tpu'])} on the Edge TPU of ~8 MiB on-chip "
+                 f"cache ({format_bytes(s['parameter_bytes'])} in the file)")
     lines.append(f"input       {_io_text(s['inputs'])}")
     lines.append(f"output      {_io_text(s['outputs'])}")
     for w in s["warnings"]:

@@ -13,6 +13,7 @@ from typing import Annotated, Callable, Optional, TypeVar
 
 import typer
 
+from edgeapp.core.limits import MAX_THREADS
 from edgeapp.errors import EdgeappError, ExitCode
 
 F = TypeVar("F", bound=Callable)
@@ -51,7 +52,7 @@ CpuModelOpt = Annotated[Optional[Path], typer.Option(
     "--cpu-model", help="CPU twin to run when a *_edgetpu.tflite model cannot use the Edge TPU "
                         "(default: X.tflite beside X_edgetpu.tflite).", show_default=False)]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
-    "--threads", min=1, max=64, help="Interpreter threads for CPU inference (default: the runtime's).",
+    "--threads", min=1, max=MAX_THREADS, help="Interpreter threads for CPU inference (default: the runtime's).",
     show_default=False)]
 NoProbeOpt = Annotated[bool, typer.Option(
     "--no-probe", envvar="EDGEAPP_NO_PROBE",

@@ -17,6 +17,8 @@ from typing import Optional
 
 import numpy as np
 
+from edgeapp.core.edgetpu_specs import PEAK_TOPS
+from edgeapp.core.limits import MAX_THREADS
 from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.hw import hostinfo
 from edgeapp.hw import power
@@ -27,7 +29,6 @@ from edgeapp.core.opcount import OpCount, count_ops
 from edgeapp.core.tflite.model import load_model
 
 SCHEMA = "edgeapp.bench/1"
-EDGETPU_PEAK_TOPS = 4.0  # Coral datasheet, int8
 SYSFS_ROOT_ENV = "EDGEAPP_SYSFS_ROOT"  # read power sensors under this root instead of / (tests)
 
 
@@ -212,7 +213,7 @@ def peak_key(runtime: str, version: str, threads: Optional[int]) -> str:
 
 def _peak(engine, threads: Optional[int], opts: BenchOptions) -> tuple[Optional[float], Optional[str]]:
     if engine.device == "edgetpu":
-        return EDGETPU_PEAK_TOPS, "datasheet"
+        return PEAK_TOPS, "datasheet"
     if opts.synthetic:
         return None, None
     peaks = load_peaks()
@@ -250,7 +251,6 @@ def save_peaks(results: list[dict]) -> Optional[str]:
 
 # -- whole runs --------------------------------------------------------------------------------
 
-MAX_THREADS = 64  # more threads than this is a typo, and a crash in the runtime
 
 
 def thread_counts(threads: Optional[str]) -> list[Optional[int]]:

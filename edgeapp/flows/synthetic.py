@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
 from edgeapp.core.naming import edgetpu_twin_path
 from edgeapp.core.tflite.writer import ModelWriter, conv_layer, dense_layer, int8_input
 
-EDGETPU_CACHE_BYTES = 8 * 1024 * 1024  # on-chip parameter memory of the Edge TPU
-PARAM_BUDGET = int(EDGETPU_CACHE_BYTES * 0.75)  # headroom for the compiler's own data
+PARAM_BUDGET = int(ON_CHIP_CACHE_BYTES * 0.75)  # headroom for the compiler's own data
 _INT8_STD = 255 / math.sqrt(12)  # std of values spread over the whole int8 range
 _OUT_STD = 40.0
 
