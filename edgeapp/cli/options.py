@@ -15,14 +15,17 @@ import typer
 
 from edgeapp.core.limits import MAX_THREADS
 from edgeapp.errors import EdgeappError, ExitCode
+from edgeapp.hw.runtime import RUNTIMES
 
 F = TypeVar("F", bound=Callable)
 
 
-class RuntimeName(str, Enum):
-    ai_edge_litert = "ai-edge-litert"
-    tflite_runtime = "tflite-runtime"
-    tensorflow = "tensorflow"
+def choices(name: str, values) -> type:
+    """A str Enum for Typer from a library's tuple of allowed values (the library owns them)."""
+    return Enum(name, [(v.replace("-", "_"), v) for v in values], type=str)
+
+
+RuntimeName = choices("RuntimeName", RUNTIMES)
 
 
 class ReportFormat(str, Enum):

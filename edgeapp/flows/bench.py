@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from edgeapp.core import stats
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
 from edgeapp.core.opcount import OpCount, count_ops
-from edgeapp.core.tflite.model import load_model
+from edgeapp.core.tflite.model import Model, load_model
 
 SCHEMA = "edgeapp.bench/1"
 SYSFS_ROOT_ENV = "EDGEAPP_SYSFS_ROOT"  # read power sensors under this root instead of / (tests)
@@ -83,7 +83,7 @@ def unavailable(device: str, reason: str, model: str) -> dict:
     return {"device": device, "available": False, "reason": reason, "model": model}
 
 
-def bench_device(model_path: str, device: str, threads: Optional[int], opts: BenchOptions,
+def bench_device(model: Union[str, Model], device: str, threads: Optional[int], opts: BenchOptions,
                  strict: bool = True) -> dict:
     """Benchmark one device. An unusable Edge TPU raises (strict) or gives an
     `available: false` result with the reason (for `--device all`)."""
@@ -92,24 +92,22 @@ def bench_device(model_path: str, device: str, threads: Optional[int], opts: Ben
     find_runtime(opts.runtime)  # import the runtime first: load_ms is the model's, not Python's
     t0 = time.perf_counter()
     try:
-        engine = open_model(model_path, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
+        engine = open_model(model, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
                             threads=threads, probe=opts.probe)
     except (DeviceUnavailable, UsageError) as e:
         if strict or device in ("cpu", "auto"):
             raise
-        return unavailable(_kind(device), str(e), str(model_path))
+        return unavailable(_kind(device), str(e), getattr(model, "path", str(model)))
     load_ms = (time.perf_counter() - t0) * 1000.0
     notes = list(opts.extra_notes)
     if engine.notice:
         notes.append(engine.notice)
-    interp = engine.interpreter
-    interp.set_tensor(engine.input["index"],
-                      random_input(engine.input_shape, engine.input_dtype, opts.seed))
+    engine.set_input(random_input(engine.input_shape, engine.input_dtype, opts.seed))
     t = time.perf_counter()
-    interp.invoke()  # cold: on the Edge TPU this uploads the model into its memory
+    engine.invoke()  # cold: on the Edge TPU this uploads the model into its memory
     first_ms = (time.perf_counter() - t) * 1000.0
     for _ in range(opts.warmup):
-        interp.invoke()
+        engine.invoke()
 
     meter = power.open_meter(opts.power_mode, engine.device, watts=opts.watts, root=opts.power_root)
     notes.extend(meter.notes)
@@ -118,7 +116,7 @@ def bench_device(model_path: str, device: str, threads: Optional[int], opts: Ben
     except power.SensorUnavailable as e:
         notes.append(f"{meter.source}: {e}")
         meter = power.PowerMeter("none")
-    latencies, window = time_invocations(interp.invoke, opts.runs, opts.duration)
+    latencies, window = time_invocations(engine.invoke, opts.runs, opts.duration)
     try:
         watts = meter.stop()
     except power.SensorUnavailable as e:  # a sensor that vanished mid-run: no figure, no error
@@ -137,7 +135,7 @@ def bench_device(model_path: str, device: str, threads: Optional[int], opts: Ben
         "device": engine.device,
         "available": True,
         "model": engine.model_path,
-        "requested_model": str(model_path),
+        "requested_model": engine.requested_model,
         "runtime": engine.runtime.name,
         "runtime_version": engine.runtime.version,
         "threads": threads,
@@ -282,16 +280,18 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     """
     counts = thread_counts(threads)
     results = []
+    model = load_model(model_path)  # read once: every device and thread count runs this parse
+    compiled_twin = None
+    if not model.is_edgetpu_compiled and edgetpu_twin_path(model_path).exists():
+        compiled_twin = _load_compiled(edgetpu_twin_path(model_path))
     for dev in devices_for(device):
         tpu = dev not in ("cpu", "auto")
-        path = model_path
-        if tpu and not _is_compiled(path) and edgetpu_twin_path(path).exists():
-            path = str(edgetpu_twin_path(path))
-        if tpu and no_tpu_reason and not _is_compiled(path):
+        target = compiled_twin if tpu and compiled_twin is not None else model
+        if tpu and no_tpu_reason and not target.is_edgetpu_compiled:
             results.append(unavailable("edgetpu", no_tpu_reason, str(model_path)))
             continue
         for n in ([None] if tpu else counts):
-            r = bench_device(path, dev, n, opts, strict=device != "all")
+            r = bench_device(target, dev, n, opts, strict=device != "all")
             results.append(r)
             if progress:
                 progress(r)
@@ -300,7 +300,7 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
             if not r.get("available"):
                 break
     _mark_best(results)
-    doc = {"schema": SCHEMA, "host": host_section(results), "model": _model_section(model_path),
+    doc = {"schema": SCHEMA, "host": host_section(results), "model": _model_section(model),
            "results": results}
     comparison = compare(results)
     if comparison:
@@ -348,17 +348,15 @@ def host_section(results: list[dict]) -> dict:
     return host
 
 
-def _is_compiled(path: str | Path) -> bool:
+def _load_compiled(path: Path) -> Optional[Model]:
+    """The compiled build beside a CPU model, if it is one (else bench runs the CPU model)."""
     try:
-        return load_model(path).is_edgetpu_compiled
+        m = load_model(path)
     except EdgeappError:
-        return False
+        return None
+    return m if m.is_edgetpu_compiled else None
 
 
-def _model_section(model_path: str) -> dict:
-    try:
-        m = load_model(model_path)
-    except EdgeappError:
-        return {"path": str(model_path)}
-    return {"path": str(model_path), "bytes": m.size, "edgetpu_compiled": m.is_edgetpu_compiled,
+def _model_section(m: Model) -> dict:
+    return {"path": m.path, "bytes": m.size, "edgetpu_compiled": m.is_edgetpu_compiled,
             "input_shape": list(m.input_tensors[0].shape), "input_dtype": m.input_tensors[0].dtype}
