@@ -24,8 +24,8 @@ from edgeapp.hw.devices import (USB2_MBPS, apex_nodes, apex_temperature, dpkg_ow
                       open_library, pci_cards, read_text, short_version, under, usb_accelerators)
 from edgeapp.hw.probe import Pair, VerdictCache
 from edgeapp.core.userdirs import cache_dir
-from edgeapp.hw.runtime import (EDGETPU_LIB_ENV, RUNTIME_MODULES, available_runtimes, edgetpu_library,
-                      runtime_version)
+from edgeapp.hw.devices import EDGETPU_LIB_ENV, edgetpu_library
+from edgeapp.hw.runtime import RUNTIME_MODULES, available_runtimes, runtime_version
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 HOT_C = 85.0  # the apex driver's first thermal trip point: it starts throttling here

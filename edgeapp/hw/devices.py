@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import re
 import sys
 from dataclasses import asdict, dataclass
@@ -113,6 +114,18 @@ class _DlInfo(ctypes.Structure):
 
 
 _SYMBOLS = ("tflite_plugin_create_delegate", "edgetpu_version", "edgetpu_list_devices")
+
+
+EDGETPU_LIB_ENV = "EDGEAPP_EDGETPU_LIB"  # override the Edge TPU library (tests, custom builds)
+
+
+def edgetpu_library() -> str:
+    """The OS-specific Edge TPU runtime library name (or the EDGEAPP_EDGETPU_LIB override)."""
+    override = os.environ.get(EDGETPU_LIB_ENV)
+    if override:
+        return override
+    return {"Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}.get(platform.system(),
+                                                                        "libedgetpu.so.1")
 
 
 def open_library(name: str) -> tuple[ctypes.CDLL, str]:

@@ -2,7 +2,7 @@
 
 Google's libedgetpu 16.0 was built against TensorFlow 2.5; with newer TFLite runtimes it can
 segfault inside the delegate, which would kill edgeapp with no message. So before the main
-process first loads the delegate of a pair, a child process (`python -m edgeapp.hw.probe`) loads
+process first loads the delegate of a pair, a child process (`python -m edgeapp.hw.probe_child`) loads
 it, builds the interpreter for the user's model, allocates and invokes once on zeros. A child
 killed by a signal, or silent past the timeout, marks the pair as crashing; the verdict is
 cached in the user's cache directory, keyed by runtime name and version and by the library's
@@ -32,7 +32,7 @@ from edgeapp.core.userdirs import cache_dir
 TIMEOUT_ENV = "EDGEAPP_PROBE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0  # after the child is up: USB firmware upload + model upload + invoke
 START_TIMEOUT_S = 120.0  # for the child to import the runtime (slow on a Raspberry Pi Zero)
-_MARK = "EDGEAPP_PROBE "
+MARK = "EDGEAPP_PROBE "  # prefixes the child's lines on stdout (probe_child.py)
 FIX = "known build mismatch; install a matching pair (see README)"
 
 
@@ -133,7 +133,7 @@ def ensure_probed(runtime: Any, spec: Any, model_path: str) -> None:
     """
     from edgeapp.hw.devices import library_version, open_library
     from edgeapp.errors import DeviceUnavailable
-    from edgeapp.hw.runtime import edgetpu_library
+    from edgeapp.hw.devices import edgetpu_library
 
     try:
         lib, path = open_library(edgetpu_library())
@@ -159,7 +159,7 @@ def probe(pair: Pair, device: str, model_path: str, raw_version: Optional[str] =
     """Run the child and judge it. The child prints `ready` once imported, then one JSON result."""
     if timeout is None:
         timeout = _timeout_from_env()
-    cmd = [sys.executable, "-m", "edgeapp.hw.probe", str(model_path), device, pair.runtime]
+    cmd = [sys.executable, "-m", "edgeapp.hw.probe_child", str(model_path), device, pair.runtime]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
@@ -219,39 +219,7 @@ def _read_child(proc: subprocess.Popen, timeout: float) -> tuple[Optional[dict],
             return result, ready, True
         if line is None:
             return result, ready, False
-        if line == _MARK + "ready":
+        if line == MARK + "ready":
             deadline, ready = time.monotonic() + timeout, True
-        elif line.startswith(_MARK):
-            result = json.loads(line[len(_MARK):])
-
-
-def _child(model_path: str, device: str, runtime_name: str) -> int:
-    """The probe itself: everything the main process would do with the delegate, once."""
-    import gc
-
-    import numpy as np
-
-    from edgeapp.errors import EdgeappError
-    from edgeapp.hw.runtime import find_runtime, open_model
-
-    try:  # a crash here is expected, and no reason to leave a core file behind
-        import resource
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ImportError, ValueError, OSError):
-        pass
-    find_runtime(runtime_name)
-    print(_MARK + "ready", flush=True)
-    try:
-        engine = open_model(model_path, device, runtime=runtime_name, probe=False)
-        engine.run(np.zeros(engine.input_shape, engine.input_dtype))
-        result = {"status": "pass"}
-    except EdgeappError as e:
-        result = {"status": "failed", "message": str(e)}
-    engine = None  # tear the delegate down before reporting: a crash there counts too
-    gc.collect()
-    print(_MARK + json.dumps(result), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child(*sys.argv[1:4]))
+        elif line.startswith(MARK):
+            result = json.loads(line[len(MARK):])

@@ -12,7 +12,6 @@ import ctypes
 import importlib
 import importlib.util
 import os
-import platform
 import re
 import sys
 import tempfile
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
 
 from edgeapp.errors import DeviceUnavailable, InvalidModel, MissingDependency, UsageError
 from edgeapp.core.naming import cpu_twin_path
+from edgeapp.hw.devices import EDGETPU_LIB_ENV, edgetpu_library
 from edgeapp.core.tflite.model import Model, load_model
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
@@ -38,7 +38,6 @@ RUNTIME_MODULES = {  # runtime name -> the module holding Interpreter and load_d
 }
 _DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tflite-runtime",),
                   "tensorflow": ("tensorflow", "tensorflow-cpu")}
-EDGETPU_LIB_ENV = "EDGEAPP_EDGETPU_LIB"  # override the Edge TPU library (tests, custom builds)
 _DEVICE_RE = re.compile(r"^(auto|cpu|edgetpu|usb|pci|usb:\d+|pci:\d+|:\d+)$")
 
 
@@ -109,15 +108,6 @@ def parse_device(text: str) -> DeviceSpec:
     if t in ("auto", "cpu"):
         return DeviceSpec(t, t, None)
     return DeviceSpec(t, "edgetpu", None if t == "edgetpu" else t)
-
-
-def edgetpu_library() -> str:
-    """The OS-specific Edge TPU runtime library name (or the EDGEAPP_EDGETPU_LIB override)."""
-    override = os.environ.get(EDGETPU_LIB_ENV)
-    if override:
-        return override
-    return {"Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}.get(platform.system(),
-                                                                        "libedgetpu.so.1")
 
 
 def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
