@@ -28,27 +28,15 @@ def check_command(
     Works on any OS, without edgetpu_compiler. Exit code 0 when the whole model is predicted to
     run on the Edge TPU, 8 when part or none of it is (see the reasons and advice).
     """
-    result = run_check(model)
+    from edgeapp.flows.check import check_file
+
+    result = check_file(model)
     if fmt == ReportFormat.json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
         typer.echo(render(result))
     if not result.fully_mapped:
         raise typer.Exit(int(ExitCode.NOT_MAPPABLE))
-
-
-def run_check(path: Path):
-    """Load (validated) and check `path`; returns a `check_report.CheckResult`."""
-    from edgeapp.core.check_report import check_model
-    from edgeapp.core.tflite.model import load_model, parse_model
-
-    model = load_model(path)  # validates, with one-line errors
-    try:
-        data = Path(path).read_bytes()
-        model = parse_model(data, str(path))
-    except OSError:
-        data = None
-    return check_model(model, data)
 
 
 def _pct(x) -> str:

@@ -48,26 +48,13 @@ def compile_command(
     the compiler fails or times out, 7 when it is not installed (`edgeapp check` predicts the
     mapping without it).
     """
-    report = run_compile(model, out_dir=out_dir, segments=segments, min_runtime=min_runtime,
-                         timeout=timeout, search_delegate=search_delegate, compiler=compiler)
+    from edgeapp.flows.compile import compile_file
+
+    report = compile_file(model, out_dir=out_dir, segments=segments, min_runtime=min_runtime,
+                          timeout=timeout, search_delegate=search_delegate, compiler=compiler,
+                          log=say)
     emit(report, fmt.value)
     finish(report)
-
-
-def run_compile(model: Path, *, out_dir=None, segments=None, min_runtime=None, timeout=180.0,
-                search_delegate=False, compiler=None):
-    """Validate the model, find the compiler and run it; returns a `compiler.CompileReport`."""
-    from edgeapp.hw.compiler import compile_model, find_compiler
-    from edgeapp.errors import UsageError
-    from edgeapp.core.tflite.model import load_model
-
-    m = load_model(model)
-    if m.is_edgetpu_compiled:
-        raise UsageError(f"{model} is already compiled for the Edge TPU (edgetpu-custom-op): "
-                         "compile its CPU model instead")
-    exe = find_compiler(compiler)
-    return compile_model(model, exe, out_dir, segments=segments, min_runtime=min_runtime,
-                         timeout=timeout, search_delegate=search_delegate, log=say)
 
 
 def emit(report, fmt: str) -> None:

@@ -1,0 +1,20 @@
+"""`check` as a use case: read a model once and predict what edgetpu_compiler 16 will map."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Union
+
+from edgeapp.core.check_report import CheckResult, check_model
+from edgeapp.core.tflite.model import load_model, parse_model
+
+
+def check_file(path: Union[str, Path]) -> CheckResult:
+    """Validate and check `path` (validation gives the one-line errors for bad files)."""
+    model = load_model(path)
+    try:
+        data = Path(path).read_bytes()
+        model = parse_model(data, str(path))
+    except OSError:
+        data = None
+    return check_model(model, data)
