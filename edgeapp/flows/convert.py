@@ -21,7 +21,6 @@ from edgeapp.flows.inputs import expand_inputs
 from edgeapp.core.preprocess import load_image, resize
 from edgeapp.core.tflite.model import Model, load_model
 
-IO_TYPES = ("uint8", "int8", "float32")
 
 
 @dataclass

@@ -20,8 +20,6 @@ from edgeapp.core.tflite.schema import BUILTIN_OPS, BUILTIN_OPTIONS, TENSOR_TYPE
 
 EDGETPU_CUSTOM_OP = "edgetpu-custom-op"
 _FILE_ID = b"TFL3"
-_DTYPE_SIZES = {"float32": 4, "float16": 2, "int32": 4, "uint8": 1, "int64": 8, "bool": 1,
-                "int16": 2, "int8": 1, "float64": 8, "uint64": 8, "uint32": 4, "uint16": 2}
 
 
 class _Corrupt(Exception):
@@ -333,7 +331,3 @@ def _read(buf: bytes, name: str) -> Model:
 
 def _first_bad(values: tuple) -> float:
     return next(v for v in values if not (math.isfinite(v) and v > 0))
-
-
-def dtype_size(dtype: str) -> int:
-    return _DTYPE_SIZES.get(dtype, 1)
