@@ -55,29 +55,17 @@ def classify_command(
     finite("--mean", mean)
     finite("--std", std)
 
-    from edgeapp.core.classify import class_fields, get_classes_from_scores, get_scores
+    from edgeapp.flows.batch import image_model, run_batch
     from edgeapp.flows.inputs import expand_inputs
-    from edgeapp.flows.batch import classifier_output, image_model, run_batch
     from edgeapp.flows.records import RecordWriter
+    from edgeapp.flows.tasks import classify_task
 
     paths = expand_inputs(inputs)
     engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
-    loaded = image_model(engine, model, labels, mean, std, fast_decode)
-    spec, label_map = loaded.spec, loaded.labels
-    out_scale, out_zero = classifier_output(engine)
-
-    def prepare(path: str):
-        return spec.prepare(path), None
-
-    def interpret(outputs, _context) -> dict:
-        scores = get_scores(outputs[0], out_scale, out_zero)
-        classes = get_classes_from_scores(scores, top_k, threshold)
-        return {"classes": class_fields(classes, label_map)}
-
+    task = classify_task(image_model(engine, model, labels, mean, std, fast_decode), top_k, threshold)
     with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
             progress_bar(len(paths), "classify") as advance:
-        stats = run_batch(paths, engine, prepare, interpret, {"classes": []}, writer, workers=workers,
-                          progress=advance)
+        stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
     say("; ".join(stats.summary(engine.device, output)))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))

@@ -67,34 +67,19 @@ def detect_command(
     finite("--mean", mean)
     finite("--std", std)
 
-    from edgeapp.core.detect import engine_layout, get_objects, object_fields, prepare_detection
-    from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.batch import image_model, run_batch
+    from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
+    from edgeapp.flows.tasks import detect_task
 
     paths = expand_inputs(inputs)
     engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
-    loaded = image_model(engine, model, labels, mean, std)
-    spec, label_map = loaded.spec, loaded.labels
-    layout = engine_layout(engine)
-    quant = [o.get("quantization", (0.0, 0)) for o in engine.outputs]
     annotator = _Annotator(annotate) if annotate is not None else None
-
-    def prepare(path: str):
-        tensor, context = prepare_detection(path, spec, resize, keep_image=annotator is not None)
-        return tensor, {**context, "path": path}
-
-    def interpret(outputs, context) -> dict:
-        objects = object_fields(get_objects(outputs, layout, context["fit"], quant, threshold, top_k),
-                                label_map)
-        if annotator is not None:
-            annotator.write(context["path"], context["image"], objects)
-        return {"objects": objects}
-
+    task = detect_task(image_model(engine, model, labels, mean, std), threshold, top_k, resize,
+                       annotate=annotator.write if annotator is not None else None)
     with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
             progress_bar(len(paths), "detect") as advance:
-        stats = run_batch(paths, engine, prepare, interpret, {"objects": []}, writer, workers=workers,
-                          progress=advance)
+        stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
     parts = stats.summary(engine.device, output)
     if annotate is not None and stats.ok:
         parts.append(f"annotated images in {annotate}")
