@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from edgeapp.core.units import format_bytes
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, finite, say
 
 app = typer.Typer()
@@ -140,7 +141,7 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
 
 
 def _print_report(r: dict) -> None:
-    rows = [("model", f"{r['model']} ({r['size_bytes'] / 1024:.1f} KiB, {r['io']} I/O, input "
+    rows = [("model", f"{r['model']} ({format_bytes(r['size_bytes'])}, {r['io']} I/O, input "
                       f"{r['input_shape']})"),
             ("sidecar", r["sidecar"]),
             ("calibration", f"{r['calibration_samples']} sample(s)"),
