@@ -162,7 +162,10 @@ def test_doctor_on_this_machine(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEAPP_CACHE_DIR", str(tmp_path))
     table = cli("doctor")
     assert table.exit_code in (0, int(ExitCode.CHECKS_FAILED)), table.stderr
-    assert all(ln.split()[0] in (OK, WARN, FAIL) for ln in table.stdout.splitlines())
+    checks, _, plan = table.stdout.partition("\n\n")  # the checks, then this platform's plan
+    assert all(ln.split()[0] in (OK, WARN, FAIL) for ln in checks.splitlines())
+    major, minor = platform.python_version_tuple()[:2]
+    assert plan.startswith("plan for ") and f"Python {major}.{minor}" in plan.split("\n")[0]
     result = cli("doctor", "--format", "json")
     report = json.loads(result.stdout)
     checks = report["checks"]

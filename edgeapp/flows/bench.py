@@ -160,7 +160,7 @@ def bench_device(model: Union[str, Model], device: str, threads: Optional[int], 
     energy = stats.energy_figures(tops, ips, watts)
     result.update({k: _round(v, 6) for k, v in energy.items()})
     if engine.device == "edgetpu":
-        from edgeapp.hw.devices import edgetpu_library
+        from edgeapp.hw.libedgetpu import edgetpu_library
 
         result["edgetpu"] = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
                              "device": device,

@@ -8,6 +8,9 @@ killed by a signal, or silent past the timeout, marks the pair as crashing; the 
 cached in the user's cache directory, keyed by runtime name and version and by the library's
 path, size and mtime, so the probe costs once per pair and a new build is probed again.
 
+Pairs the pairing table (core/pairing.py) reports as crashing are refused before any child runs,
+with the fix for this platform (core/install_plan.py); a cached "pass" outranks the table.
+
 Only pair verdicts are cached ("pass", "crash", "hang"). A probe that fails cleanly (no Edge TPU
 plugged in, a model the delegate rejects) says nothing about the pair and is not cached.
 """
@@ -112,7 +115,7 @@ class VerdictCache:
 
 def edgetpu_label(library: str, raw_version: Optional[str]) -> str:
     """How users name the Edge TPU runtime: the Debian version when dpkg knows the file."""
-    from edgeapp.hw.devices import dpkg_owner, short_version
+    from edgeapp.hw.libedgetpu import dpkg_owner, short_version
 
     owner = dpkg_owner(library)
     if owner:
@@ -131,9 +134,8 @@ def ensure_probed(runtime: Any, spec: Any, model_path: str) -> None:
     `runtime` and `spec` are runtime.Runtime and runtime.DeviceSpec. When the library does not
     load at all there is nothing to probe: loading the delegate fails with the install hint.
     """
-    from edgeapp.hw.devices import library_version, open_library
     from edgeapp.errors import DeviceUnavailable
-    from edgeapp.hw.devices import edgetpu_library
+    from edgeapp.hw.libedgetpu import build_label, edgetpu_library, known_crash, open_library
 
     try:
         lib, path = open_library(edgetpu_library())
@@ -142,9 +144,13 @@ def ensure_probed(runtime: Any, spec: Any, model_path: str) -> None:
         return
     cache = VerdictCache(cache_dir())
     verdict = cache.get(pair)
+    if verdict is None or verdict.status != "pass":  # a pair reported to crash: no child runs
+        refusal = known_crash(lib, path, runtime.name, runtime.version)
+        if refusal:
+            raise DeviceUnavailable(refusal)
     if verdict is None:
         device = spec.text if spec.kind == "edgetpu" else "edgetpu"
-        verdict = probe(pair, device, model_path, library_version(lib))
+        verdict = probe(pair, device, model_path, build_label(lib))
         if verdict.cacheable:
             cache.put(pair, verdict)
     elif verdict.status != "pass":

@@ -8,7 +8,6 @@ the Edge TPU cannot be used and the user asked for `auto`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import importlib.util
 import os
@@ -25,8 +24,8 @@ if TYPE_CHECKING:
 
 from edgeapp.errors import DeviceUnavailable, InvalidModel, MissingDependency, UsageError
 from edgeapp.core.naming import cpu_twin_path
-from edgeapp.hw.devices import EDGETPU_LIB_ENV, edgetpu_library
 from edgeapp.core.tflite.model import Model, load_model
+from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
@@ -121,26 +120,15 @@ def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
                 return coral.load_edgetpu_delegate(options)
             except ImportError:
                 pass
-        ctypes.CDLL(library)  # fail here, not half-way through the runtime's Delegate object
+        open_library(library)  # fail here, not half-way through the runtime's Delegate object
         return runtime.load_delegate(library, options)
     except OSError as e:
-        raise DeviceUnavailable(_explain_os_error(str(e), library)) from None
+        raise DeviceUnavailable(explain_load_error(str(e), library)) from None
     except ValueError as e:  # "Failed to load delegate from libedgetpu.so.1"
         where = f" at {spec.option}" if spec.option else ""
         reason = " ".join(str(e).split())  # the runtime's message spans lines
         raise DeviceUnavailable(f"no Edge TPU found{where} ({reason}); plug it in, check `edgeapp devices` "
                                 "and that your user may access it (udev rule, plugdev group)") from None
-
-
-def _explain_os_error(message: str, library: str) -> str:
-    if "libusb" in message:
-        return "libusb-1.0 is missing (sudo apt install libusb-1.0-0)"
-    if os.path.exists(library):  # there, but not a loadable library for this machine
-        return f"cannot load {library}: {message.strip().splitlines()[0] if message.strip() else 'unknown error'}"
-    if library in message or "edgetpu" in message:
-        return (f"no {library}: install the Edge TPU runtime (sudo apt install libedgetpu1-std, "
-                "see README)")
-    return f"cannot load {library}: {message}"
 
 
 @dataclass
