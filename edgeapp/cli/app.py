@@ -13,6 +13,7 @@ import typer
 from edgeapp import __version__
 from edgeapp.cli.options import Globals, RuntimeName
 from edgeapp.cli import bench, camera, check, classify, compile, convert, detect, devices, doctor
+from edgeapp.cli import pose, segment
 
 app = typer.Typer(
     name="edgeapp",
@@ -23,7 +24,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for module in (convert, check, compile, classify, detect, camera, bench, devices, doctor):
+for module in (convert, check, compile, classify, detect, pose, segment, camera, bench, devices,
+               doctor):
     app.add_typer(module.app)
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (CpuModelOpt, NoProbeOpt, ReportFormat, ReportFormatOpt, RuntimeOpt,
                           choices, cli_errors, finite, resolve_device, resolve_runtime, say)
 from edgeapp.hw.power import POWER_MODES
@@ -58,6 +59,7 @@ def bench_command(
                             "cache: the achievable int8 TOPS of each device (remembered as the "
                             "CPU's peak).")] = False,
     cpu_model: CpuModelOpt = None,
+    cpu_kernels: CpuKernelsOpt = CpuKernels.fast,
     runtime: RuntimeOpt = None,
     no_probe: NoProbeOpt = False,
 ) -> None:
@@ -84,7 +86,7 @@ def bench_command(
     opts = BenchOptions(runs=runs, warmup=warmup, duration=duration, power_mode=power_mode.value,
                         watts=watts, runtime=resolve_runtime(ctx, runtime),
                         cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
-                        probe=not no_probe)
+                        probe=not no_probe, cpu_kernels=cpu_kernels.value)
     progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
 
     if synthetic:

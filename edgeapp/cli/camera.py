@@ -1,4 +1,4 @@
-"""`edgeapp camera`: classify or detect live from a camera, a stream or a video file."""
+"""`edgeapp camera`: classify, detect, pose or segment live from a camera, a stream or a video file."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from edgeapp.core.boxes import ResizeMode
+from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, RuntimeOpt,
                           StdOpt, ThreadsOpt, cli_errors, finite, open_engine, say)
 from edgeapp.errors import ExitCode, InvalidModel, UsageError
@@ -21,12 +22,14 @@ from edgeapp.flows.records import Format
 app = typer.Typer()
 
 CSV_COLUMNS = ["frame", "timestamp", "source_ms", "rank", "id", "label", "score", "xmin", "ymin",
-               "xmax", "ymax", "device", "latency_ms", "frame_ms"]
+               "xmax", "ymax", "device", "latency_ms", "frame_ms", "x", "y", "share"]
 
 
 class Task(str, Enum):
     classify = "classify"
     detect = "detect"
+    pose = "pose"
+    segment = "segment"
 
 
 class SummaryFormat(str, Enum):
@@ -38,11 +41,13 @@ class SummaryFormat(str, Enum):
 @cli_errors
 def camera_command(
     ctx: typer.Context,
-    model: Annotated[Path, typer.Argument(help="A classification or detection .tflite model, or "
-                                               "its *_edgetpu.tflite build.", show_default=False)],
+    model: Annotated[Path, typer.Argument(help="A classification, detection, pose or segmentation "
+                                               ".tflite model, or its *_edgetpu.tflite build.",
+                                          show_default=False)],
     task: Annotated[Optional[Task], typer.Option(
-        "--task", help="Default: the model's metadata, else detect for a model with the four "
-                       "detection outputs and classify for one output.", show_default=False)] = None,
+        "--task", help="Default: the model's metadata, else what its outputs are for (four "
+                       "detection outputs: detect; [1, 1, 17, 3]: pose; [1, H, W, C] or [1, H, W]: "
+                       "segment; one score vector: classify).", show_default=False)] = None,
     source: Annotated[str, typer.Option(
         "--source", "-s", help="Camera index (0), /dev/videoN, a video file, rtsp://... or a "
                                "GStreamer pipeline ending in appsink.")] = "0",
@@ -70,10 +75,12 @@ def camera_command(
         "--top-k", "-k", min=1, help="Classes per frame (default 3), or objects per frame "
                                      "(default all).", show_default=False)] = None,
     threshold: Annotated[Optional[float], typer.Option(
-        "--threshold", "-t", help="Minimum score (default 0 to classify, 0.4 to detect).",
+        "--threshold", "-t", help="Minimum score (default 0 to classify, 0.4 to detect, 0.2 "
+                                  "for keypoints).",
         show_default=False)] = None,
     resize: Annotated[ResizeMode, typer.Option(
-        "--resize", help="Detection: fit frames by stretch or letterbox.")] = ResizeMode.stretch,
+        "--resize", help="Detection, pose, segmentation: fit frames by stretch or letterbox.")
+    ] = ResizeMode.stretch,
     drop_frames: Annotated[Optional[bool], typer.Option(
         "--drop-frames/--no-drop-frames",
         help="Newest-frame policy: skip stale frames when inference is slower than the source. "
@@ -92,6 +99,7 @@ def camera_command(
     device: DeviceOpt = None,
     cpu_model: CpuModelOpt = None,
     threads: ThreadsOpt = None,
+    cpu_kernels: CpuKernelsOpt = CpuKernels.fast,
     runtime: RuntimeOpt = None,
     no_probe: NoProbeOpt = False,
 ) -> None:
@@ -106,22 +114,28 @@ def camera_command(
     finite("--mean", mean)
     finite("--std", std)
 
-    from edgeapp.flows.camera import ClassifyTask, DetectTask, Display, Recorder, has_display, run_camera
+    from edgeapp.flows.camera import ClassifyTask, DetectTask, Display, PoseTask, Recorder, \
+        SegmentTask, has_display, run_camera
     from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
-    from edgeapp.flows.batch import classifier_output, image_model
+    from edgeapp.flows.batch import classifier_output, engine_task, image_model
     from edgeapp.flows.records import RecordWriter
 
     if output is not None and output.exists() and output.is_dir():
         raise UsageError(f"--output {output} is a folder")
-    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
+    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe,
+                         cpu_kernels)
     loaded = image_model(engine, model, labels, mean, std)
     spec, label_map = loaded.spec, loaded.labels
-    kind = task.value if task else _guess_task(loaded.meta.task, len(engine.outputs), engine.model_path)
+    kind = task.value if task else _guess_task(loaded.meta.task, engine_task(engine), engine)
     if kind == "detect":
         frame_task = DetectTask(engine, spec, label_map, 0.4 if threshold is None else threshold,
                                 top_k, resize)
+    elif kind == "pose":
+        frame_task = PoseTask(engine, spec, 0.2 if threshold is None else threshold, resize)
+    elif kind == "segment":
+        frame_task = SegmentTask(engine, spec, label_map, resize)
     else:
-        classifier_output(engine, hint="use --task detect")
+        classifier_output(engine, hint="use --task {task}")
         frame_task = ClassifyTask(engine, spec, label_map, top_k or 3,
                                   0.0 if threshold is None else threshold)
 
@@ -165,15 +179,13 @@ def camera_command(
         raise typer.Exit(int(code))
 
 
-def _guess_task(meta_task: Optional[str], n_outputs: int, path: str) -> str:
-    if meta_task in ("classify", "detect"):
+def _guess_task(meta_task: Optional[str], output_task: Optional[str], engine) -> str:
+    if meta_task in [t.value for t in Task]:
         return meta_task
-    if n_outputs == 4:
-        return "detect"
-    if n_outputs == 1:
-        return "classify"
-    raise InvalidModel(f"{path} has {n_outputs} outputs: neither a classifier (1) nor a detection "
-                       "model (4)")
+    if output_task in [t.value for t in Task]:
+        return output_task
+    raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs: not a classifier "
+                       "(1), a detection model (4), a pose or a segmentation model; use --task")
 
 
 def _on_sigterm(stop: threading.Event):
@@ -186,6 +198,10 @@ def _on_sigterm(stop: threading.Event):
 
 
 def _items(record: dict) -> list[dict]:
+    if "poses" in record:
+        return [{"rank": n, "id": i, "label": k["name"], "score": k["score"], "x": k["x"], "y": k["y"]}
+                for n, p in enumerate(record["poses"], 1)
+                for i, k in enumerate(p["keypoints"])]
     if "objects" in record:
         out = []
         for o in record["objects"]:
@@ -200,6 +216,7 @@ def _csv_rows(record: dict) -> list[dict]:
     base = {k: record.get(k) for k in ("frame", "timestamp", "source_ms", "device", "latency_ms",
                                        "frame_ms")}
     items = _items(record)
+    # rank: the item's place; a keypoint's rank is its pose's (its id is the keypoint's index)
     return [{**base, "rank": r, **it} for r, it in enumerate(items, 1)] or [base]
 
 
@@ -208,6 +225,8 @@ def _table_line(record: dict) -> str:
     for it in _items(record):
         name = it["label"] if it["label"] is not None else it["id"]
         box = f" [{it['xmin']}, {it['ymin']}, {it['xmax']}, {it['ymax']}]" if "xmin" in it else ""
-        shown.append(f"{name} {it['score']:.2f}{box}")
+        box += f" ({it['x']:.0f}, {it['y']:.0f})" if "x" in it else ""
+        value = f"{it['share'] * 100:.1f}%" if "share" in it else f"{it['score']:.2f}"
+        shown.append(f"{name} {value}{box}")
     return (f"frame {record['frame']}  {', '.join(shown) or '(nothing above threshold)'}  "
             f"({record['latency_ms']:.1f} ms)")

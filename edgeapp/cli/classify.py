@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (ChunkSizeOpt, ClusterOpt, CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt,
                                  NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, ShipBytesOpt, StdOpt,
                                  ThreadsOpt, WorkersOpt, cluster_job, cli_errors, finite,
@@ -44,6 +45,7 @@ def classify_command(
     device: DeviceOpt = None,
     cpu_model: CpuModelOpt = None,
     threads: ThreadsOpt = None,
+    cpu_kernels: CpuKernelsOpt = CpuKernels.fast,
     runtime: RuntimeOpt = None,
     no_probe: NoProbeOpt = False,
     cluster: ClusterOpt = None,
@@ -75,7 +77,8 @@ def classify_command(
             stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
         where = f"the cluster {cluster}"
     else:
-        engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
+        engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe,
+                             cpu_kernels)
         task = classify_task(image_model(engine, model, labels, mean, std, fast_decode), top_k,
                              threshold)
         with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \

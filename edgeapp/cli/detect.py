@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from edgeapp.core.boxes import ResizeMode
+from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (ChunkSizeOpt, ClusterOpt, CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt,
                                  NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, ShipBytesOpt, StdOpt,
                                  ThreadsOpt, WorkersOpt, cluster_job, cli_errors, finite,
@@ -55,6 +55,7 @@ def detect_command(
     device: DeviceOpt = None,
     cpu_model: CpuModelOpt = None,
     threads: ThreadsOpt = None,
+    cpu_kernels: CpuKernelsOpt = CpuKernels.fast,
     runtime: RuntimeOpt = None,
     no_probe: NoProbeOpt = False,
     cluster: ClusterOpt = None,
@@ -71,6 +72,8 @@ def detect_command(
     finite("--mean", mean)
     finite("--std", std)
 
+    from edgeapp.cli.annotate import ImageFolder
+    from edgeapp.core.overlay import draw_objects
     from edgeapp.flows.batch import image_model, run_batch
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
@@ -89,10 +92,15 @@ def detect_command(
             stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
         where = f"the cluster {cluster}"
     else:
-        engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
-        annotator = _Annotator(annotate) if annotate is not None else None
+        engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe,
+                             cpu_kernels)
+        folder = ImageFolder(annotate) if annotate is not None else None
+
+        def annotate_one(source, image, objects) -> None:
+            folder.annotate(source, image, lambda bgr: draw_objects(bgr, objects))
+
         task = detect_task(image_model(engine, model, labels, mean, std), threshold, top_k, resize,
-                           annotate=annotator.write if annotator is not None else None)
+                           annotate=annotate_one if folder is not None else None)
         with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
                 progress_bar(len(paths), "detect") as advance:
             stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
@@ -103,39 +111,6 @@ def detect_command(
     say("; ".join(parts))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
-
-
-class _Annotator:
-    """Writes annotated copies into a folder, one file per input, names kept unique."""
-
-    _KEEP = {".jpg", ".jpeg", ".png", ".bmp"}
-
-    def __init__(self, folder: Path) -> None:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"--annotate {folder}: cannot create it ({e.strerror or e})") from None
-        self.folder = folder
-        self.used: set[str] = set()
-
-    def write(self, path: str, image, objects: list[dict]) -> None:
-        import cv2
-        import numpy as np
-
-        from edgeapp.core.overlay import draw_objects
-
-        p = Path(path)
-        ext = p.suffix.lower() if p.suffix.lower() in self._KEEP else ".png"
-        name, n = p.stem + ext, 1
-        while name in self.used:
-            name, n = f"{p.stem}_{n}{ext}", n + 1
-        self.used.add(name)
-        rgb = np.asarray(image.convert("RGB"), dtype=np.uint8)
-        bgr = np.ascontiguousarray(rgb[:, :, ::-1])
-        draw_objects(bgr, objects)
-        out = self.folder / name
-        if not cv2.imwrite(os.fspath(out), bgr):
-            raise UsageError(f"--annotate: cannot write {out}")
 
 
 def _csv_rows(record: dict) -> list[dict]:

@@ -36,6 +36,17 @@ class ReportFormat(str, Enum):
 ReportFormatOpt = Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format.")]
 
 
+class CpuKernels(str, Enum):
+    fast = "fast"
+    reference = "reference"
+
+
+CpuKernelsOpt = Annotated[CpuKernels, typer.Option(
+    "--cpu-kernels", help="CPU int8 kernels: fast (the runtime's default, XNNPACK with "
+                          "ai-edge-litert) or reference (TFLite's builtin kernels: the rounding of "
+                          "tflite-runtime and Coral's published CPU results; slower, see README).")]
+
+
 @dataclass
 class Globals:
     """Values of the global options (`edgeapp --device usb:0 classify ...`)."""
@@ -118,13 +129,15 @@ def resolve_runtime(ctx: typer.Context, runtime: Optional[RuntimeName]) -> Optio
 
 
 def open_engine(ctx: typer.Context, model: Path, device: Optional[str], cpu_model: Optional[Path],
-                runtime: Optional[RuntimeName], threads: Optional[int], no_probe: bool):
+                runtime: Optional[RuntimeName], threads: Optional[int], no_probe: bool,
+                cpu_kernels: CpuKernels = CpuKernels.fast):
     """The inference commands' way into the runtime layer: resolve the global options, open the
     model on its device, and tell the user in one line when it runs somewhere unexpected."""
     from edgeapp.hw.runtime import open_model
 
     engine = open_model(model, resolve_device(ctx, device), cpu_model=cpu_model,
-                        runtime=resolve_runtime(ctx, runtime), threads=threads, probe=not no_probe)
+                        runtime=resolve_runtime(ctx, runtime), threads=threads, probe=not no_probe,
+                        cpu_kernels=CpuKernels(cpu_kernels).value)
     if engine.notice:
         say(engine.notice)
     return engine

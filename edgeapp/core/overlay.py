@@ -1,4 +1,5 @@
-"""Drawing results on BGR frames with OpenCV: boxes with labels, the top class, a status line.
+"""Drawing results on BGR frames with OpenCV: boxes with labels, the top class, skeletons,
+class maps, a status line.
 
 Everything draws in place on a uint8 (H, W, 3) BGR array and returns it. OpenCV is imported
 inside the functions, so importing this module costs nothing.
@@ -60,6 +61,41 @@ def draw_classes(img: np.ndarray, classes: Sequence[dict]) -> np.ndarray:
     return img
 
 
+def draw_poses(img: np.ndarray, poses: Sequence[dict], color=(0, 255, 255)) -> np.ndarray:
+    """Skeletons for pose records ({"score", "keypoints": [{"name", "x", "y", "score"}]}):
+    limbs between the keypoints present, a dot on each keypoint."""
+    import cv2
+
+    from edgeapp.core.pose import skeleton_lines
+
+    for p in poses:
+        for (x0, y0), (x1, y1) in skeleton_lines(p["keypoints"]):
+            cv2.line(img, (int(round(x0)), int(round(y0))), (int(round(x1)), int(round(y1))),
+                     color, 2, cv2.LINE_AA)
+        for k in p["keypoints"]:
+            cv2.circle(img, (int(round(k["x"])), int(round(k["y"]))), 3, (0, 0, 255), cv2.FILLED,
+                       cv2.LINE_AA)
+    return img
+
+
+def draw_mask(img: np.ndarray, mask: np.ndarray, classes: Sequence[dict] = (),
+              alpha: float = 0.5, legend: int = 5) -> np.ndarray:
+    """The class map (same size as `img`) blended over it in the PASCAL VOC palette, and a
+    legend of the `legend` largest classes ({"id", "label", "share"}) at the top left."""
+    import cv2
+
+    from edgeapp.core.segment import colorize
+
+    colors = cv2.cvtColor(colorize(mask), cv2.COLOR_RGB2BGR)
+    cv2.addWeighted(img, 1 - alpha, colors, alpha, 0.0, dst=img)
+    palette = colorize(np.array([c["id"] for c in classes[:legend]], dtype=np.int64))
+    for i, (c, rgb) in enumerate(zip(classes[:legend], palette)):
+        bg = tuple(int(v) for v in rgb[::-1])
+        fg = (0, 0, 0) if sum(bg) > 3 * 110 else (255, 255, 255)
+        _text(img, f"{_name(c)} {c['share'] * 100:.1f}%", (4, 18 + 18 * i), fg, bg=bg)
+    return img
+
+
 def draw_status(img: np.ndarray, latency_ms: Optional[float], fps: Optional[float],
                 device: str) -> np.ndarray:
     """`inference 3.1 ms | 29.8 FPS | cpu` at the bottom left."""
@@ -74,10 +110,15 @@ def draw_status(img: np.ndarray, latency_ms: Optional[float], fps: Optional[floa
 
 
 def draw_result(img: np.ndarray, fields: dict, latency_ms: Optional[float], fps: Optional[float],
-                device: str) -> np.ndarray:
-    """Everything for one frame: objects or the top class, then the status line."""
+                device: str, mask: Optional[np.ndarray] = None) -> np.ndarray:
+    """Everything for one frame: objects, poses, the class map (`mask`, for segmentation) or
+    the top class, then the status line."""
     if "objects" in fields:
         draw_objects(img, fields["objects"])
+    elif "poses" in fields:
+        draw_poses(img, fields["poses"])
+    elif mask is not None:
+        draw_mask(img, mask, fields.get("classes", ()))
     elif "classes" in fields:
         draw_classes(img, fields["classes"])
     return draw_status(img, latency_ms, fps, device)

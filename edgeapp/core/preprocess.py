@@ -76,15 +76,50 @@ def resize(img, size: tuple[int, int]):
     return img if img.size == size else img.resize(size, Image.LANCZOS)
 
 
+def resize_bilinear(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Resize uint8 (H, W, C) pixels to (width, height) as libcoral's `CopyResizedImage` does:
+    TFLite's float RESIZE_BILINEAR kernel with half-pixel centres (no antialiasing), the four
+    corner terms summed in its order, the float result truncated to uint8. Coral's MoveNet
+    reference keypoints were produced this way.
+    """
+    w, h = size
+    src_h, src_w = pixels.shape[:2]
+    if (src_w, src_h) == (w, h):
+        return pixels
+
+    def taps(n_out: int, n_in: int):
+        scale = np.float32(n_in) / np.float32(n_out)
+        pos = (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
+        lo = np.maximum(np.floor(pos).astype(np.intp), 0)
+        hi = np.minimum(np.ceil(pos).astype(np.intp), n_in - 1)
+        return lo, hi, (pos - lo.astype(np.float32)).astype(np.float32)
+
+    y0, y1, dy = taps(h, src_h)
+    x0, x1, dx = taps(w, src_w)
+    one = np.float32(1)
+    dy, dx = dy[:, None, None], dx[None, :, None]
+    a = pixels.reshape(src_h, src_w, -1).astype(np.float32)
+    rows0, rows1 = a[y0], a[y1]
+    out = rows0[:, x0] * ((one - dy) * (one - dx))
+    out += rows0[:, x1] * ((one - dy) * dx)
+    out += rows1[:, x0] * (dy * (one - dx))
+    out += rows1[:, x1] * (dy * dx)
+    return np.clip(out, 0, 255).astype(np.uint8).reshape((h, w) + pixels.shape[2:])
+
+
 def input_affine(dtype: np.dtype, scale: float, zero_point: int, mean: float, std: float
                  ) -> tuple[float, float]:
     """(a, b) such that model input = a·pixel + b, for pixel values 0..255.
 
     Float models take (pixel − mean)/std. Quantized models take that divided by the input
-    scale, plus the zero point: q = (pixel − mean)/(std·scale) + zero_point.
+    scale, plus the zero point: q = (pixel − mean)/(std·scale) + zero_point. An integer input
+    without quantization parameters takes the pixels themselves (uint8; int8: pixel − 128): the
+    model converts them (MoveNet's uint8 input feeds a CAST).
     """
-    if np.dtype(dtype).kind == "f" or scale == 0:
+    if np.dtype(dtype).kind == "f":
         return 1.0 / std, -mean / std
+    if scale == 0:
+        return 1.0, (-128.0 if np.dtype(dtype) == np.int8 else 0.0)
     a = 1.0 / (std * scale)
     return a, zero_point - mean * a
 

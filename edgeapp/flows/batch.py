@@ -78,12 +78,41 @@ def image_model(engine: Engine, model_path, labels_file=None, mean: Optional[flo
     return ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, fast_decode))
 
 
-def classifier_output(engine: Engine, hint: str = "use `edgeapp detect`") -> tuple[float, int]:
-    """The (scale, zero point) of a classifier's one output; any other shape is refused."""
+def engine_task(engine: Engine) -> Optional[str]:
+    """The task an opened model's outputs are for (tasks.output_task)."""
+    from edgeapp.core.tasks import output_task
+
+    shapes = [tuple(int(d) for d in o["shape"]) for o in engine.outputs]
+    return output_task(shapes, [op.op for op in engine.model.operators])
+
+
+_TASK_NAMES = {"detect": "a detection model", "pose": "a pose estimation model",
+               "segment": "a segmentation model"}
+
+
+def require_task(engine: Engine, task: str, wanted: str) -> None:
+    """Refuse a model whose outputs are not for `task`, naming the command that fits it.
+    `wanted` says what the outputs should be, for the message."""
+    found = engine_task(engine)
+    if found == task:
+        return
+    shapes = ", ".join(str([int(d) for d in o["shape"]]) for o in engine.outputs)
+    fits = f"; it looks like {_TASK_NAMES.get(found, 'a classifier')}: use `edgeapp {found}`" \
+        if found else ""
+    raise InvalidModel(f"{engine.model_path}: outputs {shapes} are not {wanted}{fits}")
+
+
+def classifier_output(engine: Engine, hint: str = "use `edgeapp {task}`") -> tuple[float, int]:
+    """The (scale, zero point) of a classifier's one output; another task's model is refused
+    with the command (`hint`, formatted with the task) that fits it."""
+    task = engine_task(engine)
+    if task in _TASK_NAMES:
+        shapes = ", ".join(str([int(d) for d in o["shape"]]) for o in engine.outputs)
+        raise InvalidModel(f"{engine.model_path} is {_TASK_NAMES[task]} (output {shapes}), not a "
+                           f"classifier: {hint.format(task=task)}")
     if len(engine.outputs) != 1:
-        more = f" (it looks like a detection model: {hint})" if len(engine.outputs) == 4 else ""
         raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs; a classifier has "
-                           f"one{more}")
+                           "one")
     scale, zero = engine.outputs[0].get("quantization", (0.0, 0))
     return float(scale), int(zero)
 

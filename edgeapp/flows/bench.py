@@ -44,6 +44,7 @@ class BenchOptions:
     power_root: str = field(default_factory=lambda: os.environ.get(SYSFS_ROOT_ENV) or "/")
     synthetic: bool = False
     probe: bool = True  # try the Edge TPU delegate in a child process first (probe.py)
+    cpu_kernels: str = "fast"  # runtime.CPU_KERNELS
     seed: int = 0
     extra_notes: list[str] = field(default_factory=list)
 
@@ -93,7 +94,7 @@ def bench_device(model: Union[str, Model], device: str, threads: Optional[int], 
     t0 = time.perf_counter()
     try:
         engine = open_model(model, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
-                            threads=threads, probe=opts.probe)
+                            threads=threads, probe=opts.probe, cpu_kernels=opts.cpu_kernels)
     except (DeviceUnavailable, UsageError) as e:
         if strict or device in ("cpu", "auto"):
             raise
@@ -139,6 +140,7 @@ def bench_device(model: Union[str, Model], device: str, threads: Optional[int], 
         "runtime": engine.runtime.name,
         "runtime_version": engine.runtime.version,
         "threads": threads,
+        "cpu_kernels": engine.cpu_kernels,
         "load_ms": round(load_ms, 3),
         "first_ms": round(first_ms, 3),
         "warmup": opts.warmup,
@@ -204,9 +206,10 @@ def _ops_for(engine) -> tuple[Optional[OpCount], Optional[str]]:
 
 # -- peaks -------------------------------------------------------------------------------------
 
-def peak_key(runtime: str, version: str, threads: Optional[int]) -> str:
-    """Peaks are per CPU, runtime build and thread count: each changes the kernels' speed."""
-    return f"{hostinfo.cpu_model() or 'cpu'}|{runtime} {version}|threads={threads or 'default'}"
+def peak_key(runtime: str, version: str, threads: Optional[int], cpu_kernels: str = "fast") -> str:
+    """Peaks are per CPU, runtime build, thread count and kernels: each changes the speed."""
+    kernels = "" if cpu_kernels == "fast" else f"|{cpu_kernels}"
+    return f"{hostinfo.cpu_model() or 'cpu'}|{runtime} {version}|threads={threads or 'default'}{kernels}"
 
 
 def _peak(engine, threads: Optional[int], opts: BenchOptions) -> tuple[Optional[float], Optional[str]]:
@@ -215,7 +218,8 @@ def _peak(engine, threads: Optional[int], opts: BenchOptions) -> tuple[Optional[
     if opts.synthetic:
         return None, None
     peaks = load_peaks()
-    value = peaks.get(peak_key(engine.runtime.name, engine.runtime.version, threads))
+    value = peaks.get(peak_key(engine.runtime.name, engine.runtime.version, threads,
+                               engine.cpu_kernels))
     return (round(value, 6), "synthetic") if value else (None, None)
 
 
@@ -234,7 +238,7 @@ def save_peaks(results: list[dict]) -> Optional[str]:
     for r in results:
         if not r.get("available") or r.get("device") != "cpu" or not r.get("tops"):
             continue
-        key = peak_key(r["runtime"], r["runtime_version"], r["threads"])
+        key = peak_key(r["runtime"], r["runtime_version"], r["threads"], r.get("cpu_kernels", "fast"))
         peaks[key] = max(peaks.get(key, 0.0), r["tops"])
     path = cache_dir() / "peaks.json"
     try:

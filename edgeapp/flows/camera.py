@@ -124,6 +124,51 @@ class DetectTask:
         return {"objects": object_fields(objects, self.labels)}, latency
 
 
+class PoseTask:
+    """The pose in a frame: {"poses": [{"score", "keypoints": [{"name", "x", "y", "score"}]}]}
+    in frame pixels (keypoints scoring at least `threshold`)."""
+
+    def __init__(self, engine, spec, threshold: float = 0.2,
+                 resize: ResizeMode | str = ResizeMode.stretch) -> None:
+        from edgeapp.flows.batch import require_task
+
+        require_task(engine, "pose", "a MoveNet single-pose output [1, 1, 17, 3]")
+        self.engine, self.spec, self.threshold, self.resize = engine, spec, threshold, ResizeMode(resize)
+        self.device = engine.device
+        scale, zero = engine.outputs[0].get("quantization", (0.0, 0))
+        self._q = (float(scale), int(zero))
+
+    def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
+        from edgeapp.core.pose import movenet_pose, pose_fields
+
+        outputs, fit, latency = infer_frame(self.engine, self.spec, frame, self.resize)
+        return {"poses": pose_fields([movenet_pose(outputs[0], fit, *self._q)], self.threshold)}, latency
+
+
+class SegmentTask:
+    """The classes in a frame: {"classes": [{"id", "label", "share"}]}; `mask` keeps the last
+    frame-sized class map for the overlay."""
+
+    def __init__(self, engine, spec, labels: Optional[dict[int, str]],
+                 resize: ResizeMode | str = ResizeMode.stretch) -> None:
+        from edgeapp.flows.batch import require_task
+
+        require_task(engine, "segment", "segmentation outputs ([1, H, W, C] class scores or a "
+                                        "[1, H, W] class map)")
+        self.engine, self.spec, self.labels, self.resize = engine, spec, labels, ResizeMode(resize)
+        self.device = engine.device
+        scale, zero = engine.outputs[0].get("quantization", (0.0, 0))
+        self._q = (float(scale), int(zero))
+        self.mask: Optional[np.ndarray] = None
+
+    def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
+        from edgeapp.core.segment import class_map, class_shares, to_original
+
+        outputs, fit, latency = infer_frame(self.engine, self.spec, frame, self.resize)
+        self.mask = to_original(class_map(outputs[0], *self._q), fit)
+        return {"classes": class_shares(self.mask, self.labels)}, latency
+
+
 # ---------------------------------------------------------------------------------------------
 # Display and recording
 
@@ -307,7 +352,8 @@ def run_camera(source: FrameSource, task: FrameTask, *, drop: Optional[bool] = N
             if draw:
                 from edgeapp.core.overlay import draw_result
 
-                draw_result(frame.image, fields, latency, fps_ema, task.device)
+                draw_result(frame.image, fields, latency, fps_ema, task.device,
+                            getattr(task, "mask", None))
             if recorder is not None:
                 recorder.write(frame.image)
             keep_going = display.show(frame.image) if display is not None else True

@@ -38,6 +38,10 @@ RUNTIME_MODULES = {  # runtime name -> the module holding Interpreter and load_d
 _DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tflite-runtime",),
                   "tensorflow": ("tensorflow", "tensorflow-cpu")}
 _DEVICE_RE = re.compile(r"^(auto|cpu|edgetpu|usb|pci|usb:\d+|pci:\d+|:\d+)$")
+# CPU kernels: "fast" is the runtime's default (ai-edge-litert applies XNNPACK); "reference" is
+# the builtin op resolver without default delegates, whose int8 rounding is TFLite's reference
+# rounding, as tflite-runtime and Coral's published CPU results have it (see README).
+CPU_KERNELS = ("fast", "reference")
 
 
 @dataclass(frozen=True)
@@ -49,9 +53,26 @@ class Runtime:
     module: Any
 
     def make_interpreter(self, model_path: str, delegates: Optional[list] = None,
-                         threads: Optional[int] = None) -> Any:
+                         threads: Optional[int] = None, cpu_kernels: str = "fast") -> Any:
+        extra = {}
+        if cpu_kernels == "reference":
+            extra["experimental_op_resolver_type"] = self._reference_resolver()
+        elif cpu_kernels != "fast":
+            raise UsageError(f"unknown CPU kernels {cpu_kernels!r}; choose one of: "
+                             f"{', '.join(CPU_KERNELS)}")
         return self.module.Interpreter(model_path=model_path, experimental_delegates=delegates,
-                                       num_threads=threads)
+                                       num_threads=threads, **extra)
+
+    def _reference_resolver(self) -> Any:
+        kinds = getattr(self.module, "OpResolverType", None)
+        if kinds is None:  # tensorflow.lite keeps it under experimental
+            kinds = getattr(getattr(self.module, "experimental", None), "OpResolverType", None)
+        kind = getattr(kinds, "BUILTIN_WITHOUT_DEFAULT_DELEGATES", None)
+        if kind is None:
+            raise MissingDependency(f"{self.name} {self.version} cannot choose its CPU kernels "
+                                    "(--cpu-kernels reference needs ai-edge-litert, or "
+                                    "tflite-runtime/TensorFlow 2.5 or newer)")
+        return kind
 
     def load_delegate(self, library: str, options: dict) -> Any:
         load = getattr(self.module, "load_delegate", None)
@@ -141,6 +162,7 @@ class Engine:
     runtime: Runtime
     requested_model: str
     notice: Optional[str] = None  # one line for stderr: why we run where we run
+    cpu_kernels: str = "fast"  # CPU_KERNELS: the kernels of the ops the CPU runs
 
     def __post_init__(self) -> None:
         self.input = self.interpreter.get_input_details()[0]
@@ -185,7 +207,7 @@ class Engine:
 def open_model(path: str | Path | Model, device: str = "auto", *,
                cpu_model: Optional[str | Path] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
-               probe: bool = True) -> Engine:
+               probe: bool = True, cpu_kernels: str = "fast") -> Engine:
     """Validate the model, pick the device, and return an allocated Engine.
 
     auto: Edge TPU when a compiled model and a TPU are there, else the CPU (the CPU twin for a
@@ -194,6 +216,7 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
     mismatched build that segfaults is reported instead of killing us.
     A parsed `Model` may be passed instead of a path, so callers that already read it don't
     read it again.
+    cpu_kernels: "fast" (the runtime's default) or "reference" (see CPU_KERNELS).
     """
     spec = parse_device(device)
     model = path if isinstance(path, Model) else load_model(path)
@@ -205,24 +228,26 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
                 from edgeapp.hw.probe import ensure_probed
                 ensure_probed(rt, spec, model.path)
             delegate = load_edgetpu_delegate(rt, spec)
-            interpreter = _interpreter(rt, model, [delegate], threads)
+            interpreter = _interpreter(rt, model, [delegate], threads, cpu_kernels)
         except DeviceUnavailable as e:
             if spec.kind == "edgetpu":
                 raise
             twin = _load_twin(model, cpu_model)
             return _cpu_engine(rt, twin, threads, str(path),
-                               f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU")
-        return Engine(interpreter, model, "edgetpu", rt, str(path))
+                               f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU",
+                               cpu_kernels)
+        return Engine(interpreter, model, "edgetpu", rt, str(path), cpu_kernels=cpu_kernels)
     if spec.kind == "edgetpu":
         raise UsageError(f"{model.path} is not compiled for the Edge TPU: run `edgeapp compile "
                          f"{model.path}` first, or use --device cpu")
     if model.is_edgetpu_compiled:  # --device cpu with a compiled model
         twin = _load_twin(model, cpu_model)
         return _cpu_engine(rt, twin, threads, str(path),
-                           f"--device cpu: running {Path(twin.path).name} (CPU twin) on CPU")
+                           f"--device cpu: running {Path(twin.path).name} (CPU twin) on CPU",
+                           cpu_kernels)
     note = None if spec.kind == "cpu" else \
         f"running {Path(model.path).name} on CPU (not compiled for the Edge TPU)"
-    return _cpu_engine(rt, model, threads, str(path), note)
+    return _cpu_engine(rt, model, threads, str(path), note, cpu_kernels)
 
 
 def _load_twin(model: Model, cpu_model: Optional[str | Path]) -> Model:
@@ -250,15 +275,17 @@ def _io_signature(model: Model) -> list[tuple]:
 
 
 def _cpu_engine(rt: Runtime, model: Model, threads: Optional[int], requested: str,
-                notice: Optional[str]) -> Engine:
-    return Engine(_interpreter(rt, model, None, threads), model, "cpu", rt, requested, notice)
+                notice: Optional[str], cpu_kernels: str = "fast") -> Engine:
+    return Engine(_interpreter(rt, model, None, threads, cpu_kernels), model, "cpu", rt, requested,
+                  notice, cpu_kernels)
 
 
-def _interpreter(rt: Runtime, model: Model, delegates: Optional[list], threads: Optional[int]) -> Any:
+def _interpreter(rt: Runtime, model: Model, delegates: Optional[list], threads: Optional[int],
+                 cpu_kernels: str = "fast") -> Any:
     native: list[str] = []
     try:
         with native_stderr(native):
-            interpreter = rt.make_interpreter(model.path, delegates, threads)
+            interpreter = rt.make_interpreter(model.path, delegates, threads, cpu_kernels)
             interpreter.allocate_tensors()
     except (RuntimeError, ValueError) as e:
         lines = [ln for ln in str(e).strip().splitlines() + native if ln.strip()]

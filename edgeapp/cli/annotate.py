@@ -1,0 +1,51 @@
+"""Image folders the inference commands write into (--annotate, --mask): one file per input."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+from edgeapp.errors import UsageError
+
+
+class ImageFolder:
+    """Writes one image per input path into `folder`, keeping names unique (cat.png, cat_1.png)."""
+
+    _KEEP = {".jpg", ".jpeg", ".png", ".bmp"}
+
+    def __init__(self, folder: Path, option: str = "--annotate") -> None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"{option} {folder}: cannot create it ({e.strerror or e})") from None
+        self.folder, self.option = folder, option
+        self.used: set[str] = set()
+
+    def _target(self, path: str, ext: Optional[str]) -> Path:
+        p = Path(path)
+        if ext is None:
+            ext = p.suffix.lower() if p.suffix.lower() in self._KEEP else ".png"
+        name, n = p.stem + ext, 1
+        while name in self.used:
+            name, n = f"{p.stem}_{n}{ext}", n + 1
+        self.used.add(name)
+        return self.folder / name
+
+    def write(self, path: str, array, ext: Optional[str] = None) -> Path:
+        """Write a BGR (or single-channel, 8/16-bit) array for input `path`; returns the file."""
+        import cv2
+
+        out = self._target(path, ext)
+        if not cv2.imwrite(os.fspath(out), array):
+            raise UsageError(f"{self.option}: cannot write {out}")
+        return out
+
+    def annotate(self, path: str, image, draw: Callable) -> Path:
+        """A copy of the decoded Pillow `image` with `draw(bgr)` applied, for input `path`."""
+        import numpy as np
+
+        rgb = np.asarray(image.convert("RGB"), dtype=np.uint8)
+        bgr = np.ascontiguousarray(rgb[:, :, ::-1])
+        draw(bgr)
+        return self.write(path, bgr)
