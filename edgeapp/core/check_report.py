@@ -13,7 +13,9 @@ from typing import Optional, Sequence
 
 from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
 from edgeapp.core.units import format_bytes
-from edgeapp.core.edgetpu_rules import EIGHT_BIT_TYPES, OP_HINTS, OpPrediction, constant_reader, predict
+from edgeapp.core.edgetpu_rules import (EIGHT_BIT_TYPES, OP_HINTS, RESIZE_MAX_FACTOR,
+                                        RESIZE_RECORDED_FACTOR, OpPrediction, constant_reader,
+                                        predict, resize_factor)
 from edgeapp.core.tflite.model import Model, Tensor
 
 USABLE_CACHE_BYTES = int(6.9 * 1024 * 1024)  # below this parameters are reported cached in practice
@@ -113,9 +115,12 @@ def _warnings(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
         out.append(f"parameters on the Edge TPU: {_mib(s['parameter_bytes_tpu'])}, close to the "
                    "~8 MiB on-chip cache (compiler 16 caches about 7 MiB): part of them may be "
                    "streamed from host memory on every inference")
-    if any(p.op.startswith("RESIZE_") and p.mapped for p in preds):
-        out.append("the compiler may still leave a resize on the CPU for some input/output sizes "
-                   "(to avoid a loss of precision)")
+    for p in preds:
+        factor = resize_factor(model, model.operators[p.index]) if p.mapped else None
+        if factor is not None and RESIZE_RECORDED_FACTOR < factor <= RESIZE_MAX_FACTOR:
+            out.append(f"op {p.index} {p.op} upscales x{factor:.3g}: predicted on the Edge TPU, "
+                       f"but compiler 16 is recorded mapping x{RESIZE_RECORDED_FACTOR:g} and "
+                       "refusing larger factors to avoid a loss of precision; it may run on the CPU")
     if s["already_compiled"]:
         out.append("this model is already compiled for the Edge TPU (edgetpu-custom-op); check "
                    "its CPU twin (X.tflite) to predict a compilation")
@@ -176,10 +181,40 @@ def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
         tips.append(f"op {first.index} ({first.op}) cuts the Edge TPU subgraph: {n_dep} supported "
                     "operation(s) after it also run on the CPU; fix it or move it to the end of "
                     "the model")
+    if "precision" in causes:
+        tips.append("resize upscaling too much for the Edge TPU's precision: upscale in steps of "
+                    f"at most x{RESIZE_MAX_FACTOR:g}, or leave the final upscale out of the model "
+                    "and do it on the CPU")
+    segment_tip = _segmentation_advice(model, preds)
+    if segment_tip:
+        tips.append(segment_tip)
     if s["streamed_bytes_estimate"] > 0:
         tips.append("too many parameters for the on-chip cache: use a smaller model, or "
                     "`edgeapp compile --segments N` to pipeline it over N Edge TPUs")
     return tips
+
+
+def _segmentation_advice(model: Model, preds: list[OpPrediction]) -> Optional[str]:
+    """For a segmentation model: what to leave to `edgeapp segment` (the argmax and the final
+    upscale to the image size run there, on the CPU)."""
+    from edgeapp.core.tasks import output_task
+
+    shapes = [t.shape for t in model.output_tensors]
+    if output_task(shapes, [op.op for op in model.operators]) != "segment":
+        return None
+    tail = [p for p in preds if not p.mapped and p.op in ("ARG_MAX", "RESIZE_BILINEAR",
+                                                          "RESIZE_NEAREST_NEIGHBOR")]
+    out = list(shapes[0])
+    if not tail:
+        return (f"output {out} looks like segmentation: run the model with `edgeapp segment`, "
+                "which takes the argmax of class scores on the CPU and maps the class map back "
+                "to each image's size")
+    names = list(dict.fromkeys(p.op for p in tail))
+    ops = " and ".join(names) + (" run" if len(names) > 1 else " runs")
+    return (f"segmentation model (output {out}): {ops} on the CPU; end the model at the class scores "
+            "[1, H, W, C] (before the final upscale and ARG_MAX) and run it with `edgeapp "
+            "segment`, which takes the argmax on the CPU and maps the class map back to each "
+            "image's size")
 
 
 def _op_tensors(model: Model, index: int) -> list[Tensor]:

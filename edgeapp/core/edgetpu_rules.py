@@ -18,7 +18,10 @@ compiler 16), completed by what compiler 16 is recorded doing:
   on a 1-D tensor of at most 16,000 elements; FullyConnected with default weights and a 1-D
   output; ResizeBilinear/ResizeNearestNeighbor on 3-D tensors; StridedSlice with strides 1 and
   no ellipsis/new-axis mask; Concatenation with a constant input only as a 2-input zero pad;
-  PReLU with a 1-D alpha);
+  PReLU with a 1-D alpha); a resize upscaling more than x8 stays on the CPU (precision: see
+  RESIZE_MAX_FACTOR);
+* TILE maps although the table does not list it, and an int8 LSTM's int16 cell state is no
+  reason to refuse the LSTM;
 * model-level blockers make the compiler refuse the whole model (nothing is mapped): an
   operator version newer than compiler 16 knows ("Didn't find op for builtin opcode"), and
   dynamic-sized tensors ("Attempting to use a delegate that only supports static-sized
@@ -61,8 +64,29 @@ SUPPORTED = frozenset({
     "MAXIMUM", "MAX_POOL_2D", "MEAN", "MINIMUM", "MUL", "PACK", "PAD", "PRELU", "QUANTIZE",
     "REDUCE_MAX", "REDUCE_MIN", "RELU", "RELU6", "RELU_N1_TO_1", "RESHAPE", "RESIZE_BILINEAR",
     "RESIZE_NEAREST_NEIGHBOR", "RSQRT", "SLICE", "SOFTMAX", "SPACE_TO_DEPTH", "SPLIT",
-    "SQUEEZE", "SQUARED_DIFFERENCE", "STRIDED_SLICE", "SUB", "SUM", "TANH", "TRANSPOSE_CONV",
+    "SQUEEZE", "SQUARED_DIFFERENCE", "STRIDED_SLICE", "SUB", "SUM", "TANH", "TILE",
+    "TRANSPOSE_CONV",
 })
+# TILE is not in the table, but compiler 16 maps it: Coral's compiled DeepLab edgetpu-slim
+# Cityscapes model runs its TILE broadcast on the Edge TPU.
+
+# RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR: "depending on input/output size, this operation
+# might not be mapped to the Edge TPU to avoid loss in precision" (the table's footnote; the
+# compiler says "Image-interpolation layer won't run precisely enough on Edge TPU"). An upscale
+# by f interpolates with weights in steps of 1/f, which the Edge TPU's 8-bit fixed-point
+# arithmetic resolves less precisely the larger f is. Modelled by the largest per-axis factor:
+# compiler 16 maps MoveNet's x2 upscales and leaves DeepLab v3's 1x1 -> 33x33 (x33) on the CPU
+# (Coral's compiled models), and a DeepLab's final x16 upscale is reported not to map; above
+# RESIZE_MAX_FACTOR the resize is predicted on the CPU, and a mapped one above x2 (where nothing
+# is recorded) gets a warning.
+RESIZE_MAX_FACTOR = 8.0
+RESIZE_RECORDED_FACTOR = 2.0
+
+# TFLite's int8 LSTM keeps its cell state in int16 (input 19 of LSTM and
+# UNIDIRECTIONAL_SEQUENCE_LSTM): that tensor alone does not keep the op off the Edge TPU
+# (compiler 16 maps Coral's Keras LSTM MNIST model, keras_lstm_mnist_ptq, entirely).
+LSTM_OPS = ("LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM")
+LSTM_CELL_STATE_INPUT = 19
 
 # Highest builtin version compiler 16 parses, where a newer one is recorded failing with
 # "Didn't find op for builtin opcode 'X' version 'N'" (the whole model is refused).
@@ -82,7 +106,8 @@ OP_HINTS = {
     "ELU": "use ReLU",
     "TRANSPOSE": "keep the model channels-last (NHWC) so no transpose is needed",
     "SHAPE": "a dynamic batch adds SHAPE/STRIDED_SLICE/PACK: re-convert with batch 1",
-    "ARG_MAX": "take the argmax on the CPU after the model (edgeapp does)",
+    "ARG_MAX": "end the model at the class scores and take the argmax on the CPU (for "
+               "segmentation, `edgeapp segment` does)",
     "ARG_MIN": "take the argmin on the CPU after the model",
     "CAST": "keep all tensors 8-bit",
     "DIV": "multiply by a constant reciprocal instead",
@@ -115,7 +140,8 @@ class OpPrediction:
     mapped: bool
     reason: Optional[str]
     # causes: version, dynamic, float, float_io, dtype, batch, rank, unsupported_op, limit,
-    # depends_on_cpu or blocked (the compiler refuses the whole model)
+    # precision (a resize the compiler keeps off), depends_on_cpu or blocked (the compiler
+    # refuses the whole model)
     causes: tuple[str, ...] = ()
     problems: tuple[tuple[str, str], ...] = ()  # (cause, text) of the op's own problems
     inputs: tuple[str, ...] = ()  # "int8[1,16,16,3]" of the non-constant inputs
@@ -223,6 +249,8 @@ def _tensor_rules(model: Model, op: Operator) -> list[tuple[str, str]]:
             continue
         t = model.tensors[i]
         is_output = pos >= len(op.inputs)
+        if op.op in LSTM_OPS and pos == LSTM_CELL_STATE_INPUT and t.dtype == "int16":
+            continue  # the int8 LSTM's cell state: see LSTM_CELL_STATE_INPUT
         if t.is_constant:
             if t.dtype in ("float32", "float16", "float64"):
                 add("float", f"{t.dtype} constant {_label(t)} (weights are not quantized)")
@@ -384,7 +412,29 @@ def op_problems(model: Model, op: Operator, read: Optional[ConstantReader] = Non
     problems += _tensor_rules(model, op)
     if op.op in SUPPORTED:
         problems += [("limit", text) for text in _limit_rules(model, op, read)]
+        factor = resize_factor(model, op)
+        if factor is not None and factor > RESIZE_MAX_FACTOR:
+            problems.append(("precision", _resize_text(model, op, factor) + ": compiler 16 leaves "
+                             f"upscales beyond x{RESIZE_MAX_FACTOR:g} on the CPU to avoid a loss of "
+                             f"precision (interpolation weights in steps of 1/{factor:g} are finer "
+                             "than the Edge TPU's 8-bit arithmetic resolves)"))
     return problems
+
+
+def resize_factor(model: Model, op: Operator) -> Optional[float]:
+    """The largest per-axis upscale (output/input height or width) of a resize op, else None."""
+    if op.op not in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR") or not op.inputs or \
+            not op.outputs or op.inputs[0] < 0 or op.outputs[0] < 0:
+        return None
+    src, dst = model.tensors[op.inputs[0]].shape, model.tensors[op.outputs[0]].shape
+    if len(src) != 4 or len(dst) != 4 or min(src[1:3]) <= 0:
+        return None
+    return max(dst[1] / src[1], dst[2] / src[2])
+
+
+def _resize_text(model: Model, op: Operator, factor: float) -> str:
+    src, dst = model.tensors[op.inputs[0]].shape, model.tensors[op.outputs[0]].shape
+    return f"upscales {src[1]}x{src[2]} to {dst[1]}x{dst[2]} (x{factor:.3g})"
 
 
 # ----------------------------------------------------------------------------- graph
