@@ -127,9 +127,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def make_edgetpu_stand_in(cpu_model: Path, out: Path) -> Path:
+def make_edgetpu_stand_in(cpu_model: Path, out: Path, custom_code: str = "edgetpu-custom-op") -> Path:
     """A valid TFLite file shaped like edgetpu_compiler's output: one `edgetpu-custom-op` node
-    from the CPU model's input to its output (written with the TFLite flatbuffers schema)."""
+    (or another custom op, `custom_code`) from the CPU model's input to its output (written with the
+    TFLite flatbuffers schema)."""
     import flatbuffers
     from ai_edge_litert import schema_py_generated as schema
 
@@ -138,7 +139,7 @@ def make_edgetpu_stand_in(cpu_model: Path, out: Path) -> Path:
     code = schema.OperatorCodeT()
     code.builtinCode = schema.BuiltinOperator.CUSTOM
     code.deprecatedBuiltinCode = schema.BuiltinOperator.CUSTOM
-    code.customCode = "edgetpu-custom-op"
+    code.customCode = custom_code
     code.version = 1
     op = schema.OperatorT()
     op.opcodeIndex = 0

@@ -82,14 +82,19 @@ def convert_command(
 
     names = evaluation.class_names or cal.class_names
     label_map = read_labels(labels) if labels else ({i: n for i, n in enumerate(names)} if names else None)
-    sidecar = write_sidecar(output, ModelMeta(labels=label_map, mean=mean, std=std, task="classify",
+    from edgeapp.core.tasks import output_task
+
+    task = output_task([t.shape for t in tflite.output_tensors],
+                       [op.op for op in tflite.operators]) or "classify"
+    sidecar = write_sidecar(output, ModelMeta(labels=label_map, mean=mean, std=std, task=task,
                                               extra={"source": str(model)}))
     report = converter.evaluate(output, float_model, evaluation, mean, std)
     report.update(model=str(output), source=str(model), sidecar=str(sidecar), io=io.value,
                   size_bytes=tflite.size, input_shape=list(tflite.input_tensors[0].shape),
                   calibration_samples=len(cal.x),
                   ops=dict(Counter(op.op for op in tflite.operators).most_common()))
-    if report["agreement"] is not None and report["agreement"] < 0.9:
+    report["task"] = task
+    if task == "classify" and report["agreement"] is not None and report["agreement"] < 0.9:
         say(f"warning: int8 agrees with float on only {report['agreement']:.1%} of samples; "
             "calibrate with more representative images or check --mean/--std")
     code = finish_report(output, report, fmt.value, compile_, compiler)
