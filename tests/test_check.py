@@ -506,3 +506,76 @@ def test_check_invalid_model(cli, tmp_path):
 def test_check_bundled_model_without_tensorflow(cli):
     res, data = run_check(cli, ROOT / "models" / "digits_int8.tflite")
     assert res.exit_code == 0 and data["summary"]["verdict"] == "fully_mapped"
+
+
+# ----------------------------------------------------------------------------- pose/segmentation rules
+
+
+def test_resize_precision_rule_by_upscale_factor():
+    """x2 maps (MoveNet), x33 stays on the CPU (DeepLab's 1x1 -> 33x33), x4 maps with a warning."""
+    g = Graph()
+    size = g.t((2,), dtype="int32", const=True)
+    x2_in, x33_in, x4_in = g.t((1, 8, 8, 8)), g.t((1, 1, 1, 8)), g.t((1, 8, 8, 8))
+    g.op("RESIZE_BILINEAR", (x2_in, size), (g.t((1, 16, 16, 8)),))
+    g.op("RESIZE_BILINEAR", (x33_in, size), (g.t((1, 33, 33, 8)),))
+    g.op("RESIZE_NEAREST_NEIGHBOR", (x4_in, size), (g.t((1, 32, 32, 8)),))
+    m = g.model([x2_in, x33_in, x4_in], [])
+    preds, _ = R.predict(m)
+    assert [p.mapped for p in preds] == [True, False, True]
+    assert preds[1].causes == ("precision",)
+    assert "1x1 to 33x33 (x33)" in preds[1].reason and "loss of precision" in preds[1].reason
+    assert "1/33" in preds[1].reason  # why: the interpolation steps are too fine
+    s = CR.summarize(m, preds)
+    assert any(w.startswith("op 2 RESIZE_NEAREST_NEIGHBOR upscales x4") for w in s["warnings"])
+    assert not any(w.startswith("op 0") for w in s["warnings"])  # x2 is recorded mapping
+    assert any("upscale in steps of at most x8" in a for a in s["advice"])
+
+
+def test_int8_lstm_cell_state_in_int16_is_allowed():
+    def lstm(cell_dtype: str, input_dtype: str = "int8") -> bool:
+        g = Graph()
+        x = g.t((1, 8, 4), dtype=input_dtype)
+        weights = [g.t((8, 4 if i < 4 else 8), const=True) for i in range(8)]  # inputs 1..8
+        biases = [g.t((8,), dtype="int32", const=True) for _ in range(4)]     # inputs 12..15
+        hidden, cell = g.t((1, 8)), g.t((1, 8), dtype=cell_dtype)              # inputs 18, 19
+        ins = [x, *weights, -1, -1, -1, *biases, -1, -1, hidden, cell, -1, -1, -1, -1]
+        assert ins[19] == cell
+        g.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ins, (g.t((1, 8, 8)),))
+        (p,), _ = R.predict(g.model([x], []))
+        return p.mapped
+
+    assert lstm("int16")  # TFLite's int8 LSTM: compiler 16 maps it
+    assert not lstm("int16", input_dtype="int16")  # a 16x8 LSTM is refused
+    assert not lstm("float32")
+
+
+def test_tile_is_mapped():
+    g = Graph()
+    x = g.t((1, 4, 4, 8))
+    multiples = g.t((4,), dtype="int32", const=True)
+    g.op("TILE", (x, multiples), (g.t((1, 8, 8, 8)),))
+    (p,), _ = R.predict(g.model([x], []))
+    assert p.mapped and p.reason is None
+
+
+def test_segmentation_advice_points_to_edgeapp_segment():
+    g = Graph()
+    x = g.t((1, 8, 8, 3), dtype="uint8")
+    scores = g.conv(g.unary("QUANTIZE", x), channels=4)
+    axis = g.t((1,), dtype="int32", const=True)
+    classes = g.t((1, 8, 8), dtype="int32")
+    g.op("ARG_MAX", (scores, axis), (classes,))
+    m = g.model([x], [classes])
+    preds, _ = R.predict(m)
+    assert [p.mapped for p in preds] == [True, True, False]
+    advice = CR.summarize(m, preds)["advice"]
+    tip = next(a for a in advice if a.startswith("segmentation model"))
+    assert "ARG_MAX runs on the CPU" in tip and "`edgeapp segment`" in tip
+    assert "argmax on the CPU" in tip
+    g2 = Graph()  # the same ending at the class scores: fully mapped, and the tip says how to run it
+    x2 = g2.t((1, 8, 8, 3), dtype="uint8")
+    s2 = g2.conv(g2.unary("QUANTIZE", x2), channels=4)
+    m2 = g2.model([x2], [s2])
+    preds2, _ = R.predict(m2)
+    assert all(p.mapped for p in preds2)
+    assert any("`edgeapp segment`" in a for a in CR.summarize(m2, preds2)["advice"])
