@@ -1,4 +1,5 @@
-"""edgeapp as a library: open a model once, then classify or detect images from your own code.
+"""edgeapp as a library: open a model once, then classify, detect, pose or segment images from
+your own code.
 
     import edgeapp
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Union
 
 from edgeapp.flows.batch import ImageModel, image_model, iter_records
-from edgeapp.flows.tasks import Task, classify_task, detect_task
+from edgeapp.flows.tasks import Task, classify_task, detect_task, pose_task, segment_task
 from edgeapp.hw.runtime import Engine
 from edgeapp.hw.runtime import open_model as _open_engine
 
@@ -58,6 +59,20 @@ class Model:
         """Objects in one image, boxes [xmin, ymin, xmax, ymax] in its pixels, best first."""
         return self._run_one(detect_task(self._loaded, threshold, top_k, resize), image)["objects"]
 
+    def pose(self, image: Any, threshold: float = 0.2, resize: str = "stretch") -> list:
+        """Poses in one image: [{"score", "keypoints": [{"name", "x", "y", "score"}]}], pixels."""
+        return self._run_one(pose_task(self._loaded, threshold, resize), image)["poses"]
+
+    def segment(self, image: Any, resize: str = "stretch") -> tuple:
+        """(classes present [{"id", "label", "share"}], class map at the image's size)."""
+        kept: dict = {}
+
+        def keep(_source, _image, class_map, _classes) -> None:
+            kept["map"] = class_map
+
+        fields = self._run_one(segment_task(self._loaded, resize, on_mask=keep), image)
+        return fields["classes"], kept["map"]
+
     def classify_batch(self, paths: Iterable[PathLike], top_k: int = 5, threshold: float = 0.0,
                        workers: int = 2) -> Iterator[dict]:
         """One record per path, in order, decoding ahead on `workers` threads; a bad image is a
@@ -80,11 +95,13 @@ class Model:
 def open_model(path: PathLike, device: str = "auto", *, labels: Optional[PathLike] = None,
                mean: Optional[float] = None, std: Optional[float] = None,
                cpu_model: Optional[PathLike] = None, runtime: Optional[str] = None,
-               threads: Optional[int] = None, fast_decode: bool = False) -> Model:
+               threads: Optional[int] = None, fast_decode: bool = False,
+               cpu_kernels: str = "fast") -> Model:
     """Open an image model as the CLI does: validated, on the Edge TPU when usable (`auto`),
     else on the CPU (a compiled model's CPU twin), with labels and normalization from the
     arguments, else the model's sidecar JSON or metadata."""
-    engine = _open_engine(path, device, cpu_model=cpu_model, runtime=runtime, threads=threads)
+    engine = _open_engine(path, device, cpu_model=cpu_model, runtime=runtime, threads=threads,
+                          cpu_kernels=cpu_kernels)
     return Model(image_model(engine, path, labels, mean, std, fast_decode))
 
 

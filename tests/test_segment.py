@@ -186,3 +186,16 @@ def test_camera_pose_task_on_a_video(cli, ps_models, tmp_path):
     assert json.loads(r.stderr.strip().splitlines()[-1])["task"] == "pose"
     r = cli("camera", ps_models["pose"], "--source", video, "--no-display", "--task", "classify")
     assert r.exit_code == ExitCode.MODEL_INVALID and "--task pose" in r.stderr
+
+
+def test_python_api_pose_and_segment(ps_models):
+    import edgeapp
+
+    seg = edgeapp.open_model(ps_models["segmap"], "cpu", cpu_kernels="reference")
+    classes, full = seg.segment(pm.quadrants((120, 90)))  # a uint8 array, as a camera gives
+    assert full.shape == (90, 120) and {c["label"] for c in classes} == set(LABELS)
+    assert full[10, 10] == 1 and full[80, 110] == 0  # red top-left, black bottom-right
+    pose = edgeapp.open_model(ps_models["pose"]).pose(pm.uniform_image((200, 60, 230), (50, 40)),
+                                                      threshold=0.5)
+    assert pose[0]["keypoints"][0]["name"] == "nose"
+    assert pose[0]["keypoints"][0]["x"] == pytest.approx((60 / 255 / 2 + 0.45) * 50, abs=1)

@@ -82,7 +82,7 @@ def convert_command(
 
     names = evaluation.class_names or cal.class_names
     label_map = read_labels(labels) if labels else ({i: n for i, n in enumerate(names)} if names else None)
-    from edgeapp.core.tasks import output_task
+    from edgeapp.core.model_task import output_task
 
     task = output_task([t.shape for t in tflite.output_tensors],
                        [op.op for op in tflite.operators]) or "classify"

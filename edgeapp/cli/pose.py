@@ -65,46 +65,34 @@ def pose_command(
 
     from edgeapp.cli.annotate import ImageFolder
     from edgeapp.core.overlay import draw_poses
-    from edgeapp.core.pose import POSENET_OP, movenet_pose, pose_fields, posenet_poses, \
-        posenet_refusal, prepare_pose
+    from edgeapp.core.pose import POSENET_OP, posenet_refusal
     from edgeapp.core.tflite.model import load_model
     from edgeapp.errors import InvalidModel
-    from edgeapp.flows.batch import image_model, require_task, run_batch
+    from edgeapp.flows.batch import image_model, run_batch
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
+    from edgeapp.flows.tasks import pose_task
 
     paths = expand_inputs(inputs)
-    posenet = POSENET_OP in {op.op for op in load_model(model).operators}
+    parsed = load_model(model)
     try:
-        engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe, cpu_kernels)
+        engine = open_engine(ctx, parsed, device, cpu_model, runtime, threads, no_probe, cpu_kernels)
     except InvalidModel as e:
-        if posenet:
+        if POSENET_OP in {op.op for op in parsed.operators}:
             raise InvalidModel(posenet_refusal(str(model), str(e).split(": ")[-1])) from None
         raise
-    if not posenet:
-        require_task(engine, "pose", "a MoveNet single-pose output [1, 1, 17, 3]")
-    spec = image_model(engine, model, None, mean, std).spec
-    quant = engine.outputs[0].get("quantization", (0.0, 0))
-    annotator = ImageFolder(annotate) if annotate is not None else None
+    annotate_one = None
+    if annotate is not None:
+        folder = ImageFolder(annotate)
 
-    def prepare(path: str):
-        tensor, context = prepare_pose(path, spec, resize, keep_image=annotator is not None)
-        return tensor, {**context, "path": path}
+        def annotate_one(source, image, poses) -> None:
+            folder.annotate(source, image, lambda bgr: draw_poses(bgr, poses))
 
-    def interpret(outputs, context) -> dict:
-        if posenet:
-            poses = posenet_poses(outputs, context["fit"])
-        else:
-            poses = [movenet_pose(outputs[0], context["fit"], float(quant[0]), int(quant[1]))]
-        fields = pose_fields(poses, threshold)
-        if annotator is not None:
-            annotator.annotate(context["path"], context["image"], lambda bgr: draw_poses(bgr, fields))
-        return {"poses": fields}
-
+    task = pose_task(image_model(engine, model, None, mean, std), threshold, resize.value,
+                     annotate=annotate_one)
     with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
             progress_bar(len(paths), "pose") as advance:
-        stats = run_batch(paths, engine, prepare, interpret, {"poses": []}, writer, workers=workers,
-                          progress=advance)
+        stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
     parts = stats.summary(engine.device, output)
     if annotate is not None and stats.ok:
         parts.append(f"annotated images in {annotate}")

@@ -66,42 +66,30 @@ def segment_command(
     finite("--std", std)
 
     from edgeapp.cli.annotate import ImageFolder
-    from edgeapp.core.detect import prepare_detection
     from edgeapp.core.overlay import draw_mask
-    from edgeapp.core.segment import class_map, class_shares, mask_image_array, to_original
-    from edgeapp.flows.batch import image_model, require_task, run_batch
+    from edgeapp.core.segment import mask_image_array
+    from edgeapp.flows.batch import image_model, run_batch
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
+    from edgeapp.flows.tasks import segment_task
 
     paths = expand_inputs(inputs)
     engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe, cpu_kernels)
-    require_task(engine, "segment", "segmentation outputs ([1, H, W, C] class scores or a "
-                                    "[1, H, W] class map)")
-    loaded = image_model(engine, model, labels, mean, std)
-    spec, label_map = loaded.spec, loaded.labels
-    scale, zero = engine.outputs[0].get("quantization", (0.0, 0))
     annotator = ImageFolder(annotate) if annotate is not None else None
     masks = ImageFolder(mask, "--mask") if mask is not None else None
 
-    def prepare(path: str):
-        tensor, context = prepare_detection(path, spec, resize, keep_image=annotator is not None)
-        return tensor, {**context, "path": path}
-
-    def interpret(outputs, context) -> dict:
-        full = to_original(class_map(outputs[0], float(scale), int(zero)), context["fit"])
-        classes = class_shares(full, label_map)
-        written = None
-        if masks is not None:
-            written = str(masks.write(context["path"], mask_image_array(full), ".png"))
+    def on_mask(source, image, class_map, classes) -> Optional[str]:
         if annotator is not None:
-            annotator.annotate(context["path"], context["image"],
-                               lambda bgr: draw_mask(bgr, full, classes))
-        return {"classes": classes, "mask": written}
+            annotator.annotate(source, image, lambda bgr: draw_mask(bgr, class_map, classes))
+        if masks is not None:
+            return str(masks.write(source, mask_image_array(class_map), ".png"))
+        return None
 
+    task = segment_task(image_model(engine, model, labels, mean, std), resize.value,
+                        on_mask=on_mask if annotator or masks else None)
     with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
             progress_bar(len(paths), "segment") as advance:
-        stats = run_batch(paths, engine, prepare, interpret, {"classes": [], "mask": None}, writer,
-                          workers=workers, progress=advance)
+        stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
     parts = stats.summary(engine.device, output)
     for option, folder in (("annotated images", annotate), ("class maps", mask)):
         if folder is not None and stats.ok:

@@ -197,7 +197,7 @@ def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
 def _segmentation_advice(model: Model, preds: list[OpPrediction]) -> Optional[str]:
     """For a segmentation model: what to leave to `edgeapp segment` (the argmax and the final
     upscale to the image size run there, on the CPU)."""
-    from edgeapp.core.tasks import output_task
+    from edgeapp.core.model_task import output_task
 
     shapes = [t.shape for t in model.output_tensors]
     if output_task(shapes, [op.op for op in model.operators]) != "segment":

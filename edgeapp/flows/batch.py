@@ -80,7 +80,7 @@ def image_model(engine: Engine, model_path, labels_file=None, mean: Optional[flo
 
 def engine_task(engine: Engine) -> Optional[str]:
     """The task an opened model's outputs are for (tasks.output_task)."""
-    from edgeapp.core.tasks import output_task
+    from edgeapp.core.model_task import output_task
 
     shapes = [tuple(int(d) for d in o["shape"]) for o in engine.outputs]
     return output_task(shapes, [op.op for op in engine.model.operators])

@@ -21,7 +21,9 @@ from edgeapp.errors import UsageError
 from edgeapp.hw.capture import FrameGrabber, FrameSource, ReconnectPolicy, cv2_module
 from edgeapp.core.classify import class_fields, get_classes_from_scores, get_scores
 from edgeapp.core.detect import engine_layout, get_objects, object_fields
-from edgeapp.flows.batch import classifier_output
+from edgeapp.core.pose import movenet_pose, pose_fields
+from edgeapp.core.segment import class_map, class_shares, to_original
+from edgeapp.flows.batch import classifier_output, require_task
 from edgeapp.core.preprocess import quantize_input
 
 # ---------------------------------------------------------------------------------------------
@@ -130,8 +132,6 @@ class PoseTask:
 
     def __init__(self, engine, spec, threshold: float = 0.2,
                  resize: ResizeMode | str = ResizeMode.stretch) -> None:
-        from edgeapp.flows.batch import require_task
-
         require_task(engine, "pose", "a MoveNet single-pose output [1, 1, 17, 3]")
         self.engine, self.spec, self.threshold, self.resize = engine, spec, threshold, ResizeMode(resize)
         self.device = engine.device
@@ -139,8 +139,6 @@ class PoseTask:
         self._q = (float(scale), int(zero))
 
     def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
-        from edgeapp.core.pose import movenet_pose, pose_fields
-
         outputs, fit, latency = infer_frame(self.engine, self.spec, frame, self.resize)
         return {"poses": pose_fields([movenet_pose(outputs[0], fit, *self._q)], self.threshold)}, latency
 
@@ -151,8 +149,6 @@ class SegmentTask:
 
     def __init__(self, engine, spec, labels: Optional[dict[int, str]],
                  resize: ResizeMode | str = ResizeMode.stretch) -> None:
-        from edgeapp.flows.batch import require_task
-
         require_task(engine, "segment", "segmentation outputs ([1, H, W, C] class scores or a "
                                         "[1, H, W] class map)")
         self.engine, self.spec, self.labels, self.resize = engine, spec, labels, ResizeMode(resize)
@@ -162,8 +158,6 @@ class SegmentTask:
         self.mask: Optional[np.ndarray] = None
 
     def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
-        from edgeapp.core.segment import class_map, class_shares, to_original
-
         outputs, fit, latency = infer_frame(self.engine, self.spec, frame, self.resize)
         self.mask = to_original(class_map(outputs[0], *self._q), fit)
         return {"classes": class_shares(self.mask, self.labels)}, latency

@@ -13,8 +13,6 @@ from typing import Optional, Sequence
 from edgeapp.core.pose import POSENET_OP, is_pose_output
 from edgeapp.core.segment import is_segmentation_output
 
-TASKS = ("classify", "detect", "pose", "segment")
-
 
 def output_task(shapes: Sequence[Sequence[int]], op_names: Sequence[str] = ()) -> Optional[str]:
     """The task these output shapes (and operator names) are for; None when none fits."""
@@ -29,7 +27,3 @@ def output_task(shapes: Sequence[Sequence[int]], op_names: Sequence[str] = ()) -
     if is_segmentation_output(shapes[0]):
         return "segment"
     return "classify"
-
-
-def command_for(task: str) -> str:
-    return f"edgeapp {task}"
