@@ -199,9 +199,11 @@ def _on_sigterm(stop: threading.Event):
 
 def _items(record: dict) -> list[dict]:
     if "poses" in record:
-        return [{"rank": n, "id": i, "label": k["name"], "score": k["score"], "x": k["x"], "y": k["y"]}
-                for n, p in enumerate(record["poses"], 1)
-                for i, k in enumerate(p["keypoints"])]
+        from edgeapp.core.pose import KEYPOINTS
+
+        return [{"rank": n, "id": KEYPOINTS.index(k["name"]), "label": k["name"], "score": k["score"],
+                 "x": k["x"], "y": k["y"]}
+                for n, p in enumerate(record["poses"], 1) for k in p["keypoints"]]
     if "objects" in record:
         out = []
         for o in record["objects"]:
@@ -216,7 +218,7 @@ def _csv_rows(record: dict) -> list[dict]:
     base = {k: record.get(k) for k in ("frame", "timestamp", "source_ms", "device", "latency_ms",
                                        "frame_ms")}
     items = _items(record)
-    # rank: the item's place; a keypoint's rank is its pose's (its id is the keypoint's index)
+    # rank: the item's place; a keypoint's rank is its pose's (its id: its COCO keypoint index)
     return [{**base, "rank": r, **it} for r, it in enumerate(items, 1)] or [base]
 
 

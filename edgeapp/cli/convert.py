@@ -67,6 +67,7 @@ def convert_command(
     from edgeapp.errors import UsageError
     from edgeapp.core.labels import read_labels
     from edgeapp.core.meta import ModelMeta, write_sidecar
+    from edgeapp.core.model_task import output_task
 
     if std == 0:
         raise UsageError("--std must not be 0")
@@ -82,8 +83,6 @@ def convert_command(
 
     names = evaluation.class_names or cal.class_names
     label_map = read_labels(labels) if labels else ({i: n for i, n in enumerate(names)} if names else None)
-    from edgeapp.core.model_task import output_task
-
     task = output_task([t.shape for t in tflite.output_tensors],
                        [op.op for op in tflite.operators]) or "classify"
     sidecar = write_sidecar(output, ModelMeta(labels=label_map, mean=mean, std=std, task=task,

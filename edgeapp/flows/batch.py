@@ -12,6 +12,7 @@ import numpy as np
 
 from edgeapp.errors import InputError, InvalidModel
 from edgeapp.core.meta import ModelMeta
+from edgeapp.core.model_task import output_task
 from edgeapp.flows.prefetch import prefetch
 from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, prepare_image
 from edgeapp.flows.records import RecordWriter
@@ -79,11 +80,13 @@ def image_model(engine: Engine, model_path, labels_file=None, mean: Optional[flo
 
 
 def engine_task(engine: Engine) -> Optional[str]:
-    """The task an opened model's outputs are for (tasks.output_task)."""
-    from edgeapp.core.model_task import output_task
-
+    """The task an opened model's outputs are for (model_task.output_task)."""
     shapes = [tuple(int(d) for d in o["shape"]) for o in engine.outputs]
     return output_task(shapes, [op.op for op in engine.model.operators])
+
+
+def _shapes(engine: Engine) -> str:
+    return ", ".join(str([int(d) for d in o["shape"]]) for o in engine.outputs)
 
 
 _TASK_NAMES = {"detect": "a detection model", "pose": "a pose estimation model",
@@ -96,10 +99,9 @@ def require_task(engine: Engine, task: str, wanted: str) -> None:
     found = engine_task(engine)
     if found == task:
         return
-    shapes = ", ".join(str([int(d) for d in o["shape"]]) for o in engine.outputs)
     fits = f"; it looks like {_TASK_NAMES.get(found, 'a classifier')}: use `edgeapp {found}`" \
         if found else ""
-    raise InvalidModel(f"{engine.model_path}: outputs {shapes} are not {wanted}{fits}")
+    raise InvalidModel(f"{engine.model_path}: outputs {_shapes(engine)} are not {wanted}{fits}")
 
 
 def classifier_output(engine: Engine, hint: str = "use `edgeapp {task}`") -> tuple[float, int]:
@@ -107,9 +109,8 @@ def classifier_output(engine: Engine, hint: str = "use `edgeapp {task}`") -> tup
     with the command (`hint`, formatted with the task) that fits it."""
     task = engine_task(engine)
     if task in _TASK_NAMES:
-        shapes = ", ".join(str([int(d) for d in o["shape"]]) for o in engine.outputs)
-        raise InvalidModel(f"{engine.model_path} is {_TASK_NAMES[task]} (output {shapes}), not a "
-                           f"classifier: {hint.format(task=task)}")
+        raise InvalidModel(f"{engine.model_path} is {_TASK_NAMES[task]} (output "
+                           f"{_shapes(engine)}), not a classifier: {hint.format(task=task)}")
     if len(engine.outputs) != 1:
         raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs; a classifier has "
                            "one")
