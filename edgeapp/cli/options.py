@@ -133,11 +133,20 @@ def open_engine(ctx: typer.Context, model: Path, device: Optional[str], cpu_mode
                 cpu_kernels: CpuKernels = CpuKernels.fast):
     """The inference commands' way into the runtime layer: resolve the global options, open the
     model on its device, and tell the user in one line when it runs somewhere unexpected."""
+    from edgeapp.core.pose import POSENET_OP, posenet_refusal
+    from edgeapp.core.tflite.model import load_model
+    from edgeapp.errors import InvalidModel
     from edgeapp.hw.runtime import open_model
 
-    engine = open_model(model, resolve_device(ctx, device), cpu_model=cpu_model,
-                        runtime=resolve_runtime(ctx, runtime), threads=threads, probe=not no_probe,
-                        cpu_kernels=CpuKernels(cpu_kernels).value)
+    parsed = load_model(model)
+    try:
+        engine = open_model(parsed, resolve_device(ctx, device), cpu_model=cpu_model,
+                            runtime=resolve_runtime(ctx, runtime), threads=threads,
+                            probe=not no_probe, cpu_kernels=CpuKernels(cpu_kernels).value)
+    except InvalidModel:
+        if POSENET_OP in {op.op for op in parsed.operators}:  # the runtime lacks Coral's op
+            raise InvalidModel(posenet_refusal(str(model))) from None
+        raise
     if engine.notice:
         say(engine.notice)
     return engine

@@ -65,31 +65,20 @@ def pose_command(
 
     from edgeapp.cli.annotate import ImageFolder
     from edgeapp.core.overlay import draw_poses
-    from edgeapp.core.pose import POSENET_OP, posenet_refusal
-    from edgeapp.core.tflite.model import load_model
-    from edgeapp.errors import InvalidModel
     from edgeapp.flows.batch import image_model, run_batch
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import pose_task
 
     paths = expand_inputs(inputs)
-    parsed = load_model(model)
-    try:
-        engine = open_engine(ctx, parsed, device, cpu_model, runtime, threads, no_probe, cpu_kernels)
-    except InvalidModel as e:
-        if POSENET_OP in {op.op for op in parsed.operators}:
-            raise InvalidModel(posenet_refusal(str(model), str(e).split(": ")[-1])) from None
-        raise
-    annotate_one = None
-    if annotate is not None:
-        folder = ImageFolder(annotate)
+    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe, cpu_kernels)
+    folder = ImageFolder(annotate) if annotate is not None else None
 
-        def annotate_one(source, image, poses) -> None:
-            folder.annotate(source, image, lambda bgr: draw_poses(bgr, poses))
+    def annotate_one(source, image, poses) -> None:
+        folder.annotate(source, image, lambda bgr: draw_poses(bgr, poses))
 
     task = pose_task(image_model(engine, model, None, mean, std), threshold, resize.value,
-                     annotate=annotate_one)
+                     annotate=annotate_one if folder is not None else None)
     with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
             progress_bar(len(paths), "pose") as advance:
         stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)

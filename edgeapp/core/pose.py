@@ -12,7 +12,7 @@ No stock TFLite runtime has that op; `posenet_poses` decodes its outputs when on
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -123,8 +123,8 @@ def prepare_pose(source, spec, mode: ResizeMode | str = ResizeMode.stretch, keep
     return tensor, {"fit": fit, "image": img if keep_image else None}
 
 
-def posenet_refusal(path: str, reason: Optional[str] = None) -> str:
+def posenet_refusal(path: str) -> str:
     """Why a PoseNet model cannot run here, in one line."""
-    why = f" ({reason})" if reason else ""
     return (f"{path} is a PoseNet model: it ends in Coral's {POSENET_OP} custom op, which this "
-            f"TFLite runtime does not have{why}; use a MoveNet model (output [1, 1, 17, 3])")
+            "TFLite runtime does not have; use a MoveNet model (output [1, 1, 17, 3]) with "
+            "`edgeapp pose`")
