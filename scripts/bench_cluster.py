@@ -49,7 +49,7 @@ def main() -> int:
         cluster = min(timed(base + ["--cluster", f"local:{args.workers}"]) for _ in range(args.repeat))
     n = args.images
     print(f"{n} images 640x480 JPEG, model {Path(args.model).name}, {os.cpu_count()} cores")
-    print(f"| run | wall s | images/s |\n| --- | --- | --- |")
+    print("| run | wall s | images/s |\n| --- | --- | --- |")
     print(f"| single process (pipeline) | {local:.2f} | {n / local:.1f} |")
     print(f"| --cluster local:{args.workers} | {cluster:.2f} | {n / cluster:.1f} |")
     print(f"cluster / single-process throughput: {local / cluster:.2f}x")
