@@ -23,6 +23,8 @@ class ExitCode(IntEnum):
     COMPILE_FAILED = 9  # edgetpu_compiler failed
     CHECKS_FAILED = 10  # doctor: at least one check failed
     CLUSTER_LOST = 11  # --cluster: the Dask scheduler cannot be reached or went away
+    DOWNLOAD_FAILED = 12  # models: no network, HTTP error, connection cut (run again to resume)
+    VERIFY_FAILED = 13  # models: a downloaded file is not the published one (it was removed)
 
 
 class EdgeappError(Exception):
@@ -77,7 +79,15 @@ class ClusterError(EdgeappError):
 def error_for_exit_code(code: int, message: str) -> EdgeappError:
     """The typed error that has this exit code (errors that crossed a process boundary)."""
     for cls in (UsageError, InputError, InvalidModel, DeviceUnavailable, ConvertError,
-                MissingDependency, CompileError, ClusterError):
+                MissingDependency, CompileError, ClusterError, DownloadError, VerificationError):
         if int(cls.exit_code) == code:
             return cls(message)
     return EdgeappError(message)
+
+
+class DownloadError(EdgeappError):
+    exit_code = ExitCode.DOWNLOAD_FAILED
+
+
+class VerificationError(EdgeappError):
+    exit_code = ExitCode.VERIFY_FAILED

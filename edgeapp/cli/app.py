@@ -13,7 +13,7 @@ import typer
 from edgeapp import __version__
 from edgeapp.cli.options import Globals, RuntimeName
 from edgeapp.cli import bench, camera, check, classify, compile, convert, detect, devices, doctor
-from edgeapp.cli import pose, segment
+from edgeapp.cli import models, pose, segment
 
 app = typer.Typer(
     name="edgeapp",
@@ -27,6 +27,7 @@ app = typer.Typer(
 for module in (convert, check, compile, classify, detect, pose, segment, camera, bench, devices,
                doctor):
     app.add_typer(module.app)
+app.add_typer(models.app)  # a group: models list | pull | path
 
 
 def _version(value: bool) -> None:

@@ -11,7 +11,8 @@ import typer
 
 from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (CpuModelOpt, NoProbeOpt, ReportFormat, ReportFormatOpt, RuntimeOpt,
-                          choices, cli_errors, finite, resolve_device, resolve_runtime, say)
+                          choices, cli_errors, finite, resolve_device, resolve_model, resolve_runtime,
+                          say)
 from edgeapp.hw.power import POWER_MODES
 from edgeapp.errors import UsageError
 
@@ -27,7 +28,8 @@ PowerMode = choices("PowerMode", POWER_MODES)
 def bench_command(
     ctx: typer.Context,
     model: Annotated[Optional[Path], typer.Argument(
-        help="A .tflite model, or its *_edgetpu.tflite build (omit with --synthetic).",
+        help="A .tflite model, or its *_edgetpu.tflite build, or a Coral model's name (omit "
+             "with --synthetic).",
         show_default=False)] = None,
     device: Annotated[Optional[str], typer.Option(
         "--device", "-d", metavar="DEVICE",
@@ -113,6 +115,9 @@ def bench_command(
         if note:
             doc.setdefault("notes", []).append(note)
     else:
+        model, notice = resolve_model(model, dev)  # a Coral model's name: pulled when absent
+        if notice:
+            say(notice)
         doc = run_bench(str(model), dev, threads, opts, progress)
 
     if output is not None:

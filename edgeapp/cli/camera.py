@@ -42,7 +42,8 @@ class SummaryFormat(str, Enum):
 def camera_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(help="A classification, detection, pose or segmentation "
-                                               ".tflite model, or its *_edgetpu.tflite build.",
+                                               ".tflite model, or its *_edgetpu.tflite build, or a "
+                                               "Coral model's name.",
                                           show_default=False)],
     task: Annotated[Optional[Task], typer.Option(
         "--task", help="Default: the model's metadata, else what its outputs are for (four "

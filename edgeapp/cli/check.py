@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from edgeapp.core.units import format_bytes
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, resolve_model
 from edgeapp.errors import ExitCode
 
 app = typer.Typer()
@@ -19,7 +19,8 @@ app = typer.Typer()
 @app.command("check")
 @cli_errors
 def check_command(
-    model: Annotated[Path, typer.Argument(help="A .tflite model (the CPU model you would compile).",
+    model: Annotated[Path, typer.Argument(help="A .tflite model (the CPU model you would compile), or a "
+                                               "Coral model's name (`edgeapp models list`).",
                                           show_default=False)],
     fmt: ReportFormatOpt = ReportFormat.table,
 ) -> None:
@@ -30,7 +31,7 @@ def check_command(
     """
     from edgeapp.flows.check import check_file
 
-    result = check_file(model)
+    result = check_file(resolve_model(model, "cpu")[0])  # a Coral model's name: its CPU model
     if fmt == ReportFormat.json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:

@@ -25,7 +25,8 @@ CSV_COLUMNS = ["path", "rank", "id", "label", "score", "device", "model", "laten
 def classify_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(help="A .tflite model (uint8, int8 or float input), "
-                                               "or its *_edgetpu.tflite build.", show_default=False)],
+                                               "or its *_edgetpu.tflite build, or a Coral model's name "
+                                               "(`edgeapp models list`).", show_default=False)],
     inputs: Annotated[list[str], typer.Argument(
         help="Image files, folders (recursive), globs, or - to read paths from stdin.",
         show_default=False)],

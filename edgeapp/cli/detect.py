@@ -32,7 +32,8 @@ def detect_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(
         help="A detection .tflite model ending in the TFLite detection post-process op (SSD "
-             "MobileNet, EfficientDet-Lite...), or its *_edgetpu.tflite build.", show_default=False)],
+             "MobileNet, EfficientDet-Lite...), or its *_edgetpu.tflite build, or a Coral model's "
+             "name (`edgeapp models list --task detect`).", show_default=False)],
     inputs: Annotated[list[str], typer.Argument(
         help="Image files, folders (recursive), globs, or - to read paths from stdin.",
         show_default=False)],

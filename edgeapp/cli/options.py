@@ -138,18 +138,31 @@ def open_engine(ctx: typer.Context, model: Path, device: Optional[str], cpu_mode
     from edgeapp.errors import InvalidModel
     from edgeapp.hw.runtime import open_model
 
+    device = resolve_device(ctx, device)
+    model, notice = resolve_model(model, device)  # a Coral model's name: its cached file
     parsed = load_model(model)
     try:
-        engine = open_model(parsed, resolve_device(ctx, device), cpu_model=cpu_model,
+        engine = open_model(parsed, device, cpu_model=cpu_model,
                             runtime=resolve_runtime(ctx, runtime), threads=threads,
                             probe=not no_probe, cpu_kernels=CpuKernels(cpu_kernels).value)
     except InvalidModel:
         if POSENET_OP in {op.op for op in parsed.operators}:  # the runtime lacks Coral's op
             raise InvalidModel(posenet_refusal(str(model))) from None
         raise
-    if engine.notice:
-        say(engine.notice)
+    if notice or engine.notice:
+        say(notice or engine.notice)
     return engine
+
+
+def resolve_model(model: Path, device: str = "auto") -> tuple[Path, Optional[str]]:
+    """A MODEL that is no file but a Coral model's name (`edgeapp models list`) becomes its cached
+    file, pulled and verified first when absent: the twin for `device`, and a notice when auto
+    picked the CPU model because no Edge TPU is attached."""
+    if model.exists():
+        return model, None
+    from edgeapp.cli.models import resolve_name
+
+    return resolve_name(model, device)
 
 
 def finite(name: str, value: Optional[float]) -> Optional[float]:

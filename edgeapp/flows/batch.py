@@ -70,11 +70,14 @@ class ImageModel:
 
 def image_model(engine: Engine, model_path, labels_file=None, mean: Optional[float] = None,
                 std: Optional[float] = None, fast_decode: bool = False) -> ImageModel:
-    """Labels from the file given, else the model's metadata; normalization likewise."""
+    """Labels from the file given, else the model's metadata; normalization likewise.
+
+    The metadata is that of the file the engine opened, which for a model given by name
+    (`edgeapp classify mobilenet_v2`) is the pulled file, not `model_path`."""
     from edgeapp.core.labels import read_labels
     from edgeapp.core.meta import read_meta
 
-    meta = read_meta(model_path)
+    meta = read_meta(engine.requested_model or model_path)
     labels = read_labels(labels_file) if labels_file else meta.labels
     return ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, fast_decode))
 

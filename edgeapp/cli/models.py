@@ -1,0 +1,278 @@
+"""`edgeapp models`: Coral's published models (list, pull, path), and model names as MODEL."""
+
+import json
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import typer
+from typing_extensions import Annotated
+
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+
+app = typer.Typer(
+    name="models", no_args_is_help=True,
+    help="Coral's published models (classification, detection, pose, segmentation), each a CPU "
+         "model and its Edge TPU build: pulled, verified, usable by name as any command's MODEL.")
+
+
+class TaskName(str, Enum):
+    classify = "classify"
+    detect = "detect"
+    pose = "pose"
+    segment = "segment"
+
+
+NamesArg = Annotated[List[str], typer.Argument(help="Model names (see `edgeapp models list`).",
+                                               show_default=False)]
+
+
+@app.command("list")
+@cli_errors
+def list_command(
+    task: Annotated[Optional[TaskName], typer.Option("--task", help="Only models for this task.",
+                                                     show_default=False)] = None,
+    fmt: ReportFormatOpt = ReportFormat.table,
+) -> None:
+    """Every model: task, input size, files, download size, how it is verified, whether cached."""
+    from edgeapp.flows import models as m
+
+    reg = m.registry()
+    entries = [e for e in reg.models.values() if task is None or e.task == task.value]
+    rows = [_model_doc(e, reg) for e in entries]
+    if fmt is ReportFormat.json:
+        typer.echo(json.dumps({"source": reg.source, "commit": reg.commit, "registry": reg.origin,
+                               "url_template": m.url_template(reg), "cache": str(m.models_dir()),
+                               "models": rows}, indent=2))
+        return
+    table = [("NAME", "TASK", "INPUT", "SIZE", "CACHED", "VERIFIED BY", "FILES")]
+    for r in rows:
+        w_h = r["input"]
+        table.append((r["name"], r["task"], f"{w_h[0]}x{w_h[1]}" if w_h else "?",
+                      m.mb(r["size"]), r["cached"], _verification(r["files"]),
+                      _files_text([f["path"] for f in r["files"]])))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    for row in table:
+        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+    say(f"{len(rows)} model(s) from {reg.source}@{reg.commit[:12]}; cache: {m.models_dir()}; "
+        "`edgeapp models pull NAME` fetches one, or name it as MODEL in any command")
+
+
+@app.command("pull")
+@cli_errors
+def pull_command(
+    names: NamesArg,
+    edgetpu: Annotated[bool, typer.Option(
+        "--edgetpu/--cpu-only",
+        help="Also fetch the compiled *_edgetpu.tflite twin (default), or only the CPU model.")] = True,
+    fmt: ReportFormatOpt = ReportFormat.table,
+) -> None:
+    """Download models into the cache, verify every file, and print where they are.
+
+    Also writes each model's sidecar JSON (labels, preprocessing), so classify and detect need
+    no flags. Resumes after a cut connection; honours http_proxy/https_proxy/no_proxy; EDGEAPP_MODELS_URL
+    points it at a mirror or a file:// copy.
+    """
+    from edgeapp.flows import models as m
+
+    reg = m.registry()
+    entries = [m.lookup(reg, n) for n in dict.fromkeys(names)]  # every name checked before any download
+    docs = []
+    for entry in entries:
+        with _Reporter() as rep:
+            pulled = m.pull(entry, reg, edgetpu=edgetpu, reporter=rep)
+        files = [{"role": f.role, "path": str(f.path), "how": f.how, "verified_by": f.ref.verified_by}
+                 for f in pulled.files]
+        docs.append({"name": entry.name, "task": entry.task, "files": files,
+                     "sidecar": str(pulled.sidecar) if pulled.sidecar else None})
+        if fmt is ReportFormat.table:
+            typer.echo(f"{entry.name} ({entry.task})")
+            for f in files:
+                how = "SHA-256" if f["verified_by"] == "sha256" else "git object id"
+                typer.echo(f"  {f['role']:<9} {f['path']}  ({f['how']}, {how} verified)")
+            if pulled.sidecar:
+                typer.echo(f"  {'sidecar':<9} {pulled.sidecar}")
+    if fmt is ReportFormat.json:
+        typer.echo(json.dumps({"models": docs}, indent=2))
+
+
+@app.command("path")
+@cli_errors
+def path_command(
+    name: Annotated[str, typer.Argument(help="A model name (see `edgeapp models list`).",
+                                        show_default=False)],
+    edgetpu: Annotated[bool, typer.Option(
+        "--edgetpu", help="The compiled *_edgetpu.tflite twin instead of the CPU model.")] = False,
+    fmt: ReportFormatOpt = ReportFormat.table,
+) -> None:
+    """Print the local path of a pulled model (segments: one per line); exit 4 when not pulled.
+
+    JSON shows every file (CPU model, twin, labels, sidecar) and whether it is there.
+    """
+    from edgeapp.errors import InvalidModel
+    from edgeapp.flows import models as m
+
+    reg = m.registry()
+    entry = m.lookup(reg, name)
+    if fmt is ReportFormat.json:
+        files = {role: {"path": str(m.local_path(ref)), "cached": m.local_path(ref).is_file()}
+                 for role, ref in entry.files()}
+        side = m.sidecar_of(entry)
+        if side is not None:
+            files["sidecar"] = {"path": str(side), "cached": side.is_file()}
+        typer.echo(json.dumps({"name": entry.name, "task": entry.task, "files": files}, indent=2))
+        return
+    if entry.is_pipeline:
+        refs = list(entry.segments)
+    else:
+        ref = entry.edgetpu if edgetpu else entry.cpu
+        if ref is None:
+            raise InvalidModel(f"{name} has no {'Edge TPU' if edgetpu else 'CPU'} model")
+        refs = [ref]
+    paths = [m.local_path(r) for r in refs]
+    absent = [p for p in paths if not p.is_file()]
+    if absent:
+        flag = "" if edgetpu or entry.is_pipeline else " --cpu-only"
+        raise InvalidModel(f"{name} is not pulled ({absent[0]} is absent): run "
+                           f"`edgeapp models pull{flag} {name}`")
+    for p in paths:
+        typer.echo(str(p))
+
+
+def _model_doc(entry, reg) -> dict:
+    from edgeapp.flows import models as m
+
+    files = []
+    for role, ref in entry.files():
+        local = m.local_path(ref)
+        files.append({"role": role, "path": ref.path, "size": ref.size, "sha256": ref.sha256,
+                      "git_blob_sha1": ref.git_blob_sha1 or None, "verified_by": ref.verified_by,
+                      "url": m.url_of(reg, ref), "local": str(local), "cached": local.is_file()})
+    size = entry.size
+    if size is None and all(f["cached"] for f in files):
+        size = sum(Path(f["local"]).stat().st_size for f in files)
+    return {"name": entry.name, "task": entry.task, "description": entry.description,
+            "input": list(entry.input) if entry.input else _cached_input(entry),
+            "size": size, "cached": _cached_text(entry, files), "files": files}
+
+
+def _cached_input(entry) -> Optional[List[int]]:
+    """Input (width, height) of a cached model when the registry does not know it."""
+    from edgeapp.errors import InvalidModel
+    from edgeapp.flows import models as m
+
+    ref = entry.cpu or entry.edgetpu or (entry.segments[0] if entry.segments else None)
+    if ref is None or not m.local_path(ref).is_file():
+        return None
+    from edgeapp.core.tflite.model import load_model
+
+    try:
+        shape = load_model(m.local_path(ref)).input_tensors[0].shape
+    except (InvalidModel, IndexError):
+        return None
+    return [int(shape[2]), int(shape[1])] if len(shape) == 4 else None
+
+
+def _cached_text(entry, files: List[dict]) -> str:
+    have = {f["role"] for f in files if f["cached"]}
+    if not have:
+        return "-"
+    if len(have) == len(files):
+        return "yes"
+    models = have - {"labels"}
+    if len(models) == 1 and (not entry.labels or "labels" in have):
+        return models.pop()  # "cpu" after --cpu-only, "edgetpu" after --device edgetpu
+    return "partial"
+
+
+def _verification(files: List[dict]) -> str:
+    """SHA-256 or git id; when mixed, the method of most files and the roles that differ."""
+    sha = [f["role"] for f in files if f["verified_by"] == "sha256"]
+    git = [f["role"] for f in files if f["verified_by"] != "sha256"]
+    if not git or not sha:
+        return "SHA-256" if sha else "git id"
+    def roles(rs: List[str]) -> str:
+        segs = [r for r in rs if r.startswith("segment")]
+        return ",".join([r for r in rs if not r.startswith("segment")] + (["segments"] if segs else []))
+    if len(sha) >= len(git):
+        return f"SHA-256; git id: {roles(git)}"
+    return f"git id; SHA-256: {roles(sha)}"
+
+
+def _files_text(paths: List[str]) -> str:
+    """mobilenet_v2_1.0_224_quant{,_edgetpu}.tflite imagenet_labels.txt: short, still exact."""
+    models = [p for p in paths if p.endswith(".tflite")]
+    rest = [p for p in paths if not p.endswith(".tflite")]
+    if len(models) == 2 and models[1] == models[0][: -len(".tflite")] + "_edgetpu.tflite":
+        models = [models[0][: -len(".tflite")] + "{,_edgetpu}.tflite"]
+    elif len(models) >= 2:
+        import os.path
+
+        head = os.path.commonprefix(models)
+        tails = [p[len(head):] for p in models]
+        tail = os.path.commonprefix([t[::-1] for t in tails])[::-1]
+        middles = [t[: len(t) - len(tail)] for t in tails]
+        models = [f"{head}{{{','.join(middles)}}}{tail}"]
+    return " ".join(models + rest)
+
+
+# --- progress and notices during a pull ------------------------------------------------------
+
+class _Reporter:
+    """Byte progress bars on a terminal (stderr), else one line per download."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty() and not os.environ.get("EDGEAPP_NO_PROGRESS")
+        self._progress = None
+        self._task = None
+
+    def __enter__(self) -> "_Reporter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.finish()
+
+    def note(self, message: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(f"edgeapp: {message}", markup=False, highlight=False)
+        else:
+            say(message)
+
+    def start(self, name: str, total: Optional[int], done: int) -> None:
+        from edgeapp.flows.models import mb
+
+        if not self.tty:
+            resumed = f", resuming at {mb(done)}" if done else ""
+            say(f"downloading {name} ({mb(total)}{resumed})")
+            return
+        from rich.console import Console
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+
+        self._progress = Progress("{task.description}", BarColumn(), DownloadColumn(),
+                                  TransferSpeedColumn(), TimeRemainingColumn(),
+                                  console=Console(stderr=True), transient=True)
+        self._progress.start()
+        self._task = self._progress.add_task(Path(name).name, total=total, completed=done)
+
+    def advance(self, nbytes: int) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task, nbytes)
+
+    def finish(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def resolve_name(model: Path, device: str) -> Tuple[Path, Optional[str]]:
+    """A MODEL argument naming a registry model -> (its cached file, a notice); else unchanged."""
+    from edgeapp.flows.models import resolve
+
+    with _Reporter() as rep:
+        found = resolve(str(model), device, rep)
+    if found is None:
+        return model, None
+    return found.path, found.notice

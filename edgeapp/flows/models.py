@@ -1,0 +1,532 @@
+"""Coral's published models by name: pulled into the cache, verified, and resolved for commands.
+
+A file is downloaded to `X.part` (resumed with an HTTP Range request after a cut connection,
+restarted when the server ignores ranges), verified against the registry, and only then renamed
+to `X`: a half-downloaded or wrong file is never taken for a model. Verified files are recorded
+(`.verified.json`: registry id, size, mtime) so a cache hit costs a stat, not a hash; a cached
+file that no longer matches its record is hashed again, and downloaded again when it is wrong.
+
+urllib honours the usual proxy variables (http_proxy, https_proxy, no_proxy). The URLs come
+from the registry's template, or from EDGEAPP_MODELS_URL (a mirror, or file:// an offline copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import http.client
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping, Optional
+from urllib.parse import urlsplit
+
+from edgeapp.core.registry import FileRef, ModelEntry, Registry, file_url, load_registry, mismatch
+from edgeapp.core.userdirs import cache_dir
+from edgeapp.errors import DownloadError, InvalidModel, UsageError, VerificationError
+
+URL_ENV = "EDGEAPP_MODELS_URL"  # a URL template with {path}: a mirror, or file:// an offline copy
+REGISTRY_ENV = "EDGEAPP_MODELS_REGISTRY"  # another registry file (own models, tests)
+TIMEOUT_ENV = "EDGEAPP_MODELS_TIMEOUT"  # seconds without a byte before a connection counts as dead
+SYSROOT_ENV = "EDGEAPP_SYSROOT"  # where to look for Edge TPUs (as `edgeapp devices --root`)
+DEFAULT_TIMEOUT_S = 30.0
+ATTEMPTS = 3  # per file and command: a cut or stalled connection is resumed this often
+RETRY_HTTP = (429, 500, 502, 503, 504)
+CHUNK = 64 * 1024
+MANIFEST = ".verified.json"
+
+
+class Reporter:
+    """What a pull tells its user; the CLI draws progress bars, the default says nothing."""
+
+    def note(self, message: str) -> None:
+        """One line worth telling (pulling, retrying, re-downloading a damaged file)."""
+
+    def start(self, name: str, total: Optional[int], done: int) -> None:
+        """A download of `name` begins (or resumes at `done` bytes)."""
+
+    def advance(self, nbytes: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+@dataclass
+class PulledFile:
+    role: str  # cpu, edgetpu, labels, segmentN
+    ref: FileRef
+    path: Path
+    how: str  # "downloaded" or "cached"
+
+
+@dataclass
+class Pulled:
+    entry: ModelEntry
+    files: list[PulledFile]
+    sidecar: Optional[Path] = None
+
+    def path(self, role: str) -> Optional[Path]:
+        return next((f.path for f in self.files if f.role == role), None)
+
+
+@dataclass
+class Resolution:
+    """A MODEL argument that named a registry model: the file to open, and why it was chosen."""
+
+    path: Path
+    entry: ModelEntry
+    notice: Optional[str] = None  # when we chose the CPU model: says so instead of the runtime
+    pulled: list[PulledFile] = field(default_factory=list)
+
+
+# --- registry, URLs and cache places ---------------------------------------------------------
+
+def registry(env: Mapping[str, str] = os.environ) -> Registry:
+    """The package's registry, or the file EDGEAPP_MODELS_REGISTRY names."""
+    return load_registry(env.get(REGISTRY_ENV) or None)
+
+
+def url_template(reg: Registry, env: Mapping[str, str] = os.environ) -> str:
+    return env.get(URL_ENV) or reg.url_template
+
+
+def url_of(reg: Registry, ref: FileRef, env: Mapping[str, str] = os.environ) -> str:
+    return file_url(url_template(reg, env), ref.path, reg.commit)
+
+
+def models_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """$EDGEAPP_CACHE_DIR/models (the same cache rule as probe verdicts and bench peaks)."""
+    return cache_dir(env) / "models"
+
+
+def local_path(ref: FileRef, env: Mapping[str, str] = os.environ) -> Path:
+    return models_dir(env).joinpath(*ref.path.split("/"))
+
+
+def sidecar_of(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> Optional[Path]:
+    """Where pull writes the sidecar: X.json beside X.tflite (X_edgetpu.tflite reads it too)."""
+    model = entry.cpu or entry.edgetpu
+    return None if model is None or entry.is_pipeline else \
+        local_path(model, env).with_name(_cpu_stem(model.path) + ".json")
+
+
+def _cpu_stem(path: str) -> str:
+    stem = Path(path).stem
+    return stem[: -len("_edgetpu")] if stem.endswith("_edgetpu") else stem
+
+
+def lookup(reg: Registry, name: str) -> ModelEntry:
+    """The entry called `name`, or a UsageError that suggests close names."""
+    entry = reg.models.get(name)
+    if entry is None:
+        raise UsageError(f"no model named {name!r} in the registry{_did_you_mean(reg, name)}")
+    return entry
+
+
+def _did_you_mean(reg: Registry, name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(reg.models), n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(close)}?)" if close else " (see `edgeapp models list`)"
+
+
+def cached_roles(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> list[str]:
+    """Roles (cpu, edgetpu, labels, segmentN) whose file is in the cache."""
+    return [role for role, ref in entry.files() if local_path(ref, env).is_file()]
+
+
+# --- pull --------------------------------------------------------------------------------------
+
+def pull(entry: ModelEntry, reg: Registry, *, edgetpu: bool = True, cpu: bool = True,
+         reporter: Optional[Reporter] = None, env: Mapping[str, str] = os.environ) -> Pulled:
+    """Make the model's files (CPU model and/or compiled twin, labels) present and verified in the
+    cache, then write its sidecar (labels, preprocessing) so commands need no flags."""
+    rep = reporter or Reporter()
+    wanted = entry.files(edgetpu=edgetpu, cpu=cpu)
+    if not any(role != "labels" for role, _ in wanted):
+        only = "--cpu-only" if not edgetpu else "this choice"
+        raise UsageError(f"{entry.name} has no model file for {only} (it is compiled for the "
+                         "Edge TPU only)")
+    folder = models_dir(env)
+    _mkdir(folder)
+    out = []
+    with _cache_lock(folder):
+        verified = _Manifest(folder)
+        for role, ref in wanted:
+            path, how = _ensure(reg, ref, verified, rep, env)
+            out.append(PulledFile(role, ref, path, how))
+        pulled = Pulled(entry, out)
+        side = sidecar_of(entry, env)
+        fresh = any(f.how == "downloaded" for f in out) or (side is not None and not side.is_file())
+        pulled.sidecar = _write_sidecar(entry, reg, pulled, env) if fresh else side
+    return pulled
+
+
+def _ensure(reg: Registry, ref: FileRef, verified: "_Manifest", rep: Reporter,
+            env: Mapping[str, str]) -> tuple[Path, str]:
+    dest = local_path(ref, env)
+    if dest.is_file():
+        if verified.holds(ref, dest):
+            return dest, "cached"
+        problem = mismatch(dest, ref)
+        if problem is None:
+            verified.record(ref, dest)
+            return dest, "cached"
+        rep.note(f"cached {ref.path} is not the published file ({problem}): downloading it again")
+        _unlink(dest)
+    _mkdir(dest.parent)
+    url = url_of(reg, ref, env)
+    part = dest.with_name(dest.name + ".part")
+    _download(url, part, ref, rep, _timeout(env))
+    problem = mismatch(part, ref)
+    if problem is not None:
+        _unlink(part)
+        raise VerificationError(f"{ref.path} from {url} is not the published file ({problem}); "
+                                "the download was removed")
+    os.replace(part, dest)
+    verified.record(ref, dest)
+    return dest, "downloaded"
+
+
+def _download(url: str, part: Path, ref: FileRef, rep: Reporter, timeout: float) -> None:
+    """Fetch `url` into `part`, resuming what is there; returns when the server has sent all."""
+    import urllib.error
+    import urllib.request
+
+    from edgeapp import __version__
+
+    opener = urllib.request.build_opener()  # ProxyHandler: the usual proxy variables
+    size = ref.size
+    for attempt in range(1, ATTEMPTS + 1):
+        have = part.stat().st_size if part.is_file() else 0
+        if size is not None and have > size:
+            have = 0  # not a prefix of the published file: start again
+        if size is not None and have == size:
+            return  # an earlier run got every byte; verification decides
+        headers = {"User-Agent": f"edgeapp/{__version__}"}
+        if have:
+            headers["Range"] = f"bytes={have}-"
+        try:
+            resp = opener.open(urllib.request.Request(url, headers=headers), timeout=timeout)
+        except urllib.error.HTTPError as e:
+            e.close()
+            if e.code == 416 and have:
+                return  # nothing after our bytes: we hold the server's whole file
+            if e.code in RETRY_HTTP and attempt < ATTEMPTS:
+                rep.note(f"HTTP {e.code} from {_host(url)}: trying again ({attempt + 1}/{ATTEMPTS})")
+                time.sleep(0.25 * attempt)
+                continue
+            raise DownloadError(f"HTTP {e.code} {e.reason} for {url}") from None
+        except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
+            reason = getattr(e, "reason", e)
+            if _transient(reason) and attempt < ATTEMPTS:
+                rep.note(f"{_network_reason(url, reason, timeout)}: trying again "
+                         f"({attempt + 1}/{ATTEMPTS})")
+                continue
+            raise DownloadError(_network_message(url, reason, timeout)) from None
+        with resp:
+            status = resp.getcode()  # None for file:// URLs
+            append = bool(have) and status == 206 and \
+                _range_start(resp.headers.get("Content-Range")) == have
+            start = have if append else 0
+            length = _int(resp.headers.get("Content-Length"))
+            total = start + length if length is not None else size
+            limit = None if size is None else size - start
+            rep.start(ref.path, total, start)
+            try:
+                complete, got = _copy(resp, part, append, length, limit, rep)
+            finally:
+                rep.finish()
+        if complete:
+            return
+        now = start + got
+        if attempt < ATTEMPTS:
+            rep.note(f"connection to {_host(url)} cut after {mb(now)} of {mb(total)}: resuming "
+                     f"({attempt + 1}/{ATTEMPTS})")
+            continue
+        raise DownloadError(f"the download of {ref.path} from {_host(url)} was cut {ATTEMPTS} times "
+                            f"(last at {mb(now)} of {mb(total)}); run the command again to resume")
+
+
+def _copy(resp, part: Path, append: bool, length: Optional[int], limit: Optional[int],
+          rep: Reporter) -> tuple[bool, int]:
+    """Write the response body to `part`: (whether it all arrived, bytes written)."""
+    got = 0
+    cut = False
+    try:
+        with open(part, "ab" if append else "wb") as f:
+            while True:
+                try:
+                    chunk = resp.read(CHUNK)
+                except (OSError, http.client.HTTPException):  # reset, timeout, incomplete chunk
+                    cut = True
+                    break
+                if not chunk:
+                    break
+                f.write(chunk)
+                got += len(chunk)
+                rep.advance(len(chunk))
+                if limit is not None and got > limit:
+                    break  # more than the published file: verification will refuse it
+            f.flush()
+            os.fsync(f.fileno())  # what we rename after verifying must be on the disk
+    except OSError as e:
+        raise _write_error(part, e) from None
+    if cut or (length is not None and got < length):  # http.client reads a closed socket as EOF
+        return False, got
+    return True, got
+
+
+def _transient(reason) -> bool:
+    """Worth another attempt: a timeout or a connection dropped mid-way (not refused, not DNS)."""
+    if isinstance(reason, (socket.timeout, TimeoutError, http.client.IncompleteRead,
+                           http.client.RemoteDisconnected, ConnectionResetError, ConnectionAbortedError,
+                           BrokenPipeError)):
+        return True
+    return isinstance(reason, str) and "timed out" in reason
+
+
+def _network_reason(url: str, reason, timeout: float) -> str:
+    host = _host(url)
+    if isinstance(reason, socket.gaierror):
+        return f"cannot resolve {host}"
+    if isinstance(reason, ConnectionRefusedError):
+        return f"cannot connect to {host} (connection refused)"
+    if isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason):
+        return f"{host} sent nothing for {timeout:g} s"
+    if isinstance(reason, FileNotFoundError):
+        return f"{urlsplit(url).path} not found"
+    text = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+    return f"cannot download from {host}: {text}"
+
+
+def _network_message(url: str, reason, timeout: float) -> str:
+    proxy = _proxy_for(url)
+    via = f" through the proxy {proxy}" if proxy else ""
+    hint = "" if url.startswith("file:") else \
+        f"; check the network, or set {URL_ENV} to a mirror or a file:// copy (see README)"
+    return f"{_network_reason(url, reason, timeout)}{via} ({url}){hint}"
+
+
+def _proxy_for(url: str) -> Optional[str]:
+    import urllib.request
+
+    parts = urlsplit(url)
+    if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
+def _host(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.netloc or f"{parts.scheme}:"
+
+
+def _range_start(content_range: Optional[str]) -> Optional[int]:
+    """The first byte of `bytes A-B/N`."""
+    try:
+        unit, _, spec = (content_range or "").partition(" ")
+        return int(spec.split("-", 1)[0]) if unit.strip() == "bytes" else None
+    except ValueError:
+        return None
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _timeout(env: Mapping[str, str]) -> float:
+    text = env.get(TIMEOUT_ENV) or ""
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{TIMEOUT_ENV} must be a number of seconds > 0, not {text!r}")
+    return value
+
+
+def mb(n: Optional[int]) -> str:
+    if n is None:
+        return "?"
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
+# --- cache files -------------------------------------------------------------------------------
+
+def _write_error(path: Path, e: OSError) -> UsageError:
+    if e.errno == errno.ENOSPC:
+        return UsageError(f"disk full: cannot write {path}; free some space (or set "
+                          "EDGEAPP_CACHE_DIR to another disk) and run again (downloads resume)")
+    return UsageError(f"cannot write {path}: {e.strerror or e} (set EDGEAPP_CACHE_DIR to a "
+                      "writable folder)")
+
+
+def _mkdir(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _write_error(folder, e) from None
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write through a temporary name, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        _unlink(tmp)
+        raise _write_error(path, e) from None
+
+
+@contextlib.contextmanager
+def _cache_lock(folder: Path) -> Iterator[None]:
+    """One pull at a time per cache (parallel `edgeapp classify NAME` jobs on a fresh machine)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; concurrent pulls are unlikely there
+        yield
+        return
+    try:
+        f = open(folder / ".lock", "a")
+    except OSError as e:
+        raise _write_error(folder / ".lock", e) from None
+    with f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+class _Manifest:
+    """Files verified earlier: path -> registry id, size and mtime at verification."""
+
+    def __init__(self, folder: Path) -> None:
+        self.file = folder / MANIFEST
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {}
+        self.data: dict = data if isinstance(data, dict) else {}
+
+    @staticmethod
+    def _stamp(ref: FileRef, path: Path) -> dict:
+        st = path.stat()
+        return {"id": ref.expected_id, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+    def holds(self, ref: FileRef, path: Path) -> bool:
+        return self.data.get(ref.path) == self._stamp(ref, path)
+
+    def record(self, ref: FileRef, path: Path) -> None:
+        self.data[ref.path] = self._stamp(ref, path)
+        _write_text(self.file, json.dumps(self.data, indent=1, sort_keys=True) + "\n")
+
+
+def _write_sidecar(entry: ModelEntry, reg: Registry, pulled: Pulled,
+                   env: Mapping[str, str]) -> Optional[Path]:
+    """Labels and preprocessing beside the model, in the sidecar format `convert` writes."""
+    from edgeapp.core.labels import read_labels
+    from edgeapp.core.meta import ModelMeta, write_sidecar
+    from edgeapp.core.tflite.model import load_model
+
+    target = sidecar_of(entry, env)
+    model = pulled.path("cpu") or pulled.path("edgetpu")
+    if target is None or model is None:
+        return None
+    labels_path = pulled.path("labels")
+    labels = read_labels(labels_path) if labels_path else None
+    if entry.preprocessing == "raw":  # mean = zero point, std = 1/scale: Coral's formula is q = p
+        tensors = load_model(model).input_tensors
+        scale, zero = tensors[0].quantization.per_tensor if tensors and tensors[0].quantization \
+            else (0.0, 0)
+        mean, std = (float(zero), 1.0 / scale) if scale else (0.0, 1.0)  # unquantized: as is
+    else:
+        mean, std = float(entry.preprocessing["mean"]), float(entry.preprocessing["std"])  # type: ignore[index]
+    meta = ModelMeta(labels=labels, mean=mean, std=std, task=entry.task,
+                     extra={"model": entry.name, "origin": f"{reg.source}@{reg.commit}".strip("@")})
+    try:
+        return write_sidecar(target.with_suffix(".tflite"), meta)  # X.tflite -> X.json
+    except OSError as e:
+        raise _write_error(target, e) from None
+
+
+# --- MODEL arguments that name a registry model ------------------------------------------------
+
+def looks_like_name(text: str) -> bool:
+    """A bare word (no folder, no .tflite): what a user types for a registry model."""
+    return bool(text) and "/" not in text and os.sep not in text and not text.endswith(".tflite")
+
+
+def edgetpu_visible(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether any Edge TPU is attached (libedgetpu's list, else sysfs): no interpreter made."""
+    from edgeapp.hw.devices import list_edge_tpus
+    from edgeapp.hw.runtime import edgetpu_library
+
+    return bool(list_edge_tpus(env.get(SYSROOT_ENV) or "/", edgetpu_library()))
+
+
+def resolve(arg: str, device: str = "auto", reporter: Optional[Reporter] = None,
+            env: Mapping[str, str] = os.environ) -> Optional[Resolution]:
+    """The cached file for a MODEL argument that names a registry model (pulled when absent);
+    None when `arg` is a path (existing or not) to leave to the caller.
+
+    The twin rule: --device cpu takes the CPU model; an Edge TPU device the compiled twin; auto
+    (and bench's all) pull both and take the twin when an Edge TPU is attached, so opening it
+    keeps today's fallback to the CPU twin; with no Edge TPU attached, auto takes the CPU model
+    and says so.
+    """
+    from edgeapp.hw.runtime import parse_device
+
+    if Path(arg).exists():
+        return None
+    reg = registry(env)
+    entry = reg.models.get(arg)
+    if entry is None:
+        if looks_like_name(arg):
+            raise InvalidModel(f"model not found: {arg} is neither a file nor a Coral model "
+                               f"name{_did_you_mean(reg, arg)}")
+        return None
+    if entry.is_pipeline:
+        raise UsageError(f"{arg} is a pipelined model ({len(entry.segments)} segments for "
+                         f"{len(entry.segments)} Edge TPUs), which this command cannot run; "
+                         f"`edgeapp models pull {arg}` fetches its segments")
+    kind = "all" if device == "all" else parse_device(device).kind
+    notice = None
+    if kind == "cpu" or entry.edgetpu is None:
+        want_cpu, want_tpu, role = True, False, "cpu"
+    elif kind == "edgetpu" or entry.cpu is None:
+        want_cpu, want_tpu, role = False, True, "edgetpu"
+    elif kind == "all" or edgetpu_visible(env):
+        want_cpu, want_tpu, role = True, True, "edgetpu"
+    else:
+        want_cpu, want_tpu, role = True, False, "cpu"
+        notice = (f"no Edge TPU found: running {Path(entry.cpu.path).name} (Coral's CPU build of "
+                  f"{entry.name}) on CPU")
+    rep = reporter or Reporter()
+    missing = [ref for _, ref in entry.files(edgetpu=want_tpu, cpu=want_cpu)
+               if not local_path(ref, env).is_file()]
+    if missing:
+        known = [r.size for r in missing]
+        size = f", {mb(sum(known))}" if None not in known else ""  # type: ignore[arg-type]
+        rep.note(f"{arg} is not in the cache: pulling {len(missing)} file(s){size} from "
+                 f"{_host(url_of(reg, missing[0], env))} into {models_dir(env)}")
+    pulled = pull(entry, reg, edgetpu=want_tpu, cpu=want_cpu, reporter=rep, env=env)
+    path = pulled.path(role)
+    assert path is not None
+    return Resolution(path, entry, notice, pulled.files)
