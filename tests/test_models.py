@@ -415,6 +415,8 @@ def test_path(cli, env):
         str(env["cache"] / "colors_edgetpu.tflite")
     doc = json.loads(cli("models", "path", "colors", "-f", "json").stdout)
     assert doc["files"]["sidecar"] == {"path": str(env["cache"] / "colors.json"), "cached": True}
+    r = cli("models", "pull", "--cpu-only", "colors_pipeline2")
+    assert r.exit_code == ExitCode.USAGE and "no CPU model" in one_error_line(r)
     assert cli("models", "pull", "colors_pipeline2").exit_code == 0
     assert cli("models", "path", "colors_pipeline2").stdout.split() == [
         str(env["cache"] / "pipeline" / f"colors_segment_{i}_of_2_edgetpu.tflite") for i in (0, 1)]

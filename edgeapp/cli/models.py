@@ -1,15 +1,14 @@
 """`edgeapp models`: Coral's published models (list, pull, path), and model names as MODEL."""
 
 import json
-import os
-import sys
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.cli.download import DownloadReporter
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
 
 app = typer.Typer(
@@ -37,6 +36,7 @@ def list_command(
     fmt: ReportFormatOpt = ReportFormat.table,
 ) -> None:
     """Every model: task, input size, files, download size, how it is verified, whether cached."""
+    from edgeapp.core.units import format_bytes
     from edgeapp.flows import models as m
 
     reg = m.registry()
@@ -51,7 +51,7 @@ def list_command(
     for r in rows:
         w_h = r["input"]
         table.append((r["name"], r["task"], f"{w_h[0]}x{w_h[1]}" if w_h else "?",
-                      m.mb(r["size"]), r["cached"], _verification(r["files"]),
+                      format_bytes(r["size"]), r["cached"], _verification(r["files"]),
                       _files_text([f["path"] for f in r["files"]])))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     for row in table:
@@ -81,7 +81,7 @@ def pull_command(
     entries = [m.lookup(reg, n) for n in dict.fromkeys(names)]  # every name checked before any download
     docs = []
     for entry in entries:
-        with _Reporter() as rep:
+        with DownloadReporter() as rep:
             pulled = m.pull(entry, reg, edgetpu=edgetpu, reporter=rep)
         files = [{"role": f.role, "path": str(f.path), "how": f.how, "verified_by": f.ref.verified_by}
                  for f in pulled.files]
@@ -216,63 +216,3 @@ def _files_text(paths: List[str]) -> str:
         middles = [t[: len(t) - len(tail)] for t in tails]
         models = [f"{head}{{{','.join(middles)}}}{tail}"]
     return " ".join(models + rest)
-
-
-# --- progress and notices during a pull ------------------------------------------------------
-
-class _Reporter:
-    """Byte progress bars on a terminal (stderr), else one line per download."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty() and not os.environ.get("EDGEAPP_NO_PROGRESS")
-        self._progress = None
-        self._task = None
-
-    def __enter__(self) -> "_Reporter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.finish()
-
-    def note(self, message: str) -> None:
-        if self._progress is not None:
-            self._progress.console.print(f"edgeapp: {message}", markup=False, highlight=False)
-        else:
-            say(message)
-
-    def start(self, name: str, total: Optional[int], done: int) -> None:
-        from edgeapp.flows.models import mb
-
-        if not self.tty:
-            resumed = f", resuming at {mb(done)}" if done else ""
-            say(f"downloading {name} ({mb(total)}{resumed})")
-            return
-        from rich.console import Console
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
-                                   TransferSpeedColumn)
-
-        self._progress = Progress("{task.description}", BarColumn(), DownloadColumn(),
-                                  TransferSpeedColumn(), TimeRemainingColumn(),
-                                  console=Console(stderr=True), transient=True)
-        self._progress.start()
-        self._task = self._progress.add_task(Path(name).name, total=total, completed=done)
-
-    def advance(self, nbytes: int) -> None:
-        if self._progress is not None:
-            self._progress.advance(self._task, nbytes)
-
-    def finish(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-
-
-def resolve_name(model: Path, device: str) -> Tuple[Path, Optional[str]]:
-    """A MODEL argument naming a registry model -> (its cached file, a notice); else unchanged."""
-    from edgeapp.flows.models import resolve
-
-    with _Reporter() as rep:
-        found = resolve(str(model), device, rep)
-    if found is None:
-        return model, None
-    return found.path, found.notice

@@ -160,7 +160,7 @@ def resolve_model(model: Path, device: str = "auto") -> tuple[Path, Optional[str
     picked the CPU model because no Edge TPU is attached."""
     if model.exists():
         return model, None
-    from edgeapp.cli.models import resolve_name
+    from edgeapp.cli.download import resolve_name
 
     return resolve_name(model, device)
 

@@ -68,8 +68,8 @@ class ModelEntry:
     def files(self, edgetpu: bool = True, cpu: bool = True) -> list[tuple[str, FileRef]]:
         """(role, file) pairs to fetch: the CPU model and/or the compiled twin, then the labels."""
         out: list[tuple[str, FileRef]] = []
-        if self.segments:
-            out += [(f"segment{i}", f) for i, f in enumerate(self.segments)]
+        if self.segments:  # compiled for the Edge TPU only
+            out += [(f"segment{i}", f) for i, f in enumerate(self.segments)] if edgetpu else []
         else:
             if cpu and self.cpu:
                 out.append(("cpu", self.cpu))

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Iterator, Mapping, Optional
 from urllib.parse import urlsplit
 
+from edgeapp.core.naming import cpu_twin_path, sidecar_path
 from edgeapp.core.registry import FileRef, ModelEntry, Registry, file_url, load_registry, mismatch
+from edgeapp.core.units import format_bytes
 from edgeapp.core.userdirs import cache_dir
 from edgeapp.errors import DownloadError, InvalidModel, UsageError, VerificationError
 
@@ -111,12 +113,7 @@ def sidecar_of(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> Option
     """Where pull writes the sidecar: X.json beside X.tflite (X_edgetpu.tflite reads it too)."""
     model = entry.cpu or entry.edgetpu
     return None if model is None or entry.is_pipeline else \
-        local_path(model, env).with_name(_cpu_stem(model.path) + ".json")
-
-
-def _cpu_stem(path: str) -> str:
-    stem = Path(path).stem
-    return stem[: -len("_edgetpu")] if stem.endswith("_edgetpu") else stem
+        sidecar_path(cpu_twin_path(local_path(model, env)))
 
 
 def lookup(reg: Registry, name: str) -> ModelEntry:
@@ -134,11 +131,6 @@ def _did_you_mean(reg: Registry, name: str) -> str:
     return f" (did you mean {', '.join(close)}?)" if close else " (see `edgeapp models list`)"
 
 
-def cached_roles(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> list[str]:
-    """Roles (cpu, edgetpu, labels, segmentN) whose file is in the cache."""
-    return [role for role, ref in entry.files() if local_path(ref, env).is_file()]
-
-
 # --- pull --------------------------------------------------------------------------------------
 
 def pull(entry: ModelEntry, reg: Registry, *, edgetpu: bool = True, cpu: bool = True,
@@ -148,9 +140,10 @@ def pull(entry: ModelEntry, reg: Registry, *, edgetpu: bool = True, cpu: bool = 
     rep = reporter or Reporter()
     wanted = entry.files(edgetpu=edgetpu, cpu=cpu)
     if not any(role != "labels" for role, _ in wanted):
-        only = "--cpu-only" if not edgetpu else "this choice"
-        raise UsageError(f"{entry.name} has no model file for {only} (it is compiled for the "
-                         "Edge TPU only)")
+        if not edgetpu:
+            raise UsageError(f"{entry.name} has no CPU model: it is compiled for the Edge TPU only "
+                             "(drop --cpu-only)")
+        raise UsageError(f"{entry.name}: no model file to fetch")
     folder = models_dir(env)
     _mkdir(folder)
     out = []
@@ -245,11 +238,12 @@ def _download(url: str, part: Path, ref: FileRef, rep: Reporter, timeout: float)
             return
         now = start + got
         if attempt < ATTEMPTS:
-            rep.note(f"connection to {_host(url)} cut after {mb(now)} of {mb(total)}: resuming "
-                     f"({attempt + 1}/{ATTEMPTS})")
+            rep.note(f"connection to {_host(url)} cut after {format_bytes(now)} of "
+                     f"{format_bytes(total)}: resuming ({attempt + 1}/{ATTEMPTS})")
             continue
         raise DownloadError(f"the download of {ref.path} from {_host(url)} was cut {ATTEMPTS} times "
-                            f"(last at {mb(now)} of {mb(total)}); run the command again to resume")
+                            f"(last at {format_bytes(now)} of {format_bytes(total)}); run the "
+                            "command again to resume")
 
 
 def _copy(resp, part: Path, append: bool, length: Optional[int], limit: Optional[int],
@@ -355,12 +349,6 @@ def _timeout(env: Mapping[str, str]) -> float:
     return value
 
 
-def mb(n: Optional[int]) -> str:
-    if n is None:
-        return "?"
-    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
-
-
 # --- cache files -------------------------------------------------------------------------------
 
 def _write_error(path: Path, e: OSError) -> UsageError:
@@ -457,11 +445,12 @@ def _write_sidecar(entry: ModelEntry, reg: Registry, pulled: Pulled,
             else (0.0, 0)
         mean, std = (float(zero), 1.0 / scale) if scale else (0.0, 1.0)  # unquantized: as is
     else:
-        mean, std = float(entry.preprocessing["mean"]), float(entry.preprocessing["std"])  # type: ignore[index]
+        norm: dict = entry.preprocessing  # type: ignore[assignment]
+        mean, std = float(norm["mean"]), float(norm["std"])
     meta = ModelMeta(labels=labels, mean=mean, std=std, task=entry.task,
                      extra={"model": entry.name, "origin": f"{reg.source}@{reg.commit}".strip("@")})
     try:
-        return write_sidecar(target.with_suffix(".tflite"), meta)  # X.tflite -> X.json
+        return write_sidecar(cpu_twin_path(model), meta)
     except OSError as e:
         raise _write_error(target, e) from None
 
@@ -523,7 +512,7 @@ def resolve(arg: str, device: str = "auto", reporter: Optional[Reporter] = None,
                if not local_path(ref, env).is_file()]
     if missing:
         known = [r.size for r in missing]
-        size = f", {mb(sum(known))}" if None not in known else ""  # type: ignore[arg-type]
+        size = f", {format_bytes(sum(known))}" if None not in known else ""  # type: ignore[arg-type]
         rep.note(f"{arg} is not in the cache: pulling {len(missing)} file(s){size} from "
                  f"{_host(url_of(reg, missing[0], env))} into {models_dir(env)}")
     pulled = pull(entry, reg, edgetpu=want_tpu, cpu=want_cpu, reporter=rep, env=env)
