@@ -99,7 +99,12 @@ def open_model(path: PathLike, device: str = "auto", *, labels: Optional[PathLik
                cpu_kernels: str = "fast") -> Model:
     """Open an image model as the CLI does: validated, on the Edge TPU when usable (`auto`),
     else on the CPU (a compiled model's CPU twin), with labels and normalization from the
-    arguments, else the model's sidecar JSON or metadata."""
+    arguments, else the model's sidecar JSON or metadata. `path` may also name one of Coral's
+    published models (`edgeapp models list`): it is pulled and verified when not cached."""
+    from edgeapp.flows.models import resolve
+
+    found = resolve(str(path), device)
+    path = found.path if found is not None else path
     engine = _open_engine(path, device, cpu_model=cpu_model, runtime=runtime, threads=threads,
                           cpu_kernels=cpu_kernels)
     return Model(image_model(engine, path, labels, mean, std, fast_decode))

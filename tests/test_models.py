@@ -625,3 +625,10 @@ def test_coral_raw_models_get_their_pixels_unchanged(cli, coral_env):
         pre = json.loads(Path(m["sidecar"]).read_text())["preprocessing"]
         out = quantize_input(pixels, np.dtype(t.dtype), scale, zero, pre["mean"], pre["std"])
         assert out.dtype == np.uint8 and (out == pixels).all(), m["name"]
+
+
+def test_python_api_takes_names(env, color_images):
+    import edgeapp
+
+    model = edgeapp.open_model("colors", "cpu")
+    assert model.device == "cpu" and model.classify(color_images["green"], top_k=1)[0]["label"] == "green"

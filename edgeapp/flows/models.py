@@ -190,8 +190,6 @@ def _download(url: str, part: Path, ref: FileRef, rep: Reporter, timeout: float)
     import urllib.error
     import urllib.request
 
-    from edgeapp import __version__
-
     opener = urllib.request.build_opener()  # ProxyHandler: the usual proxy variables
     size = ref.size
     for attempt in range(1, ATTEMPTS + 1):
@@ -200,7 +198,7 @@ def _download(url: str, part: Path, ref: FileRef, rep: Reporter, timeout: float)
             have = 0  # not a prefix of the published file: start again
         if size is not None and have == size:
             return  # an earlier run got every byte; verification decides
-        headers = {"User-Agent": f"edgeapp/{__version__}"}
+        headers = {"User-Agent": "edgeapp"}
         if have:
             headers["Range"] = f"bytes={have}-"
         try:
