@@ -108,6 +108,7 @@ def cluster_job(ctx: typer.Context, task: str, model: Path, device: Optional[str
     from edgeapp.core.labels import read_labels
     from edgeapp.flows.cluster import Job
 
+    model, _ = resolve_model(model, "all")  # a Coral model's name: both files, the workers choose
     return Job(task, str(model), resolve_device(ctx, device), str(cpu_model) if cpu_model else None,
                resolve_runtime(ctx, runtime), threads, not no_probe,
                labels=read_labels(labels) if labels else None, mean=mean, std=std,

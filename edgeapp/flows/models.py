@@ -463,7 +463,7 @@ def looks_like_name(text: str) -> bool:
 def edgetpu_visible(env: Mapping[str, str] = os.environ) -> bool:
     """Whether any Edge TPU is attached (libedgetpu's list, else sysfs): no interpreter made."""
     from edgeapp.hw.devices import list_edge_tpus
-    from edgeapp.hw.runtime import edgetpu_library
+    from edgeapp.hw.libedgetpu import edgetpu_library
 
     return bool(list_edge_tpus(env.get(SYSROOT_ENV) or "/", edgetpu_library()))
 
