@@ -25,7 +25,7 @@ def pose_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(
         help="A MoveNet single-pose .tflite model (output [1, 1, 17, 3]: y, x, score per COCO "
-             "keypoint), or its *_edgetpu.tflite build.", show_default=False)],
+             "keypoint), or its *_edgetpu.tflite build, or a Coral model's name.", show_default=False)],
     inputs: Annotated[List[str], typer.Argument(
         help="Image files, folders (recursive), globs, or - to read paths from stdin.",
         show_default=False)],

@@ -26,7 +26,8 @@ def segment_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(
         help="A segmentation .tflite model (DeepLab-style: class scores [1, H, W, C] or a class "
-             "map [1, H, W]), or its *_edgetpu.tflite build.", show_default=False)],
+             "map [1, H, W]), or its *_edgetpu.tflite build, or a Coral model's name.",
+        show_default=False)],
     inputs: Annotated[List[str], typer.Argument(
         help="Image files, folders (recursive), globs, or - to read paths from stdin.",
         show_default=False)],
