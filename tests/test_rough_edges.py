@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,34 @@ def test_help_keeps_every_word_and_shows_no_bool_metavar(cli, command):
         assert "[xmin, ymin, xmax, ymax]" in text
     if command == "camera":
         assert "--display / --no-display" in text or "--display/--no-display" in text
+
+
+# --- --runtime tensorflow ------------------------------------------------------------------------
+
+def test_runtime_tensorflow_classifies(tiny_model, color_images):
+    r = edgeapp("classify", "--runtime", "tensorflow", tiny_model, color_images["red"], "-f", "jsonl",
+                "-k", "1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["classes"][0]["label"] == "red"
+    assert "Warning" not in r.stderr and "internal error" not in r.stderr
+
+
+def test_doctor_checks_the_tensorflow_runtime_before_calling_its_pair_ok(fake_libs, tmp_path):
+    env = {"EDGEAPP_EDGETPU_LIB": str(fake_libs["LOADS"]), "EDGEAPP_CACHE_DIR": str(tmp_path)}
+    r = edgeapp("doctor", "--format", "json", env=env)
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    assert checks["runtime tensorflow"]["status"] == "ok", checks["runtime tensorflow"]
+    assert checks["pair tensorflow"]["status"] == "ok"
+
+
+def test_a_pair_whose_runtime_does_not_import_is_not_ok(fake_libs, tmp_path):
+    from edgeapp.flows.doctor import FAIL, Check, library_checks
+
+    env = {"EDGEAPP_EDGETPU_LIB": str(fake_libs["LOADS"]), "EDGEAPP_CACHE_DIR": str(tmp_path),
+           "PATH": os.environ.get("PATH", "")}
+    broken = Check("runtime tensorflow", FAIL, "2.21 does not import: ImportError", "pip install ...")
+    lib, pair = library_checks(env, {"tensorflow": "2.21"}, imports={"tensorflow": broken})
+    assert lib.status == "ok" and pair.status == FAIL and "does not import" in pair.detail
+
+
+from test_probe import fake_libs  # noqa: E402,F401  (the stand-in Edge TPU libraries)

@@ -30,10 +30,12 @@ from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
 RUNTIMES = ("ai-edge-litert", "tflite-runtime", "tensorflow")
-RUNTIME_MODULES = {  # runtime name -> the module holding Interpreter and load_delegate
-    "ai-edge-litert": "ai_edge_litert.interpreter",
-    "tflite-runtime": "tflite_runtime.interpreter",
-    "tensorflow": "tensorflow.lite",
+RUNTIME_MODULES = {  # runtime name -> (module to import, attribute holding Interpreter)
+    "ai-edge-litert": ("ai_edge_litert.interpreter", ""),
+    "tflite-runtime": ("tflite_runtime.interpreter", ""),
+    # `import tensorflow.lite` gives a stub package without Interpreter: only the attribute of
+    # the imported `tensorflow` module (its public API) has it.
+    "tensorflow": ("tensorflow", "lite"),
 }
 _DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tflite-runtime",),
                   "tensorflow": ("tensorflow", "tensorflow-cpu")}
@@ -50,8 +52,12 @@ class Runtime:
 
     def make_interpreter(self, model_path: str, delegates: Optional[list] = None,
                          threads: Optional[int] = None) -> Any:
-        return self.module.Interpreter(model_path=model_path, experimental_delegates=delegates,
-                                       num_threads=threads)
+        import warnings
+
+        with warnings.catch_warnings():  # tf.lite.Interpreter's deprecation notice, on every call
+            warnings.filterwarnings("ignore", message=r"\s*Warning: tf\.lite\.Interpreter is deprecated")
+            return self.module.Interpreter(model_path=model_path, experimental_delegates=delegates,
+                                           num_threads=threads)
 
     def load_delegate(self, library: str, options: dict) -> Any:
         load = getattr(self.module, "load_delegate", None)
@@ -62,19 +68,48 @@ class Runtime:
 
 def available_runtimes() -> list[str]:
     """Runtimes that are installed, without importing them."""
-    return [n for n in RUNTIMES if importlib.util.find_spec(RUNTIME_MODULES[n].split(".")[0]) is not None]
+    return [n for n in RUNTIMES
+            if importlib.util.find_spec(RUNTIME_MODULES[n][0].split(".")[0]) is not None]
+
+
+def import_runtime(name: str) -> Any:
+    """The module object holding `Interpreter` for runtime `name`; ImportError when it has none."""
+    module_name, attribute = RUNTIME_MODULES[name]
+    if name == "tensorflow":
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # its start-up chatter is not ours
+    module = importlib.import_module(module_name)
+    for part in filter(None, attribute.split(".")):
+        module = getattr(module, part, None)
+        if module is None:
+            raise ImportError(f"{module_name} has no {attribute}")
+    if not hasattr(module, "Interpreter"):
+        raise ImportError(f"{module_name}{'.' + attribute if attribute else ''} has no Interpreter")
+    return module
+
+
+def runtime_import_code(name: str) -> str:
+    """Python source that imports runtime `name` as `import_runtime` does (for a child process
+    that must not import edgeapp itself, e.g. doctor's isolated import checks)."""
+    module_name, attribute = RUNTIME_MODULES[name]
+    target = ".".join(filter(None, [module_name, attribute]))
+    return f"import {module_name}; {target}.Interpreter"
 
 
 def find_runtime(name: Optional[str] = None) -> Runtime:
     """The requested runtime, or the best installed one."""
     if name is not None and name not in RUNTIMES:
         raise UsageError(f"unknown runtime {name!r}; choose one of: {', '.join(RUNTIMES)}")
+    broken = None
     for candidate in [name] if name else RUNTIMES:
         try:
-            module = importlib.import_module(RUNTIME_MODULES[candidate])
-        except ImportError:
+            module = import_runtime(candidate)
+        except ImportError as e:
+            if candidate in available_runtimes():
+                broken = f"{candidate} {runtime_version(candidate)} is installed but does not import: {e}"
             continue
         return Runtime(candidate, runtime_version(candidate), module)
+    if name and broken:
+        raise MissingDependency(f"{broken} (pip install --force-reinstall {_DISTRIBUTIONS[name][0]})")
     if name:
         raise MissingDependency(f"runtime {name!r} is not installed (pip install {_DISTRIBUTIONS[name][0]})")
     raise MissingDependency("no TFLite runtime installed: pip install ai-edge-litert "
