@@ -71,4 +71,27 @@ def test_a_pair_whose_runtime_does_not_import_is_not_ok(fake_libs, tmp_path):
     assert lib.status == "ok" and pair.status == FAIL and "does not import" in pair.detail
 
 
+# --- one compiler lookup for compile and doctor ----------------------------------------------------
+
+def test_compile_runs_a_relative_compiler_path_and_doctor_honours_the_same_variable(
+        cli, fake_compiler, model_copy, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # the stand-in is on no PATH
+    monkeypatch.chdir(fake_compiler.path.parent)
+    r = cli("compile", "--compiler", "./edgetpu_compiler", model_copy, "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["compiler"] == str(fake_compiler.path)
+
+    monkeypatch.setenv("EDGETPU_COMPILER", "./edgetpu_compiler")
+    assert cli("compile", model_copy).exit_code == 0
+    if os.uname().machine in ("x86_64", "amd64"):
+        checks = {c["name"]: c for c in json.loads(cli("doctor", "-f", "json").stdout)["checks"]}
+        assert checks["edgetpu_compiler"]["status"] == "ok"
+        assert checks["edgetpu_compiler"]["detail"] == f"16.0.384591198 at {fake_compiler.path}"
+        monkeypatch.setenv("EDGETPU_COMPILER", "./nope")
+        checks = {c["name"]: c for c in json.loads(cli("doctor", "-f", "json").stdout)["checks"]}
+        assert checks["edgetpu_compiler"]["status"] == "fail"
+        assert "$EDGETPU_COMPILER ./nope" in checks["edgetpu_compiler"]["detail"]
+
+
+from test_compiler import fake_compiler, model_copy  # noqa: E402,F401
 from test_probe import fake_libs  # noqa: E402,F401  (the stand-in Edge TPU libraries)

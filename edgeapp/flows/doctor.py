@@ -13,7 +13,6 @@ import importlib.util
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -333,11 +332,19 @@ def driver_check(root: str | Path, nodes: list[str], cards: list[tuple[str, Opti
 # --- compiler ------------------------------------------------------------------------------
 
 def compiler_check(env: Mapping[str, str], machine: str) -> Check:
+    """The compiler `edgeapp compile` would run: the same lookup ($EDGETPU_COMPILER, PATH)."""
+    from edgeapp.errors import MissingDependency
+    from edgeapp.hw.compiler import ENV_VAR, find_compiler
+
     if machine not in ("x86_64", "amd64"):
         return Check("edgetpu_compiler", WARN, f"not available on {machine} (x86-64 Linux only)",
                      "compile on an x86-64 PC (or Colab); `edgeapp check` shows what would map")
-    tool = shutil.which("edgetpu_compiler", path=env.get("PATH"))
-    if tool is None:
+    try:
+        tool = find_compiler(env=env)
+    except MissingDependency as e:
+        if env.get(ENV_VAR):  # set, but to nothing usable: `compile` would fail the same way
+            return Check("edgetpu_compiler", FAIL, str(e).split(";")[0],
+                         f"point ${ENV_VAR} at the edgetpu_compiler executable, or unset it")
         return Check("edgetpu_compiler", WARN, "not installed: needed to compile models for the Edge TPU",
                      "sudo apt install edgetpu-compiler (Coral's apt repository)")
     try:
