@@ -108,7 +108,7 @@ def camera_command(
 
     from edgeapp.flows.camera import ClassifyTask, DetectTask, Display, Recorder, has_display, run_camera
     from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
-    from edgeapp.flows.batch import classifier_output, image_model
+    from edgeapp.flows.batch import classifier_output, image_model, label_count_note
     from edgeapp.flows.records import RecordWriter
 
     if output is not None and output.exists() and output.is_dir():
@@ -122,6 +122,9 @@ def camera_command(
                                 top_k, resize)
     else:
         classifier_output(engine, hint="use --task detect")
+        note = label_count_note(loaded, labels)
+        if note:
+            say(f"warning: {note}")
         frame_task = ClassifyTask(engine, spec, label_map, top_k or 3,
                                   0.0 if threshold is None else threshold)
 

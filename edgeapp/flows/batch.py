@@ -88,6 +88,15 @@ def classifier_output(engine: Engine, hint: str = "use `edgeapp detect`") -> tup
     return float(scale), int(zero)
 
 
+def label_count_note(model: ImageModel, labels_file=None) -> Optional[str]:
+    """A classifier's labels that do not fit its class vector: one warning, or None."""
+    from edgeapp.core.labels import label_count_warning
+
+    classes = int(np.prod(model.engine.outputs[0]["shape"]))
+    source = f"--labels {labels_file}" if labels_file else "the model's labels"
+    return label_count_warning(model.labels, classes, source)
+
+
 def _first(*values):
     return next(v for v in values if v is not None)
 
