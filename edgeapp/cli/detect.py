@@ -71,29 +71,37 @@ def detect_command(
     finite("--mean", mean)
     finite("--std", std)
 
-    from edgeapp.flows.batch import image_model, run_batch
+    from edgeapp.flows.batch import check_resumed_model, image_model, run_batch
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import detect_task
 
+    annotator = None
+    if annotate is not None:
+        if cluster:
+            raise UsageError("--annotate writes files where the images are processed: not with --cluster")
+        annotator = _Annotator(annotate)  # OpenCV and the folder checked before any work
     paths = expand_inputs(inputs)
+    if annotator is not None:
+        paths = annotator.exclude_own(paths)
     if cluster:
         from edgeapp.flows.cluster import run_cluster
 
-        if annotate is not None:
-            raise UsageError("--annotate writes files where the images are processed: not with --cluster")
         job = cluster_job(ctx, "detect", model, device, cpu_model, runtime, threads, no_probe, labels,
                           mean, std, workers, threshold=threshold, top_k=top_k, resize=resize.value)
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+        ours = [str(model)] + ([str(cpu_model)] if cpu_model else [])  # as the records name it
+        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                          check_models=lambda models: check_resumed_model(models, *ours)) as writer, \
                 progress_bar(len(paths), "detect") as advance:
             stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
         where = f"the cluster {cluster}"
     else:
         engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
-        annotator = _Annotator(annotate) if annotate is not None else None
         task = detect_task(image_model(engine, model, labels, mean, std), threshold, top_k, resize,
                            annotate=annotator.write if annotator is not None else None)
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                          check_models=lambda models: check_resumed_model(
+                              models, engine.model_path, engine.requested_model)) as writer, \
                 progress_bar(len(paths), "detect") as advance:
             stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
         where = engine.device
@@ -111,6 +119,9 @@ class _Annotator:
     _KEEP = {".jpg", ".jpeg", ".png", ".bmp"}
 
     def __init__(self, folder: Path) -> None:
+        from edgeapp.hw.capture import cv2_module
+
+        cv2_module(needed_for="--annotate")  # before any image: exit 7 with the install line
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -118,11 +129,24 @@ class _Annotator:
         self.folder = folder
         self.used: set[str] = set()
 
+    def exclude_own(self, paths: list[str]) -> list[str]:
+        """Inputs minus the images in the --annotate folder: `detect . --annotate ann/` run
+        twice must not detect objects in its own drawings."""
+        own = os.path.realpath(self.folder) + os.sep
+        kept = [p for p in paths if not os.path.realpath(p).startswith(own)]
+        if len(kept) < len(paths):
+            say(f"skipping {len(paths) - len(kept)} image(s) in the --annotate folder {self.folder}")
+        if not kept:
+            raise UsageError(f"no images left: every input is in the --annotate folder {self.folder}")
+        return kept
+
     def write(self, path: str, image, objects: list[dict]) -> None:
-        import cv2
         import numpy as np
 
         from edgeapp.core.overlay import draw_objects
+        from edgeapp.hw.capture import cv2_module
+
+        cv2 = cv2_module()
 
         p = Path(path)
         ext = p.suffix.lower() if p.suffix.lower() in self._KEEP else ".png"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -84,6 +85,12 @@ def classifier_output(engine: Engine, hint: str = "use `edgeapp detect`") -> tup
         more = f" (it looks like a detection model: {hint})" if len(engine.outputs) == 4 else ""
         raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs; a classifier has "
                            f"one{more}")
+    shape = [int(d) for d in engine.outputs[0]["shape"]]
+    if any(d > 1 for d in shape[:-1]):  # not one score per class: keypoints or a pixel map
+        task, what = ("pose", "pose estimation (keypoints)") if shape[-2:] == [17, 3] else \
+            ("segment", "segmentation (per pixel)")
+        raise InvalidModel(f"{engine.model_path}: output {shape} is not a class vector; it looks like "
+                           f"a {what} model: use `edgeapp {task}`")
     scale, zero = engine.outputs[0].get("quantization", (0.0, 0))
     return float(scale), int(zero)
 
@@ -138,6 +145,23 @@ class BatchStats:
         if output is not None:
             parts.append(f"results in {output}")
         return parts
+
+
+def check_resumed_model(recorded: set[str], *ours: str) -> None:
+    """--resume appends to results of the same model only (`ours`: the paths this run's records
+    name; a compiled model and its CPU twin count as one); mixing two models' results in one
+    file would pass unnoticed."""
+    from edgeapp.errors import UsageError
+    from edgeapp.core.naming import cpu_twin_path
+
+    def same(path: str) -> str:
+        return os.path.abspath(cpu_twin_path(path))
+
+    mine = {same(p) for p in ours}
+    other = sorted(m for m in recorded if same(m) not in mine)
+    if other:
+        raise UsageError(f"--resume: the results file holds results of {other[0]}, not of "
+                         f"{ours[-1]}; resume with that model, or choose another --output")
 
 
 def iter_records(paths: Iterable, engine: Engine, task: Task, workers: int = 2) -> Iterator[dict]:

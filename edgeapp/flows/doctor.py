@@ -60,6 +60,7 @@ def run_checks(root: str | Path = "/", env: Optional[Mapping[str, str]] = None,
     checks += runtimes
     checks.append(numpy_check(_dist_version("numpy"), versions))
     checks.append(tensorflow_check())
+    checks.append(opencv_check())
     checks.append(pycoral_check())
     checks += library_checks(env, versions, root, plan or install_plan(root, machine),
                              {c.name[len("runtime "):]: c for c in runtimes})
@@ -139,6 +140,23 @@ def tensorflow_check() -> Check:
         return Check("tensorflow", WARN, "not installed: `edgeapp convert` needs it",
                      "pip install 'edgeapp[convert]' (on a PC; inference does not need it)")
     return Check("tensorflow", OK, f"{runtime_version('tensorflow')} (for convert)")
+
+
+def opencv_check(module: str = "cv2") -> Check:
+    """OpenCV (camera, detect --annotate), imported in a child: on servers the desktop wheel
+    installs fine and then fails to import for want of libGL."""
+    if importlib.util.find_spec(module) is None:
+        return Check("opencv", WARN, "not installed: `edgeapp camera` and `detect --annotate` need it",
+                     "pip install opencv-python (opencv-python-headless on servers)")
+    proc = subprocess.run([sys.executable, "-c", f"import {module}; print({module}.__version__)"],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode == 0:
+        return Check("opencv", OK, f"{proc.stdout.strip()} (camera, detect --annotate)")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    last = lines[-1] if lines else f"exit {proc.returncode}"
+    fix = ("pip uninstall -y opencv-python && pip install opencv-python-headless" if "libGL" in last
+           else "pip install --force-reinstall opencv-python")
+    return Check("opencv", FAIL, f"installed but does not import: {last}", fix)
 
 
 def pycoral_check() -> Check:

@@ -31,7 +31,7 @@ import numpy as np
 from edgeapp.errors import DeviceUnavailable, InputError, UsageError
 
 
-def cv2_module():
+def cv2_module(needed_for: str = "video"):
     """OpenCV, with its own logging silenced (errors reach the user as one line from us)."""
     os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # FFmpeg: quiet
     os.environ.setdefault("OPENCV_LOG_LEVEL", "OFF")
@@ -40,7 +40,8 @@ def cv2_module():
     except ImportError as e:
         from edgeapp.errors import MissingDependency
 
-        raise MissingDependency(f"OpenCV is needed for video ({e}): pip install opencv-python") from None
+        raise MissingDependency(f"OpenCV is needed for {needed_for} ({e}): pip install opencv-python "
+                                "(opencv-python-headless on servers)") from None
     try:
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     except AttributeError:  # very old builds

@@ -231,6 +231,8 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
     read it again.
     """
     spec = parse_device(device)
+    if not isinstance(path, Model):
+        _refuse_keras(path)
     model = path if isinstance(path, Model) else load_model(path)
     path = model.path if isinstance(path, Model) else path
     rt = find_runtime(runtime)
@@ -258,6 +260,17 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
     note = None if spec.kind == "cpu" else \
         f"running {Path(model.path).name} on CPU (not compiled for the Edge TPU)"
     return _cpu_engine(rt, model, threads, str(path), note)
+
+
+def _refuse_keras(path: str | Path) -> None:
+    """A Keras model where a .tflite is expected: say what turns one into the other."""
+    p = Path(path)
+    keras = p.suffix.lower() in (".keras", ".h5", ".hdf5") and p.is_file()
+    if keras or (p.is_dir() and (p / "saved_model.pb").is_file()):
+        kind = "a Keras model" if keras else "a TensorFlow SavedModel"
+        raise InvalidModel(f"{p} is {kind}, not a .tflite model: convert it first, e.g. "
+                           f"`edgeapp convert {p} -o {p.stem or 'model'}_int8.tflite --calibration "
+                           "IMAGES/` (needs pip install 'edgeapp[convert]')")
 
 
 def _load_twin(model: Model, cpu_model: Optional[str | Path]) -> Model:
