@@ -10,6 +10,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
@@ -91,6 +92,131 @@ def test_compile_runs_a_relative_compiler_path_and_doctor_honours_the_same_varia
         checks = {c["name"]: c for c in json.loads(cli("doctor", "-f", "json").stdout)["checks"]}
         assert checks["edgetpu_compiler"]["status"] == "fail"
         assert "$EDGETPU_COMPILER ./nope" in checks["edgetpu_compiler"]["detail"]
+
+
+# --- detect: OpenCV, --annotate, -o into a new folder ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def det_model(tmp_path_factory) -> Path:
+    import detection_models as dm
+
+    return dm.build(tmp_path_factory)["det_tf1"]
+
+
+def without_opencv(*args) -> subprocess.CompletedProcess:
+    """edgeapp in a Python where `import cv2` fails, as on a machine without OpenCV."""
+    code = ("import sys\nsys.modules['cv2'] = None\nfrom edgeapp.cli.app import main\n"
+            f"sys.argv = ['edgeapp'] + {[str(a) for a in args]!r}\nmain()\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_detect_annotate_without_opencv_is_exit_7_and_doctor_checks_opencv(det_model, tmp_path, cli):
+    from PIL import Image
+
+    Image.new("RGB", (64, 64)).save(tmp_path / "a.png")
+    r = without_opencv("detect", det_model, tmp_path / "a.png", "--annotate", tmp_path / "ann")
+    assert r.returncode == ExitCode.MISSING_DEPENDENCY, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("edgeapp: error: OpenCV is needed for --annotate")
+    assert "pip install opencv-python" in r.stderr and "Traceback" not in r.stderr
+    assert without_opencv("detect", det_model, tmp_path / "a.png").returncode == 0  # not needed
+
+    checks = {c["name"]: c for c in json.loads(cli("doctor", "-f", "json").stdout)["checks"]}
+    import cv2
+
+    assert (checks["opencv"]["status"], checks["opencv"]["detail"].split()[0]) == ("ok", cv2.__version__)
+    from edgeapp.flows.doctor import opencv_check
+
+    missing = opencv_check("edgeapp_no_such_module")
+    assert missing.status == "warn" and "pip install opencv-python" in missing.fix
+
+
+def test_detect_does_not_read_its_own_annotated_images(det_model, tmp_path, cli):
+    from PIL import Image
+
+    a = np.zeros((64, 64, 3), np.uint8)
+    a[16:32, 16:32, 0] = 255
+    Image.fromarray(a).save(tmp_path / "one.png")
+    for run in range(2):
+        r = cli("detect", det_model, tmp_path, "--annotate", tmp_path / "ann", "-f", "jsonl",
+                "-o", tmp_path / "new" / "dir" / "boxes.jsonl")
+        assert r.exit_code == 0, r.stderr
+        records = [json.loads(ln) for ln in (tmp_path / "new/dir/boxes.jsonl").read_text().splitlines()]
+        assert [Path(rec["path"]).name for rec in records] == ["one.png"]
+        assert sorted(p.name for p in (tmp_path / "ann").iterdir()) == ["one.png"]
+    assert "skipping 1 image(s) in the --annotate folder" in r.stderr
+
+
+# --- classify: output folder, --resume with another model, Keras files, label counts, other tasks ---
+
+def test_classify_output_into_a_new_folder(cli, tiny_model, color_images, tmp_path):
+    out = tmp_path / "results" / "today" / "x.csv"
+    r = cli("classify", tiny_model, color_images["red"], "-f", "csv", "-o", out)
+    assert r.exit_code == 0, r.stderr
+    assert out.read_text().splitlines()[0].startswith("path,rank,id,label,score")
+
+
+def test_resume_refuses_results_of_another_model(cli, tiny_model, color_images, tmp_path):
+    other = tmp_path / "other.tflite"
+    other.write_bytes(tiny_model.read_bytes())
+    for fmt in ("jsonl", "csv"):
+        out = tmp_path / f"results.{fmt}"
+        r = cli("classify", tiny_model, color_images["red"], "-f", fmt, "-o", out)
+        assert r.exit_code == 0, r.stderr
+        before = out.read_bytes()
+        r = cli("classify", other, color_images["red"], color_images["blue"], "-f", fmt, "-o", out,
+                "--resume")
+        assert r.exit_code == ExitCode.USAGE
+        assert f"holds results of {tiny_model}, not of {other}" in r.stderr
+        assert out.read_bytes() == before
+        r = cli("classify", tiny_model, color_images["red"], color_images["blue"], "-f", fmt, "-o", out,
+                "--resume")  # the same model resumes
+        assert r.exit_code == 0, r.stderr
+        assert ("1 already done" in r.stderr) == (fmt == "jsonl")  # CSV redoes the last image
+
+
+@pytest.mark.parametrize("name", ["colors.keras", "colors.h5", "saved_model_dir"])
+def test_a_keras_model_given_to_classify_points_to_convert(cli, tmp_path, color_images, name):
+    target = tmp_path / name
+    if name == "saved_model_dir":
+        target.mkdir()
+        (target / "saved_model.pb").write_bytes(b"\x08\x01")
+    else:
+        target.write_bytes(b"PK\x03\x04 not really a zip")
+    r = cli("classify", target, color_images["red"])
+    assert r.exit_code == ExitCode.MODEL_INVALID
+    assert f"convert it first, e.g. `edgeapp convert {target} -o" in r.stderr
+
+
+def test_label_count_that_does_not_fit_warns_once(cli, tiny_model, color_images, tmp_path):
+    labels = tmp_path / "two.txt"
+    labels.write_text("cat\ndog\n")
+    r = cli("classify", tiny_model, color_images["red"], color_images["blue"], "--labels", labels)
+    assert r.exit_code == 0
+    warning = f"warning: --labels {labels} has 2 label(s) for the model's 3 class(es)"
+    assert r.stderr.count(warning) == 1
+    assert "warning" not in cli("classify", tiny_model, color_images["red"]).stderr  # its own 3 labels
+
+
+def other_task_model(path: Path, shape: tuple) -> Path:
+    """An int8 3x3 conv model, input and output `shape`: a pixel map or MoveNet's keypoints."""
+    from edgeapp.core.tflite.writer import ModelWriter, conv_layer, int8_input
+
+    rng = np.random.default_rng(0)
+    w = ModelWriter("test")
+    x = int8_input(w, "input", shape, scale=1 / 32)
+    c = shape[-1]
+    y = conv_layer(w, x, rng.integers(-127, 128, (c, 3, 3, c), dtype=np.int8),
+                   np.zeros(c, np.int32), [0.01] * c, 0.1)
+    path.write_bytes(w.build(inputs=[x.index], outputs=[y.index]))
+    return path
+
+
+@pytest.mark.parametrize("shape, command", [((1, 16, 16, 3), "segment"), ((1, 1, 17, 3), "pose")])
+def test_classify_refuses_pose_and_segmentation_models(cli, tmp_path, color_images, shape, command):
+    model = other_task_model(tmp_path / f"{command}.tflite", shape)
+    r = cli("classify", model, color_images["red"])
+    assert r.exit_code == ExitCode.MODEL_INVALID, r.stdout + r.stderr
+    assert f"use `edgeapp {command}`" in r.stderr and r.stdout == ""
 
 
 from test_compiler import fake_compiler, model_copy  # noqa: E402,F401
