@@ -23,6 +23,7 @@ class ExitCode(IntEnum):
     COMPILE_FAILED = 9  # edgetpu_compiler failed
     CHECKS_FAILED = 10  # doctor: at least one check failed
     CLUSTER_LOST = 11  # --cluster: the Dask scheduler cannot be reached or went away
+    INTERRUPTED = 130  # Ctrl-C, for every command (128 + SIGINT, as shells report it)
 
 
 class EdgeappError(Exception):

@@ -304,5 +304,82 @@ np.save({str(tmp_path / "cal.npy")!r}, np.random.default_rng(0).integers(0, 255,
     assert list(out.parent.iterdir()) == []  # no .tflite, no temporary file, no sidecar
 
 
+# --- camera: CSV precision, Ctrl-C, full disk; bench full disk -------------------------------------
+
+def red_video(path: Path, frames: int, fps: float = 30.0) -> Path:
+    cv2 = pytest.importorskip("cv2")
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (64, 48))
+    frame = np.zeros((48, 64, 3), np.uint8)
+    frame[:, :, 2] = 220  # red in BGR
+    for _ in range(frames):
+        writer.write(frame)
+    writer.release()
+    return path
+
+
+def test_camera_csv_keeps_timestamps_and_latencies_precise(cli, tiny_model, tmp_path):
+    import csv
+    import re
+    import time
+
+    out = tmp_path / "frames.csv"
+    r = cli("camera", tiny_model, "--source", red_video(tmp_path / "v.avi", 3), "--no-display",
+            "-f", "csv", "-o", out, "-k", "1")
+    assert r.exit_code == 0, r.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 3
+    for row in rows:
+        assert re.fullmatch(r"\d{10}\.\d{3}", row["timestamp"]), row["timestamp"]  # not 1.79542e+09
+        assert abs(float(row["timestamp"]) - time.time()) < 3600
+        assert re.fullmatch(r"\d+\.\d{3}", row["latency_ms"]) and re.fullmatch(r"\d+\.\d{3}", row["frame_ms"])
+        assert row["label"] == "red"
+
+
+def test_ctrl_c_is_130_with_the_summary_in_camera_as_in_classify(tiny_model, color_images, tmp_path):
+    import signal
+
+    video = red_video(tmp_path / "long.avi", 600, fps=30.0)  # 20 s at its own rate
+    proc = subprocess.Popen([sys.executable, "-m", "edgeapp", "camera", str(tiny_model), "--source",
+                             str(video), "--no-display", "--drop-frames"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline()  # running: one frame done
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED == 130, err
+    assert "stop: interrupted" in err.strip().splitlines()[-1]
+
+    # classify: the same image under many spellings of its path, stopped after the first result
+    image = color_images["red"]
+    listing = tmp_path / "paths.txt"
+    listing.write_text("".join(f"{image.parent}{'/.' * i}/{image.name}\n" for i in range(1, 1900)))  # < PATH_MAX
+    with listing.open() as stdin:
+        proc = subprocess.Popen([sys.executable, "-m", "edgeapp", "classify", str(tiny_model), "-",
+                                 "-f", "jsonl", "--workers", "0"], stdin=stdin,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "edgeapp: interrupted", err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_full_disk_keeps_the_camera_summary_and_the_bench_json(cli, tiny_model, tmp_path):
+    r = cli("camera", tiny_model, "--source", red_video(tmp_path / "v.avi", 5), "--no-display",
+            "-o", "/dev/full")
+    assert r.exit_code == ExitCode.USAGE
+    lines = r.stderr.strip().splitlines()
+    assert "error: cannot write results to /dev/full: No space left on device" in lines[-2]
+    assert "processed" in lines[-1] and "stop: output error" in lines[-1]
+
+    r = edgeapp("bench", tiny_model, "--runs", "3", "--warmup", "0", "-o", "/dev/full")
+    assert r.returncode == ExitCode.USAGE
+    assert r.stderr.strip().splitlines()[-1] == ("edgeapp: error: cannot append to /dev/full: No space "
+                                                 "left on device; the JSON document is on stdout instead")
+    doc = json.loads(r.stdout.strip().splitlines()[-1])  # after the table
+    assert doc["schema"] == "edgeapp.bench/1" and doc["results"][0]["runs"] == 3
+    r = edgeapp("bench", tiny_model, "--runs", "3", "--warmup", "0", "-o", "/dev/full", "-f", "json")
+    assert r.returncode == ExitCode.USAGE and json.loads(r.stdout)["results"][0]["runs"] == 3
+
+
 from test_compiler import fake_compiler, model_copy  # noqa: E402,F401
 from test_probe import fake_libs  # noqa: E402,F401  (the stand-in Edge TPU libraries)

@@ -75,7 +75,7 @@ class RecordWriter:
                 data = (json.dumps(record) + "\n").encode("ascii")
             self._emit(data)
         elif self.fmt == Format.csv:
-            self._emit("".join(_csv_line([_cell(r.get(c)) for c in self.columns])
+            self._emit("".join(_csv_line([_cell(r.get(c), c) for c in self.columns])
                                for r in self.rows(record)))
         else:
             self._emit(self.table(record) + "\n")
@@ -114,9 +114,14 @@ class RecordWriter:
         self.close()
 
 
-def _cell(value: Any) -> Any:
+# CSV float formats by column: a Unix timestamp needs its 10 integer digits and milliseconds
+# (`.6g` printed 1.79542e+09), times in ms are kept to the microsecond; scores keep 6 digits.
+CSV_FLOAT_FORMATS = {"timestamp": ".3f", "source_ms": ".3f", "latency_ms": ".3f", "frame_ms": ".3f"}
+
+
+def _cell(value: Any, column: str = "") -> Any:
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return format(value, CSV_FLOAT_FORMATS.get(column, ".6g"))
     return "" if value is None else value
 
 
