@@ -381,5 +381,26 @@ def test_full_disk_keeps_the_camera_summary_and_the_bench_json(cli, tiny_model, 
     assert r.returncode == ExitCode.USAGE and json.loads(r.stdout)["results"][0]["runs"] == 3
 
 
+# --- bench --synthetic where no compiler can run ---------------------------------------------------
+
+def test_bench_synthetic_says_honestly_why_the_edge_tpu_cannot_be_measured(tmp_path):
+    import shutil
+
+    no_compiler = {"PATH": str(tmp_path), "EDGETPU_COMPILER": ""}
+    r = edgeapp("bench", "--synthetic", "--device", "edgetpu", env=no_compiler)
+    assert r.returncode == ExitCode.MISSING_DEPENDENCY
+    assert "--synthetic needs edgetpu_compiler" in r.stderr and "sudo apt-get install edgetpu-compiler" \
+        in r.stderr and "--compiler" not in r.stderr  # bench has no such flag
+    setarch = shutil.which("setarch")
+    if setarch is None or os.uname().machine != "x86_64":
+        pytest.skip("needs setarch on x86-64 to run as a machine edgetpu_compiler does not exist for")
+    r = subprocess.run([setarch, "i686", sys.executable, "-m", "edgeapp", "bench", "--synthetic",
+                        "--device", "edgetpu"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == ExitCode.MISSING_DEPENDENCY
+    last = r.stderr.strip().splitlines()[-1]
+    assert "cannot measure the Edge TPU on this Linux i686" in last and "x86-64 Linux" in last
+    assert "--compiler" not in r.stderr
+
+
 from test_compiler import fake_compiler, model_copy  # noqa: E402,F401
 from test_probe import fake_libs  # noqa: E402,F401  (the stand-in Edge TPU libraries)

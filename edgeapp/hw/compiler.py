@@ -31,11 +31,16 @@ DEFAULT_TIMEOUT_S = 180  # the compiler's own default (-t)
 # ----------------------------------------------------------------------------- finding
 
 
+def compiler_runs_here() -> bool:
+    """Google ships edgetpu_compiler for x86-64 Linux only (not for a Dev Board or a Pi)."""
+    return platform.system() == "Linux" and platform.machine().lower() in ("x86_64", "amd64")
+
+
 def install_help() -> str:
     """How to get the compiler on this machine (it exists for x86-64 Linux only)."""
     machine = platform.machine().lower()
     system = platform.system()
-    if system == "Linux" and machine in ("x86_64", "amd64"):
+    if compiler_runs_here():
         how = ("on Debian/Ubuntu x86-64: add Coral's apt repository (coral.ai/docs/edgetpu/"
                "compiler) and `sudo apt-get install edgetpu-compiler`")
     else:
