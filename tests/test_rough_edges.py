@@ -402,5 +402,21 @@ def test_bench_synthetic_says_honestly_why_the_edge_tpu_cannot_be_measured(tmp_p
     assert "--compiler" not in r.stderr
 
 
+# --- a CPU model on an explicit Edge TPU: one rule, exit 2 (README) -------------------------------
+
+@pytest.mark.parametrize("device", ["usb", "edgetpu", "pci:0"])
+def test_cpu_model_on_an_explicit_edge_tpu_is_a_usage_error(cli, tiny_model, color_images, tmp_path,
+                                                           device):
+    r = cli("classify", tiny_model, color_images["red"], "--device", device)
+    assert r.exit_code == ExitCode.USAGE == 2
+    assert f"is not compiled for the Edge TPU, so --device {device} cannot run it: run `edgeapp " \
+           "compile" in r.stderr
+    model = tmp_path / "m.tflite"
+    model.write_bytes(tiny_model.read_bytes())
+    (tmp_path / "m_edgetpu.tflite").write_bytes(b"")
+    r = cli("classify", model, color_images["red"], "--device", device)
+    assert r.exit_code == 2 and f"pass its compiled build {tmp_path}/m_edgetpu.tflite" in r.stderr
+
+
 from test_compiler import fake_compiler, model_copy  # noqa: E402,F401
 from test_probe import fake_libs  # noqa: E402,F401  (the stand-in Edge TPU libraries)

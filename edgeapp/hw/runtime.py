@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from edgeapp.errors import DeviceUnavailable, InvalidModel, MissingDependency, UsageError
-from edgeapp.core.naming import cpu_twin_path
+from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
 from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
 
@@ -250,9 +250,12 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
             return _cpu_engine(rt, twin, threads, str(path),
                                f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU")
         return Engine(interpreter, model, "edgetpu", rt, str(path))
-    if spec.kind == "edgetpu":
-        raise UsageError(f"{model.path} is not compiled for the Edge TPU: run `edgeapp compile "
-                         f"{model.path}` first, or use --device cpu")
+    if spec.kind == "edgetpu":  # the arguments ask the impossible, whatever is plugged in: exit 2
+        compiled = edgetpu_twin_path(model.path)
+        fix = (f"pass its compiled build {compiled}" if compiled.is_file()
+               else f"run `edgeapp compile {model.path}` first")
+        raise UsageError(f"{model.path} is not compiled for the Edge TPU, so --device {spec.text} "
+                         f"cannot run it: {fix}, or use --device cpu")
     if model.is_edgetpu_compiled:  # --device cpu with a compiled model
         twin = _load_twin(model, cpu_model)
         return _cpu_engine(rt, twin, threads, str(path),
