@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,8 @@ import pytest
 
 from conftest import ROOT
 from edgeapp.errors import ExitCode
+from test_compiler import fake_compiler, model_copy  # noqa: F401  (fixtures: stand-in compiler)
+from test_probe import fake_libs  # noqa: F401  (fixture: stand-in Edge TPU libraries)
 
 COMMANDS = ("convert", "check", "compile", "classify", "detect", "camera", "bench", "devices", "doctor")
 
@@ -281,7 +282,7 @@ def test_convert_on_a_terminal_shows_progress_not_tensorflow_chatter(tiny_keras,
     assert code == 0, shown
     assert "calibrating" in shown and "40/40" in shown  # the progress bar
     assert "fully_quantize" not in shown and "inference_type" not in shown
-    assert shown.count(f"has 2 label(s) for the model's 3 class(es)") == 1
+    assert shown.count("has 2 label(s) for the model's 3 class(es)") == 1
     assert "top-1 agreement" in out
 
 
@@ -351,7 +352,8 @@ def test_ctrl_c_is_130_with_the_summary_in_camera_as_in_classify(tiny_model, col
     # classify: the same image under many spellings of its path, stopped after the first result
     image = color_images["red"]
     listing = tmp_path / "paths.txt"
-    listing.write_text("".join(f"{image.parent}{'/.' * i}/{image.name}\n" for i in range(1, 1900)))  # < PATH_MAX
+    spellings = (f"{image.parent}{'/.' * i}/{image.name}\n" for i in range(1, 1900))  # < PATH_MAX
+    listing.write_text("".join(spellings))
     with listing.open() as stdin:
         proc = subprocess.Popen([sys.executable, "-m", "edgeapp", "classify", str(tiny_model), "-",
                                  "-f", "jsonl", "--workers", "0"], stdin=stdin,
@@ -417,6 +419,3 @@ def test_cpu_model_on_an_explicit_edge_tpu_is_a_usage_error(cli, tiny_model, col
     r = cli("classify", model, color_images["red"], "--device", device)
     assert r.exit_code == 2 and f"pass its compiled build {tmp_path}/m_edgetpu.tflite" in r.stderr
 
-
-from test_compiler import fake_compiler, model_copy  # noqa: E402,F401
-from test_probe import fake_libs  # noqa: E402,F401  (the stand-in Edge TPU libraries)
