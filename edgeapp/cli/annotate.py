@@ -15,12 +15,28 @@ class ImageFolder:
     _KEEP = {".jpg", ".jpeg", ".png", ".bmp"}
 
     def __init__(self, folder: Path, option: str = "--annotate") -> None:
+        from edgeapp.hw.capture import cv2_module
+
+        cv2_module(needed_for=option)  # before any image: exit 7 with the install line
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UsageError(f"{option} {folder}: cannot create it ({e.strerror or e})") from None
         self.folder, self.option = folder, option
         self.used: set[str] = set()
+
+    def exclude_own(self, paths: list) -> list:
+        """Inputs minus the images inside this folder: `detect . --annotate ann/` run twice must
+        not process its own drawings."""
+        from edgeapp.cli.options import say
+
+        own = os.path.realpath(self.folder) + os.sep
+        kept = [p for p in paths if not os.path.realpath(p).startswith(own)]
+        if len(kept) < len(paths):
+            say(f"skipping {len(paths) - len(kept)} image(s) in the {self.option} folder {self.folder}")
+        if not kept:
+            raise UsageError(f"no images left: every input is in the {self.option} folder {self.folder}")
+        return kept
 
     def _target(self, path: str, ext: Optional[str]) -> Path:
         p = Path(path)
@@ -34,7 +50,9 @@ class ImageFolder:
 
     def write(self, path: str, array, ext: Optional[str] = None) -> Path:
         """Write a BGR (or single-channel, 8/16-bit) array for input `path`; returns the file."""
-        import cv2
+        from edgeapp.hw.capture import cv2_module
+
+        cv2 = cv2_module()
 
         out = self._target(path, ext)
         if not cv2.imwrite(os.fspath(out), array):

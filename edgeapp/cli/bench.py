@@ -120,18 +120,41 @@ def bench_command(
             say(notice)
         doc = run_bench(str(model), dev, threads, opts, progress)
 
-    if output is not None:
-        try:
-            with open(output, "a", encoding="utf-8") as f:
-                f.write(json.dumps(doc, separators=(",", ":")) + "\n")
-        except OSError as e:
-            raise UsageError(f"cannot write {output}: {e.strerror or e}") from None
     if fmt == ReportFormat.json:
         typer.echo(json.dumps(doc, indent=2))
     else:
         typer.echo(format_table(doc))
     if output is not None:
+        line = json.dumps(doc, separators=(",", ":")) + "\n"
+        try:
+            append_line(output, line)
+        except OSError as e:  # a full disk must not lose the measurement
+            if fmt != ReportFormat.json:
+                typer.echo(line, nl=False)
+            raise UsageError(f"cannot append to {output}: {e.strerror or e}; the JSON document is on "
+                             "stdout instead") from None
         say(f"appended to {output}")
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one whole line, or nothing: a write cut short (full disk) is truncated away, so
+    the file stays one JSON document per line for scripts/bench_report.py."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        data = line.encode("utf-8")
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass  # not a regular file (/dev/full): nothing was kept anyway
+            raise
+    finally:
+        os.close(fd)
 
 
 def _progress(result: dict) -> None:

@@ -16,7 +16,7 @@ from edgeapp.core.boxes import ResizeMode
 from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, RuntimeOpt,
                           StdOpt, ThreadsOpt, cli_errors, finite, open_engine, say)
-from edgeapp.errors import ExitCode, InvalidModel, UsageError
+from edgeapp.errors import EdgeappError, ExitCode, InvalidModel, UsageError
 from edgeapp.flows.records import Format
 
 app = typer.Typer()
@@ -107,9 +107,10 @@ def camera_command(
     """Run a model on live frames: overlay, headless JSON lines, recording, summary.
 
     Capture runs in its own thread. For cameras and streams inference takes the newest frame and
-    stale ones are dropped (and counted); a file has every frame processed. A camera lost
-    mid-run is reopened with backoff for --reconnect seconds, then the run stops with its
-    summary (exit 5; 3 for a file that breaks off). Ctrl-C stops cleanly (exit 0).
+    stale ones are dropped (and counted); a file has every frame processed up to its end (a
+    truncated file ends early, with a warning). A camera lost mid-run is reopened with backoff
+    for --reconnect seconds, then the run stops with its summary (exit 5). Ctrl-C stops with
+    the summary (exit 130); SIGTERM likewise, with exit 0 (a service being stopped).
     """
     finite("--threshold", threshold)
     finite("--mean", mean)
@@ -118,7 +119,7 @@ def camera_command(
     from edgeapp.flows.camera import ClassifyTask, DetectTask, Display, PoseTask, Recorder, \
         SegmentTask, has_display, run_camera
     from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
-    from edgeapp.flows.batch import classifier_output, engine_task, image_model
+    from edgeapp.flows.batch import classifier_output, engine_task, image_model, label_count_note
     from edgeapp.flows.records import RecordWriter
 
     if output is not None and output.exists() and output.is_dir():
@@ -137,6 +138,9 @@ def camera_command(
         frame_task = SegmentTask(engine, spec, label_map, resize)
     else:
         classifier_output(engine, hint="use --task {task}")
+        note = label_count_note(loaded, labels)
+        if note:
+            say(f"warning: {note}")
         frame_task = ClassifyTask(engine, spec, label_map, top_k or 3,
                                   0.0 if threshold is None else threshold)
 
@@ -152,26 +156,47 @@ def camera_command(
         writer = RecordWriter(fmt or Format.jsonl, CSV_COLUMNS, _csv_rows, _table_line, output)
     stop = threading.Event()
     restore = _on_sigterm(stop)
+    output_error: list[EdgeappError] = []
+
+    def on_record(record: dict) -> None:
+        """A results file that cannot be written (a full disk) stops the run, with its summary."""
+        if output_error:
+            return
+        try:
+            writer.write(record)
+        except EdgeappError as e:
+            output_error.append(e)
+            stop.set()
+
     try:
         recorder = Recorder(str(record)) if record is not None else None
         stats = run_camera(cap, frame_task, drop=drop_frames, max_frames=max_frames,
                            duration=duration, reconnect=ReconnectPolicy(timeout=reconnect),
-                           on_record=writer.write if writer else None, display=window,
+                           on_record=on_record if writer else None, display=window,
                            recorder=recorder, stop_event=stop, on_notice=say)
     finally:
         restore()
         if writer is not None:
             writer.close()
-    code = ExitCode.OK
-    if stats.stop.startswith("capture error"):
-        say(f"error: {stats.stop}")
-        code = ExitCode.ERROR
+    code, error = ExitCode.OK, None
+    if output_error:
+        stats.stop = "output error"
+        error, code = str(output_error[0]), output_error[0].exit_code
+    elif stats.stop == "interrupted":  # Ctrl-C: the summary, then 130 as every command
+        code = ExitCode.INTERRUPTED
+    elif stats.stop.startswith("capture error"):
+        error, code = stats.stop, ExitCode.ERROR
     elif stats.lost:
-        what = "camera/stream lost" if cap.live else "video broke off before its end (truncated?)"
         why = f" (last: {stats.reopen_error})" if stats.reopen_error else ""
-        say(f"error: {cap.name}: {what}; no frames after {stats.reconnect_attempts} reconnect "
-            f"attempt(s) in {reconnect:g} s{why}")
-        code = ExitCode.DEVICE_UNAVAILABLE if cap.live else ExitCode.INPUTS_FAILED
+        error = (f"{cap.name}: camera/stream lost; no frames after {stats.reconnect_attempts} "
+                 f"reconnect attempt(s) in {reconnect:g} s{why}")
+        code = ExitCode.DEVICE_UNAVAILABLE
+    missing = getattr(cap, "missing_frames", 0)
+    if missing and stats.stop == "end of stream":
+        say(f"warning: {cap.name} ended after {cap.position} frame(s), {missing} short of the "
+            f"{cap.declared_frames} its container declares (truncated?)")
+    if error:
+        say(f"error: {error}")
     if summary == SummaryFormat.json:  # the last line on stderr, whatever came before
         typer.echo(json.dumps({**stats.summary(), "model": engine.model_path, "task": kind}), err=True)
     else:

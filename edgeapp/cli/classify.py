@@ -62,7 +62,7 @@ def classify_command(
     finite("--mean", mean)
     finite("--std", std)
 
-    from edgeapp.flows.batch import image_model, run_batch
+    from edgeapp.flows.batch import check_resumed_model, image_model, label_count_note, run_batch
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import classify_task
@@ -73,16 +73,23 @@ def classify_command(
 
         job = cluster_job(ctx, "classify", model, device, cpu_model, runtime, threads, no_probe,
                           labels, mean, std, workers, fast_decode, top_k=top_k, threshold=threshold)
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+        ours = [str(model)] + ([str(cpu_model)] if cpu_model else [])  # as the records name it
+        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                          check_models=lambda models: check_resumed_model(models, *ours)) as writer, \
                 progress_bar(len(paths), "classify") as advance:
             stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
         where = f"the cluster {cluster}"
     else:
         engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe,
                              cpu_kernels)
-        task = classify_task(image_model(engine, model, labels, mean, std, fast_decode), top_k,
-                             threshold)
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+        loaded = image_model(engine, model, labels, mean, std, fast_decode)
+        task = classify_task(loaded, top_k, threshold)
+        note = label_count_note(loaded, labels)
+        if note:
+            say(f"warning: {note}")
+        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                          check_models=lambda models: check_resumed_model(
+                              models, engine.model_path, engine.requested_model)) as writer, \
                 progress_bar(len(paths), "classify") as advance:
             stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
         where = engine.device

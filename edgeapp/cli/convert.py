@@ -11,7 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 from edgeapp.core.units import format_bytes
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, finite, say
+from edgeapp.cli.options import (ReportFormat, ReportFormatOpt, cli_errors, finite, progress_bar,
+                                 say)
 
 app = typer.Typer()
 
@@ -65,7 +66,7 @@ def convert_command(
 
     from edgeapp.flows import convert as converter
     from edgeapp.errors import UsageError
-    from edgeapp.core.labels import read_labels
+    from edgeapp.core.labels import label_count_warning, read_labels
     from edgeapp.core.meta import ModelMeta, write_sidecar
     from edgeapp.core.model_task import output_task
 
@@ -73,18 +74,34 @@ def convert_command(
         raise UsageError("--std must not be 0")
     if output.suffix.lower() != ".tflite":
         raise UsageError(f"--output {output}: use a .tflite file name")
+    # everything that can be checked without TensorFlow, before its seconds of loading
+    converter.check_output(output)
+    converter.check_dataset_source(calibration, "--calibration")
+    if eval_dir is not None:
+        converter.check_dataset_source(eval_dir, "--eval")
+    given_labels = read_labels(labels) if labels else None
     say(f"loading {model} (TensorFlow)")
     float_model = converter.load_float_model(model)
     h, w, c = float_model.input_shape
     cal = converter.load_dataset(calibration, (w, h), c, samples)
     evaluation = converter.load_dataset(eval_dir, (w, h), c, None, seed=1) if eval_dir else cal
     say(f"calibrating on {len(cal.x)} sample(s), input {h}x{w}x{c}")
-    tflite = converter.quantize(float_model, converter.normalize(cal, mean, std), output, io.value)
+    with progress_bar(len(cal.x), "calibrating") as advance:
+        tflite = converter.quantize(float_model, converter.normalize(cal, mean, std), output, io.value,
+                                    progress=advance)
 
     names = evaluation.class_names or cal.class_names
-    label_map = read_labels(labels) if labels else ({i: n for i, n in enumerate(names)} if names else None)
+    label_map = given_labels or ({i: n for i, n in enumerate(names)} if names else None)
     task = output_task([t.shape for t in tflite.output_tensors],
                        [op.op for op in tflite.operators]) or "classify"
+    if task == "classify":  # keypoints and pixel maps have no one-label-per-output rule
+        classes = 1
+        for d in tflite.output_tensors[0].shape:
+            classes *= int(d)
+        warning = label_count_warning(label_map, classes, f"--labels {labels}" if labels
+                                      else "the class folders")
+        if warning:
+            say(f"warning: {warning}")
     sidecar = write_sidecar(output, ModelMeta(labels=label_map, mean=mean, std=std, task=task,
                                               extra={"source": str(model)}))
     report = converter.evaluate(output, float_model, evaluation, mean, std)

@@ -75,34 +75,42 @@ def detect_command(
 
     from edgeapp.cli.annotate import ImageFolder
     from edgeapp.core.overlay import draw_objects
-    from edgeapp.flows.batch import image_model, run_batch
+    from edgeapp.flows.batch import check_resumed_model, image_model, run_batch
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import detect_task
 
+    folder = None
+    if annotate is not None:
+        if cluster:
+            raise UsageError("--annotate writes files where the images are processed: not with --cluster")
+        folder = ImageFolder(annotate)  # OpenCV and the folder checked before any work
     paths = expand_inputs(inputs)
+    if folder is not None:
+        paths = folder.exclude_own(paths)
     if cluster:
         from edgeapp.flows.cluster import run_cluster
 
-        if annotate is not None:
-            raise UsageError("--annotate writes files where the images are processed: not with --cluster")
         job = cluster_job(ctx, "detect", model, device, cpu_model, runtime, threads, no_probe, labels,
                           mean, std, workers, threshold=threshold, top_k=top_k, resize=resize.value)
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+        ours = [str(model)] + ([str(cpu_model)] if cpu_model else [])  # as the records name it
+        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                          check_models=lambda models: check_resumed_model(models, *ours)) as writer, \
                 progress_bar(len(paths), "detect") as advance:
             stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
         where = f"the cluster {cluster}"
     else:
         engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe,
                              cpu_kernels)
-        folder = ImageFolder(annotate) if annotate is not None else None
 
         def annotate_one(source, image, objects) -> None:
             folder.annotate(source, image, lambda bgr: draw_objects(bgr, objects))
 
         task = detect_task(image_model(engine, model, labels, mean, std), threshold, top_k, resize,
                            annotate=annotate_one if folder is not None else None)
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                          check_models=lambda models: check_resumed_model(
+                              models, engine.model_path, engine.requested_model)) as writer, \
                 progress_bar(len(paths), "detect") as advance:
             stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
         where = engine.device

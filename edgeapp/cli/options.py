@@ -194,7 +194,7 @@ def cli_errors(fn: F) -> F:
             raise typer.Exit(int(e.exit_code)) from None
         except KeyboardInterrupt:
             say("interrupted")
-            raise typer.Exit(130) from None
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:  # `edgeapp classify ... | head`
             _silence_stdout()
             raise typer.Exit(0) from None

@@ -70,9 +70,11 @@ def pose_command(
     from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import pose_task
 
+    folder = ImageFolder(annotate) if annotate is not None else None  # checked before any work
     paths = expand_inputs(inputs)
+    if folder is not None:
+        paths = folder.exclude_own(paths)
     engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe, cpu_kernels)
-    folder = ImageFolder(annotate) if annotate is not None else None
 
     def annotate_one(source, image, poses) -> None:
         folder.annotate(source, image, lambda bgr: draw_poses(bgr, poses))

@@ -74,10 +74,13 @@ def segment_command(
     from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import segment_task
 
-    paths = expand_inputs(inputs)
-    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe, cpu_kernels)
-    annotator = ImageFolder(annotate) if annotate is not None else None
+    annotator = ImageFolder(annotate) if annotate is not None else None  # checked before any work
     masks = ImageFolder(mask, "--mask") if mask is not None else None
+    paths = expand_inputs(inputs)
+    for own in (annotator, masks):
+        if own is not None:
+            paths = own.exclude_own(paths)
+    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe, cpu_kernels)
 
     def on_mask(source, image, class_map, classes) -> Optional[str]:
         if annotator is not None:

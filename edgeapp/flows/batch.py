@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -121,6 +122,15 @@ def classifier_output(engine: Engine, hint: str = "use `edgeapp {task}`") -> tup
     return float(scale), int(zero)
 
 
+def label_count_note(model: ImageModel, labels_file=None) -> Optional[str]:
+    """A classifier's labels that do not fit its class vector: one warning, or None."""
+    from edgeapp.core.labels import label_count_warning
+
+    classes = int(np.prod(model.engine.outputs[0]["shape"]))
+    source = f"--labels {labels_file}" if labels_file else "the model's labels"
+    return label_count_warning(model.labels, classes, source)
+
+
 def _first(*values):
     return next(v for v in values if v is not None)
 
@@ -162,6 +172,23 @@ class BatchStats:
         if output is not None:
             parts.append(f"results in {output}")
         return parts
+
+
+def check_resumed_model(recorded: set[str], *ours: str) -> None:
+    """--resume appends to results of the same model only (`ours`: the paths this run's records
+    name; a compiled model and its CPU twin count as one); mixing two models' results in one
+    file would pass unnoticed."""
+    from edgeapp.errors import UsageError
+    from edgeapp.core.naming import cpu_twin_path
+
+    def same(path: str) -> str:
+        return os.path.abspath(cpu_twin_path(path))
+
+    mine = {same(p) for p in ours}
+    other = sorted(m for m in recorded if same(m) not in mine)
+    if other:
+        raise UsageError(f"--resume: the results file holds results of {other[0]}, not of "
+                         f"{ours[-1]}; resume with that model, or choose another --output")
 
 
 def iter_records(paths: Iterable, engine: Engine, task: Task, workers: int = 2) -> Iterator[dict]:

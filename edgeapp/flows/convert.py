@@ -7,8 +7,11 @@ cannot run) and calibration images go through `preprocess`, exactly as `classify
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import re
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +22,7 @@ import numpy as np
 from edgeapp.errors import ConvertError, InvalidModel, MissingDependency, UsageError
 from edgeapp.flows.inputs import expand_inputs
 from edgeapp.core.preprocess import load_image, resize
-from edgeapp.core.tflite.model import Model, load_model
+from edgeapp.core.tflite.model import Model, parse_model
 
 
 
@@ -52,15 +55,15 @@ class FloatModel:
 
 
 def load_float_model(path: Path) -> FloatModel:
-    tf = _tf()
     if not path.exists():
         raise UsageError(f"model not found: {path}")
     if path.is_dir():
         if not (path / "saved_model.pb").exists():
             raise InvalidModel(f"{path} is a folder without saved_model.pb: not a SavedModel")
-        return _saved_model(tf, path)
+        return _saved_model(_tf(), path)
     if path.suffix.lower() not in (".keras", ".h5", ".hdf5"):
         raise InvalidModel(f"{path}: expected a .keras or .h5 file or a SavedModel folder")
+    tf = _tf()
     import keras
 
     try:
@@ -165,30 +168,116 @@ def normalize(data: Dataset, mean: float, std: float) -> np.ndarray:
     return x
 
 
-def quantize(model: FloatModel, calibration: np.ndarray, out: Path, io_type: str = "uint8") -> Model:
-    """Full-integer post-training quantization; returns the validated TFLite graph."""
+def check_output(out: Path) -> None:
+    """Fail before any TensorFlow work when the model cannot be written where asked."""
+    if out.is_dir():
+        raise UsageError(f"--output {out} is a folder; give a .tflite file name")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--output {out}: cannot create the folder {out.parent} "
+                         f"({e.strerror or e})") from None
+    try:  # what writing the model will do: a new file in that folder, then a rename
+        fd, probe = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".partial")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"--output {out}: cannot write in {out.parent} ({e.strerror or e})") from None
+
+
+def check_dataset_source(source: Path, option: str) -> None:
+    """The calibration/eval data exists: said before TensorFlow takes seconds to load."""
+    if not source.exists():
+        raise UsageError(f"{option} {source}: not found (a folder of images or an .npy file)")
+
+
+_NATIVE_NOISE = ("fully_quantize:", "WARNING: All log messages before absl::InitializeLog()",
+                 "Estimated count of arithmetic ops")
+
+
+@contextlib.contextmanager
+def _native_stderr_filtered():
+    """TensorFlow's C++ converter writes `fully_quantize: 0, inference_type: 6 ...` straight to
+    fd 2. Capture fd 2 around the call and echo only what is not routine; Python's sys.stderr
+    (our messages, the progress bar) keeps the real stderr meanwhile."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        sys.stderr.flush()
+        python_stderr = sys.stderr
+        direct = os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace")
+        os.dup2(tmp.fileno(), 2)
+        sys.stderr = direct
+        try:
+            yield
+        finally:
+            direct.flush()
+            sys.stderr = python_stderr
+            direct.close()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+            for line in text.splitlines():
+                if line.strip() and not line.lstrip().startswith(_NATIVE_NOISE) and \
+                        not re.match(r"^[IW]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\]", line):
+                    sys.stderr.write(line + "\n")
+
+
+def quantize(model: FloatModel, calibration: np.ndarray, out: Path, io_type: str = "uint8",
+             progress: Optional[Callable[[], None]] = None) -> Model:
+    """Full-integer post-training quantization; returns the validated TFLite graph.
+
+    `out` is written only when the result is fully int8 (through a temporary file and a
+    rename), so a failed conversion leaves no float model behind and an older model intact.
+    `progress` is called once per calibration sample.
+    """
     tf = _tf()
     dtypes = {"uint8": tf.uint8, "int8": tf.int8, "float32": tf.float32}
+
+    def samples():
+        for i in range(len(calibration)):
+            yield [calibration[i:i + 1]]
+            if progress is not None:
+                progress()
+
     with tempfile.TemporaryDirectory(prefix="edgeapp-export-") as tmp:
         model.export(tmp)
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = lambda: ([calibration[i:i + 1]] for i in range(len(calibration)))
+        converter.representative_dataset = samples
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.inference_input_type = dtypes[io_type]
         converter.inference_output_type = dtypes[io_type]
         try:
-            flatbuffer = converter.convert()
+            with _native_stderr_filtered():
+                flatbuffer = converter.convert()
         except Exception as e:  # the converter raises ConverterError and friends
             raise ConvertError(f"TFLite converter failed: {_first_line(e)}") from None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(flatbuffer)
-    tflite = load_model(out)
+    tflite = parse_model(flatbuffer, str(out))
     bad = non_integer_ops(tflite, io_type)
     if bad:
-        raise ConvertError(f"{out} is not fully int8: float tensors in {', '.join(bad)}; these "
-                           "operations have no int8 kernel")
+        raise ConvertError(f"the converted model is not fully int8 ({out} not written): float "
+                           f"tensors in {', '.join(bad)}; these operations have no int8 kernel")
+    _write_atomic(out, flatbuffer)
     return tflite
+
+
+def _write_atomic(out: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, out)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
 
 
 def non_integer_ops(model: Model, io_type: str = "uint8") -> list[str]:

@@ -13,7 +13,6 @@ import importlib.util
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -31,7 +30,7 @@ from edgeapp.hw.osinfo import read_platform
 from edgeapp.hw.libedgetpu import (build_label, dpkg_owner, edgetpu_library, explain_load_error, libusb_fix,
                                    open_library, short_version)
 from edgeapp.hw.probe import Pair, VerdictCache
-from edgeapp.hw.runtime import RUNTIME_MODULES, available_runtimes, runtime_version
+from edgeapp.hw.runtime import available_runtimes, runtime_import_code, runtime_version
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 HOT_C = 85.0  # the apex driver's first thermal trip point: it starts throttling here
@@ -57,11 +56,14 @@ def run_checks(root: str | Path = "/", env: Optional[Mapping[str, str]] = None,
     machine = (machine or platform.machine()).lower()
     versions = installed_runtimes()
     checks = system_checks(root, machine)
-    checks += runtime_checks(versions)
+    runtimes = runtime_checks(versions)
+    checks += runtimes
     checks.append(numpy_check(_dist_version("numpy"), versions))
     checks.append(tensorflow_check())
+    checks.append(opencv_check())
     checks.append(pycoral_check())
-    checks += library_checks(env, versions, root, plan or install_plan(root, machine))
+    checks += library_checks(env, versions, root, plan or install_plan(root, machine),
+                             {c.name[len("runtime "):]: c for c in runtimes})
     checks.append(probe_cache_check(env))
     checks += device_checks(root, env)
     checks.append(compiler_check(env, machine))
@@ -102,23 +104,23 @@ def installed_runtimes() -> dict[str, str]:
 
 def runtime_checks(versions: Mapping[str, str]) -> list[Check]:
     """Import each light runtime in a child: a broken wheel fails there, not here."""
-    checks = []
-    for name, version in versions.items():
-        if name == "tensorflow":
-            continue  # a 5-second import; reported by tensorflow_check
-        proc = subprocess.run([sys.executable, "-c", f"import {RUNTIME_MODULES[name]}"], capture_output=True,
-                              text=True, timeout=120)
-        if proc.returncode == 0:
-            checks.append(Check(f"runtime {name}", OK, f"{version}, imports"))
-        else:
-            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-            checks.append(Check(f"runtime {name}", FAIL, f"{version} does not import: "
-                                f"{lines[-1] if lines else proc.returncode}",
-                                f"pip install --force-reinstall {name}"))
+    checks = [import_check(name, version) for name, version in versions.items()
+              if name != "tensorflow"]  # a 5-second import; see tensorflow_check and library_checks
     if not any(c.status == OK for c in checks) and "tensorflow" not in versions:
         checks.append(Check("runtime", FAIL, "no TFLite runtime installed",
                             "pip install ai-edge-litert (tflite-runtime on 32-bit ARM)"))
     return checks
+
+
+def import_check(name: str, version: str) -> Check:
+    """Runtime `name` imported in a child exactly as edgeapp imports it (its Interpreter too)."""
+    proc = subprocess.run([sys.executable, "-c", runtime_import_code(name)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    if proc.returncode == 0:
+        return Check(f"runtime {name}", OK, f"{version}, imports")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    return Check(f"runtime {name}", FAIL, f"{version} does not import: "
+                 f"{lines[-1] if lines else proc.returncode}", f"pip install --force-reinstall {name}")
 
 
 def numpy_check(numpy_version: Optional[str], runtimes: Mapping[str, str]) -> Check:
@@ -140,6 +142,23 @@ def tensorflow_check() -> Check:
     return Check("tensorflow", OK, f"{runtime_version('tensorflow')} (for convert)")
 
 
+def opencv_check(module: str = "cv2") -> Check:
+    """OpenCV (camera, detect --annotate), imported in a child: on servers the desktop wheel
+    installs fine and then fails to import for want of libGL."""
+    if importlib.util.find_spec(module) is None:
+        return Check("opencv", WARN, "not installed: `edgeapp camera` and `detect --annotate` need it",
+                     "pip install opencv-python (opencv-python-headless on servers)")
+    proc = subprocess.run([sys.executable, "-c", f"import {module}; print({module}.__version__)"],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode == 0:
+        return Check("opencv", OK, f"{proc.stdout.strip()} (camera, detect --annotate)")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    last = lines[-1] if lines else f"exit {proc.returncode}"
+    fix = ("pip uninstall -y opencv-python && pip install opencv-python-headless" if "libGL" in last
+           else "pip install --force-reinstall opencv-python")
+    return Check("opencv", FAIL, f"installed but does not import: {last}", fix)
+
+
 def pycoral_check() -> Check:
     """Google's pycoral has pycoral/utils/edgetpu.py; PyPI's `pycoral` is an unrelated project."""
     spec = importlib.util.find_spec("pycoral")
@@ -157,8 +176,10 @@ def pycoral_check() -> Check:
 # --- Edge TPU library and the probe verdicts -----------------------------------------------
 
 def library_checks(env: Mapping[str, str], runtimes: Mapping[str, str], root: str | Path = "/",
-                   plan: Optional[Plan] = None) -> list[Check]:
-    """The Edge TPU library: does it load, which build is it, and each runtime's pair with it."""
+                   plan: Optional[Plan] = None, imports: Optional[Mapping[str, Check]] = None) -> list[Check]:
+    """The Edge TPU library: does it load, which build is it, and each runtime's pair with it.
+    With `imports` (the runtime import checks by runtime name), a runtime not import-checked
+    yet is checked here, and a pair whose runtime does not import is never called ok."""
     fix = plan.fix if plan is not None else PLAN_FIX
     name = edgetpu_library(env)
     try:
@@ -177,6 +198,16 @@ def library_checks(env: Mapping[str, str], runtimes: Mapping[str, str], root: st
     checks = [Check("libedgetpu", OK, f"{short_version(label) or 'version unknown'} at {where}{known}")]
     cache = VerdictCache(cache_dir(env))
     for runtime, version in runtimes.items():
+        imported = None
+        if imports is not None:
+            imported = imports.get(runtime)
+            if imported is None:  # TensorFlow: worth its slow import only when a pair needs it
+                imported = import_check(runtime, version)
+                checks.append(imported)
+        if imported is not None and imported.status != OK:
+            checks.append(Check(f"pair {runtime}", FAIL, f"{runtime} {version} cannot be used with "
+                                "the Edge TPU: it does not import (see its runtime line)", imported.fix))
+            continue
         checks.append(pair_check(Pair.of(runtime, version, path), build, cache, fix))
     return checks
 
@@ -319,11 +350,19 @@ def driver_check(root: str | Path, nodes: list[str], cards: list[tuple[str, Opti
 # --- compiler ------------------------------------------------------------------------------
 
 def compiler_check(env: Mapping[str, str], machine: str) -> Check:
+    """The compiler `edgeapp compile` would run: the same lookup ($EDGETPU_COMPILER, PATH)."""
+    from edgeapp.errors import MissingDependency
+    from edgeapp.hw.compiler import ENV_VAR, find_compiler
+
     if machine not in ("x86_64", "amd64"):
         return Check("edgetpu_compiler", WARN, f"not available on {machine} (x86-64 Linux only)",
                      "compile on an x86-64 PC (or Colab); `edgeapp check` shows what would map")
-    tool = shutil.which("edgetpu_compiler", path=env.get("PATH"))
-    if tool is None:
+    try:
+        tool = find_compiler(env=env)
+    except MissingDependency as e:
+        if env.get(ENV_VAR):  # set, but to nothing usable: `compile` would fail the same way
+            return Check("edgetpu_compiler", FAIL, str(e).split(";")[0],
+                         f"point ${ENV_VAR} at the edgetpu_compiler executable, or unset it")
         return Check("edgetpu_compiler", WARN, "not installed: needed to compile models for the Edge TPU",
                      "sudo apt install edgetpu-compiler (Coral's apt repository)")
     try:

@@ -33,7 +33,10 @@ class RecordWriter:
 
     def __init__(self, fmt: Format, columns: list[str], rows: Callable[[dict], list[dict]],
                  table: TableFormatter, output: Optional[Path] = None, resume: bool = False,
-                 stream: Optional[TextIO] = None) -> None:
+                 stream: Optional[TextIO] = None,
+                 check_models: Optional[Callable[[set[str]], None]] = None) -> None:
+        """`check_models(models)`, with --resume, gets the `model` fields already in the file
+        before anything in it changes, and raises to refuse appending."""
         self.fmt, self.columns, self.rows, self.table = fmt, columns, rows, table
         self.output = output
         self.done: set[str] = set()
@@ -45,7 +48,11 @@ class RecordWriter:
             raise UsageError("--resume needs --format jsonl or csv")
         if output is not None:
             if resume and output.exists():
-                self.done = prepare_resume(output, fmt, columns)
+                self.done = prepare_resume(output, fmt, columns, check_models)
+            try:  # `-o results/today.csv` into a folder not made yet
+                output.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise UsageError(f"cannot create the folder of {output}: {e.strerror or e}") from None
             flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if resume else os.O_TRUNC)
             try:
                 self._fd = os.open(output, flags, 0o644)
@@ -68,7 +75,7 @@ class RecordWriter:
                 data = (json.dumps(record) + "\n").encode("ascii")
             self._emit(data)
         elif self.fmt == Format.csv:
-            self._emit("".join(_csv_line([_cell(r.get(c)) for c in self.columns])
+            self._emit("".join(_csv_line([_cell(r.get(c), c) for c in self.columns])
                                for r in self.rows(record)))
         else:
             self._emit(self.table(record) + "\n")
@@ -107,9 +114,14 @@ class RecordWriter:
         self.close()
 
 
-def _cell(value: Any) -> Any:
+# CSV float formats by column: a Unix timestamp needs its 10 integer digits and milliseconds
+# (`.6g` printed 1.79542e+09), times in ms are kept to the microsecond; scores keep 6 digits.
+CSV_FLOAT_FORMATS = {"timestamp": ".3f", "source_ms": ".3f", "latency_ms": ".3f", "frame_ms": ".3f"}
+
+
+def _cell(value: Any, column: str = "") -> Any:
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return format(value, CSV_FLOAT_FORMATS.get(column, ".6g"))
     return "" if value is None else value
 
 
@@ -143,31 +155,40 @@ def trim_partial_line(path: Path) -> None:
         f.truncate(0)
 
 
-def prepare_resume(path: Path, fmt: Format, columns: list[str]) -> set[str]:
+def prepare_resume(path: Path, fmt: Format, columns: list[str],
+                   check_models: Optional[Callable[[set[str]], None]] = None) -> set[str]:
     """Make a results file safe to append to, and return the paths it already holds.
 
     JSONL: a cut-off last line is dropped. CSV: an image spans several rows written in one
     write, so a kill can leave some of its rows; the last image's rows are always dropped and
     redone. A file that is not our own results file of this format is refused, never appended to.
+    `check_models` sees the `model` fields of the file's records before it is changed.
     """
+    check = check_models or (lambda models: None)
     if fmt == Format.jsonl:
-        trim_partial_line(path)
-        done = _jsonl_paths(path)
+        trim_partial_line(path)  # a cut-off record is no result, whichever model wrote it
+        models: set[str] = set()
+        done = _jsonl_paths(path, models)
+        check(models)
     else:
-        done = _csv_resume(path, columns)
+        done = _csv_resume(path, columns, check)
     return done | {os.path.abspath(p) for p in done}
 
 
-def _jsonl_paths(path: Path) -> set[str]:
+def _jsonl_paths(path: Path, models: set[str]) -> set[str]:
     done: set[str] = set()
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
-                p = json.loads(raw.decode("utf-8", "surrogateescape")).get("path")
+                record = json.loads(raw.decode("utf-8", "surrogateescape"))
+                p = record.get("path")
             except (ValueError, AttributeError):
                 p = None
+            else:
+                if isinstance(record.get("model"), str):
+                    models.add(record["model"])
             if not isinstance(p, str):
                 raise UsageError(f"--resume: {path} is not an edgeapp JSONL results file (line {n}); "
                                  "choose another --output")
@@ -175,7 +196,7 @@ def _jsonl_paths(path: Path) -> set[str]:
     return done
 
 
-def _csv_resume(path: Path, columns: list[str]) -> set[str]:
+def _csv_resume(path: Path, columns: list[str], check_models: Callable[[set[str]], None]) -> set[str]:
     raw = path.read_bytes()
     if not raw:
         return set()
@@ -196,6 +217,9 @@ def _csv_resume(path: Path, columns: list[str]) -> set[str]:
         raise UsageError(f"--resume: {path} is not an edgeapp CSV results file with columns "
                          f"{','.join(columns)}; choose another --output")
     body = rows[1:]
+    if "model" in columns:
+        at = columns.index("model")
+        check_models({row[at] for row, _ in body if len(row) > at and row[at]})
     while body and (len(body[-1][0]) != len(columns) or not raw.endswith(b"\n")
                     and body[-1][1] == len(raw)):
         body.pop()  # a row cut short by a kill

@@ -110,11 +110,25 @@ def compile_for_edgetpu(path: str | Path) -> Path:
     """Compile the synthetic model with `edgetpu_compiler` (via edgeapp.hw.compiler: --compiler is
     not offered here, $EDGETPU_COMPILER and PATH are) into X_edgetpu.tflite beside it; raise
     MissingDependency / CompileError with the reason otherwise."""
-    from edgeapp.hw.compiler import compile_model, find_compiler
-    from edgeapp.errors import CompileError
+    import platform
 
+    from edgeapp.errors import CompileError, MissingDependency
+    from edgeapp.hw.compiler import COMPILER_NAME, ENV_VAR, compile_model, compiler_runs_here, find_compiler
+
+    if not compiler_runs_here():  # a Dev Board, a Pi: the TPU side can never be measured here
+        raise MissingDependency(
+            f"--synthetic cannot measure the Edge TPU on this {platform.system()} "
+            f"{platform.machine()}: its model must be compiled by {COMPILER_NAME}, which runs only "
+            "on x86-64 Linux; bench a model compiled on a PC instead (`edgeapp bench "
+            "X_edgetpu.tflite`), or run --synthetic on an x86-64 Linux PC with the Edge TPU")
+    try:
+        exe = find_compiler()
+    except MissingDependency:  # bench has no --compiler option: do not suggest one
+        raise MissingDependency(f"--synthetic needs {COMPILER_NAME} to measure the Edge TPU (looked at "
+                                f"${ENV_VAR} and PATH): sudo apt-get install edgetpu-compiler "
+                                "(Coral's apt repository)") from None
     p = Path(path)
-    report = compile_model(p, find_compiler())
+    report = compile_model(p, exe)
     out = edgetpu_twin_path(p)
     if report.judgement.exit_code or not out.exists():
         why = "; ".join(str(e) for e in report.judgement.errors[:1]) or report.judgement.verdict

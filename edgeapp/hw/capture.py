@@ -31,7 +31,7 @@ import numpy as np
 from edgeapp.errors import DeviceUnavailable, InputError, UsageError
 
 
-def cv2_module():
+def cv2_module(needed_for: str = "video"):
     """OpenCV, with its own logging silenced (errors reach the user as one line from us)."""
     os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # FFmpeg: quiet
     os.environ.setdefault("OPENCV_LOG_LEVEL", "OFF")
@@ -40,7 +40,8 @@ def cv2_module():
     except ImportError as e:
         from edgeapp.errors import MissingDependency
 
-        raise MissingDependency(f"OpenCV is needed for video ({e}): pip install opencv-python") from None
+        raise MissingDependency(f"OpenCV is needed for {needed_for} ({e}): pip install opencv-python "
+                                "(opencv-python-headless on servers)") from None
     try:
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     except AttributeError:  # very old builds
@@ -164,12 +165,18 @@ class OpenCVSource:
         return frame
 
     def at_end(self) -> bool:
-        if self.live:
-            return False
-        if self.declared_frames <= 0:
-            return True
-        # containers estimate their length: short by more than 1% (and 2 frames) is a failure
-        return self.position >= self.declared_frames - max(2, self.declared_frames // 100)
+        # A file that gives no more frames has ended, even short of the frame count its
+        # container declares: reopening a truncated file cannot bring frames that are not there.
+        return not self.live
+
+    @property
+    def missing_frames(self) -> int:
+        """Files: frames the container declares beyond the last one read (a truncated file),
+        0 within the error of the container's estimate (1%, at least 2 frames)."""
+        if self.live or self.declared_frames <= 0:
+            return 0
+        short = self.declared_frames - self.position
+        return short if short > max(2, self.declared_frames // 100) else 0
 
     def close(self) -> None:
         if self._cap is not None:

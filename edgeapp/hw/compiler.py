@@ -16,7 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from edgeapp.core.naming import compiler_outputs
 from edgeapp.core.compiler_output import (CompileResult, Judgement, apply_log, judge, parse_stdout,
@@ -31,11 +31,16 @@ DEFAULT_TIMEOUT_S = 180  # the compiler's own default (-t)
 # ----------------------------------------------------------------------------- finding
 
 
+def compiler_runs_here() -> bool:
+    """Google ships edgetpu_compiler for x86-64 Linux only (not for a Dev Board or a Pi)."""
+    return platform.system() == "Linux" and platform.machine().lower() in ("x86_64", "amd64")
+
+
 def install_help() -> str:
     """How to get the compiler on this machine (it exists for x86-64 Linux only)."""
     machine = platform.machine().lower()
     system = platform.system()
-    if system == "Linux" and machine in ("x86_64", "amd64"):
+    if compiler_runs_here():
         how = ("on Debian/Ubuntu x86-64: add Coral's apt repository (coral.ai/docs/edgetpu/"
                "compiler) and `sudo apt-get install edgetpu-compiler`")
     else:
@@ -46,18 +51,26 @@ def install_help() -> str:
             "predicts what would run on the Edge TPU")
 
 
-def find_compiler(explicit: Optional[str | Path] = None, env: Optional[dict] = None) -> str:
-    """The compiler executable: `explicit`, else $EDGETPU_COMPILER, else PATH."""
+def find_compiler(explicit: Optional[str | Path] = None, env: Optional[Mapping[str, str]] = None) -> str:
+    """The compiler executable: `explicit`, else $EDGETPU_COMPILER, else PATH. The one lookup
+    of `compile`, `convert --compile`, `bench --synthetic` and `doctor`.
+
+    A value with a directory part (`./c.sh`, `bin/c`, `~/c`) is that file, relative to the
+    current directory, and is returned absolute (a bare `c.sh` handed to the OS would be looked
+    up on PATH); a bare name is looked up on PATH, then in the current directory.
+    """
     env = os.environ if env is None else env
     for source, value in (("--compiler", explicit), (f"${ENV_VAR}", env.get(ENV_VAR))):
-        if value:
-            path = Path(value).expanduser()
-            if path.is_file() and os.access(path, os.X_OK):
-                return str(path)
-            found = shutil.which(str(value), path=env.get("PATH"))
-            if found:
-                return found
-            raise MissingDependency(f"{source} {value}: no executable there; {install_help()}")
+        if not value:
+            continue
+        text = os.path.expanduser(str(value))
+        candidates = [] if os.path.dirname(text) else [shutil.which(text, path=env.get("PATH"))]
+        candidates.append(os.path.abspath(text))
+        for found in candidates:
+            if found and os.path.isfile(found) and os.access(found, os.X_OK):
+                return os.path.abspath(found)
+        why = "not executable" if os.path.isfile(text) else "no such file"
+        raise MissingDependency(f"{source} {value}: {why}; {install_help()}")
     found = shutil.which(COMPILER_NAME, path=env.get("PATH"))
     if found:
         return found

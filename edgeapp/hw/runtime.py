@@ -23,17 +23,19 @@ if TYPE_CHECKING:
     import numpy as np
 
 from edgeapp.errors import DeviceUnavailable, InvalidModel, MissingDependency, UsageError
-from edgeapp.core.naming import cpu_twin_path
+from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
 from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
 RUNTIMES = ("ai-edge-litert", "tflite-runtime", "tensorflow")
-RUNTIME_MODULES = {  # runtime name -> the module holding Interpreter and load_delegate
-    "ai-edge-litert": "ai_edge_litert.interpreter",
-    "tflite-runtime": "tflite_runtime.interpreter",
-    "tensorflow": "tensorflow.lite",
+RUNTIME_MODULES = {  # runtime name -> (module to import, attribute holding Interpreter)
+    "ai-edge-litert": ("ai_edge_litert.interpreter", ""),
+    "tflite-runtime": ("tflite_runtime.interpreter", ""),
+    # `import tensorflow.lite` gives a stub package without Interpreter: only the attribute of
+    # the imported `tensorflow` module (its public API) has it.
+    "tensorflow": ("tensorflow", "lite"),
 }
 _DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tflite-runtime",),
                   "tensorflow": ("tensorflow", "tensorflow-cpu")}
@@ -54,14 +56,18 @@ class Runtime:
 
     def make_interpreter(self, model_path: str, delegates: Optional[list] = None,
                          threads: Optional[int] = None, cpu_kernels: str = "fast") -> Any:
+        import warnings
+
         extra = {}
         if cpu_kernels == "reference":
             extra["experimental_op_resolver_type"] = self._reference_resolver()
         elif cpu_kernels != "fast":
             raise UsageError(f"unknown CPU kernels {cpu_kernels!r}; choose one of: "
                              f"{', '.join(CPU_KERNELS)}")
-        return self.module.Interpreter(model_path=model_path, experimental_delegates=delegates,
-                                       num_threads=threads, **extra)
+        with warnings.catch_warnings():  # tf.lite.Interpreter's deprecation notice, on every call
+            warnings.filterwarnings("ignore", message=r"\s*Warning: tf\.lite\.Interpreter is deprecated")
+            return self.module.Interpreter(model_path=model_path, experimental_delegates=delegates,
+                                           num_threads=threads, **extra)
 
     def _reference_resolver(self) -> Any:
         kinds = getattr(self.module, "OpResolverType", None)
@@ -83,19 +89,48 @@ class Runtime:
 
 def available_runtimes() -> list[str]:
     """Runtimes that are installed, without importing them."""
-    return [n for n in RUNTIMES if importlib.util.find_spec(RUNTIME_MODULES[n].split(".")[0]) is not None]
+    return [n for n in RUNTIMES
+            if importlib.util.find_spec(RUNTIME_MODULES[n][0].split(".")[0]) is not None]
+
+
+def import_runtime(name: str) -> Any:
+    """The module object holding `Interpreter` for runtime `name`; ImportError when it has none."""
+    module_name, attribute = RUNTIME_MODULES[name]
+    if name == "tensorflow":
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # its start-up chatter is not ours
+    module = importlib.import_module(module_name)
+    for part in filter(None, attribute.split(".")):
+        module = getattr(module, part, None)
+        if module is None:
+            raise ImportError(f"{module_name} has no {attribute}")
+    if not hasattr(module, "Interpreter"):
+        raise ImportError(f"{module_name}{'.' + attribute if attribute else ''} has no Interpreter")
+    return module
+
+
+def runtime_import_code(name: str) -> str:
+    """Python source that imports runtime `name` as `import_runtime` does (for a child process
+    that must not import edgeapp itself, e.g. doctor's isolated import checks)."""
+    module_name, attribute = RUNTIME_MODULES[name]
+    target = ".".join(filter(None, [module_name, attribute]))
+    return f"import {module_name}; {target}.Interpreter"
 
 
 def find_runtime(name: Optional[str] = None) -> Runtime:
     """The requested runtime, or the best installed one."""
     if name is not None and name not in RUNTIMES:
         raise UsageError(f"unknown runtime {name!r}; choose one of: {', '.join(RUNTIMES)}")
+    broken = None
     for candidate in [name] if name else RUNTIMES:
         try:
-            module = importlib.import_module(RUNTIME_MODULES[candidate])
-        except ImportError:
+            module = import_runtime(candidate)
+        except ImportError as e:
+            if candidate in available_runtimes():
+                broken = f"{candidate} {runtime_version(candidate)} is installed but does not import: {e}"
             continue
         return Runtime(candidate, runtime_version(candidate), module)
+    if name and broken:
+        raise MissingDependency(f"{broken} (pip install --force-reinstall {_DISTRIBUTIONS[name][0]})")
     if name:
         raise MissingDependency(f"runtime {name!r} is not installed (pip install {_DISTRIBUTIONS[name][0]})")
     raise MissingDependency("no TFLite runtime installed: pip install ai-edge-litert "
@@ -237,9 +272,12 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
                                f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU",
                                cpu_kernels)
         return Engine(interpreter, model, "edgetpu", rt, str(path), cpu_kernels=cpu_kernels)
-    if spec.kind == "edgetpu":
-        raise UsageError(f"{model.path} is not compiled for the Edge TPU: run `edgeapp compile "
-                         f"{model.path}` first, or use --device cpu")
+    if spec.kind == "edgetpu":  # the arguments ask the impossible, whatever is plugged in: exit 2
+        compiled = edgetpu_twin_path(model.path)
+        fix = (f"pass its compiled build {compiled}" if compiled.is_file()
+               else f"run `edgeapp compile {model.path}` first")
+        raise UsageError(f"{model.path} is not compiled for the Edge TPU, so --device {spec.text} "
+                         f"cannot run it: {fix}, or use --device cpu")
     if model.is_edgetpu_compiled:  # --device cpu with a compiled model
         twin = _load_twin(model, cpu_model)
         return _cpu_engine(rt, twin, threads, str(path),

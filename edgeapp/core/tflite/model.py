@@ -203,6 +203,7 @@ class Model:
 def load_model(path: str | Path) -> Model:
     """Read and validate `path`; raise `InvalidModel` with a one-line reason."""
     p = Path(path)
+    _refuse_keras(p)
     if p.is_dir():
         raise InvalidModel(f"{p} is a folder, not a .tflite model file")
     try:
@@ -212,6 +213,16 @@ def load_model(path: str | Path) -> Model:
     except OSError as e:
         raise InvalidModel(f"cannot read model {p}: {e.strerror or e}") from None
     return parse_model(data, str(p))
+
+
+def _refuse_keras(p: Path) -> None:
+    """A Keras model where a .tflite is expected: say what turns one into the other."""
+    keras = p.suffix.lower() in (".keras", ".h5", ".hdf5") and p.is_file()
+    if keras or (p.is_dir() and (p / "saved_model.pb").is_file()):
+        kind = "a Keras model" if keras else "a TensorFlow SavedModel"
+        raise InvalidModel(f"{p} is {kind}, not a .tflite model: convert it first, e.g. "
+                           f"`edgeapp convert {p} -o {p.stem or 'model'}_int8.tflite --calibration "
+                           "IMAGES/` (needs pip install 'edgeapp[convert]')")
 
 
 def parse_model(data: bytes, name: str = "<bytes>") -> Model:
