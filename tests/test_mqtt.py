@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Optional
 
@@ -239,9 +239,12 @@ def test_status_is_retained_and_last_will_says_offline(tiny_model, broker, tmp_p
     video = write_video(tmp_path / "long.avi", [color_frame("red", i, rng) for i in range(300)], 15)
     sub = Subscriber(broker.port, "cam3/status")
     with CameraProc(tiny_model, "--source", video, "--drop-frames", "--mqtt", broker.url("cam3"),
-                    "--duration", "60") as cam:
+                    "--serve", "127.0.0.1:0", "--duration", "60") as cam:
         sub.wait(lambda: sub.on("cam3/status") == [b"online"], what="online")
         assert retained(broker.port, "cam3/status") == (b"online", True)
+        with urllib.request.urlopen(cam.url() + "stats", timeout=10) as r:  # the page's numbers
+            m = json.loads(r.read())["mqtt"]
+        assert m["connected"] is True and m["mode"] == "frames" and m["dropped"] == 0
         cam.proc.kill()  # no clean disconnect: the broker publishes the will
         cam.wait()
         sub.wait(lambda: sub.on("cam3/status") == [b"online", b"offline"], what="the last will")

@@ -101,8 +101,9 @@ def camera_command(
              "someone watches.")] = 10.0,
     mqtt: Annotated[Optional[str], typer.Option(
         "--mqtt", metavar="URL",
-        help="Publish results to an MQTT broker: mqtt://[user:pass@]host[:port]/topic-prefix "
-             "(mqtts:// for TLS). Needs pip install 'edgeapp[mqtt]'.", show_default=False)] = None,
+        help="Publish results to an MQTT broker: mqtt://\\[user:pass@]host\\[:port]/topic-prefix "
+             "(mqtts:// for TLS; the password may come from $EDGEAPP_MQTT_PASSWORD). Needs "
+             "pip install 'edgeapp\\[mqtt]'.", show_default=False)] = None,
     mqtt_mode: Annotated[MqttMode, typer.Option(
         "--mqtt-mode", help="frames: every processed frame on PREFIX/frames; events: only "
                             "changes (top class, labels appearing or leaving) on PREFIX/events.")
@@ -186,17 +187,12 @@ def camera_command(
     restore = _on_sigterm(stop)
     live = publisher = None
     try:
-        if target is not None:
-            from edgeapp.flows.mqtt_out import MqttOut
-
-            publisher = MqttOut(target, mode=mqtt_mode.value, debounce=mqtt_debounce,
-                                queue_size=mqtt_queue, on_notice=say).start()
-        if address is not None:
+        if address is not None:  # first: a port in use fails before anything connects
             from edgeapp.flows.live_view import LiveView, exposure_warning
 
             note = engine.notice or ("the Edge TPU" if engine.device == "edgetpu" else "--device cpu")
-            mq = publisher
-            live = LiveView(address, fps=serve_fps, extra=(lambda: {"mqtt": mq.summary()}) if mq else None,
+            live = LiveView(address, fps=serve_fps,
+                            extra=lambda: {"mqtt": publisher.summary()} if publisher is not None else {},
                             info={"model": Path(engine.model_path).name, "task": kind,
                                   "device": engine.device, "device_note": note,
                                   "source": cap.name}).start()
@@ -204,6 +200,11 @@ def camera_command(
             if warning:
                 say(warning)
             say(f"live view on {live.url}")
+        if target is not None:
+            from edgeapp.flows.mqtt_out import MqttOut
+
+            publisher = MqttOut(target, mode=mqtt_mode.value, debounce=mqtt_debounce,
+                                queue_size=mqtt_queue, on_notice=say).start()
         recorder = Recorder(str(record)) if record is not None else None
         stats = run_camera(cap, frame_task, drop=drop_frames, max_frames=max_frames,
                            duration=duration, reconnect=ReconnectPolicy(timeout=reconnect),
