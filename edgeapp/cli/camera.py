@@ -32,6 +32,11 @@ class Task(str, Enum):
     segment = "segment"
 
 
+class MqttMode(str, Enum):
+    frames = "frames"
+    events = "events"
+
+
 class SummaryFormat(str, Enum):
     text = "text"
     json = "json"
@@ -92,6 +97,32 @@ def camera_command(
         "--reconnect", min=0.0, metavar="SECONDS",
         help="When the source stops giving frames, reopen it with backoff for up to this long, "
              "then stop (0: stop at once).")] = 10.0,
+    serve: Annotated[Optional[str], typer.Option(
+        "--serve", metavar="[HOST:]PORT",
+        help="Live view in a browser: the annotated video, results, FPS, latency and device at "
+             "http://HOST:PORT/ (also /stream.mjpg, /stats, /snapshot.jpg). HOST defaults to "
+             "127.0.0.1 (this machine only; 0.0.0.0 for every interface, with a warning), PORT "
+             "to 8080 (0: any free port).", show_default=False)] = None,
+    serve_fps: Annotated[float, typer.Option(
+        "--serve-fps", min=0.1, max=120.0,
+        help="At most this many frames per second to viewers; JPEG encoding happens only while "
+             "someone watches.")] = 10.0,
+    mqtt: Annotated[Optional[str], typer.Option(
+        "--mqtt", metavar="URL",
+        help="Publish results to an MQTT broker: mqtt://\\[user:pass@]host\\[:port]/topic-prefix "
+             "(mqtts:// for TLS; the password may come from $EDGEAPP_MQTT_PASSWORD). Needs "
+             "pip install 'edgeapp\\[mqtt]'.", show_default=False)] = None,
+    mqtt_mode: Annotated[MqttMode, typer.Option(
+        "--mqtt-mode", help="frames: every processed frame on PREFIX/frames; events: only "
+                            "changes (top class, labels appearing or leaving) on PREFIX/events.")
+    ] = MqttMode.frames,
+    mqtt_debounce: Annotated[float, typer.Option(
+        "--mqtt-debounce", min=0.0, metavar="SECONDS",
+        help="Events: a change must last this long to be sent.")] = 1.0,
+    mqtt_queue: Annotated[int, typer.Option(
+        "--mqtt-queue", min=1, max=100000,
+        help="Messages kept while the broker is slow or away; beyond, the oldest are dropped "
+             "(counted in the summary).")] = 100,
     summary: Annotated[SummaryFormat, typer.Option(
         "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")
     ] = SummaryFormat.text,
@@ -111,10 +142,26 @@ def camera_command(
     truncated file ends early, with a warning). A camera lost mid-run is reopened with backoff
     for --reconnect seconds, then the run stops with its summary (exit 5). Ctrl-C stops with
     the summary (exit 130); SIGTERM likewise, with exit 0 (a service being stopped).
+
+    Headless: --serve shows the annotated stream and numbers in a browser; --mqtt publishes
+    results for home automation. With either, per-frame records go to stdout only if --format
+    or --output asks for them.
     """
     finite("--threshold", threshold)
     finite("--mean", mean)
     finite("--std", std)
+    finite("--serve-fps", serve_fps)
+    finite("--mqtt-debounce", mqtt_debounce)
+    address = target = None
+    if serve is not None:
+        from edgeapp.flows.live_view import parse_serve
+
+        address = parse_serve(serve)
+    if mqtt is not None:
+        from edgeapp.flows.mqtt_out import paho_module, parse_mqtt_url
+
+        target = parse_mqtt_url(mqtt)
+        paho_module()  # missing: exit 7 with the install line, before opening anything
 
     from edgeapp.flows.camera import ClassifyTask, DetectTask, Display, PoseTask, Recorder, \
         SegmentTask, has_display, run_camera
@@ -152,7 +199,8 @@ def camera_command(
         say("--width/--height ask a camera for a capture size; a file's frames keep their size")
     window = Display(f"edgeapp {Path(engine.model_path).name}") if show else None
     writer = None
-    if output is not None or not show:
+    networked = address is not None or target is not None
+    if output is not None or (not show and not (networked and fmt is None)):
         writer = RecordWriter(fmt or Format.jsonl, CSV_COLUMNS, _csv_rows, _table_line, output)
     stop = threading.Event()
     restore = _on_sigterm(stop)
@@ -168,14 +216,38 @@ def camera_command(
             output_error.append(e)
             stop.set()
 
+    live = publisher = None
     try:
+        if address is not None:  # first: a port in use fails before anything connects
+            from edgeapp.flows.live_view import LiveView, exposure_warning
+
+            note = engine.notice or ("the Edge TPU" if engine.device == "edgetpu" else "--device cpu")
+            live = LiveView(address, fps=serve_fps,
+                            extra=lambda: {"mqtt": publisher.summary()} if publisher is not None else {},
+                            info={"model": Path(engine.model_path).name, "task": kind,
+                                  "device": engine.device, "device_note": note,
+                                  "source": cap.name}).start()
+            warning = exposure_warning(address)
+            if warning:
+                say(warning)
+            say(f"live view on {live.url}")
+        if target is not None:
+            from edgeapp.flows.mqtt_out import MqttOut
+
+            publisher = MqttOut(target, mode=mqtt_mode.value, debounce=mqtt_debounce,
+                                queue_size=mqtt_queue, on_notice=say).start()
         recorder = Recorder(str(record)) if record is not None else None
         stats = run_camera(cap, frame_task, drop=drop_frames, max_frames=max_frames,
                            duration=duration, reconnect=ReconnectPolicy(timeout=reconnect),
                            on_record=on_record if writer else None, display=window,
-                           recorder=recorder, stop_event=stop, on_notice=say)
+                           recorder=recorder, stop_event=stop, on_notice=say,
+                           outputs=[o for o in (live, publisher) if o is not None])
     finally:
         restore()
+        if live is not None:
+            live.close()
+        if publisher is not None:
+            publisher.close()
         if writer is not None:
             writer.close()
     code, error = ExitCode.OK, None
@@ -197,12 +269,30 @@ def camera_command(
             f"{cap.declared_frames} its container declares (truncated?)")
     if error:
         say(f"error: {error}")
+    extra: dict = {}
+    if live is not None:
+        extra["live_view"] = live.summary()
+    if publisher is not None:
+        extra["mqtt"] = publisher.summary()
     if summary == SummaryFormat.json:  # the last line on stderr, whatever came before
-        typer.echo(json.dumps({**stats.summary(), "model": engine.model_path, "task": kind}), err=True)
+        typer.echo(json.dumps({**stats.summary(), "model": engine.model_path, "task": kind, **extra}),
+                   err=True)
     else:
-        say(stats.summary_line())
+        say(stats.summary_line() + _outputs_line(extra))
     if code != ExitCode.OK:
         raise typer.Exit(int(code))
+
+
+def _outputs_line(extra: dict) -> str:
+    text = ""
+    if "live_view" in extra:
+        v = extra["live_view"]
+        text += f"; live view: {v['viewers_total']} viewer(s), {v['frames_encoded']} frame(s) encoded"
+    if "mqtt" in extra:
+        m = extra["mqtt"]
+        text += (f"; mqtt: {m['published']} published, {m['dropped']} dropped, "
+                 f"{m['reconnects']} reconnect(s)")
+    return text
 
 
 def _guess_task(meta_task: Optional[str], output_task: Optional[str], engine) -> str:

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -297,19 +297,31 @@ class CameraStats:
         return text
 
 
+class FrameOutput(Protocol):
+    """Gets every processed frame after the loop is done with it (live view, MQTT): it may keep
+    the image, must not change `record`, and must return at once (hand work to its own thread).
+    `annotated`: the overlay is already drawn on `image`. `stats` is updated as frames go."""
+
+    def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool, fps: Optional[float],
+                 stats: "CameraStats") -> None:
+        ...
+
+
 def run_camera(source: FrameSource, task: FrameTask, *, drop: Optional[bool] = None,
                max_frames: Optional[int] = None, duration: Optional[float] = None,
                reconnect: ReconnectPolicy = ReconnectPolicy(), queue_size: int = 4,
                on_record: Optional[Callable[[dict], None]] = None, display: Optional[Display] = None,
                recorder: Optional[Recorder] = None, overlay: bool = True,
                stop_event: Optional[threading.Event] = None,
-               on_notice: Optional[Callable[[str], None]] = None) -> CameraStats:
+               on_notice: Optional[Callable[[str], None]] = None,
+               outputs: Sequence[FrameOutput] = ()) -> CameraStats:
     """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
 
     `drop` None: newest-frame for live sources, every frame for files (see the module doc).
     Each processed frame gives one record to `on_record`: frame index, timestamp, the task's
     fields, inference latency and the whole frame's time. Ctrl-C stops cleanly (stop
-    "interrupted"). Raises only if the source cannot be opened at all.
+    "interrupted"). Raises only if the source cannot be opened at all. `outputs` (live view,
+    MQTT) get each processed frame and its record after display and recording.
     """
     source.open()
     drop = source.live if drop is None else drop
@@ -361,10 +373,16 @@ def run_camera(source: FrameSource, task: FrameTask, *, drop: Optional[bool] = N
                 inst = 1.0 / (done - last_done)
                 fps_ema = inst if fps_ema is None else 0.9 * fps_ema + 0.1 * inst
             last_done = done
-            if on_record is not None:
-                on_record({"frame": frame.index, "timestamp": round(frame.timestamp, 3),
-                           "source_ms": frame.source_ms, "device": task.device, **fields,
-                           "latency_ms": round(latency, 3), "frame_ms": round(frame_ms, 3)})
+            if on_record is not None or outputs:
+                record = {"frame": frame.index, "timestamp": round(frame.timestamp, 3),
+                          "source_ms": frame.source_ms, "device": task.device, **fields,
+                          "latency_ms": round(latency, 3), "frame_ms": round(frame_ms, 3)}
+                if on_record is not None:
+                    on_record(record)
+                if outputs:
+                    stats.captured, stats.dropped = grabber.captured, grabber.dropped
+                    for out in outputs:
+                        out.on_frame(frame.image, record, annotated=draw, fps=fps_ema, stats=stats)
             if not keep_going:
                 stats.stop = "window closed"
                 break

@@ -1,0 +1,470 @@
+"""Live view for a headless camera (`edgeapp camera --serve`): the annotated frames and the
+numbers in a browser, from a small web server in the camera process.
+
+Routes: `/` a page (live_view.html, no build step) that shows `/stream.mjpg` and polls
+`/stats`; `/stream.mjpg` the annotated frames as MJPEG (multipart/x-mixed-replace);
+`/stats` JSON; `/snapshot.jpg` the newest annotated frame.
+
+Why the standard library's ThreadingHTTPServer: nothing to install on a Pi or a Dev Board
+(Python 3.7), one thread per connection suits a handful of viewers and an MJPEG stream, which
+is a blocking loop of writes, and the inference loop is plain threads already. See the README.
+
+The hand-off never slows inference: the loop's `on_frame` keeps a reference to the newest frame
+(no copy, no drawing, no encoding) and returns. An encoder thread draws the overlay if the loop
+did not and encodes JPEG only while someone watches, at most `fps` times a second, always the
+newest frame. Each viewer's thread sends the newest JPEG whenever it is ready for one: a slow
+viewer skips frames, nothing queues, and a stalled one times out on its own.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from edgeapp.errors import UsageError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+BOUNDARY = "edgeapp-frame"
+MAX_VIEWERS = 8  # streams at once: each is a thread and a socket; more get 503
+SEND_TIMEOUT = 10.0  # seconds a viewer may leave a write blocked before it is dropped
+STATS_WINDOW = 300  # frames behind the live percentiles
+_PAGE = Path(__file__).with_name("live_view.html")
+
+
+# ---------------------------------------------------------------------------------------------
+# --serve [HOST:]PORT
+
+
+@dataclass(frozen=True)
+class ServeAddress:
+    host: str
+    port: int  # 0: any free port (the URL printed at start says which)
+
+    @property
+    def all_interfaces(self) -> bool:
+        return self.host in ("0.0.0.0", "::", "")
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_serve(text: str) -> ServeAddress:
+    """`8080`, `HOST`, `HOST:PORT`, `:PORT`, `[::1]:8080`; the host defaults to 127.0.0.1 and
+    the port to 8080. Binding beyond loopback is only ever what the user typed."""
+    t = text.strip()
+    host, port = DEFAULT_HOST, str(DEFAULT_PORT)
+    if t.startswith("["):
+        end = t.find("]")
+        if end < 0 or (len(t) > end + 1 and t[end + 1] != ":"):
+            raise UsageError(f"--serve {text}: expected [IPv6]:PORT, e.g. [::1]:8080")
+        host, port = t[1:end], t[end + 2:] or port
+    elif t.isdigit():
+        port = t
+    elif t.count(":") == 1:
+        h, p = t.split(":")
+        host, port = h or host, p or port
+    elif t.count(":") > 1:  # a bare IPv6 address
+        try:
+            host = str(ipaddress.IPv6Address(t))
+        except ValueError:
+            raise UsageError(f"--serve {text}: write an IPv6 address with a port as [ADDR]:PORT") from None
+    elif t:
+        host = t
+    if not port.isdigit() or int(port) > 65535:
+        raise UsageError(f"--serve {text}: the port must be a number from 0 to 65535")
+    if not host or any(c.isspace() or c in "/?#@" for c in host):
+        raise UsageError(f"--serve {text}: not a host name or address")
+    return ServeAddress(host, int(port))
+
+
+def exposure_warning(addr: ServeAddress) -> Optional[str]:
+    """One line when the live view can be reached from other machines (it has no password)."""
+    if addr.loopback:
+        return None
+    where = "every network interface" if addr.all_interfaces else addr.host
+    return (f"warning: the live view listens on {where} (port {addr.port}): anyone who can reach "
+            "this machine sees the camera; there is no password")
+
+
+# ---------------------------------------------------------------------------------------------
+# The hand-off
+
+
+def _percentiles(values: list) -> dict:
+    if not values:
+        return {"p50": None, "p99": None}
+    p50, p99 = np.percentile(np.asarray(values, dtype=np.float64), [50, 99])
+    return {"p50": round(float(p50), 3), "p99": round(float(p99), 3)}
+
+
+class _Latest:
+    """The newest processed frame, as the loop left it."""
+
+    __slots__ = ("seq", "image", "record", "annotated", "fps")
+
+    def __init__(self, seq: int, image: np.ndarray, record: dict, annotated: bool,
+                 fps: Optional[float]) -> None:
+        self.seq, self.image, self.record = seq, image, record
+        self.annotated, self.fps = annotated, fps
+
+
+class LiveView:
+    """The web server and its newest-frame hand-off; `on_frame` is the inference loop's side.
+
+    `info`: fixed facts for the page (source, model, task, device, device_note).
+    `extra`: called per /stats request for more numbers (the MQTT counters).
+    """
+
+    def __init__(self, address: ServeAddress, *, fps: float = 10.0, quality: int = 80,
+                 info: Optional[dict] = None, extra: Optional[Callable[[], dict]] = None) -> None:
+        self.address = address
+        self.interval = 1.0 / fps if fps > 0 else 0.0
+        self.quality = int(quality)
+        self.info = dict(info or {})
+        self.extra = extra
+        self.frames_encoded = 0
+        self.snapshots = 0
+        self.viewers = 0
+        self.viewers_max = 0
+        self.viewers_total = 0
+        self.refused = 0  # streams refused beyond MAX_VIEWERS
+        self._lock = threading.Lock()
+        self._frame_ready = threading.Condition(self._lock)  # the encoder waits here
+        self._jpeg_ready = threading.Condition(self._lock)  # viewers wait here
+        self._latest: Optional[_Latest] = None
+        self._frame_seq = 0
+        self._jpeg: Optional[bytes] = None
+        self._jpeg_seq = 0  # counts encodes; viewers remember the last one they sent
+        self._jpeg_from = 0  # the frame seq the current JPEG shows
+        self._encode_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._done_times: deque[float] = deque(maxlen=120)
+        self._stats_ref: Any = None  # the loop's CameraStats, updated by the loop
+        self._started = time.monotonic()
+        self._conns: dict[int, socket.socket] = {}
+        self._handlers: set[threading.Thread] = set()
+        self._server: Optional[ThreadingHTTPServer] = None
+        self._threads: list[threading.Thread] = []
+        self.url = ""
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def start(self) -> "LiveView":
+        """Bind and serve in background threads; a port in use or an address not on this
+        machine is a UsageError."""
+        handler = _make_handler(self)
+        family = socket.AF_INET6 if ":" in self.address.host else socket.AF_INET
+
+        class Server(ThreadingHTTPServer):
+            address_family = family
+            daemon_threads = True
+            allow_reuse_address = True
+            request_queue_size = 16
+
+            def handle_error(self, request, client_address) -> None:  # no tracebacks on stderr
+                pass
+
+        try:
+            self._server = Server((self.address.host, self.address.port), handler)
+        except socket.gaierror as e:
+            raise UsageError(f"--serve {self.address}: cannot resolve {self.address.host!r} ({e.strerror})") from None
+        except OSError as e:
+            why = {98: "the port is in use (choose another, or stop the other program)",
+                   13: "permission denied (ports below 1024 need root; use 8080)",
+                   99: "this machine has no such address"}.get(e.errno, e.strerror or str(e))
+            raise UsageError(f"--serve {self.address}: cannot listen: {why}") from None
+        host, port = self._server.server_address[:2]
+        shown = self.address.host if not self.address.all_interfaces else host
+        shown = f"[{shown}]" if ":" in shown else shown
+        self.url = f"http://{shown}:{port}/"
+        self.port = port
+        self._started = time.monotonic()
+        for target, name in ((self._serve, "edgeapp-http"), (self._encode_loop, "edgeapp-jpeg")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def _serve(self) -> None:
+        assert self._server is not None
+        self._server.serve_forever(poll_interval=0.2)
+
+    def close(self, timeout: float = 3.0) -> None:
+        """Stop serving: end every stream (stalled ones too), join the threads."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with self._lock:
+            self._frame_ready.notify_all()
+            self._jpeg_ready.notify_all()
+        if self._server is not None:
+            self._server.shutdown()
+            with self._lock:
+                conns = list(self._conns.values())
+            for c in conns:  # a viewer blocked in a write gets an error at once
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._server.server_close()
+        end = time.monotonic() + timeout
+        with self._lock:
+            handlers = list(self._handlers)
+        for t in self._threads + handlers:
+            if t is not threading.current_thread():
+                t.join(max(0.0, end - time.monotonic()))
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def __enter__(self) -> "LiveView":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the inference loop's side ----------------------------------------------------------------
+
+    def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool = False,
+                 fps: Optional[float] = None, stats: Any = None) -> None:
+        """Keep the newest frame (a reference: the loop is done with it) and return at once."""
+        now = time.monotonic()
+        with self._lock:
+            self._frame_seq += 1
+            self._latest = _Latest(self._frame_seq, image, record, annotated, fps)
+            self._done_times.append(now)
+            if stats is not None:
+                self._stats_ref = stats
+            if self.viewers:
+                self._frame_ready.notify()
+
+    # -- encoding ---------------------------------------------------------------------------------
+
+    def _encode_loop(self) -> None:
+        last = float("-inf")
+        while True:
+            with self._lock:
+                while not self._closed.is_set() and not (self.viewers and self._frame_seq > self._jpeg_from):
+                    self._frame_ready.wait(1.0)
+            if self._closed.is_set():
+                return
+            wait = last + self.interval - time.monotonic()
+            if wait > 0 and self._closed.wait(wait):
+                return
+            last = time.monotonic()
+            self._encode_newest()
+
+    def _encode_newest(self) -> Optional[bytes]:
+        """The JPEG of the newest frame (encoded now unless it already is)."""
+        with self._encode_lock:
+            with self._lock:
+                latest = self._latest
+                if latest is None:
+                    return None
+                if latest.seq == self._jpeg_from and self._jpeg is not None:
+                    return self._jpeg
+            from edgeapp.hw.capture import cv2_module
+
+            cv2 = cv2_module()
+            if not latest.annotated:  # drawn here, off the inference loop, and only once
+                from edgeapp.core.overlay import draw_result
+
+                rec = latest.record
+                draw_result(latest.image, rec, rec.get("latency_ms"), latest.fps,
+                            str(rec.get("device", self.info.get("device", ""))))
+                latest.annotated = True
+            ok, buf = cv2.imencode(".jpg", latest.image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
+            if not ok:
+                return None
+            jpeg = buf.tobytes()
+            with self._lock:
+                self._jpeg, self._jpeg_from = jpeg, latest.seq
+                self._jpeg_seq += 1
+                self.frames_encoded += 1
+                self._jpeg_ready.notify_all()
+            return jpeg
+
+    def wait_jpeg(self, after: int, timeout: float) -> tuple[Optional[bytes], int]:
+        """The newest JPEG once it is newer than encode number `after`; (None, after) on
+        timeout or close."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            while self._jpeg_seq <= after and not self._closed.is_set():
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None, after
+                self._jpeg_ready.wait(left)
+            if self._closed.is_set():
+                return None, after
+            return self._jpeg, self._jpeg_seq
+
+    def snapshot(self) -> Optional[bytes]:
+        self.snapshots += 1
+        return self._encode_newest()
+
+    def _add_viewer(self) -> bool:
+        with self._lock:
+            if self.viewers >= MAX_VIEWERS:
+                self.refused += 1
+                return False
+            self.viewers += 1
+            self.viewers_total += 1
+            self.viewers_max = max(self.viewers_max, self.viewers)
+            self._frame_ready.notify()
+            return True
+
+    def _remove_viewer(self) -> None:
+        with self._lock:
+            self.viewers -= 1
+
+    # -- numbers ----------------------------------------------------------------------------------
+
+    def fps(self) -> float:
+        """Processed frames per second over the last 3 seconds of frames."""
+        with self._lock:
+            times = list(self._done_times)
+        if len(times) < 2:
+            return 0.0
+        recent = [t for t in times if t >= times[-1] - 3.0]
+        if len(recent) < 2 or recent[-1] <= recent[0]:
+            return 0.0
+        return (len(recent) - 1) / (recent[-1] - recent[0])
+
+    def stats(self) -> dict:
+        """What /stats serves and the page shows."""
+        with self._lock:
+            latest, stats, viewers = self._latest, self._stats_ref, self.viewers
+        out: dict = {"running": not self._closed.is_set() and not (stats is not None and stats.stop),
+                     **self.info, "fps": round(self.fps(), 2),
+                     "uptime_s": round(time.monotonic() - self._started, 1), "viewers": viewers,
+                     "frames_encoded": self.frames_encoded}
+        if stats is not None:
+            out.update({"source": stats.source, "frames_captured": stats.captured,
+                        "frames_processed": stats.processed, "frames_dropped": stats.dropped,
+                        "inference_ms": _percentiles(stats.inference_ms[-STATS_WINDOW:]),
+                        "frame_ms": _percentiles(stats.frame_ms[-STATS_WINDOW:]),
+                        "stop": stats.stop or None})
+        if latest is not None:
+            rec = latest.record
+            out["frame"] = rec.get("frame")
+            out["latency_ms"] = rec.get("latency_ms")
+            for key in ("classes", "objects"):
+                if key in rec:
+                    out[key] = rec[key]
+        if self.extra is not None:
+            out.update(self.extra())
+        return out
+
+    def summary(self) -> dict:
+        return {"url": self.url, "viewers_max": self.viewers_max, "viewers_total": self.viewers_total,
+                "frames_encoded": self.frames_encoded, "snapshots": self.snapshots,
+                "refused": self.refused}
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP
+
+
+def _make_handler(view: LiveView):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "edgeapp-live"
+        protocol_version = "HTTP/1.0"  # one response per connection; streams end by closing
+        timeout = SEND_TIMEOUT
+
+        def setup(self) -> None:
+            super().setup()
+            with view._lock:
+                view._conns[id(self)] = self.connection
+                view._handlers.add(threading.current_thread())
+
+        def finish(self) -> None:
+            try:
+                super().finish()
+            except OSError:
+                pass
+            with view._lock:
+                view._conns.pop(id(self), None)
+                view._handlers.discard(threading.current_thread())
+
+        def log_message(self, format: str, *args) -> None:  # stderr is the summary's
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            try:
+                if path in ("/", "/index.html"):
+                    self._send(HTTPStatus.OK, "text/html; charset=utf-8", _PAGE.read_bytes())
+                elif path == "/stats":
+                    body = json.dumps(view.stats()).encode()
+                    self._send(HTTPStatus.OK, "application/json", body)
+                elif path == "/snapshot.jpg":
+                    jpeg = view.snapshot()
+                    if jpeg is None:
+                        self._send(HTTPStatus.SERVICE_UNAVAILABLE, "text/plain",
+                                   b"no frame yet\n", retry=True)
+                    else:
+                        self._send(HTTPStatus.OK, "image/jpeg", jpeg)
+                elif path == "/stream.mjpg":
+                    self._stream()
+                else:
+                    self._send(HTTPStatus.NOT_FOUND, "text/plain", b"not found\n")
+            except (OSError, ValueError):  # the viewer went away (or timed out): costs nothing
+                self.close_connection = True
+
+        def _send(self, status: HTTPStatus, ctype: str, body: bytes, retry: bool = False) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            if retry:
+                self.send_header("Retry-After", "1")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _stream(self) -> None:
+            if not view._add_viewer():
+                self._send(HTTPStatus.SERVICE_UNAVAILABLE, "text/plain",
+                           f"too many viewers (at most {MAX_VIEWERS})\n".encode(), retry=True)
+                return
+            try:
+                self.send_response(HTTPStatus.OK)
+                self.send_header("Content-Type", f"multipart/x-mixed-replace; boundary={BOUNDARY}")
+                self.send_header("Cache-Control", "no-store")
+                self.send_header("X-Content-Type-Options", "nosniff")
+                self.end_headers()
+                seq = 0
+                while not view.closed:
+                    jpeg, seq = view.wait_jpeg(seq, timeout=1.0)
+                    if jpeg is None:
+                        continue
+                    head = (f"--{BOUNDARY}\r\nContent-Type: image/jpeg\r\n"
+                            f"Content-Length: {len(jpeg)}\r\n\r\n").encode()
+                    self.wfile.write(head + jpeg + b"\r\n")
+                self.wfile.write(f"--{BOUNDARY}--\r\n".encode())
+            finally:
+                view._remove_viewer()
+
+    return Handler

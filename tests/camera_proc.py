@@ -1,0 +1,146 @@
+"""Helpers for the live view and MQTT tests: real OpenCV test videos and `edgeapp camera` run as a
+user runs it (a subprocess), with its stderr read as it comes so a test can wait for a line.
+
+Videos: MJPG in AVI, like tests/test_camera.py. Every frame carries a gray bar at its right edge
+whose length tells its index (`marker_index`; no model sees gray as a class or an object), so
+a test can tell which frame an encoded JPEG shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from conftest import ROOT
+
+W, H = 320, 240
+BGR = {"blue": 0, "green": 1, "red": 2}
+
+
+MARK_PERIOD = 55  # frames before the bar starts again
+
+
+def mark(frame: np.ndarray, index: int) -> np.ndarray:
+    frame[:, W - 16:] = 0
+    frame[2:4 + 4 * (index % MARK_PERIOD), W - 12:W - 4] = 110
+    return frame
+
+
+def marker_index(image: np.ndarray) -> int:
+    """The frame index (modulo MARK_PERIOD) a decoded BGR frame shows."""
+    col = image[:, W - 8].astype(int)
+    n = int((np.abs(col - 110) < 40).all(axis=1).sum())
+    return max(0, int(round((n - 2) / 4.0)))
+
+
+def color_frame(name: str, index: int, rng: np.random.Generator) -> np.ndarray:
+    """Filled with one colour (the tiny classifier's classes) plus noise."""
+    f = rng.integers(0, 60, size=(H, W, 3), dtype=np.uint8)
+    f[:, :, BGR[name]] = 200
+    return mark(f, index)
+
+
+def square_frame(name: Optional[str], cell: int, index: int) -> np.ndarray:
+    """Black with one pure-colour square on the detection models' 4x4 grid (80x60 pixels a
+    cell at 320x240), or none."""
+    f = np.zeros((H, W, 3), np.uint8)
+    if name is not None:
+        r, c = divmod(cell % 16, 4)
+        f[r * 60:(r + 1) * 60, c * 80:(c + 1) * 80, BGR[name]] = 255
+    return mark(f, index)
+
+
+def write_video(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path:
+    import cv2
+
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (W, H))
+    assert writer.isOpened()
+    for f in frames:
+        writer.write(f)
+    writer.release()
+    return path
+
+
+class CameraProc:
+    """`python -m edgeapp camera ...` in the background; stderr lines collected as they come."""
+
+    def __init__(self, *args: object, env: Optional[dict] = None) -> None:
+        cmd = [sys.executable, "-m", "edgeapp", "camera", *[str(a) for a in args]]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env={**os.environ, **(env or {})})
+        self.lines: list[str] = []
+        self.stdout = ""
+        self._cond = threading.Condition()
+        self._err = threading.Thread(target=self._read_err, daemon=True)
+        self._out = threading.Thread(target=self._read_out, daemon=True)
+        self._err.start()
+        self._out.start()
+
+    def _read_err(self) -> None:
+        for line in self.proc.stderr:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+
+    def _read_out(self) -> None:
+        self.stdout = self.proc.stdout.read()
+
+    def wait_line(self, pred: Callable[[str], bool], timeout: float = 60.0) -> str:
+        """The first stderr line matching `pred`; fails on timeout or when the process ends."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    if pred(line):
+                        return line
+                if self.proc.poll() is not None and not self._err.is_alive():
+                    raise AssertionError(f"camera exited ({self.proc.returncode}): {self.stderr}")
+                left = end - time.monotonic()
+                assert left > 0, f"no such line within {timeout} s: {self.stderr}"
+                self._cond.wait(min(left, 0.2))
+
+    def url(self) -> str:
+        line = self.wait_line(lambda ln: "live view on http://" in ln)
+        return line.split("live view on ", 1)[1].strip()
+
+    @property
+    def stderr(self) -> str:
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Signal it (SIGTERM: a clean stop, as systemd does) and wait; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 60.0) -> int:
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"camera did not stop within {timeout} s: {self.stderr}")
+        self._err.join(5)
+        self._out.join(5)
+        return rc
+
+    def summary(self) -> dict:
+        return json.loads(self.lines[-1])
+
+    def __enter__(self) -> "CameraProc":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
