@@ -12,7 +12,7 @@ from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (ChunkSizeOpt, ClusterOpt, CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt,
                                  NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, ShipBytesOpt, StdOpt,
                                  ThreadsOpt, WorkersOpt, cluster_job, cli_errors, finite,
-                                 open_engine, progress_bar, say)
+                                 decode_workers, open_runner, progress_bar, say)
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.flows.records import Format
 
@@ -51,7 +51,7 @@ def detect_command(
     resume: ResumeOpt = False,
     mean: MeanOpt = None,
     std: StdOpt = None,
-    workers: WorkersOpt = 2,
+    workers: WorkersOpt = None,
     device: DeviceOpt = None,
     cpu_model: CpuModelOpt = None,
     threads: ThreadsOpt = None,
@@ -75,6 +75,7 @@ def detect_command(
     from edgeapp.cli.annotate import ImageFolder
     from edgeapp.core.overlay import draw_objects
     from edgeapp.flows.batch import image_model, run_batch
+    from edgeapp.hw.hostinfo import usable_cores
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import detect_task
@@ -86,25 +87,28 @@ def detect_command(
         if annotate is not None:
             raise UsageError("--annotate writes files where the images are processed: not with --cluster")
         job = cluster_job(ctx, "detect", model, device, cpu_model, runtime, threads, no_probe, labels,
-                          mean, std, workers, threshold=threshold, top_k=top_k, resize=resize.value)
+                          mean, std, decode_workers(workers), threshold=threshold, top_k=top_k,
+                          resize=resize.value)
         with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
                 progress_bar(len(paths), "detect") as advance:
             stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
         where = f"the cluster {cluster}"
     else:
-        engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe,
-                             cpu_kernels)
+        runner = open_runner(ctx, model, device, cpu_model, runtime, threads, no_probe,
+                             cpu_kernels, cpu_replicas=usable_cores())
+        engine = runner.engine
         folder = ImageFolder(annotate) if annotate is not None else None
 
         def annotate_one(source, image, objects) -> None:
             folder.annotate(source, image, lambda bgr: draw_objects(bgr, objects))
 
-        task = detect_task(image_model(engine, model, labels, mean, std), threshold, top_k, resize,
+        task = detect_task(image_model(engine, runner.meta_path, labels, mean, std), threshold, top_k, resize,
                            annotate=annotate_one if folder is not None else None)
         with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
-                progress_bar(len(paths), "detect") as advance:
-            stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
-        where = engine.device
+                runner, progress_bar(len(paths), "detect") as advance:
+            stats = run_batch(paths, runner, task, writer, workers=decode_workers(workers),
+                              progress=advance)
+        where = runner.label
     parts = stats.summary(where, output)
     if annotate is not None and stats.ok:
         parts.append(f"annotated images in {annotate}")
