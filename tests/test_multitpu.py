@@ -212,8 +212,17 @@ def test_cpu_default_split_gives_the_one_interpreter_records(cli, tiny_model, im
     assert ") on cpu;" in split.stderr
 
 
+def test_a_command_failing_after_opening_leaves_no_thread(tpus, cli, compiled_pair, images):
+    tpus(THREE)
+    before = set(threading.enumerate())
+    r = cli("classify", compiled_pair[0], images[0], "-d", "all", "--labels", "/nonexistent/labels")
+    assert r.exit_code != 0
+    assert not [t for t in set(threading.enumerate()) - before if t.name.startswith("edgeapp-")]
+
+
 def test_pool_threads_end_when_the_consumer_stops(tpus, compiled_pair):
     tpus(THREE, delay_ms=1)
+    before = set(threading.enumerate())
     engine = open_model(compiled_pair[0], "usb:0", probe=False)
     x = np.zeros(engine.input_shape, engine.input_dtype)
     pool = DevicePool([engine] + [open_model(compiled_pair[0], d, probe=False) for d in ("usb:1", "pci:0")])
@@ -221,7 +230,7 @@ def test_pool_threads_end_when_the_consumer_stops(tpus, compiled_pair):
         for i, (key, done) in enumerate(pool.imap((k, x) for k in range(1000))):
             if i == 5:
                 break  # like Ctrl-C or an error in the caller
-    assert not [t for t in threading.enumerate() if t.name.startswith("edgeapp-") and t.is_alive()]
+    assert not [t for t in set(threading.enumerate()) - before if t.name.startswith("edgeapp-")]
 
 
 # -- segments ----------------------------------------------------------------------------------
@@ -303,12 +312,13 @@ def test_pipeline_equals_the_segments_one_after_another(tpus, tmp_path, tail):
 def test_pipeline_threads_end_on_early_stop(tpus, tmp_path):
     tpus(THREE, delay_ms=1)
     write_segments(tmp_path)
+    before = set(threading.enumerate())
     x = np.zeros((1, 16, 16, 3), np.uint8)
     with open_runner(tmp_path / "colors", "all") as runner:
         for i, _ in enumerate(runner.imap((k, x) for k in range(1000))):
             if i == 3:
                 break
-    assert not [t for t in threading.enumerate() if t.name.startswith("edgeapp-segment")]
+    assert not [t for t in set(threading.enumerate()) - before if t.name.startswith("edgeapp-segment")]
 
 
 @pytest.fixture()

@@ -131,6 +131,7 @@ def camera_command(
 
     runner = open_runner(ctx, model, device, cpu_model, runtime, threads, no_probe, cpu_kernels,
                          work=on_device, depth=1)
+    ctx.call_on_close(runner.close)  # its threads end however this ends
     engine = runner.engine
     loaded = image_model(engine, runner.meta_path, labels, mean, std)
     spec, label_map = loaded.spec, loaded.labels

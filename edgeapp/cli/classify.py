@@ -81,14 +81,15 @@ def classify_command(
     else:
         runner = open_runner(ctx, model, device, cpu_model, runtime, threads, no_probe,
                              cpu_kernels, cpu_replicas=usable_cores())
-        engine = runner.engine
-        task = classify_task(image_model(engine, runner.meta_path, labels, mean, std, fast_decode),
-                             top_k, threshold)
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
-                runner, progress_bar(len(paths), "classify") as advance:
-            stats = run_batch(paths, runner, task, writer, workers=decode_workers(workers),
-                              progress=advance)
-        where = runner.label
+        with runner:  # its threads end however this ends
+            engine = runner.engine
+            task = classify_task(image_model(engine, runner.meta_path, labels, mean, std, fast_decode),
+                                 top_k, threshold)
+            with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+                    progress_bar(len(paths), "classify") as advance:
+                stats = run_batch(paths, runner, task, writer, workers=decode_workers(workers),
+                                  progress=advance)
+            where = runner.label
     say("; ".join(stats.summary(where, output)))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))

@@ -96,19 +96,20 @@ def detect_command(
     else:
         runner = open_runner(ctx, model, device, cpu_model, runtime, threads, no_probe,
                              cpu_kernels, cpu_replicas=usable_cores())
-        engine = runner.engine
-        folder = ImageFolder(annotate) if annotate is not None else None
+        with runner:  # its threads end however this ends
+            engine = runner.engine
+            folder = ImageFolder(annotate) if annotate is not None else None
 
-        def annotate_one(source, image, objects) -> None:
-            folder.annotate(source, image, lambda bgr: draw_objects(bgr, objects))
+            def annotate_one(source, image, objects) -> None:
+                folder.annotate(source, image, lambda bgr: draw_objects(bgr, objects))
 
-        task = detect_task(image_model(engine, runner.meta_path, labels, mean, std), threshold, top_k, resize,
-                           annotate=annotate_one if folder is not None else None)
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
-                runner, progress_bar(len(paths), "detect") as advance:
-            stats = run_batch(paths, runner, task, writer, workers=decode_workers(workers),
-                              progress=advance)
-        where = runner.label
+            task = detect_task(image_model(engine, runner.meta_path, labels, mean, std), threshold,
+                               top_k, resize, annotate=annotate_one if folder is not None else None)
+            with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+                    progress_bar(len(paths), "detect") as advance:
+                stats = run_batch(paths, runner, task, writer, workers=decode_workers(workers),
+                                  progress=advance)
+            where = runner.label
     parts = stats.summary(where, output)
     if annotate is not None and stats.ok:
         parts.append(f"annotated images in {annotate}")
