@@ -59,6 +59,14 @@ class DeviceUnavailable(EdgeappError):
     exit_code = ExitCode.DEVICE_UNAVAILABLE
 
 
+class DeviceFailed(DeviceUnavailable):
+    """An Edge TPU stopped working mid-run (unplugged, delegate error); `device` names it."""
+
+    def __init__(self, message: str, device: str = "edgetpu") -> None:
+        super().__init__(message)
+        self.device = device
+
+
 class ConvertError(EdgeappError):
     exit_code = ExitCode.CONVERT_FAILED
 

@@ -42,7 +42,8 @@ def main_options(
     ctx: typer.Context,
     device: Annotated[str, typer.Option(
         "--device", "-d", envvar="EDGEAPP_DEVICE", metavar="DEVICE",
-        help="Default device for every command: auto, cpu, edgetpu, usb, usb:N, pci, pci:N, :N.")] = "auto",
+        help="Default device for every command: auto, cpu, edgetpu, usb, usb:N, pci, pci:N, :N, "
+             "or several Edge TPUs (usb:0,usb:1 or all).")] = "auto",
     runtime: Annotated[Optional[RuntimeName], typer.Option(
         "--runtime", envvar="EDGEAPP_RUNTIME",
         help="Default TFLite runtime (default: the best installed).", show_default=False)] = None,

@@ -33,8 +33,10 @@ def bench_command(
         show_default=False)] = None,
     device: Annotated[Optional[str], typer.Option(
         "--device", "-d", metavar="DEVICE",
-        help="auto, cpu, edgetpu, usb[:N], pci[:N], or all (every device side by side). "
-             "Default: the global --device, else auto (all with --synthetic).",
+        help="auto, cpu, edgetpu, usb[:N], pci[:N]; a list of Edge TPUs (usb:0,usb:1: each alone, "
+             "then together); or all (the CPU and every Edge TPU found, each alone, then the TPUs "
+             "together). A segment set runs as a pipeline. Default: the global --device, else auto "
+             "(all with --synthetic).",
         show_default=False)] = None,
     runs: Annotated[int, typer.Option("--runs", "-n", min=1, help="Timed inferences.")] = 100,
     warmup: Annotated[int, typer.Option("--warmup", min=0,
@@ -60,6 +62,11 @@ def bench_command(
         "--synthetic", help="Benchmark a generated int8 CONV_2D stack that fits the Edge TPU "
                             "cache: the achievable int8 TOPS of each device (remembered as the "
                             "CPU's peak).")] = False,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", metavar="FILE.png",
+        help="Also draw the thread sweep, the latency distributions and the multi-TPU scaling or "
+             "per-segment times (needs matplotlib: pip install 'edgeapp[plot]').",
+        show_default=False)] = None,
     cpu_model: CpuModelOpt = None,
     cpu_kernels: CpuKernelsOpt = CpuKernels.fast,
     runtime: RuntimeOpt = None,
@@ -74,13 +81,17 @@ def bench_command(
     finite("--duration", duration)
 
     from edgeapp.flows.bench import BenchOptions, run_bench, save_peaks
-    from edgeapp.hw.runtime import parse_device
+    from edgeapp.hw.runtime import parse_devices
 
     dev = resolve_device(ctx, device)
     if synthetic and device is None and dev == "auto":
         dev = "all"
-    if dev != "all":
-        parse_device(dev)  # UsageError for a bad device string
+    if dev.strip().lower() != "all":
+        parse_devices(dev)  # UsageError for a bad device string or list
+    if plot is not None:
+        from edgeapp.flows.benchplot import check_plot_target
+
+        check_plot_target(plot)
     if synthetic and model is not None:
         raise UsageError("give a MODEL or --synthetic, not both")
     if not synthetic and model is None:
@@ -88,7 +99,8 @@ def bench_command(
     opts = BenchOptions(runs=runs, warmup=warmup, duration=duration, power_mode=power_mode.value,
                         watts=watts, runtime=resolve_runtime(ctx, runtime),
                         cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
-                        probe=not no_probe, cpu_kernels=cpu_kernels.value)
+                        probe=not no_probe, cpu_kernels=cpu_kernels.value,
+                        samples={} if plot is not None else None)
     progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
 
     if synthetic:
@@ -134,6 +146,11 @@ def bench_command(
             raise UsageError(f"cannot append to {output}: {e.strerror or e}; the JSON document is on "
                              "stdout instead") from None
         say(f"appended to {output}")
+    if plot is not None:
+        from edgeapp.flows.benchplot import plot_bench
+
+        plot_bench(doc, opts.samples or {}, plot)
+        say(f"plot written to {plot}")
 
 
 def append_line(path: Path, line: str) -> None:
@@ -160,7 +177,8 @@ def append_line(path: Path, line: str) -> None:
 def _progress(result: dict) -> None:
     if result.get("available"):
         threads = result["threads"] if result["threads"] else "default"
-        say(f"{result['device']} ({threads} threads): mean {result['latency_ms']['mean']:.3f} ms "
+        name = result.get("device_name") or result["device"]
+        say(f"{name} ({threads} threads): mean {result['latency_ms']['mean']:.3f} ms "
             f"over {result['runs']} runs")
 
 
@@ -183,19 +201,20 @@ def format_table(doc: dict) -> str:
     header = (f"{'device':<8} {'thr':>4} {'load ms':>8} {'first ms':>9} {'mean ms':>8} {'std':>7} "
               f"{'min':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} {'inf/s':>8} {'GOPS/inf':>8} "
               f"{'TOPS':>8} {'%peak':>6} {'W':>6} {'source':>8} {'TOPS/W':>7} {'mJ/inf':>7}")
-    lines += ["", header]
+    lines += ["", header] if doc["results"] else []
     notes: list[str] = []
     for r in doc["results"]:
         for n in r.get("notes", []):
             if n not in notes:
                 notes.append(n)
+        name = r.get("device_name") or r["device"]
         if not r.get("available"):
-            lines.append(f"{r['device']:<8} unavailable: {r['reason']}")
+            lines.append(f"{name:<8} unavailable: {r['reason']}")
             continue
         lat = r["latency_ms"]
         thr = str(r["threads"]) if r["threads"] else "def"
         share = r.get("share_of_peak")
-        row = (f"{r['device']:<8} {thr:>4} {r['load_ms']:>8.1f} {r['first_ms']:>9.3f} "
+        row = (f"{name:<8} {thr:>4} {r['load_ms']:>8.1f} {r['first_ms']:>9.3f} "
                f"{lat['mean']:>8.3f} {lat['std']:>7.3f} {lat['min']:>7.3f} {lat['p50']:>7.3f} "
                f"{lat['p90']:>7.3f} {lat['p99']:>7.3f} {lat['max']:>7.3f} "
                f"{r['throughput_ips']:>8.1f} "
@@ -209,6 +228,7 @@ def format_table(doc: dict) -> str:
     for dev, c in (doc.get("comparison") or {}).items():
         lines.append(f"{dev} speed-up over CPU: cold {_fmt(c['cold_speedup'])}×, "
                      f"warm {_fmt(c['warm_speedup'])}×")
+    lines += multi_tpu_lines(doc, notes)
     if host.get("governor_warning"):
         notes.insert(0, "warning: " + host["governor_warning"])
     notes += doc.get("notes", [])
@@ -216,3 +236,37 @@ def format_table(doc: dict) -> str:
         lines.append("")
         lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
+
+
+def multi_tpu_lines(doc: dict, notes: list) -> list:
+    """The data-parallel and pipeline sections of the table."""
+    lines = []
+    par = doc.get("parallel")
+    if par and not par.get("available"):
+        lines += ["", f"together: unavailable: {par['reason']}"]
+    elif par:
+        lat = par["latency_ms"]
+        lines += ["", f"together on {', '.join(par['devices'])}: {par['throughput_ips']:.1f} inf/s over "
+                      f"{par['runs']} runs (p50 {lat['p50']:.3f} ms, p99 {lat['p99']:.3f} ms); scaling "
+                      f"efficiency {_fmt(par['scaling_efficiency'])} "
+                      f"(1.00 = {len(par['devices'])}× one TPU)",
+                  f"{'TPUs':>6} {'inf/s':>9} {'efficiency':>10}"]
+        lines += [f"{p['tpus']:>6} {p['throughput_ips']:>9.1f} {_fmt(p['efficiency']):>10}"
+                  for p in par["scaling"]]
+        lines.append("per device in the pool: " + ", ".join(
+            f"{d} {v['runs']} runs, mean {v['mean_ms']:.3f} ms" for d, v in par["per_device"].items()))
+        notes += [n for n in par.get("notes", []) if n not in notes]
+    pipe = doc.get("pipeline")
+    if pipe and not pipe.get("available"):
+        lines += ["", f"pipeline of {pipe['segments']} segments: unavailable: {pipe['reason']}"]
+    elif pipe:
+        e2e = pipe["end_to_end_ms"]
+        lines += ["", f"pipeline of {pipe['segments']} segments on {', '.join(pipe['devices'])}: "
+                      f"{pipe['throughput_ips']:.1f} inf/s over {pipe['runs']} runs; end to end p50 "
+                      f"{e2e['p50']:.3f} ms, p99 {e2e['p99']:.3f} ms; {_fmt(pipe['share_of_bound'])} of "
+                      f"the bottleneck's bound ({_fmt(pipe['bound_ips'], '.1f')} inf/s)",
+                  f"{'segment':>7} {'device':<8} {'mean ms':>8}"]
+        for s in pipe["per_segment"]:
+            mark = "  <- bottleneck" if s["bottleneck"] else ""
+            lines.append(f"{s['segment']:>7} {s['device']:<8} {_fmt(s['mean_ms'], '.3f'):>8}{mark}")
+    return lines

@@ -15,7 +15,7 @@ import typer
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, RuntimeOpt,
-                          StdOpt, ThreadsOpt, cli_errors, finite, open_engine, say)
+                          StdOpt, ThreadsOpt, cli_errors, finite, open_runner, say)
 from edgeapp.errors import EdgeappError, ExitCode, InvalidModel, UsageError
 from edgeapp.flows.records import Format
 
@@ -171,25 +171,37 @@ def camera_command(
 
     if output is not None and output.exists() and output.is_dir():
         raise UsageError(f"--output {output} is a folder")
-    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe,
-                         cpu_kernels)
-    loaded = image_model(engine, model, labels, mean, std)
+    tasks: dict = {}  # one FrameTask per device: each TPU's thread runs its own
+
+    def on_device(engine, image):
+        task = tasks.get(engine.name) or tasks.setdefault(engine.name, make_task(engine))
+        fields, latency = task(image)
+        return fields, latency, getattr(task, "mask", None)  # read in the thread that made it
+
+    runner = open_runner(ctx, model, device, cpu_model, runtime, threads, no_probe, cpu_kernels,
+                         work=on_device, depth=1)
+    ctx.call_on_close(runner.close)  # its threads end however this ends
+    engine = runner.engine
+    loaded = image_model(engine, runner.meta_path, labels, mean, std)
     spec, label_map = loaded.spec, loaded.labels
     kind = task.value if task else _guess_task(loaded.meta.task, engine_task(engine), engine)
-    if kind == "detect":
-        frame_task = DetectTask(engine, spec, label_map, 0.4 if threshold is None else threshold,
-                                top_k, resize)
-    elif kind == "pose":
-        frame_task = PoseTask(engine, spec, 0.2 if threshold is None else threshold, resize)
-    elif kind == "segment":
-        frame_task = SegmentTask(engine, spec, label_map, resize)
-    else:
-        classifier_output(engine, hint="use --task {task}")
-        note = label_count_note(loaded, labels)
-        if note:
-            say(f"warning: {note}")
-        frame_task = ClassifyTask(engine, spec, label_map, top_k or 3,
-                                  0.0 if threshold is None else threshold)
+
+    def make_task(e):
+        if kind == "detect":
+            return DetectTask(e, spec, label_map, 0.4 if threshold is None else threshold, top_k,
+                              resize)
+        if kind == "pose":
+            return PoseTask(e, spec, 0.2 if threshold is None else threshold, resize)
+        if kind == "segment":
+            return SegmentTask(e, spec, label_map, resize)
+        classifier_output(e, hint="use --task {task}")
+        if e is engine:
+            note = label_count_note(loaded, labels)
+            if note:
+                say(f"warning: {note}")
+        return ClassifyTask(e, spec, label_map, top_k or 3, 0.0 if threshold is None else threshold)
+
+    frame_task = tasks.setdefault(engine.name, make_task(engine))
 
     show = has_display() if display is None else display
     if display and not has_display():
@@ -240,10 +252,11 @@ def camera_command(
         stats = run_camera(cap, frame_task, drop=drop_frames, max_frames=max_frames,
                            duration=duration, reconnect=ReconnectPolicy(timeout=reconnect),
                            on_record=on_record if writer else None, display=window,
-                           recorder=recorder, stop_event=stop, on_notice=say,
+                           recorder=recorder, stop_event=stop, on_notice=say, runner=runner,
                            outputs=[o for o in (live, publisher) if o is not None])
     finally:
         restore()
+        runner.close()
         if live is not None:
             live.close()
         if publisher is not None:

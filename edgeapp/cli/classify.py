@@ -11,7 +11,7 @@ from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (ChunkSizeOpt, ClusterOpt, CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt,
                                  NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, ShipBytesOpt, StdOpt,
                                  ThreadsOpt, WorkersOpt, cluster_job, cli_errors, finite,
-                                 open_engine, progress_bar, say)
+                                 decode_workers, open_runner, progress_bar, say)
 from edgeapp.errors import ExitCode
 from edgeapp.flows.records import Format
 
@@ -39,7 +39,7 @@ def classify_command(
     resume: ResumeOpt = False,
     mean: MeanOpt = None,
     std: StdOpt = None,
-    workers: WorkersOpt = 2,
+    workers: WorkersOpt = None,
     fast_decode: Annotated[bool, typer.Option(
         "--fast-decode", help="Decode JPEGs at reduced scale (faster on large photos; scores "
                               "differ slightly from a full decode).")] = False,
@@ -63,6 +63,7 @@ def classify_command(
     finite("--std", std)
 
     from edgeapp.flows.batch import check_resumed_model, image_model, label_count_note, run_batch
+    from edgeapp.hw.hostinfo import usable_cores
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import classify_task
@@ -72,7 +73,8 @@ def classify_command(
         from edgeapp.flows.cluster import run_cluster
 
         job = cluster_job(ctx, "classify", model, device, cpu_model, runtime, threads, no_probe,
-                          labels, mean, std, workers, fast_decode, top_k=top_k, threshold=threshold)
+                          labels, mean, std, decode_workers(workers), fast_decode, top_k=top_k,
+                          threshold=threshold)
         ours = [str(model)] + ([str(cpu_model)] if cpu_model else [])  # as the records name it
         with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
                           check_models=lambda models: check_resumed_model(models, *ours)) as writer, \
@@ -80,19 +82,22 @@ def classify_command(
             stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
         where = f"the cluster {cluster}"
     else:
-        engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe,
-                             cpu_kernels)
-        loaded = image_model(engine, model, labels, mean, std, fast_decode)
-        task = classify_task(loaded, top_k, threshold)
-        note = label_count_note(loaded, labels)
-        if note:
-            say(f"warning: {note}")
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
-                          check_models=lambda models: check_resumed_model(
-                              models, engine.model_path, engine.requested_model)) as writer, \
-                progress_bar(len(paths), "classify") as advance:
-            stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
-        where = engine.device
+        runner = open_runner(ctx, model, device, cpu_model, runtime, threads, no_probe,
+                             cpu_kernels, cpu_replicas=usable_cores())
+        with runner:  # its threads end however this ends
+            engine = runner.engine
+            loaded = image_model(engine, runner.meta_path, labels, mean, std, fast_decode)
+            task = classify_task(loaded, top_k, threshold)
+            note = label_count_note(loaded, labels)
+            if note:
+                say(f"warning: {note}")
+            with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                              check_models=lambda models: check_resumed_model(
+                                  models, engine.model_path, engine.requested_model)) as writer, \
+                    progress_bar(len(paths), "classify") as advance:
+                stats = run_batch(paths, runner, task, writer, workers=decode_workers(workers),
+                                  progress=advance)
+            where = runner.label
     say("; ".join(stats.summary(where, output)))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))

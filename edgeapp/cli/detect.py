@@ -12,7 +12,7 @@ from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (ChunkSizeOpt, ClusterOpt, CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt,
                                  NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, ShipBytesOpt, StdOpt,
                                  ThreadsOpt, WorkersOpt, cluster_job, cli_errors, finite,
-                                 open_engine, progress_bar, say)
+                                 decode_workers, open_runner, progress_bar, say)
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.flows.records import Format
 
@@ -52,7 +52,7 @@ def detect_command(
     resume: ResumeOpt = False,
     mean: MeanOpt = None,
     std: StdOpt = None,
-    workers: WorkersOpt = 2,
+    workers: WorkersOpt = None,
     device: DeviceOpt = None,
     cpu_model: CpuModelOpt = None,
     threads: ThreadsOpt = None,
@@ -76,6 +76,7 @@ def detect_command(
     from edgeapp.cli.annotate import ImageFolder
     from edgeapp.core.overlay import draw_objects
     from edgeapp.flows.batch import check_resumed_model, image_model, run_batch
+    from edgeapp.hw.hostinfo import usable_cores
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import detect_task
@@ -92,7 +93,8 @@ def detect_command(
         from edgeapp.flows.cluster import run_cluster
 
         job = cluster_job(ctx, "detect", model, device, cpu_model, runtime, threads, no_probe, labels,
-                          mean, std, workers, threshold=threshold, top_k=top_k, resize=resize.value)
+                          mean, std, decode_workers(workers), threshold=threshold, top_k=top_k,
+                          resize=resize.value)
         ours = [str(model)] + ([str(cpu_model)] if cpu_model else [])  # as the records name it
         with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
                           check_models=lambda models: check_resumed_model(models, *ours)) as writer, \
@@ -100,20 +102,23 @@ def detect_command(
             stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
         where = f"the cluster {cluster}"
     else:
-        engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe,
-                             cpu_kernels)
+        runner = open_runner(ctx, model, device, cpu_model, runtime, threads, no_probe,
+                             cpu_kernels, cpu_replicas=usable_cores())
+        with runner:  # its threads end however this ends
+            engine = runner.engine
 
-        def annotate_one(source, image, objects) -> None:
-            folder.annotate(source, image, lambda bgr: draw_objects(bgr, objects))
+            def annotate_one(source, image, objects) -> None:
+                folder.annotate(source, image, lambda bgr: draw_objects(bgr, objects))
 
-        task = detect_task(image_model(engine, model, labels, mean, std), threshold, top_k, resize,
-                           annotate=annotate_one if folder is not None else None)
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
-                          check_models=lambda models: check_resumed_model(
-                              models, engine.model_path, engine.requested_model)) as writer, \
-                progress_bar(len(paths), "detect") as advance:
-            stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
-        where = engine.device
+            task = detect_task(image_model(engine, runner.meta_path, labels, mean, std), threshold,
+                               top_k, resize, annotate=annotate_one if folder is not None else None)
+            with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                              check_models=lambda models: check_resumed_model(
+                                  models, engine.model_path, engine.requested_model)) as writer, \
+                    progress_bar(len(paths), "detect") as advance:
+                stats = run_batch(paths, runner, task, writer, workers=decode_workers(workers),
+                                  progress=advance)
+            where = runner.label
     parts = stats.summary(where, output)
     if annotate is not None and stats.ok:
         parts.append(f"annotated images in {annotate}")

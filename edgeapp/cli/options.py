@@ -57,8 +57,10 @@ class Globals:
 
 DeviceOpt = Annotated[Optional[str], typer.Option(
     "--device", "-d", metavar="DEVICE",
-    help="auto (Edge TPU if usable, else CPU), cpu, edgetpu, usb, usb:N, pci, pci:N or :N. "
-         "Default: the global --device, else auto.", show_default=False)]
+    help="auto (Edge TPU if usable, else CPU), cpu, edgetpu, usb, usb:N, pci, pci:N or :N; or "
+         "several Edge TPUs side by side: a list (usb:0,usb:1) or all (every one found), plus "
+         ",auto to let the CPU twin take over when no TPU is left. Default: the global --device, "
+         "else auto.", show_default=False)]
 RuntimeOpt = Annotated[Optional[RuntimeName], typer.Option(
     "--runtime", help="Force a TFLite runtime (default: the global --runtime, else the best installed).",
     show_default=False)]
@@ -87,8 +89,10 @@ OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="Write results to FILE instead of stdout.", show_default=False)]
 ResumeOpt = Annotated[bool, typer.Option(
     "--resume", help="Skip inputs already in --output (after a killed or failed run).")]
-WorkersOpt = Annotated[int, typer.Option(
-    "--workers", min=0, help="Threads decoding images ahead of inference (0: none).")]
+WorkersOpt = Annotated[Optional[int], typer.Option(
+    "--workers", min=0, help="Threads decoding images ahead of inference (0: none). Default: one "
+                             "per usable core, at least 2.", show_default=False)]
+
 ClusterOpt = Annotated[Optional[str], typer.Option(
     "--cluster", metavar="ADDRESS",
     help="Run on a Dask cluster: tcp://SCHEDULER:8786, or local[:N] for N local worker processes "
@@ -164,6 +168,47 @@ def resolve_model(model: Path, device: str = "auto") -> tuple[Path, Optional[str
     from edgeapp.cli.download import resolve_name
 
     return resolve_name(model, device)
+
+
+def decode_workers(workers: Optional[int]) -> int:
+    """--workers, else one decoding thread per usable core (at least 2): with the invoke off
+    the CPU (Edge TPUs) or on its own threads, decoding is what has to keep up."""
+    from edgeapp.hw.hostinfo import usable_cores
+
+    return workers if workers is not None else max(2, usable_cores())
+
+
+def open_runner(ctx: typer.Context, model: Path, device: Optional[str], cpu_model: Optional[Path],
+                runtime: Optional[RuntimeName], threads: Optional[int], no_probe: bool,
+                cpu_kernels: CpuKernels = CpuKernels.fast, **kw):
+    """open_engine for the commands that also run on several Edge TPUs or a segment pipeline
+    (flows/runners.py); notices (fallbacks, a TPU lost mid-run) go to stderr as they happen."""
+    from edgeapp.core.pose import POSENET_OP, posenet_refusal
+    from edgeapp.core.tflite.model import load_model
+    from edgeapp.errors import InvalidModel
+    from edgeapp.core.segments import find_segment_files
+    from edgeapp.flows.runners import open_runner as open_on_devices
+
+    device = resolve_device(ctx, device)
+    if find_segment_files(model) is None:
+        model, notice = resolve_model(model, device)  # a Coral model's name: its cached file
+        if notice:
+            say(notice)
+    try:
+        return open_on_devices(model, device, cpu_model=cpu_model,
+                               runtime=resolve_runtime(ctx, runtime), threads=threads,
+                               probe=not no_probe, on_notice=say,
+                               cpu_kernels=CpuKernels(cpu_kernels).value, **kw)
+    except InvalidModel:
+        parsed = None
+        if Path(model).is_file():
+            try:
+                parsed = load_model(model)
+            except InvalidModel:
+                pass
+        if parsed is not None and POSENET_OP in {op.op for op in parsed.operators}:
+            raise InvalidModel(posenet_refusal(str(model))) from None  # the runtime lacks Coral's op
+        raise
 
 
 def finite(name: str, value: Optional[float]) -> Optional[float]:

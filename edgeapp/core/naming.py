@@ -72,3 +72,31 @@ def segment_paths(path: PathLike) -> Optional[list]:
 def sidecar_path(model_path: PathLike) -> Path:
     """`X.json` beside `X.tflite`: labels and preprocessing written by convert."""
     return Path(model_path).with_suffix(".json")
+
+
+def segment_source(path: PathLike) -> Path:
+    """`X.tflite` beside `X_segment_I_of_N_edgetpu.tflite`: the model the compiler split, which
+    is also the CPU twin of the whole pipeline."""
+    parsed = parse_segment(path)
+    p = Path(path)
+    return p.with_name((parsed[0] if parsed else p.stem) + ".tflite")
+
+
+def segment_sets_of(base: PathLike) -> dict:
+    """The segment files found for the base name `X` (or `X.tflite`, `X_edgetpu.tflite`):
+    {N: [paths of X_segment_I_of_N_edgetpu.tflite found, by I]}, for every N on disk."""
+    p = Path(base)
+    stem = p.name[: -len(".tflite")] if p.name.endswith(".tflite") else p.name
+    if stem.endswith(EDGETPU_SUFFIX):
+        stem = stem[: -len(EDGETPU_SUFFIX)]
+    found: dict = {}
+    folder = p.parent if str(p.parent) else Path(".")
+    for f in sorted(folder.glob(f"{glob_escape(stem)}_segment_*_of_*{EDGETPU_SUFFIX}.tflite")):
+        parsed = parse_segment(f)
+        if parsed and parsed[0] == stem:
+            found.setdefault(parsed[2], []).append(f)
+    return {n: sorted(fs, key=lambda f: parse_segment(f)[1]) for n, fs in found.items()}
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)

@@ -77,3 +77,18 @@ def speedup(baseline_ms: Optional[float], other_ms: Optional[float]) -> Optional
     if not baseline_ms or not other_ms:
         return None
     return baseline_ms / other_ms
+
+
+def scaling_efficiency(aggregate_ips: float, devices: int, one_device_ips: float) -> Optional[float]:
+    """Throughput with N devices ÷ (N × one device's): 1.0 is perfect linear scaling."""
+    if devices < 1 or one_device_ips <= 0:
+        return None
+    return aggregate_ips / (devices * one_device_ips)
+
+
+def bottleneck(stage_ms: Sequence[Optional[float]]) -> Optional[int]:
+    """The pipeline stage that bounds throughput: the slowest one (the first of equals)."""
+    known = [(ms, i) for i, ms in enumerate(stage_ms) if ms is not None]
+    if not known:
+        return None
+    return max(known, key=lambda t: (t[0], -t[1]))[1]

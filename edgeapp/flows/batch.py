@@ -7,13 +7,14 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import numpy as np
 
 from edgeapp.errors import InputError, InvalidModel
 from edgeapp.core.meta import ModelMeta
 from edgeapp.core.model_task import output_task
+from edgeapp.flows.parallel import Runner, SingleRunner
 from edgeapp.flows.prefetch import prefetch
 from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, prepare_image
 from edgeapp.flows.records import RecordWriter
@@ -42,8 +43,8 @@ class InputSpec:
 def input_spec(engine: Engine, meta: ModelMeta, mean: Optional[float] = None,
                std: Optional[float] = None, fast_decode: bool = False) -> InputSpec:
     """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128."""
-    if len(engine.model.inputs) != 1:
-        raise InvalidModel(f"{engine.model_path} has {len(engine.model.inputs)} inputs; an image model "
+    if len(engine.inputs) != 1:
+        raise InvalidModel(f"{engine.model_path} has {len(engine.inputs)} inputs; an image model "
                            "has one")
     shape = engine.input_shape
     if len(shape) != 4 or shape[0] != 1 or shape[3] not in (1, 3):
@@ -154,6 +155,8 @@ class BatchStats:
     skipped: int = 0
     seconds: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
+    per_device: dict = field(default_factory=dict)  # results per device, with several
+    device_failures: list = field(default_factory=list)  # (device, reason) of TPUs lost mid-run
 
     @property
     def per_second(self) -> float:
@@ -165,6 +168,11 @@ class BatchStats:
                  f"({self.per_second:.1f}/s) on {device}"]
         if self.latencies_ms:
             parts.append(f"median inference {statistics.median(self.latencies_ms):.2f} ms")
+        if len(self.per_device) > 1:
+            parts.append("per device: " + ", ".join(f"{d} {n}" for d, n in self.per_device.items()))
+        if self.device_failures:
+            parts.append(f"failed mid-run: {', '.join(d for d, _ in self.device_failures)} "
+                         "(no image lost)")
         if self.skipped:
             parts.append(f"{self.skipped} already done (--resume)")
         if self.failed:
@@ -191,41 +199,61 @@ def check_resumed_model(recorded: set[str], *ours: str) -> None:
                          f"{ours[-1]}; resume with that model, or choose another --output")
 
 
-def iter_records(paths: Iterable, engine: Engine, task: Task, workers: int = 2) -> Iterator[dict]:
+def iter_records(paths: Iterable, engine: Union[Engine, Runner], task: Task,
+                 workers: int = 2) -> Iterator[dict]:
     """One record per input, in input order, as soon as it is produced (the JSONL records).
 
     Inputs are prepared `workers` ahead on threads while the interpreter runs; an input that
-    fails to load gives a record with `error` set, and the batch goes on.
+    fails to load gives a record with `error` set, and the batch goes on. `engine` may be a
+    runner of flows/parallel.py (several Edge TPUs, a segment pipeline): each record then names
+    the device that ran it, still in input order.
     """
-    base = {"device": engine.device, "model": engine.model_path}
-    for path, prepared in prefetch(paths, task.prepare, workers):
-        record = {"path": path, **base}
-        if isinstance(prepared, InputError):
+    runner = as_runner(engine)
+    model = runner.model_path
+    # an input that fails before inference touched no device; one device names it anyway
+    no_device = runner.engine.name if runner.label == runner.engine.name else None
+
+    def work():
+        for path, prepared in prefetch(paths, task.prepare, workers):
+            bad = isinstance(prepared, InputError)
+            yield (path, prepared), (None if bad else prepared[0])
+
+    for (path, prepared), done in runner.imap(work()):
+        record = {"path": path, "device": no_device, "model": model}
+        if done is None:
             record.update(task.empty, latency_ms=None, error=str(prepared))
         else:
-            tensor, context = prepared
-            t0 = time.perf_counter()
-            outputs = engine.run(tensor)
-            latency = (time.perf_counter() - t0) * 1000.0
-            record.update(task.interpret(outputs, context), latency_ms=round(latency, 3), error=None)
+            record["device"], record["model"] = done.device, done.model or model
+            record.update(task.interpret(done.outputs, prepared[1]),
+                          latency_ms=round(done.latency_ms, 3), error=None)
         yield record
 
 
-def run_batch(paths: list[str], engine: Engine, task: Task, writer: RecordWriter,
+def run_batch(paths: list[str], engine: Union[Engine, Runner], task: Task, writer: RecordWriter,
               workers: int = 2, progress: Optional[Callable[[], None]] = None) -> BatchStats:
     """Run every path not already done; each record is written as soon as it is produced."""
+    runner = as_runner(engine)
     stats = BatchStats(total=len(paths))
     todo = [p for p in paths if not writer.is_done(p)]
     stats.skipped = len(paths) - len(todo)
     start = time.perf_counter()
-    for record in iter_records(todo, engine, task, workers):
-        if record["error"] is None:
-            stats.ok += 1
-            stats.latencies_ms.append(record["latency_ms"])
-        else:
-            stats.failed += 1
-        writer.write(record)
-        if progress:
-            progress()
-    stats.seconds = time.perf_counter() - start
+    try:
+        for record in iter_records(todo, runner, task, workers):
+            if record["error"] is None:
+                stats.ok += 1
+                stats.latencies_ms.append(record["latency_ms"])
+            else:
+                stats.failed += 1
+            writer.write(record)
+            if progress:
+                progress()
+    finally:
+        stats.seconds = time.perf_counter() - start
+        stats.per_device = dict(sorted(runner.counts.items()))
+        stats.device_failures = list(runner.failures)
     return stats
+
+
+def as_runner(engine: Union[Engine, Runner]) -> Runner:
+    """An Engine runs as it always did: one device, in the caller's thread."""
+    return engine if isinstance(engine, Runner) else SingleRunner(engine)

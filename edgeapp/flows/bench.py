@@ -47,6 +47,7 @@ class BenchOptions:
     cpu_kernels: str = "fast"  # runtime.CPU_KERNELS
     seed: int = 0
     extra_notes: list[str] = field(default_factory=list)
+    samples: Optional[dict] = None  # label -> latencies (ms), kept for --plot when a dict
 
 
 def random_input(shape: tuple[int, ...], dtype: np.dtype, seed: int = 0) -> np.ndarray:
@@ -98,7 +99,8 @@ def bench_device(model: Union[str, Model], device: str, threads: Optional[int], 
     except (DeviceUnavailable, UsageError) as e:
         if strict or device in ("cpu", "auto"):
             raise
-        return unavailable(_kind(device), str(e), getattr(model, "path", str(model)))
+        return {**unavailable(_kind(device), str(e), getattr(model, "path", str(model))),
+                "device_name": device}
     load_ms = (time.perf_counter() - t0) * 1000.0
     notes = list(opts.extra_notes)
     if engine.notice:
@@ -126,6 +128,8 @@ def bench_device(model: Union[str, Model], device: str, threads: Optional[int], 
 
     lat = stats.latency_stats(latencies)
     ips = stats.throughput(len(latencies), window)
+    if opts.samples is not None:
+        opts.samples[f"{engine.name}" + (f" ({threads} threads)" if threads else "")] = list(latencies)
     counted, count_note = _ops_for(engine)
     if count_note:
         notes.append(count_note)
@@ -134,6 +138,7 @@ def bench_device(model: Union[str, Model], device: str, threads: Optional[int], 
     peak, peak_source = _peak(engine, threads, opts)
     result = {
         "device": engine.device,
+        "device_name": engine.name,
         "available": True,
         "model": engine.model_path,
         "requested_model": engine.requested_model,
@@ -271,7 +276,16 @@ def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
 
 
 def devices_for(device: str) -> list[str]:
-    return ["cpu", "edgetpu"] if device == "all" else [device]
+    """What to measure one by one. `all`: the CPU and every Edge TPU found (one `edgetpu`
+    entry, reported unavailable with the reason, when none is); a list: those TPUs."""
+    from edgeapp.hw.runtime import find_tpus, parse_devices, resolve_tpus
+
+    if device == "all":
+        return ["cpu"] + (find_tpus() or ["edgetpu"])
+    choice = parse_devices(device)
+    if choice.several:
+        return resolve_tpus(choice)
+    return [device]
 
 
 def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchOptions,
@@ -283,6 +297,13 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     there is no compiled model to run on the Edge TPU (e.g. no compiler for --synthetic).
     """
     counts = thread_counts(threads)
+    segments = None
+    if not opts.synthetic:
+        from edgeapp.core.segments import find_segment_files
+
+        segments = find_segment_files(model_path)
+    if segments is not None:
+        return _run_pipeline_bench(segments, device, counts, opts, progress)
     results = []
     model = load_model(model_path)  # read once: every device and thread count runs this parse
     compiled_twin = None
@@ -309,6 +330,36 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     comparison = compare(results)
     if comparison:
         doc["comparison"] = comparison
+    tpus = [r for r in results if r.get("available") and r["device"] == "edgetpu"]
+    if len(tpus) >= 2:  # several TPUs: together too, and how that scales
+        from edgeapp.flows.bench_multi import bench_parallel
+
+        doc["parallel"] = bench_parallel(tpus[0]["model"], [r["device_name"] for r in tpus], opts,
+                                         random_input, opts.samples)
+    return doc
+
+
+def _run_pipeline_bench(segments: list, device: str, counts: list, opts: BenchOptions,
+                        progress=None) -> dict:
+    """A segment set: the pipeline over as many TPUs, and (with all) its whole model on the CPU."""
+    from edgeapp.core.naming import segment_source
+    from edgeapp.core.segments import set_label
+    from edgeapp.flows.bench_multi import bench_pipeline
+
+    results = []
+    whole = Path(opts.cpu_model) if opts.cpu_model else segment_source(segments[0])
+    if device == "all" and whole.exists():
+        for n in counts:
+            r = bench_device(str(whole), "cpu", n, opts)
+            results.append(r)
+            if progress:
+                progress(r)
+        _mark_best(results)
+    model = {**_model_section(load_model(segments[0])), "path": set_label(segments),
+             "segments": len(segments)}
+    doc = {"schema": SCHEMA, "host": host_section(results), "model": model, "results": results}
+    doc["pipeline"] = bench_pipeline(segments, "all" if device == "all" else device, opts,
+                                     random_input, opts.samples)
     return doc
 
 
@@ -317,7 +368,7 @@ def _mark_best(results: list[dict]) -> None:
     by_device: dict[str, list[dict]] = {}
     for r in results:
         if r.get("available"):
-            by_device.setdefault(r["device"], []).append(r)
+            by_device.setdefault(r.get("device_name") or r["device"], []).append(r)
     for rs in by_device.values():
         if len(rs) > 1:
             best = min(rs, key=lambda r: r["latency_ms"]["mean"])
@@ -334,7 +385,7 @@ def compare(results: list[dict]) -> Optional[dict]:
     cpu = min(cpus, key=lambda r: r["latency_ms"]["mean"])
     out = {}
     for r in others:
-        out[r["device"]] = {
+        out[r.get("device_name") or r["device"]] = {
             "cold_speedup": _round(stats.speedup(cpu["first_ms"], r["first_ms"]), 2),
             "warm_speedup": _round(stats.speedup(cpu["latency_ms"]["mean"], r["latency_ms"]["mean"]), 2),
             "cpu_threads": cpu["threads"]}

@@ -239,6 +239,34 @@ class Recorder:
 # The loop
 
 
+class _Inline:
+    """One FrameTask in the loop's own thread, behind the runners' submit/next_done face."""
+
+    window = 1
+
+    def __init__(self, task: FrameTask) -> None:
+        self.task, self.label = task, task.device
+        self._queued: list = []
+
+    @property
+    def pending(self) -> int:
+        return len(self._queued)
+
+    @property
+    def has_room(self) -> bool:
+        return not self._queued
+
+    def submit(self, key, image: np.ndarray) -> None:
+        self._queued.append((key, image))
+
+    def next_done(self, timeout: Optional[float] = None):
+        from edgeapp.flows.parallel import Done
+
+        key, image = self._queued.pop(0)
+        fields, latency = self.task(image)
+        return key, Done((fields, latency, getattr(self.task, "mask", None)), self.task.device, latency)
+
+
 def _percentiles(values: list[float]) -> dict:
     if not values:
         return {"p50": None, "p99": None}
@@ -314,7 +342,7 @@ def run_camera(source: FrameSource, task: FrameTask, *, drop: Optional[bool] = N
                recorder: Optional[Recorder] = None, overlay: bool = True,
                stop_event: Optional[threading.Event] = None,
                on_notice: Optional[Callable[[str], None]] = None,
-               outputs: Sequence[FrameOutput] = ()) -> CameraStats:
+               outputs: Sequence[FrameOutput] = (), runner=None) -> CameraStats:
     """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
 
     `drop` None: newest-frame for live sources, every frame for files (see the module doc).
@@ -322,12 +350,15 @@ def run_camera(source: FrameSource, task: FrameTask, *, drop: Optional[bool] = N
     fields, inference latency and the whole frame's time. Ctrl-C stops cleanly (stop
     "interrupted"). Raises only if the source cannot be opened at all. `outputs` (live view,
     MQTT) get each processed frame and its record after display and recording.
+    `runner` (flows/parallel.py) runs the frames on several Edge TPUs at once, one frame each,
+    results still in frame order; without it `task` runs in this thread.
     """
+    run = runner if runner is not None else _Inline(task)
     source.open()
     drop = source.live if drop is None else drop
     if recorder is not None and recorder.fps is None and source.fps:
         recorder.fps = source.fps
-    stats = CameraStats(source=source.name, device=task.device, live=source.live,
+    stats = CameraStats(source=source.name, device=run.label, live=source.live,
                         policy="newest" if drop else "every")
     grabber = FrameGrabber(source, drop, reconnect, queue_size,
                            pace=drop and not source.live, on_notice=on_notice)
@@ -347,19 +378,26 @@ def run_camera(source: FrameSource, task: FrameTask, *, drop: Optional[bool] = N
             if duration is not None and time.perf_counter() - start >= duration:
                 stats.stop = "duration"
                 break
-            frame = grabber.get(timeout=0.05)
-            if frame is None:
+            # every device gets a frame (the newest ones, under the drop policy)
+            while run.has_room and (max_frames is None or stats.processed + run.pending < max_frames):
+                frame = grabber.get(timeout=0.0 if run.pending else 0.05)
+                if frame is None:
+                    break
+                run.submit((frame, time.perf_counter()), frame.image)
+            if not run.pending:
                 if grabber.done:
                     stats.stop = grabber.end_reason or "end of stream"
                     break
                 continue
-            t0 = time.perf_counter()
-            fields, latency = task(frame.image)
+            result = run.next_done(timeout=0.05)
+            if result is None:
+                continue
+            (frame, t0), ran = result
+            fields, latency, mask = ran.outputs  # mask: a segmentation task's class map, else None
             if draw:
                 from edgeapp.core.overlay import draw_result
 
-                draw_result(frame.image, fields, latency, fps_ema, task.device,
-                            getattr(task, "mask", None))
+                draw_result(frame.image, fields, latency, fps_ema, ran.device, mask)
             if recorder is not None:
                 recorder.write(frame.image)
             keep_going = display.show(frame.image) if display is not None else True
@@ -375,7 +413,7 @@ def run_camera(source: FrameSource, task: FrameTask, *, drop: Optional[bool] = N
             last_done = done
             if on_record is not None or outputs:
                 record = {"frame": frame.index, "timestamp": round(frame.timestamp, 3),
-                          "source_ms": frame.source_ms, "device": task.device, **fields,
+                          "source_ms": frame.source_ms, "device": ran.device, **fields,
                           "latency_ms": round(latency, 3), "frame_ms": round(frame_ms, 3)}
                 if on_record is not None:
                     on_record(record)
@@ -401,6 +439,7 @@ def run_camera(source: FrameSource, task: FrameTask, *, drop: Optional[bool] = N
         stats.reconnects, stats.reconnect_attempts = grabber.reconnects, grabber.reconnect_attempts
         stats.max_pending = grabber.max_pending
         stats.reopen_error = grabber.last_error
+    stats.device = run.label  # "..., then cpu" when a TPU was lost
     if grabber.error is not None and stats.stop == "capture error":
         stats.stop = f"capture error: {type(grabber.error).__name__}: {grabber.error}"
     return stats

@@ -474,11 +474,11 @@ def resolve(arg: str, device: str = "auto", reporter: Optional[Reporter] = None,
     None when `arg` is a path (existing or not) to leave to the caller.
 
     The twin rule: --device cpu takes the CPU model; an Edge TPU device the compiled twin; auto
-    (and bench's all) pull both and take the twin when an Edge TPU is attached, so opening it
+    (and a TPU list or all) pull both and take the twin when an Edge TPU is attached, so opening it
     keeps today's fallback to the CPU twin; with no Edge TPU attached, auto takes the CPU model
     and says so.
     """
-    from edgeapp.hw.runtime import parse_device
+    from edgeapp.hw.runtime import parse_devices
 
     if Path(arg).exists():
         return None
@@ -493,7 +493,8 @@ def resolve(arg: str, device: str = "auto", reporter: Optional[Reporter] = None,
         raise UsageError(f"{arg} is a pipelined model ({len(entry.segments)} segments for "
                          f"{len(entry.segments)} Edge TPUs), which this command cannot run; "
                          f"`edgeapp models pull {arg}` fetches its segments")
-    kind = "all" if device == "all" else parse_device(device).kind
+    choice = parse_devices(device)  # several TPUs (a list, all): the twin, the CPU model beside it
+    kind = "all" if choice.several else choice.single.kind
     notice = None
     if kind == "cpu" or entry.edgetpu is None:
         want_cpu, want_tpu, role = True, False, "cpu"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional
 if TYPE_CHECKING:
     import numpy as np
 
-from edgeapp.errors import DeviceUnavailable, InvalidModel, MissingDependency, UsageError
+from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
 from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
 from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
@@ -165,6 +165,77 @@ def parse_device(text: str) -> DeviceSpec:
     return DeviceSpec(t, "edgetpu", None if t == "edgetpu" else t)
 
 
+_NAMED_TPU_RE = re.compile(r"^(usb:\d+|pci:\d+|:\d+)$")
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """A parsed --device: one device, or several Edge TPUs for a data-parallel or pipelined run.
+
+    `single` is set for one device (auto, cpu, edgetpu, usb:1...). Otherwise `tpus` names the
+    TPUs of a list (`usb:0,pci:0`), or `every` stands for `all` (every Edge TPU found); the CPU
+    is never one of them. `auto` in a list (`all,auto`) lets the CPU twin take over when no TPU
+    is left.
+    """
+
+    text: str
+    single: Optional[DeviceSpec] = None
+    tpus: tuple = ()
+    every: bool = False
+    fallback: bool = False
+
+    @property
+    def several(self) -> bool:
+        return self.single is None
+
+
+def parse_devices(text: Optional[str]) -> DeviceChoice:
+    """--device as the inference commands take it: one device, a list of TPUs, or all."""
+    t = (text or "auto").strip().lower()
+    parts = [p.strip() for p in t.split(",")]
+    if len(parts) == 1 and parts[0] != "all":
+        return DeviceChoice(t, single=parse_device(t))
+    if not all(parts):
+        raise UsageError(f"invalid device list {text!r}: an entry is empty")
+    fallback = "auto" in parts
+    tpus = [p for p in parts if p != "auto"]
+    if "cpu" in tpus:
+        raise UsageError(f"invalid device list {text!r}: the CPU is never mixed into a multi-TPU run; "
+                         "add auto to let the CPU twin take over when no Edge TPU is left")
+    if "all" in tpus:
+        if len(tpus) > 1:
+            raise UsageError(f"invalid device list {text!r}: all already names every Edge TPU")
+        return DeviceChoice(t, every=True, fallback=fallback)
+    for p in tpus:
+        if not _NAMED_TPU_RE.match(p):
+            parse_device(p)  # the usual message for a bad name
+            raise UsageError(f"invalid device list {text!r}: name each Edge TPU (usb:N, pci:N or :N), "
+                             f"not {p!r}")
+    if not tpus:
+        raise UsageError(f"invalid device list {text!r}: no Edge TPU named")
+    if len(set(tpus)) != len(tpus):
+        raise UsageError(f"invalid device list {text!r}: a TPU is named twice")
+    return DeviceChoice(t, tpus=tuple(tpus), fallback=fallback)
+
+
+def find_tpus(root: str = "/") -> list[str]:
+    """The --device names of every Edge TPU found (libedgetpu's list, else sysfs)."""
+    from edgeapp.hw.devices import list_edge_tpus
+
+    return [t.device for t in list_edge_tpus(root, library=edgetpu_library())]
+
+
+def resolve_tpus(choice: DeviceChoice, root: str = "/") -> list[str]:
+    """The TPU names a multi-device choice stands for; `all` enumerates them now."""
+    if not choice.every:
+        return list(choice.tpus)
+    found = find_tpus(root)
+    if not found and not choice.fallback:
+        raise DeviceUnavailable("--device all: no Edge TPU found; plug one in and check "
+                                "`edgeapp devices` (or add auto: all,auto runs the CPU twin then)")
+    return found
+
+
 def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
     """Load the Edge TPU delegate or raise DeviceUnavailable with a short reason and the fix."""
     library = edgetpu_library()
@@ -198,10 +269,14 @@ class Engine:
     requested_model: str
     notice: Optional[str] = None  # one line for stderr: why we run where we run
     cpu_kernels: str = "fast"  # CPU_KERNELS: the kernels of the ops the CPU runs
+    name: Optional[str] = None  # the device as records name it: usb:1, edgetpu (any), cpu
 
     def __post_init__(self) -> None:
-        self.input = self.interpreter.get_input_details()[0]
+        self.inputs = self.interpreter.get_input_details()
+        self.input = self.inputs[0]
         self.outputs = self.interpreter.get_output_details()
+        if self.name is None:
+            self.name = self.device
 
     @property
     def model_path(self) -> str:
@@ -229,12 +304,32 @@ class Engine:
         self.interpreter.set_tensor(self.input["index"], tensor)
 
     def invoke(self) -> None:
-        """Run the model on the input already set: the bare call that benchmarks time."""
-        self.interpreter.invoke()
+        """Run the model on the input already set: the bare call that benchmarks time.
+
+        An Edge TPU that fails here (unplugged, delegate error) raises DeviceFailed, so a
+        multi-TPU run can hand its work to the others."""
+        try:
+            self.interpreter.invoke()
+        except (RuntimeError, ValueError) as e:
+            if self.device != "edgetpu":
+                raise
+            reason = " ".join(str(e).split()) or type(e).__name__
+            reason = reason.split("Node number")[0].strip() or reason
+            raise DeviceFailed(f"Edge TPU {self.name} failed: {reason}", self.name) from None
 
     def run(self, tensor: "np.ndarray") -> "list[np.ndarray]":
         """Invoke on one input tensor; return copies of all raw outputs."""
         self.set_input(tensor)
+        self.invoke()
+        return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
+
+    def run_all(self, tensors: list) -> "list[np.ndarray]":
+        """Invoke with one tensor per input, in input order (model segments take several)."""
+        if len(tensors) != len(self.inputs):
+            raise InvalidModel(f"{self.model_path} takes {len(self.inputs)} input(s), not {len(tensors)}")
+        for detail, tensor in zip(self.inputs, tensors):
+            shape = tuple(int(d) for d in detail["shape"])
+            self.interpreter.set_tensor(detail["index"], tensor.reshape(shape))
         self.invoke()
         return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
 
@@ -271,7 +366,8 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
             return _cpu_engine(rt, twin, threads, str(path),
                                f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU",
                                cpu_kernels)
-        return Engine(interpreter, model, "edgetpu", rt, str(path), cpu_kernels=cpu_kernels)
+        return Engine(interpreter, model, "edgetpu", rt, str(path), cpu_kernels=cpu_kernels,
+                      name=spec.option or "edgetpu")
     if spec.kind == "edgetpu":  # the arguments ask the impossible, whatever is plugged in: exit 2
         compiled = edgetpu_twin_path(model.path)
         fix = (f"pass its compiled build {compiled}" if compiled.is_file()

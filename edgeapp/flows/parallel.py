@@ -1,0 +1,329 @@
+"""Where inference runs: one device, several Edge TPUs side by side, or a segment pipeline.
+
+Every runner takes (key, payload) items and hands back (key, Done) in input order; a payload of
+None (an input that failed before inference) passes through as (key, None) in its place.
+
+Data parallelism (`DevicePool`): one interpreter per TPU, each driven by its own thread, all
+taking work from one queue, so a faster TPU simply takes more. The TFLite runtime releases the
+GIL while it invokes, so N TPUs really work at once. A TPU that fails mid-run (unplugged,
+delegate error) puts the item it held back at the head of the queue, is reported once, and
+takes nothing with it. When no TPU is left, the CPU twin takes the rest if the user allowed it
+(`auto`); otherwise the run stops with DeviceUnavailable once every result before the lost
+items has been handed back, so `--resume` finishes the job.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
+
+from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError
+
+Notice = Callable[[str], None]
+
+
+@dataclass
+class Done:
+    """One result: what the work returned (raw outputs), the device that ran it, and how long
+    the device took (ms)."""
+
+    outputs: Any
+    device: str
+    latency_ms: float
+    model: Optional[str] = None  # the model file that ran, when not the runner's (a CPU twin)
+
+
+class _Raised:
+    """An exception travelling from a worker thread to the caller's thread."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _invoke(engine, payload):
+    return engine.run(payload)
+
+
+def _engine(member):
+    """Members are engines, or per-device objects holding one (camera tasks)."""
+    return member if hasattr(member, "interpreter") else member.engine
+
+
+def _name(member) -> str:
+    return _engine(member).name
+
+
+class Runner:
+    """The common face of the runners: `engine` describes the model's inputs and outputs.
+
+    Two ways to feed one: `imap(items)` for a stream (batches), or `submit` while `has_room`
+    and `next_done` for a loop that must stay in control between results (the camera).
+    """
+
+    engine: Any
+    label: str  # where it runs, for summaries: "cpu", "usb:0, usb:1", ...
+    model_path: str  # what records name as the model
+    meta_path: str  # where labels and normalization are looked up (the sidecar's model)
+    window: int = 1  # items in flight at most
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter = collections.Counter()  # results per device
+        self.failures: list[tuple[str, str]] = []  # (device, reason), once per device
+
+    @property
+    def pending(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def has_room(self) -> bool:
+        return self.pending < self.window
+
+    def submit(self, key, payload) -> None:
+        raise NotImplementedError
+
+    def next_done(self, timeout: Optional[float] = None) -> Optional[Tuple[Any, Done]]:
+        """The oldest submitted item's (key, Done), or None if it is not done within `timeout`."""
+        raise NotImplementedError
+
+    def imap(self, items: Iterable[Tuple[Any, Any]]) -> Iterator[Tuple[Any, Optional[Done]]]:
+        """(key, Done) per (key, payload), in order; a None payload comes back as (key, None)."""
+        order: collections.deque = collections.deque()  # keys; _SKIP marks a None payload
+        it = iter(items)
+        exhausted = False
+        while True:
+            while not exhausted and self.has_room and len(order) < 4 * self.window:
+                nxt = next(it, _END)
+                if nxt is _END:
+                    exhausted = True
+                    break
+                key, payload = nxt
+                if payload is None:
+                    order.append((_SKIP, key))
+                else:
+                    self.submit(key, payload)
+                    order.append((None, key))
+            if not order:
+                return
+            mark, key = order.popleft()
+            if mark is _SKIP:
+                yield key, None
+                continue
+            result = None
+            while result is None:
+                result = self.next_done(timeout=0.2)  # a timeout keeps Ctrl-C responsive
+            yield result
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_END, _SKIP = object(), object()
+
+
+class SingleRunner(Runner):
+    """One engine in the caller's thread (today's path). With a fallback (`auto`), an Edge TPU
+    that fails hands the rest of the run, the failed item first, to the CPU twin."""
+
+    def __init__(self, member, *, work: Callable = _invoke, fallback: Optional[Callable] = None,
+                 on_notice: Optional[Notice] = None, meta_path: Optional[str] = None) -> None:
+        super().__init__()
+        self.member, self._work, self._fallback, self._say = member, work, fallback, on_notice
+        self.engine = engine = _engine(member)
+        self.label = engine.name
+        self.model_path = engine.model_path
+        self.meta_path = meta_path or engine.requested_model
+        self._queued: collections.deque = collections.deque()
+
+    def run(self, payload) -> Done:
+        while True:
+            t0 = time.perf_counter()
+            try:
+                out = self._work(self.member, payload)
+            except DeviceFailed as e:
+                if self._fallback is None:
+                    raise
+                self.failures.append((e.device, str(e)))
+                self.member, self._fallback = self._fallback(), None
+                self.engine = _engine(self.member)
+                self.label = f"{self.label}, then {self.engine.name}"
+                if self._say:
+                    self._say(f"{e}; no Edge TPU left: {self.engine.notice or 'running on CPU'} "
+                              "for the rest")
+                continue
+            done = Done(out, self.engine.name, (time.perf_counter() - t0) * 1000.0,
+                        self.engine.model_path)
+            self.counts[done.device] += 1
+            return done
+
+    @property
+    def pending(self) -> int:
+        return len(self._queued)
+
+    def submit(self, key, payload) -> None:
+        self._queued.append((key, payload))
+
+    def next_done(self, timeout=None):
+        if not self._queued:
+            return None
+        key, payload = self._queued.popleft()
+        return key, self.run(payload)
+
+
+class _Jobs:
+    """The shared work queue: FIFO, except that a failed TPU's item goes back to the head."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put(self, job, front: bool = False) -> None:
+        with self._cond:
+            (self._items.appendleft if front else self._items.append)(job)
+            self._cond.notify()
+
+    def get(self):
+        """The next job, or None once closed."""
+        with self._cond:
+            while not self._items and not self._closed:
+                self._cond.wait()
+            return None if self._closed else self._items.popleft()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class DevicePool(Runner):
+    """Data-parallel inference over several engines (one thread each), results in input order."""
+
+    def __init__(self, members: list, *, work: Callable = _invoke, fallback: Optional[Callable] = None,
+                 on_notice: Optional[Notice] = None, depth: int = 2,
+                 meta_path: Optional[str] = None, label: Optional[str] = None) -> None:
+        super().__init__()
+        if not members:
+            raise ValueError("DevicePool needs at least one member")
+        self.engine = _engine(members[0])
+        self.model_path = self.engine.model_path
+        self.meta_path = meta_path or self.engine.requested_model
+        self.label = label or ", ".join(_name(m) for m in members)
+        self._work, self._fallback, self._say = work, fallback, on_notice
+        self._jobs = _Jobs()
+        self._results: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._alive = 0
+        self._threads: list[threading.Thread] = []
+        self._order: collections.deque = collections.deque()  # (seq, key) submitted, not yet handed back
+        self._ready: dict = {}
+        self._seq = 0
+        self.window = max(1, depth * len(members))
+        for m in members:
+            self._start(m)
+
+    def _start(self, member) -> None:
+        with self._lock:
+            self._alive += 1
+        t = threading.Thread(target=self._worker, args=(member,), daemon=True,
+                             name=f"edgeapp-{_name(member)}")
+        self._threads.append(t)
+        t.start()
+
+    def _worker(self, member) -> None:
+        name, model = _name(member), _engine(member).model_path
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            seq, payload = job
+            t0 = time.perf_counter()
+            try:
+                out = self._work(member, payload)
+            except DeviceFailed as e:
+                self._jobs.put(job, front=True)  # the others take it: nothing lost
+                self._lost(name, e)
+                return
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                self._results.put((seq, _Raised(e)))
+                continue
+            self._results.put((seq, Done(out, name, (time.perf_counter() - t0) * 1000.0, model)))
+
+    def _lost(self, name: str, error: DeviceFailed) -> None:
+        with self._lock:
+            self._alive -= 1
+            self.failures.append((name, str(error)))
+            left, fallback = self._alive, self._fallback
+            if not left:
+                self._fallback = None
+        if left:
+            self._notice(f"{error}; its work goes to the {left} other Edge TPU(s)")
+            return
+        if fallback is not None:
+            try:
+                member = fallback()
+            except EdgeappError as e:
+                self._results.put((None, _Raised(DeviceUnavailable(
+                    f"every Edge TPU failed ({self._reasons()}) and the CPU twin cannot run: {e}"))))
+                return
+            engine = _engine(member)
+            self._notice(f"{error}; no Edge TPU left: {engine.notice or 'running on CPU'} for the rest")
+            self.label += f", then {engine.name}"
+            self._start(member)
+            return
+        self._notice(str(error))
+        self._results.put((None, _Raised(DeviceUnavailable(
+            f"every Edge TPU failed ({', '.join(name for name, _ in self.failures)}); the run stopped "
+            "after the last result in input order (add auto to the device list to let the CPU "
+            "twin finish)"))))
+
+    def _reasons(self) -> str:
+        return "; ".join(reason for _, reason in self.failures)
+
+    def _notice(self, text: str) -> None:
+        if self._say:
+            self._say(text)
+
+    @property
+    def pending(self) -> int:
+        return len(self._order)
+
+    def submit(self, key, payload) -> None:
+        self._jobs.put((self._seq, payload))
+        self._order.append((self._seq, key))
+        self._seq += 1
+
+    def next_done(self, timeout=None):
+        if not self._order:
+            return None
+        head, key = self._order[0]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while head not in self._ready:
+            wait = 0.2 if deadline is None else deadline - time.monotonic()
+            if wait <= 0:
+                return None
+            try:
+                seq, result = self._results.get(timeout=min(wait, 0.2))
+            except queue.Empty:
+                continue
+            if isinstance(result, _Raised):
+                raise result.error
+            self._ready[seq] = result
+        self._order.popleft()
+        done = self._ready.pop(head)
+        self.counts[done.device] += 1
+        return key, done
+
+    def close(self) -> None:
+        self._jobs.close()
+        for t in self._threads:
+            t.join(timeout=5.0)  # a worker inside a hung invoke is a daemon: it cannot block exit
