@@ -39,14 +39,10 @@ def check_command(
 def run_check(path: Path):
     """Load (validated) and check `path`; returns a `check_report.CheckResult`."""
     from edgeapp.core.check_report import check_model
-    from edgeapp.core.tflite.model import load_model, parse_model
+    from edgeapp.core.tflite.model import map_model_file, parse_model
 
-    model = load_model(path)  # validates, with one-line errors
-    try:
-        data = Path(path).read_bytes()
-        model = parse_model(data, str(path))
-    except OSError:
-        data = None
+    data = map_model_file(path)  # mapped once: validation and the check share it
+    model = parse_model(data, str(path))  # validates, with one-line errors
     return check_model(model, data)
 
 

@@ -16,6 +16,7 @@ import platform
 import re
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -132,7 +133,7 @@ def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
         ctypes.CDLL(library)  # fail here, not half-way through the runtime's Delegate object
         return runtime.load_delegate(library, options)
     except OSError as e:
-        raise DeviceUnavailable(_explain_os_error(str(e), library)) from None
+        raise DeviceUnavailable(explain_library_error(str(e), library)) from None
     except ValueError as e:  # "Failed to load delegate from libedgetpu.so.1"
         where = f" at {spec.option}" if spec.option else ""
         reason = " ".join(str(e).split())  # the runtime's message spans lines
@@ -140,7 +141,8 @@ def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
                                 "and that your user may access it (udev rule, plugdev group)") from None
 
 
-def _explain_os_error(message: str, library: str) -> str:
+def explain_library_error(message: str, library: str) -> str:
+    """Why the Edge TPU library did not load, and the fix (the loader's message is cryptic)."""
     if "libusb" in message:
         return "libusb-1.0 is missing (sudo apt install libusb-1.0-0)"
     if os.path.exists(library):  # there, but not a loadable library for this machine
@@ -191,22 +193,33 @@ class Engine:
         return float(scale), int(zero)
 
     def run(self, tensor: np.ndarray) -> list[np.ndarray]:
-        """Invoke on one input tensor; return copies of all raw outputs."""
+        """Invoke on one input tensor; return copies of all raw outputs.
+
+        The runtime's refusal at invoke time (a kernel's parameter check, an input it cannot
+        take) is the model's fault: InvalidModel with the runtime's own words.
+        """
         if tensor.shape != self.input_shape:
             tensor = tensor.reshape(self.input_shape)
-        self.interpreter.set_tensor(self.input["index"], tensor)
-        self.interpreter.invoke()
-        return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
+        try:
+            self.interpreter.set_tensor(self.input["index"], tensor)
+            self.interpreter.invoke()
+            return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
+        except (RuntimeError, ValueError) as e:
+            raise InvalidModel(f"{self.runtime.name} {self.runtime.version} cannot run "
+                               f"{self.model.path}: {runtime_error_text(e)}") from None
 
 
 def open_model(path: str | Path, device: str = "auto", *, cpu_model: Optional[str | Path] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
-               probe: bool = True) -> Engine:
+               probe: bool = True, trust_model: bool = False) -> Engine:
     """Validate the model, pick the device, and return an allocated Engine.
 
     auto: Edge TPU when a compiled model and a TPU are there, else the CPU (the CPU twin for a
     compiled model). An explicit TPU device never falls back: it raises DeviceUnavailable.
-    probe: first try the (runtime, Edge TPU library) pair in a child process (probe.py), so a
+    Containment (probe.py): no model reaches the runtime here before a child process has built,
+    allocated and invoked it once (cached by content hash), so a file that crashes the runtime
+    is refused with one line instead of killing us; trust_model (or EDGEAPP_TRUST_MODEL=1)
+    skips that. probe: first try the (runtime, Edge TPU library) pair in a child, so a
     mismatched build that segfaults is reported instead of killing us.
     """
     spec = parse_device(device)
@@ -216,7 +229,7 @@ def open_model(path: str | Path, device: str = "auto", *, cpu_model: Optional[st
         try:
             if probe:
                 from edgeapp.hw.probe import ensure_probed
-                ensure_probed(rt, spec, model.path)
+                ensure_probed(rt, spec, model.path, check_model=not trust_model)
             delegate = load_edgetpu_delegate(rt, spec)
             interpreter = _interpreter(rt, model, [delegate], threads)
         except DeviceUnavailable as e:
@@ -224,7 +237,8 @@ def open_model(path: str | Path, device: str = "auto", *, cpu_model: Optional[st
                 raise
             twin = _load_twin(model, cpu_model)
             return _cpu_engine(rt, twin, threads, str(path),
-                               f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU")
+                               f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU",
+                               trust_model)
         return Engine(interpreter, model, "edgetpu", rt, str(path))
     if spec.kind == "edgetpu":
         raise UsageError(f"{model.path} is not compiled for the Edge TPU: run `edgeapp compile "
@@ -232,10 +246,10 @@ def open_model(path: str | Path, device: str = "auto", *, cpu_model: Optional[st
     if model.is_edgetpu_compiled:  # --device cpu with a compiled model
         twin = _load_twin(model, cpu_model)
         return _cpu_engine(rt, twin, threads, str(path),
-                           f"--device cpu: running {Path(twin.path).name} (CPU twin) on CPU")
+                           f"--device cpu: running {Path(twin.path).name} (CPU twin) on CPU", trust_model)
     note = None if spec.kind == "cpu" else \
         f"running {Path(model.path).name} on CPU (not compiled for the Edge TPU)"
-    return _cpu_engine(rt, model, threads, str(path), note)
+    return _cpu_engine(rt, model, threads, str(path), note, trust_model)
 
 
 def _load_twin(model: Model, cpu_model: Optional[str | Path]) -> Model:
@@ -263,7 +277,10 @@ def _io_signature(model: Model) -> list[tuple]:
 
 
 def _cpu_engine(rt: Runtime, model: Model, threads: Optional[int], requested: str,
-                notice: Optional[str]) -> Engine:
+                notice: Optional[str], trust_model: bool = False) -> Engine:
+    if not trust_model:
+        from edgeapp.hw.probe import ensure_model_runs
+        ensure_model_runs(rt, model.path)
     return Engine(_interpreter(rt, model, None, threads), model, "cpu", rt, requested, notice)
 
 
@@ -274,8 +291,7 @@ def _interpreter(rt: Runtime, model: Model, delegates: Optional[list], threads: 
             interpreter = rt.make_interpreter(model.path, delegates, threads)
             interpreter.allocate_tensors()
     except (RuntimeError, ValueError) as e:
-        lines = [ln for ln in str(e).strip().splitlines() + native if ln.strip()]
-        first = lines[0] if lines else type(e).__name__
+        first = runtime_error_text(e, native)
         if delegates:
             raise DeviceUnavailable(f"Edge TPU rejected {model.path}: {first}") from None
         raise InvalidModel(f"{rt.name} {rt.version} cannot run {model.path}: {first}") from None
@@ -283,6 +299,28 @@ def _interpreter(rt: Runtime, model: Model, delegates: Optional[list], threads: 
 
 
 _NATIVE_NOISE = ("INFO: Created TensorFlow Lite", "INFO: Initialized TensorFlow Lite")
+# Where one native message ends and the next begins when the runtime glues them together
+# ("...was not true.Node number 12 ...", "...XNNPACK delegateunsupported datatype ...").
+_MESSAGE_START = re.compile(
+    r"(?<=\S)(?=(?:Node number \d|Encountered unresolved|Didn't find op|Input tensor \d|Failed to |"
+    r"tensorflow/lite/|tflite/|third_party/|unsupported |Unsupported |Type |Restored original|"
+    r"Attempting to use a delegate|Cannot |Invalid tensor|Internal error))")
+_SENTENCE_END = re.compile(r"(?<=[a-z)\]0-9]\.)(?=[A-Z])")
+_MAX_MESSAGE = 400
+
+
+def runtime_error_text(error: BaseException, native: Optional[list[str]] = None) -> str:
+    """The runtime's error and what it printed natively, as one readable line."""
+    text = str(error).strip()
+    text = _SENTENCE_END.sub("\n", _MESSAGE_START.sub("\n", text))
+    parts: list[str] = []
+    for line in text.splitlines() + list(native or []):
+        line = line.strip()
+        if line and not line.startswith(_NATIVE_NOISE) and "XNNPACK delegate for CPU" not in line \
+                and line not in parts:
+            parts.append(line)
+    joined = "; ".join(parts) or type(error).__name__
+    return joined if len(joined) <= _MAX_MESSAGE else joined[:_MAX_MESSAGE - 3] + "..."
 
 
 @contextlib.contextmanager
@@ -298,12 +336,15 @@ def native_stderr(lines: list[str]):
         yield
         return
     with tempfile.TemporaryFile() as tmp:
+        fault = _FaultReport(saved)
         try:
             sys.stderr.flush()
+            fault.start()
             os.dup2(tmp.fileno(), 2)
             yield
         finally:
             os.dup2(saved, 2)
+            fault.stop()
             os.close(saved)
             tmp.seek(0)
             text = tmp.read().decode("utf-8", "replace")
@@ -311,3 +352,46 @@ def native_stderr(lines: list[str]):
             if line.strip() and not line.startswith(_NATIVE_NOISE):
                 lines.append(line)
                 sys.stderr.write(line + "\n")
+
+
+class _FaultReport:
+    """While fd 2 is redirected, a native crash still reaches the user's terminal.
+
+    faulthandler writes to the saved (real) stderr, so a runtime dying natively in this process
+    never leaves the user without a line. Restored afterwards.
+    """
+
+    _lock = threading.Lock()
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.was_enabled = False
+        self.active = False
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def start(self) -> None:
+        import faulthandler
+
+        with self._lock:
+            try:
+                self.was_enabled = faulthandler.is_enabled()
+                faulthandler.enable(file=self)
+                self.active = True
+            except (ValueError, OSError, RuntimeError):
+                pass
+
+    def stop(self) -> None:
+        import faulthandler
+
+        with self._lock:
+            if not self.active:
+                return
+            try:
+                if self.was_enabled:
+                    faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+                else:
+                    faulthandler.disable()
+            except (ValueError, OSError, RuntimeError, AttributeError):
+                pass
