@@ -680,13 +680,24 @@ def preload() -> None:
             importlib.import_module(mod.name)
         except Exception:
             pass
-    sys.argv = ["edgeapp", "--version"]
-    with contextlib.redirect_stdout(io.StringIO()):
-        try:
-            runpy.run_module("edgeapp", run_name="__main__", alter_sys=True)
-        except SystemExit:
-            pass
+    # one real (failing) run of each command: Typer imports more on its first real parse
+    for args in (["--version"], ["check", "/nonexistent.tflite"], ["bench", "/nonexistent.tflite"],
+                 ["classify", "/nonexistent.tflite", "x.png"], ["detect", "/nonexistent.tflite", "x.png"]):
+        sys.argv = ["edgeapp"] + args
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                runpy.run_module("edgeapp", run_name="__main__", alter_sys=True)
+            except SystemExit:
+                pass
     assert "tensorflow" not in sys.modules, "preloading imported TensorFlow"
+    try:  # Typer rebuilds the Click command tree on every call (0.15 s): build it once here
+        import functools
+
+        import typer.main
+
+        typer.main.get_command = functools.lru_cache(maxsize=None)(typer.main.get_command)
+    except (ImportError, AttributeError):
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -716,6 +727,8 @@ def fuzz(bases: Dict[str, Path], *, seed: int, mutants: int, jobs: int, timeout:
     image = _image(work)
     os.environ.setdefault("XDG_CACHE_HOME", str(work / "cache"))  # verdict caches stay ours
     os.environ["EDGEAPP_NO_PROGRESS"] = "1"
+    # a model that hangs the runtime is refused by the containment check well within `timeout`
+    os.environ.setdefault("EDGEAPP_PROBE_TIMEOUT", str(max(1.0, timeout / 4)))
     runner = run_subprocess if subprocess_mode else run_forked
     if not subprocess_mode:
         preload()
@@ -732,8 +745,13 @@ def fuzz(bases: Dict[str, Path], *, seed: int, mutants: int, jobs: int, timeout:
                 try:
                     m = make_mutant(seed, index, data, layouts, kinds)
                     runs = test_mutant(m, commands, scratch, image, timeout, runner)
-                    out.write_text(json.dumps({"index": index, "base": m.base, "kind": m.kind,
-                                               "what": m.what, "runs": [r.__dict__ for r in runs]}))
+                    doc = {"index": index, "base": m.base, "kind": m.kind, "what": m.what,
+                           "runs": [r.__dict__ for r in runs]}
+                    if _failed(doc):  # kept at once: a killed campaign keeps what it found
+                        keep = work / "failures"
+                        keep.mkdir(parents=True, exist_ok=True)
+                        (keep / f"{m.name}.tflite").write_bytes(m.data)
+                    out.write_text(json.dumps(doc))
                 except BaseException:
                     import traceback
 
@@ -751,6 +769,8 @@ def fuzz(bases: Dict[str, Path], *, seed: int, mutants: int, jobs: int, timeout:
             out.unlink()
         except (OSError, ValueError):
             raise SystemExit(f"fuzz worker for mutant {index} failed (see above)")
+        with open(work / "runs.jsonl", "a") as log:  # as they come: progress and post-mortems
+            log.write(json.dumps({"seed": seed, **doc}) + "\n")
         m = make_mutant(seed, index, data, layouts, kinds) if _failed(doc) else \
             Mutant(index, doc["base"], doc["kind"], doc["what"], b"")
         results[index] = Result(m, [Run(**r) for r in doc["runs"]])
@@ -835,15 +855,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per command before HANG")
     p.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "edgeapp-fuzz")
     p.add_argument("--bases", help="comma-separated base model names (default: all)")
+    p.add_argument("--base", action="append", default=[], metavar="NAME=PATH",
+                   help="use this model as a base instead of building/finding the usual ones")
     p.add_argument("--kinds", help="comma-separated mutation kinds (default: all): " + ", ".join(MUTATIONS))
     p.add_argument("--commands", default=",".join(COMMANDS))
     p.add_argument("--subprocess", action="store_true", help="real `python -m edgeapp` processes")
     p.add_argument("--json", type=Path, help="also write every run as JSON here")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="set in the environment of the runs (e.g. EDGEAPP_TRUST_MODEL=1 to see what "
+                        "the containment check catches)")
     a = p.parse_args(argv)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     sys.path.insert(0, str(ROOT))
     a.work.mkdir(parents=True, exist_ok=True)
-    bases = build_bases(a.work, log)
+    for item in a.env:
+        name, _, value = item.partition("=")
+        os.environ[name] = value
+    if a.base:
+        bases = {}
+        for item in a.base:
+            name, _, path = item.partition("=")
+            bases[name] = Path(path)
+    else:
+        bases = build_bases(a.work, log)
     if a.bases:
         wanted = a.bases.split(",")
         unknown = [b for b in wanted if b not in bases]
@@ -872,6 +906,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(table(results, by="base"))
     print()
     print(command_table(results))
+    print()
+    for cmd in a.commands.split(","):
+        times = sorted(run.seconds for r in results for run in r.runs if run.command == cmd)
+        if times:
+            print(f"{cmd}: median {times[len(times) // 2]:.2f} s, max {times[-1]:.1f} s per run")
     if a.json:
         a.json.write_text(json.dumps([{"index": r.mutant.index, "base": r.mutant.base,
                                        "kind": r.mutant.kind, "what": r.mutant.what,

@@ -100,14 +100,12 @@ def bench_device(model_path: str, device: str, threads: Optional[int], opts: Ben
     notes = list(opts.extra_notes)
     if engine.notice:
         notes.append(engine.notice)
-    interp = engine.interpreter
-    interp.set_tensor(engine.input["index"],
-                      random_input(engine.input_shape, engine.input_dtype, opts.seed))
+    engine.set_input(random_input(engine.input_shape, engine.input_dtype, opts.seed))
     t = time.perf_counter()
-    interp.invoke()  # cold: on the Edge TPU this uploads the model into its memory
+    engine.invoke()  # cold: on the Edge TPU this uploads the model into its memory
     first_ms = (time.perf_counter() - t) * 1000.0
     for _ in range(opts.warmup):
-        interp.invoke()
+        engine.invoke()
 
     meter = power.open_meter(opts.power_mode, engine.device, watts=opts.watts, root=opts.power_root)
     notes.extend(meter.notes)
@@ -116,7 +114,7 @@ def bench_device(model_path: str, device: str, threads: Optional[int], opts: Ben
     except power.SensorUnavailable as e:
         notes.append(f"{meter.source}: {e}")
         meter = power.PowerMeter("none")
-    latencies, window = time_invocations(interp.invoke, opts.runs, opts.duration)
+    latencies, window = time_invocations(engine.invoke, opts.runs, opts.duration)
     try:
         watts = meter.stop()
     except power.SensorUnavailable as e:  # a sensor that vanished mid-run: no figure, no error

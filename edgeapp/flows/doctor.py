@@ -26,6 +26,7 @@ from edgeapp.hw.probe import Pair, VerdictCache
 from edgeapp.core.userdirs import cache_dir
 from edgeapp.hw.runtime import (EDGETPU_LIB_ENV, RUNTIME_MODULES, available_runtimes, edgetpu_library,
                       runtime_version)
+from edgeapp.hw.proc import isolated_python, log_command
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 HOT_C = 85.0  # the apex driver's first thermal trip point: it starts throttling here
@@ -96,8 +97,9 @@ def runtime_checks(versions: Mapping[str, str]) -> list[Check]:
     for name, version in versions.items():
         if name == "tensorflow":
             continue  # a 5-second import; reported by tensorflow_check
-        proc = subprocess.run([sys.executable, "-c", f"import {RUNTIME_MODULES[name]}"], capture_output=True,
-                              text=True, timeout=120)
+        cmd = isolated_python(f"import {RUNTIME_MODULES[name]}")  # the cwd cannot shadow it
+        log_command(cmd)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if proc.returncode == 0:
             checks.append(Check(f"runtime {name}", OK, f"{version}, imports"))
         else:
@@ -312,6 +314,7 @@ def compiler_check(env: Mapping[str, str], machine: str) -> Check:
         return Check("edgetpu_compiler", WARN, "not installed: needed to compile models for the Edge TPU",
                      "sudo apt install edgetpu-compiler (Coral's apt repository)")
     try:
+        log_command([tool, "--version"])
         out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as e:
         return Check("edgetpu_compiler", FAIL, f"{tool} does not run: {e}", "reinstall edgetpu-compiler")

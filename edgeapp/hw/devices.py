@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
+from edgeapp.hw.proc import log_command
+
 # The USB accelerator shows 1a6e:089a (Global Unichip) until libedgetpu uploads its firmware on
 # first use, then re-enumerates as 18d1:9302 (Google). PCIe/M.2 cards are PCI 1ac1:089a.
 USB_IDS = {("1a6e", "089a"): "USB Accelerator (firmware not loaded yet)",
@@ -229,10 +231,12 @@ def dpkg_owner(path: str, search_path: Optional[str] = None) -> Optional[tuple[s
     if tool is None:
         return None
     try:
+        log_command([tool, "-S", path])
         owner = subprocess.run([tool, "-S", path], capture_output=True, text=True, timeout=20)
         if owner.returncode != 0 or ":" not in owner.stdout:
             return None
         package = owner.stdout.split(":")[0].strip()  # "libedgetpu1-std:amd64: /usr/lib/..."
+        log_command([tool, "-W", "-f=${Version}", package])
         version = subprocess.run([tool, "-W", "-f=${Version}", package], capture_output=True,
                                  text=True, timeout=20).stdout.strip()
     except (OSError, subprocess.SubprocessError):

@@ -37,13 +37,21 @@ def isolated_python(code: str, *args: str) -> list[str]:
     return [sys.executable, "-I", "-c", prelude + code, *args]
 
 
-def log_command(argv: Sequence[str]) -> None:
-    """Record a command about to run (stderr too when EDGEAPP_DEBUG is set)."""
+_logged: set = set()
+
+
+def log_command(argv: Sequence[str], once: bool = False) -> None:
+    """Record a command about to run (stderr too when EDGEAPP_DEBUG is set); once: only its
+    first run in this process (a sensor read four times a second)."""
     text = " ".join(shlex.quote(str(a)) for a in argv)
+    if once:
+        if text in _logged:
+            return
+        _logged.add(text)
     log.info("running %s", text)
     if os.environ.get("EDGEAPP_DEBUG"):
         try:
-            sys.stderr.write(f"edgeapp: running {text}\n")
+            sys.stderr.write(f"edgeapp: exec: {text}\n")
             sys.stderr.flush()
         except (OSError, ValueError):
             pass

@@ -205,8 +205,24 @@ class Engine:
             self.interpreter.invoke()
             return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
         except (RuntimeError, ValueError) as e:
-            raise InvalidModel(f"{self.runtime.name} {self.runtime.version} cannot run "
-                               f"{self.model.path}: {runtime_error_text(e)}") from None
+            raise self._refusal(e) from None
+
+    def set_input(self, tensor: np.ndarray) -> None:
+        try:
+            self.interpreter.set_tensor(self.input["index"], tensor)
+        except (RuntimeError, ValueError) as e:
+            raise self._refusal(e) from None
+
+    def invoke(self) -> None:
+        """One bare invoke (benchmarks time this), refusals as in `run`."""
+        try:
+            self.interpreter.invoke()
+        except RuntimeError as e:
+            raise self._refusal(e) from None
+
+    def _refusal(self, error: BaseException) -> InvalidModel:
+        return InvalidModel(f"{self.runtime.name} {self.runtime.version} cannot run "
+                            f"{self.model.path}: {runtime_error_text(error)}")
 
 
 def open_model(path: str | Path, device: str = "auto", *, cpu_model: Optional[str | Path] = None,
