@@ -132,7 +132,11 @@ def get_objects(outputs: Sequence[np.ndarray], layout: Layout, fit: Fit,
         scale, zero = q[i]
         return dequantize(np.asarray(outputs[i]), float(scale), int(zero))
 
-    boxes = real("boxes").reshape(-1, 4)
+    raw_boxes = real("boxes")
+    if raw_boxes.size % 4:  # the runtime gave what the model's declared shapes did not say
+        raise InvalidModel(f"the model's boxes output has {raw_boxes.size} values when run, not 4 per "
+                           "box: the file is damaged; re-download or re-convert it")
+    boxes = raw_boxes.reshape(-1, 4)
     classes = real("classes").reshape(-1)
     scores = real("scores").reshape(-1)
     n = min(len(boxes), len(classes), len(scores))
