@@ -224,3 +224,47 @@ def test_child_processes_never_import_from_the_working_directory(tiny_model, col
     checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
     assert checks["runtime ai-edge-litert"]["status"] == "ok", checks["runtime ai-edge-litert"]
     assert not ran.exists(), ran.read_text()
+
+
+def test_a_2gb_sparse_file_is_refused_without_reading_it(tmp_path):
+    """Under a 1 GB address-space limit: reading (or mapping) the whole file would fail."""
+    import resource
+
+    sparse = tmp_path / "zeros.tflite"
+    with open(sparse, "wb") as f:
+        f.truncate(2 << 30)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    r = subprocess.run([sys.executable, "-m", "edgeapp", "check", str(sparse)], capture_output=True, text=True,
+                       cwd=ROOT, preexec_fn=limit, timeout=120)
+    assert r.returncode == 4 and "is not a TFLite model" in r.stderr, r.stderr
+
+
+def test_check_counts_ops_of_a_damaged_operator_without_an_internal_error(tmp_path):
+    def conv_without_weights(schema, m, sg):  # CONV_2D with its input only
+        m.operatorCodes = [_opcode(schema, "CONV_2D")]
+        sg.tensors = [_tensor(schema, "x", (1, 8, 8, 3)), _tensor(schema, "y", (1, 8, 8, 4))]
+        sg.operators, sg.inputs, sg.outputs = [_op([0], [1])], [0], [1]
+
+    model = schema_model(tmp_path / "conv.tflite", conv_without_weights)
+    r = edgeapp("check", model, "--format", "json", cache=tmp_path)
+    assert r.returncode in (0, 8) and "internal error" not in r.stderr, r.stderr
+    assert [o["op"] for o in json.loads(r.stdout)["ops"]] == ["CONV_2D"]
+
+
+def test_nan_boxes_scores_classes_and_count_are_no_objects():
+    import numpy as np
+
+    from edgeapp.core.boxes import stretch_fit
+    from edgeapp.core.detect import OutputInfo, find_layout, get_objects
+
+    nan = float("nan")
+    layout = find_layout([OutputInfo(0, "t0", (1, 3)), OutputInfo(1, "t1", (1, 3, 4)),
+                          OutputInfo(2, "t2", (1,)), OutputInfo(3, "t3", (1, 3))])  # TF2 order
+    boxes = [[nan, 0, 0.5, 0.5], [0.5, 0.5, 1, 1], [0, 0, 0.5, 0.5]]
+    out = [np.array([[0.9, 0.8, 0.7]], np.float32), np.array([boxes], np.float32),
+           np.array([nan], np.float32), np.array([[1, 2, nan]], np.float32)]
+    objects = get_objects(out, layout, stretch_fit((100, 100), (64, 64)), threshold=0.5)
+    assert [(o.id, round(o.score, 1)) for o in objects] == [(2, 0.8)]

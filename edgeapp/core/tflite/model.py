@@ -232,6 +232,9 @@ def map_model_file(path: str | Path):
             raise InvalidModel(f"{p} is {kind}, not a .tflite model file")
         if st.st_size == 0:
             return b""
+        head = os.pread(fd, 256, 0) if hasattr(os, "pread") else b""
+        if head and (len(head) < 8 or head[4:8] != _FILE_ID):
+            return head  # not a model: its first bytes say so (a 2 GB file of zeros costs 256 bytes)
         try:
             return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError):  # a file system without mmap: read it, bounded by its size
