@@ -118,6 +118,11 @@ def test_a_model_that_segfaults_the_runtime_is_one_line_and_exit_4(models, color
         (line,) = lines(r.stderr)
         assert "crashes the TFLite runtime" in line and "verdict cached" in line
 
+    renamed = tmp_path / "renamed.tflite"  # the same bytes under another name: cached, named right
+    renamed.write_bytes(models["crash"].read_bytes())
+    r = edgeapp("classify", renamed, color_images["red"], cache=cache)
+    assert r.returncode == 4 and f"error: {renamed} crashes the TFLite runtime" in r.stderr, r.stderr
+
 
 def test_without_containment_a_native_crash_still_leaves_a_line(models, color_images, tmp_path):
     """EDGEAPP_TRUST_MODEL=1 hands the file straight to the runtime: it dies, but not silently

@@ -50,6 +50,7 @@ _MARK = "EDGEAPP_PROBE "
 FIX = "known build mismatch; install a matching pair (see README)"
 MODEL_FIX = "the file is corrupt or uses an unsupported feature"
 CACHED_NOTE = "`edgeapp doctor --forget-probes` to probe again"
+_PATH_MARK = "{model}"  # in cached model messages: the path of the file as given this time
 
 
 def file_sha256(path: str) -> str:
@@ -166,19 +167,27 @@ class VerdictCache:
     def get(self, pair: Pair) -> Optional[Verdict]:
         return _verdict(self.entries().get(pair.key))
 
-    def get_model(self, key: ModelKey) -> Optional[Verdict]:
-        return _verdict(self.model_entries().get(key.key))
+    def get_model(self, key: ModelKey, path: str) -> Optional[Verdict]:
+        """The verdict on this content, its message naming `path` (the same bytes may have
+        been checked under another name)."""
+        v = _verdict(self.model_entries().get(key.key))
+        if v is None:
+            return None
+        return Verdict(v.status, v.message.replace(_PATH_MARK, str(path)), v.edgetpu_version, v.model,
+                       v.probed_at, v.stage)
 
     def put(self, pair: Pair, verdict: Verdict) -> None:
         data = self._load()
         data["verdicts"][pair.key] = {**asdict(pair), **asdict(verdict)}
         self._write(data)
 
-    def put_model(self, key: ModelKey, verdict: Verdict) -> None:
+    def put_model(self, key: ModelKey, verdict: Verdict, path: str) -> None:
         data = self._load()
         models = data["models"]
         models.pop(key.key, None)
-        models[key.key] = {**asdict(key), **asdict(verdict)}
+        entry = {**asdict(key), **asdict(verdict)}
+        entry["message"] = verdict.message.replace(str(path), _PATH_MARK)
+        models[key.key] = entry
         while len(models) > MAX_MODEL_VERDICTS:  # insertion order: the oldest first
             models.pop(next(iter(models)))
         self._write(data)
@@ -230,13 +239,13 @@ def ensure_model_runs(runtime: Any, model_path: str) -> None:
         return
     cache = VerdictCache(cache_dir())
     key = ModelKey(cache.sha256(model_path), runtime.name, runtime.version)
-    verdict = cache.get_model(key)
+    verdict = cache.get_model(key, model_path)
     if verdict is not None:
         verdict = verdict.cached()
     else:
         verdict = _judge_model(runtime, model_path, probe(runtime, model_path, None))
         if verdict.cacheable:
-            cache.put_model(key, verdict)
+            cache.put_model(key, verdict, model_path)
     if verdict.status != "pass":
         raise InvalidModel(verdict.message)
 
@@ -265,7 +274,7 @@ def ensure_probed(runtime: Any, spec: Any, model_path: str, *, check_model: bool
     key = None
     if pair is not None and check_model and not trusted():
         key = ModelKey(cache.sha256(model_path), runtime.name, runtime.version, pair.sha256)
-        verdict = cache.get_model(key)
+        verdict = cache.get_model(key, model_path)
         if verdict is not None:
             if verdict.status != "pass":
                 raise InvalidModel(verdict.cached().message)
@@ -282,10 +291,13 @@ def ensure_probed(runtime: Any, spec: Any, model_path: str, *, check_model: bool
         if verdict.status == "pass" or is_pair_fault:
             cache.put(pair, Verdict(verdict.status, verdict.message, result.edgetpu_version,
                                     verdict.model, verdict.probed_at, verdict.stage))
-        if key is not None and (verdict.status == "pass" or not is_pair_fault):
-            cache.put_model(key, verdict)
         if verdict.status != "pass" and not is_pair_fault:
-            raise InvalidModel(_model_crash_message(runtime, model_path, result, delegate=True))
+            verdict = Verdict(verdict.status, _model_crash_message(runtime, model_path, result, delegate=True),
+                              verdict.edgetpu_version, verdict.model, verdict.probed_at, verdict.stage)
+        if key is not None and (verdict.status == "pass" or not is_pair_fault):
+            cache.put_model(key, verdict, model_path)
+        if verdict.status != "pass" and not is_pair_fault:
+            raise InvalidModel(verdict.message)
     if verdict.status != "pass":
         raise DeviceUnavailable(verdict.message)
 
