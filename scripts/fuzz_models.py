@@ -28,14 +28,12 @@ processes instead (what the repro lines do).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import math
 import os
 import random
 import shlex
-import shutil
 import signal
 import struct
 import subprocess

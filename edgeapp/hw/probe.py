@@ -27,12 +27,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -423,8 +424,6 @@ def _timeout_from_env() -> float:
 def _can_fork() -> bool:
     """Fork on Linux when no other Python thread runs (idle native pools, OpenBLAS's, are fine:
     the child never calls into them); a crash or hang seen in a fork is confirmed by a spawn."""
-    import threading
-
     return sys.platform.startswith("linux") and os.environ.get(SPAWN_ENV) != "1" and \
         threading.active_count() == 1
 
@@ -488,44 +487,61 @@ def _lines(err: Any) -> tuple:
 
 def _collect(pid: int, fd: int, timeout: float, ready_timeout: float,
              proc: Optional[subprocess.Popen] = None) -> ChildResult:
-    """Read the child's lines until EOF or a deadline; kill it if it is late; reap it."""
+    """Read the child's lines until EOF or a deadline; kill it if it is late; reap it.
+
+    A thread reads the pipe (select() does not take pipes on Windows) and ends at EOF, which the
+    child's exit guarantees; it is joined before returning, so the next check may fork again.
+    """
     out = ChildResult()
-    deadline = time.monotonic() + ready_timeout
-    buf = b""
-    try:
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        buf = b""
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                out.hung = True
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
                 break
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(fd, 65536)
             if not chunk:
                 break
             buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for raw in lines:
-                line = raw.decode("utf-8", "replace")
-                if not line.startswith(_MARK):
-                    continue
-                word, _, rest = line[len(_MARK):].partition(" ")
-                if word == "ready":
-                    out.ready, deadline = True, time.monotonic() + timeout
-                elif word == "stage":
-                    out.stage = rest
-                elif word == "library":
-                    info = json.loads(rest)
-                    out.library, out.edgetpu_version = info.get("path"), info.get("version")
-                elif word == "result":
-                    out.result = json.loads(rest)
+            *complete, buf = buf.split(b"\n")
+            for raw in complete:
+                lines.put(raw.decode("utf-8", "replace"))
+        lines.put(None)
+
+    reader = threading.Thread(target=pump, name="edgeapp-probe-reader", daemon=True)
+    reader.start()
+    deadline = time.monotonic() + ready_timeout
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                out.hung = True
+                break
+            if line is None:
+                break
+            if not line.startswith(_MARK):
+                continue
+            word, _, rest = line[len(_MARK):].partition(" ")
+            if word == "ready":
+                out.ready, deadline = True, time.monotonic() + timeout
+            elif word == "stage":
+                out.stage = rest
+            elif word == "library":
+                info = json.loads(rest)
+                out.library, out.edgetpu_version = info.get("path"), info.get("version")
+            elif word == "result":
+                out.result = json.loads(rest)
     except BaseException:  # Ctrl-C while waiting: the child goes too
         _kill(pid, proc)
+        reader.join(timeout=5)
         raise
     if out.hung:
         _kill(pid, proc)
     out.returncode = proc.wait() if proc is not None else _reap(pid)
+    reader.join(timeout=5)
     return out
 
 
