@@ -22,6 +22,7 @@ class ExitCode(IntEnum):
     NOT_MAPPABLE = 8  # check/compile: the model does not fully map to the Edge TPU
     COMPILE_FAILED = 9  # edgetpu_compiler failed
     CHECKS_FAILED = 10  # doctor: at least one check failed
+    CLUSTER_LOST = 11  # --cluster: the Dask scheduler cannot be reached or went away
 
 
 class EdgeappError(Exception):
@@ -65,3 +66,18 @@ class MissingDependency(EdgeappError):
 
 class CompileError(EdgeappError):
     exit_code = ExitCode.COMPILE_FAILED
+
+
+class ClusterError(EdgeappError):
+    """The Dask scheduler is unreachable or was lost mid-run (the output so far is kept)."""
+
+    exit_code = ExitCode.CLUSTER_LOST
+
+
+def error_for_exit_code(code: int, message: str) -> EdgeappError:
+    """The typed error that has this exit code (errors that crossed a process boundary)."""
+    for cls in (UsageError, InputError, InvalidModel, DeviceUnavailable, ConvertError,
+                MissingDependency, CompileError, ClusterError):
+        if int(cls.exit_code) == code:
+            return cls(message)
+    return EdgeappError(message)

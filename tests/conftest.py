@@ -176,3 +176,11 @@ def color_images(tmp_path_factory) -> dict[str, Path]:
         Image.fromarray(color_pixels(c, rng, 64)[:48]).save(p)
         out[name] = p
     return out
+
+
+@pytest.fixture(scope="session")
+def det_models(tmp_path_factory) -> dict:
+    """Detection models of every output layout (tests/detection_models.py), built once."""
+    import detection_models
+
+    return detection_models.build(tmp_path_factory)

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from edgeapp.core.boxes import (BBox, Fit, ResizeMode, area, clip, intersection, iou, letterbox_fit, make_fit,
+from edgeapp.core.boxes import (BBox, Fit, ResizeMode, clip, letterbox_fit, make_fit,
                            scale, stretch_fit, to_original, translate)
 
 
@@ -27,27 +27,8 @@ def test_from_yxyx_takes_the_detection_order():
 
 
 def test_area_and_validity():
-    assert area(BBox(0, 0, 4, 3)) == 12
-    assert area(BBox(5, 5, 1, 1)) == 0  # inverted: empty, never negative
     assert BBox(0, 0, 1, 1).valid and not BBox(2, 0, 1, 1).valid
     assert BBox(1, 2, 4, 8).width == 3 and BBox(1, 2, 4, 8).height == 6
-
-
-@pytest.mark.parametrize("a, b, expected", [
-    (BBox(0, 0, 2, 2), BBox(0, 0, 2, 2), 1.0),
-    (BBox(0, 0, 2, 2), BBox(1, 1, 3, 3), 1 / 7),
-    (BBox(0, 0, 2, 2), BBox(2, 0, 4, 2), 0.0),  # touching edges
-    (BBox(0, 0, 2, 2), BBox(5, 5, 6, 6), 0.0),  # disjoint
-    (BBox(0, 0, 4, 4), BBox(1, 1, 3, 3), 4 / 16),  # inside
-    (BBox(0, 0, 0, 0), BBox(0, 0, 0, 0), 0.0),  # empty: no division by zero
-])
-def test_iou(a, b, expected):
-    assert iou(a, b) == pytest.approx(expected)
-    assert iou(b, a) == pytest.approx(expected)
-
-
-def test_intersection_of_disjoint_boxes_is_empty():
-    assert area(intersection(BBox(0, 0, 1, 1), BBox(2, 2, 3, 3))) == 0
 
 
 def test_clip_to_image_edges():

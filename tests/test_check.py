@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+MIB = 1024 * 1024
 from edgeapp.core import check_report as CR
 from edgeapp.core import edgetpu_rules as R
 from edgeapp.errors import ExitCode
@@ -262,11 +263,11 @@ def test_parameters_over_the_cache_warn_about_streaming():
     a = g.conv(x)
     w = g.tensors[1]
     g.tensors[1] = Tensor(w.index, w.name, w.shape, w.dtype, w.buffer, w.quantization,
-                          data_size=9 * CR.MIB)
+                          data_size=9 * MIB)
     m = g.model([x], [a])
     preds, _ = R.predict(m)
     s = CR.summarize(m, preds)
-    assert s["streamed_bytes_estimate"] == 9 * CR.MIB + g.tensors[2].data_size - 8 * CR.MIB
+    assert s["streamed_bytes_estimate"] == 9 * MIB + g.tensors[2].data_size - 8 * MIB
     assert any("streamed from host memory on every inference" in w for w in s["warnings"])
     assert any("--segments" in a for a in s["advice"])
 

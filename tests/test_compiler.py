@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from edgeapp.core.naming import compiler_outputs
 from edgeapp.hw import compiler as C
 from edgeapp.core import compiler_output as CO
 from edgeapp.errors import ExitCode, MissingDependency
@@ -169,9 +170,9 @@ def test_segments_are_parsed_per_block_and_summed():
 
 
 def test_output_naming_as_the_compiler_does_it(tmp_path):
-    assert C.compiled_paths("a/b/X.tflite", tmp_path) == [
+    assert compiler_outputs("a/b/X.tflite", tmp_path) == [
         (tmp_path / "X_edgetpu.tflite", tmp_path / "X_edgetpu.log")]
-    assert [p.name for p, _ in C.compiled_paths("X.tflite", tmp_path, 3)] == [
+    assert [p.name for p, _ in compiler_outputs("X.tflite", tmp_path, 3)] == [
         "X_segment_0_of_3_edgetpu.tflite", "X_segment_1_of_3_edgetpu.tflite",
         "X_segment_2_of_3_edgetpu.tflite"]
 

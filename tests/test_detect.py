@@ -22,11 +22,6 @@ from edgeapp.errors import ExitCode, InvalidModel
 RED, GREEN, BLUE = 0, 1, 2  # class ids of the test models (and RGB channels)
 
 
-@pytest.fixture(scope="session")
-def det_models(tmp_path_factory) -> dict[str, Path]:
-    return dm.build(tmp_path_factory)
-
-
 def paint(path: Path, size: tuple[int, int], squares: list[tuple[int, int, int, int, int]]) -> Path:
     """An RGB image (width, height), black, with squares (channel, x0, y0, x1, y1) at 255."""
     from PIL import Image

@@ -157,12 +157,28 @@ def test_pycoral_real_or_the_unrelated_pypi_package(tmp_path, monkeypatch):
     assert pycoral_check().status == OK
 
 
-def test_doctor_on_this_machine(cli, tmp_path, monkeypatch):
-    """The real environment: no Edge TPU, no libedgetpu. Exit 0 unless a check fails."""
+def test_doctor_on_this_machine(tmp_path, monkeypatch):
+    """The real environment: no Edge TPU, no libedgetpu. Exit 0 unless a check fails.
+
+    Run in a fresh process: a libedgetpu that another test loaded into this one would answer
+    for `libedgetpu.so.1` (the dynamic loader matches loaded libraries by soname)."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
     monkeypatch.setenv("EDGEAPP_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("EDGEAPP_EDGETPU_LIB", raising=False)
+
+    def cli(*args):
+        r = subprocess.run([sys.executable, "-m", "edgeapp", *args], capture_output=True, text=True)
+        return SimpleNamespace(exit_code=r.returncode, stdout=r.stdout, stderr=r.stderr)
+
     table = cli("doctor")
     assert table.exit_code in (0, int(ExitCode.CHECKS_FAILED)), table.stderr
-    assert all(ln.split()[0] in (OK, WARN, FAIL) for ln in table.stdout.splitlines())
+    checks, _, plan = table.stdout.partition("\n\n")  # the checks, then this platform's plan
+    assert all(ln.split()[0] in (OK, WARN, FAIL) for ln in checks.splitlines())
+    major, minor = platform.python_version_tuple()[:2]
+    assert plan.startswith("plan for ") and f"Python {major}.{minor}" in plan.split("\n")[0]
     result = cli("doctor", "--format", "json")
     report = json.loads(result.stdout)
     checks = report["checks"]

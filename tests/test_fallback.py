@@ -6,7 +6,8 @@ import pytest
 
 from conftest import ROOT
 from edgeapp.errors import ExitCode
-from edgeapp.hw.runtime import cpu_twin_path, open_model, parse_device
+from edgeapp.core.naming import cpu_twin_path
+from edgeapp.hw.runtime import open_model, parse_device
 from edgeapp.core.tflite.model import load_model
 
 

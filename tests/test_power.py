@@ -8,6 +8,7 @@ import stat
 
 import pytest
 
+from edgeapp.core.edgetpu_specs import NOMINAL_WATTS
 from edgeapp.hw import hostinfo, power
 
 # `vcgencmd pmic_read_adc` as printed by a Raspberry Pi 5 Model B under load (Raspberry Pi OS
@@ -193,7 +194,7 @@ def test_user_watts_nominal_and_none(tmp_path):
     user = power.open_meter("auto", "cpu", watts=4.5, root=tmp_path)
     assert (user.source, user.stop()) == ("user", 4.5)
     nominal = power.open_meter("auto", "edgetpu", root=tmp_path)
-    assert (nominal.source, nominal.stop()) == ("nominal", power.EDGETPU_NOMINAL_WATTS)
+    assert (nominal.source, nominal.stop()) == ("nominal", NOMINAL_WATTS)
     off = power.open_meter("none", "cpu", root=tmp_path)
     assert (off.source, off.stop()) == ("none", None)
     nothing = power.open_meter("auto", "cpu", root=tmp_path)

@@ -260,23 +260,19 @@ def test_doctor_reports_the_library_and_the_cached_verdict(run_with, fake_libs, 
 
 
 @pytest.mark.parametrize("package_version, status, says", [
-    ("16.0", "warn", "reported to crash under ai-edge-litert"),  # Google's build, TensorFlow 2.5
-    ("16.0tf2.17.1-1.bookworm", "ok", "libedgetpu built for TensorFlow 2.17"),  # a community rebuild
+    ("16.0", "fail", "(Google's build for TensorFlow 2.5) is known to crash under ai-edge-litert"),
+    ("16.0tf2.17.1-1.bookworm", "ok", "(community build for TensorFlow 2.17)"),  # a community rebuild
 ])
 def test_doctor_names_the_debian_package_and_known_bad_builds(fake_libs, tmp_path, package_version,
                                                               status, says):
-    """dpkg-query stand-in on PATH, answering as dpkg does for libedgetpu1-max."""
-    tool = tmp_path / "bin" / "dpkg-query"
-    tool.parent.mkdir()
-    tool.write_text(f"""#!/bin/sh
-case "$1" in
-  -S) echo "libedgetpu1-max:amd64: $2" ;;
-  -W) printf '%s' '{package_version}' ;;
-esac
-""")
-    tool.chmod(0o755)
+    """dpkg's database under doctor's root says libedgetpu1-max owns the library, as dpkg would."""
+    info = tmp_path / "root/var/lib/dpkg/info"
+    info.mkdir(parents=True)
+    (info / "libedgetpu1-max:amd64.list").write_text(f"/.\n/usr\n{fake_libs['LOADS']}\n")
+    (info.parent / "status").write_text("Package: libedgetpu1-max\nStatus: install ok installed\n"
+                                        f"Architecture: amd64\nVersion: {package_version}\n")
     env = {"EDGEAPP_EDGETPU_LIB": str(fake_libs["LOADS"]), "EDGEAPP_CACHE_DIR": str(tmp_path / "cache"),
-           "PATH": str(tool.parent)}
-    lib, pair = library_checks(env, {"ai-edge-litert": metadata.version("ai-edge-litert")})
-    assert lib.detail.endswith(f"{fake_libs['LOADS']}, libedgetpu1-max {package_version}")
+           "PATH": os.environ.get("PATH", "")}
+    lib, pair = library_checks(env, {"ai-edge-litert": metadata.version("ai-edge-litert")}, tmp_path / "root")
+    assert f"{fake_libs['LOADS']}, libedgetpu1-max {package_version}; libedgetpu {package_version}" in lib.detail
     assert pair.status == status and says in pair.detail

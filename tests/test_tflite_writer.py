@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
 from edgeapp.hw.runtime import open_model
-from edgeapp.flows.synthetic import (DEFAULT_SPEC, EDGETPU_CACHE_BYTES, SyntheticSpec, build_synthetic,
+from edgeapp.flows.synthetic import (DEFAULT_SPEC, SyntheticSpec, build_synthetic,
                                write_synthetic)
 from edgeapp.core.tflite.model import load_model
 from edgeapp.core.tflite.writer import ModelWriter, conv_layer, dense_layer, int8_input
@@ -94,7 +95,7 @@ def test_conv_per_channel_runs_like_numpy(tmp_path, stride):
     filt = model.tensors[model.operators[0].inputs[1]]
     assert filt.quantization.scale == pytest.approx(tuple(scales))
     assert filt.quantization.quantized_dimension == 0
-    assert model.operators[0].option(1, "i") == stride  # Conv2DOptions.stride_w
+    assert model.operators[0].option("stride_w", "i") == stride
     side = -(-7 // stride)
     assert model.output_tensors[0].shape == (1, side, side, 5)
 
@@ -119,11 +120,11 @@ def test_writer_refuses_what_it_cannot_write():
 
 def test_synthetic_model_fits_the_edgetpu_cache_and_runs(tmp_path):
     spec = DEFAULT_SPEC
-    assert spec.parameter_bytes < EDGETPU_CACHE_BYTES
+    assert spec.parameter_bytes < ON_CHIP_CACHE_BYTES
     path = write_synthetic(tmp_path / "syn.tflite")
     model = load_model(path)
     assert model.parameter_bytes == spec.parameter_bytes
-    assert path.stat().st_size < EDGETPU_CACHE_BYTES
+    assert path.stat().st_size < ON_CHIP_CACHE_BYTES
     assert model.op_names == ["CONV_2D"] * spec.layers
     assert model.input_tensors[0].shape == spec.input_shape
 

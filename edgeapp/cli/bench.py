@@ -4,25 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from edgeapp.cli.options import (CpuModelOpt, NoProbeOpt, ReportFormat, ReportFormatOpt, RuntimeOpt,
-                          cli_errors, finite, resolve_device, resolve_runtime, say)
+                          choices, cli_errors, finite, resolve_device, resolve_runtime, say)
+from edgeapp.hw.power import POWER_MODES
 from edgeapp.errors import UsageError
 
 app = typer.Typer()
 
 
-class PowerMode(str, Enum):
-    auto = "auto"
-    rapl = "rapl"
-    hwmon = "hwmon"
-    vcgencmd = "vcgencmd"
-    none = "none"
+PowerMode = choices("PowerMode", POWER_MODES)
 
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from edgeapp.core.units import format_bytes
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors
 from edgeapp.errors import ExitCode
 
@@ -27,23 +28,15 @@ def check_command(
     Works on any OS, without edgetpu_compiler. Exit code 0 when the whole model is predicted to
     run on the Edge TPU, 8 when part or none of it is (see the reasons and advice).
     """
-    result = run_check(model)
+    from edgeapp.flows.check import check_file
+
+    result = check_file(model)
     if fmt == ReportFormat.json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
         typer.echo(render(result))
     if not result.fully_mapped:
         raise typer.Exit(int(ExitCode.NOT_MAPPABLE))
-
-
-def run_check(path: Path):
-    """Load (validated) and check `path`; returns a `check_report.CheckResult`."""
-    from edgeapp.core.check_report import check_model
-    from edgeapp.core.tflite.model import map_model_file, parse_model
-
-    data = map_model_file(path)  # mapped once: validation and the check share it
-    model = parse_model(data, str(path))  # validates, with one-line errors
-    return check_model(model, data)
 
 
 def _pct(x) -> str:
@@ -55,13 +48,6 @@ def _count(n: int) -> str:
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return str(n)
-
-
-def _size(n: int) -> str:
-    for unit, size in (("MiB", 1024 ** 2), ("KiB", 1024)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
 
 
 def verdict_line(result) -> str:
@@ -104,8 +90,8 @@ def render(result) -> str:
                  f"{s['ops_cpu']} on the CPU")
     lines.append(f"MACs        {_count(s['macs_tpu'])} of {_count(s['macs_total'])} on the Edge TPU "
                  f"({_pct(s['macs_tpu_share'])})")
-    lines.append(f"parameters  {_size(s['parameter_bytes_tpu'])} on the Edge TPU of ~8 MiB on-chip "
-                 f"cache ({_size(s['parameter_bytes'])} in the file)")
+    lines.append(f"parameters  {format_bytes(s['parameter_bytes_tpu'])} on the Edge TPU of ~8 MiB on-chip "
+                 f"cache ({format_bytes(s['parameter_bytes'])} in the file)")
     lines.append(f"input       {_io_text(s['inputs'])}")
     lines.append(f"output      {_io_text(s['outputs'])}")
     for w in s["warnings"]:

@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
-from edgeapp.cli.options import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, OutputOpt,
-                          ResumeOpt, RuntimeOpt, StdOpt, ThreadsOpt, WorkersOpt, cli_errors,
-                          finite, open_engine, progress_bar, say)
+from edgeapp.cli.options import (ChunkSizeOpt, ClusterOpt, CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt,
+                                 NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, ShipBytesOpt, StdOpt,
+                                 ThreadsOpt, WorkersOpt, cluster_job, cli_errors, finite,
+                                 open_engine, progress_bar, say)
 from edgeapp.errors import ExitCode
 from edgeapp.flows.records import Format
 
@@ -45,6 +46,9 @@ def classify_command(
     threads: ThreadsOpt = None,
     runtime: RuntimeOpt = None,
     no_probe: NoProbeOpt = False,
+    cluster: ClusterOpt = None,
+    ship_bytes: ShipBytesOpt = False,
+    chunk_size: ChunkSizeOpt = 16,
 ) -> None:
     """Classify images on the Edge TPU, or on the CPU when none is usable.
 
@@ -55,30 +59,30 @@ def classify_command(
     finite("--mean", mean)
     finite("--std", std)
 
-    from edgeapp.core.classify import class_fields, get_classes_from_scores, get_scores
+    from edgeapp.flows.batch import image_model, run_batch
     from edgeapp.flows.inputs import expand_inputs
-    from edgeapp.flows.batch import classifier_output, image_model, run_batch
     from edgeapp.flows.records import RecordWriter
+    from edgeapp.flows.tasks import classify_task
 
     paths = expand_inputs(inputs)
-    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
-    loaded = image_model(engine, model, labels, mean, std, fast_decode)
-    spec, label_map = loaded.spec, loaded.labels
-    out_scale, out_zero = classifier_output(engine)
+    if cluster:
+        from edgeapp.flows.cluster import run_cluster
 
-    def prepare(path: str):
-        return spec.prepare(path), None
-
-    def interpret(outputs, _context) -> dict:
-        scores = get_scores(outputs[0], out_scale, out_zero)
-        classes = get_classes_from_scores(scores, top_k, threshold)
-        return {"classes": class_fields(classes, label_map)}
-
-    with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
-            progress_bar(len(paths), "classify") as advance:
-        stats = run_batch(paths, engine, prepare, interpret, {"classes": []}, writer, workers=workers,
-                          progress=advance)
-    say("; ".join(stats.summary(engine.device, output)))
+        job = cluster_job(ctx, "classify", model, device, cpu_model, runtime, threads, no_probe,
+                          labels, mean, std, workers, fast_decode, top_k=top_k, threshold=threshold)
+        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+                progress_bar(len(paths), "classify") as advance:
+            stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
+        where = f"the cluster {cluster}"
+    else:
+        engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
+        task = classify_task(image_model(engine, model, labels, mean, std, fast_decode), top_k,
+                             threshold)
+        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+                progress_bar(len(paths), "classify") as advance:
+            stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
+        where = engine.device
+    say("; ".join(stats.summary(where, output)))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
 

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from edgeapp.core.units import format_bytes
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
 
 app = typer.Typer()
@@ -47,26 +48,13 @@ def compile_command(
     the compiler fails or times out, 7 when it is not installed (`edgeapp check` predicts the
     mapping without it).
     """
-    report = run_compile(model, out_dir=out_dir, segments=segments, min_runtime=min_runtime,
-                         timeout=timeout, search_delegate=search_delegate, compiler=compiler)
+    from edgeapp.flows.compile import compile_file
+
+    report = compile_file(model, out_dir=out_dir, segments=segments, min_runtime=min_runtime,
+                          timeout=timeout, search_delegate=search_delegate, compiler=compiler,
+                          log=say)
     emit(report, fmt.value)
     finish(report)
-
-
-def run_compile(model: Path, *, out_dir=None, segments=None, min_runtime=None, timeout=180.0,
-                search_delegate=False, compiler=None):
-    """Validate the model, find the compiler and run it; returns a `compiler.CompileReport`."""
-    from edgeapp.hw.compiler import compile_model, find_compiler
-    from edgeapp.errors import UsageError
-    from edgeapp.core.tflite.model import load_model
-
-    m = load_model(model)
-    if m.is_edgetpu_compiled:
-        raise UsageError(f"{model} is already compiled for the Edge TPU (edgetpu-custom-op): "
-                         "compile its CPU model instead")
-    exe = find_compiler(compiler)
-    return compile_model(model, exe, out_dir, segments=segments, min_runtime=min_runtime,
-                         timeout=timeout, search_delegate=search_delegate, log=say)
 
 
 def emit(report, fmt: str) -> None:
@@ -91,13 +79,6 @@ def finish(report) -> None:
         raise typer.Exit(j.exit_code)
 
 
-def _size(n: Optional[int]) -> str:
-    if n is None:
-        return "?"
-    for unit, size in (("MiB", 1024 ** 2), ("KiB", 1024)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
 
 
 VERDICTS = {"fully_mapped": "fully mapped to the Edge TPU",
@@ -112,18 +93,18 @@ def render(report) -> str:
             ("compiler", f"{report.compiler} (version {r.compiler_version or '?'})")]
     if r.compile_ms is not None:
         rows.append(("compile time", f"{r.compile_ms} ms"))
-    rows.append(("input", f"{r.input_model or report.model} ({_size(r.input_size_bytes)})"))
+    rows.append(("input", f"{r.input_model or report.model} ({format_bytes(r.input_size_bytes)})"))
     for o in report.outputs:
         if o["exists"]:
-            rows.append(("output", f"{o['model']}" + (f" ({_size(r.output_size_bytes)})"
+            rows.append(("output", f"{o['model']}" + (f" ({format_bytes(r.output_size_bytes)})"
                                                      if len(report.outputs) == 1 else "")))
     if report.cpu_model:
         rows.append(("CPU twin", report.cpu_model))
     if r.on_chip_used_bytes is not None:
-        rows.append(("on-chip memory", f"{_size(r.on_chip_used_bytes)} used, "
-                                       f"{_size(r.on_chip_remaining_bytes)} remaining"))
+        rows.append(("on-chip memory", f"{format_bytes(r.on_chip_used_bytes)} used, "
+                                       f"{format_bytes(r.on_chip_remaining_bytes)} remaining"))
     if r.off_chip_bytes is not None:
-        rows.append(("off-chip (streamed)", _size(r.off_chip_bytes)))
+        rows.append(("off-chip (streamed)", format_bytes(r.off_chip_bytes)))
     if r.subgraphs is not None:
         rows.append(("Edge TPU subgraphs", str(r.subgraphs)))
     if r.total_ops is not None:

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from edgeapp.core.units import format_bytes
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, finite, say
 
 app = typer.Typer()
@@ -83,7 +84,7 @@ def convert_command(
     label_map = read_labels(labels) if labels else ({i: n for i, n in enumerate(names)} if names else None)
     sidecar = write_sidecar(output, ModelMeta(labels=label_map, mean=mean, std=std, task="classify",
                                               extra={"source": str(model)}))
-    report = _evaluate(output, float_model, evaluation, mean, std)
+    report = converter.evaluate(output, float_model, evaluation, mean, std)
     report.update(model=str(output), source=str(model), sidecar=str(sidecar), io=io.value,
                   size_bytes=tflite.size, input_shape=list(tflite.input_tensors[0].shape),
                   calibration_samples=len(cal.x),
@@ -101,9 +102,10 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
     """Add the `check` verdict (and the --compile result) to the report, print it, and return
     the exit code: 0, or the compile step's code when it ran and did not map everything."""
     from edgeapp.errors import MissingDependency
-    from edgeapp.cli.check import run_check, verdict_line
+    from edgeapp.cli.check import verdict_line
+    from edgeapp.flows.check import check_file
 
-    checked = run_check(output)
+    checked = check_file(output)
     report["edgetpu_check"] = checked.summary
     report["edgetpu_verdict"] = verdict_line(checked)
     compiled = None
@@ -138,46 +140,8 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
     return j.exit_code
 
 
-def _evaluate(path: Path, float_model, data, mean: float, std: float) -> dict:
-    """Top-1 of the float model vs the int8 model run as `classify` runs it."""
-    import numpy as np
-
-    from edgeapp.core.classify import get_scores
-    from edgeapp.flows.convert import normalize
-    from edgeapp.core.preprocess import quantize_input
-    from edgeapp.hw.runtime import open_model
-
-    x = normalize(data, mean, std)
-    float_top1 = np.argmax(float_model.predict(x).reshape(len(x), -1), axis=1)
-    engine = open_model(path, "cpu")
-    scale, zero = engine.input_quantization
-    out_scale, out_zero = engine.outputs[0].get("quantization", (0.0, 0))
-    int8_top1 = []
-    for i in range(len(x)):
-        if data.normalized:  # float inputs: quantize them directly
-            q = x[i] if engine.input_dtype.kind == "f" else np.clip(
-                np.rint(x[i] / scale + zero), *_limits(engine.input_dtype)).astype(engine.input_dtype)
-        else:
-            q = quantize_input(data.x[i], engine.input_dtype, scale, zero, mean, std)
-        int8_top1.append(int(np.argmax(get_scores(engine.run(q[None])[0], out_scale, out_zero))))
-    int8_top1 = np.array(int8_top1)
-    report = {"samples": len(x), "agreement": round(float(np.mean(float_top1 == int8_top1)), 4),
-              "float_accuracy": None, "int8_accuracy": None}
-    if data.y is not None and (data.y >= 0).all():
-        report["float_accuracy"] = round(float(np.mean(float_top1 == data.y)), 4)
-        report["int8_accuracy"] = round(float(np.mean(int8_top1 == data.y)), 4)
-    return report
-
-
-def _limits(dtype) -> tuple[int, int]:
-    import numpy as np
-
-    info = np.iinfo(dtype)
-    return info.min, info.max
-
-
 def _print_report(r: dict) -> None:
-    rows = [("model", f"{r['model']} ({r['size_bytes'] / 1024:.1f} KiB, {r['io']} I/O, input "
+    rows = [("model", f"{r['model']} ({format_bytes(r['size_bytes'])}, {r['io']} I/O, input "
                       f"{r['input_shape']})"),
             ("sidecar", r["sidecar"]),
             ("calibration", f"{r['calibration_samples']} sample(s)"),

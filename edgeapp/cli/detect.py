@@ -9,9 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from edgeapp.core.boxes import ResizeMode
-from edgeapp.cli.options import (CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt, NoProbeOpt, OutputOpt,
-                          ResumeOpt, RuntimeOpt, StdOpt, ThreadsOpt, WorkersOpt, cli_errors,
-                          finite, open_engine, progress_bar, say)
+from edgeapp.cli.options import (ChunkSizeOpt, ClusterOpt, CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt,
+                                 NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, ShipBytesOpt, StdOpt,
+                                 ThreadsOpt, WorkersOpt, cluster_job, cli_errors, finite,
+                                 open_engine, progress_bar, say)
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.flows.records import Format
 
@@ -56,6 +57,9 @@ def detect_command(
     threads: ThreadsOpt = None,
     runtime: RuntimeOpt = None,
     no_probe: NoProbeOpt = False,
+    cluster: ClusterOpt = None,
+    ship_bytes: ShipBytesOpt = False,
+    chunk_size: ChunkSizeOpt = 16,
 ) -> None:
     """Detect objects in images on the Edge TPU, or on the CPU when none is usable.
 
@@ -67,35 +71,33 @@ def detect_command(
     finite("--mean", mean)
     finite("--std", std)
 
-    from edgeapp.core.detect import engine_layout, get_objects, object_fields, prepare_detection
-    from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.batch import image_model, run_batch
+    from edgeapp.flows.inputs import expand_inputs
     from edgeapp.flows.records import RecordWriter
+    from edgeapp.flows.tasks import detect_task
 
     paths = expand_inputs(inputs)
-    engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
-    loaded = image_model(engine, model, labels, mean, std)
-    spec, label_map = loaded.spec, loaded.labels
-    layout = engine_layout(engine)
-    quant = [o.get("quantization", (0.0, 0)) for o in engine.outputs]
-    annotator = _Annotator(annotate) if annotate is not None else None
+    if cluster:
+        from edgeapp.flows.cluster import run_cluster
 
-    def prepare(path: str):
-        tensor, context = prepare_detection(path, spec, resize, keep_image=annotator is not None)
-        return tensor, {**context, "path": path}
-
-    def interpret(outputs, context) -> dict:
-        objects = object_fields(get_objects(outputs, layout, context["fit"], quant, threshold, top_k),
-                                label_map)
-        if annotator is not None:
-            annotator.write(context["path"], context["image"], objects)
-        return {"objects": objects}
-
-    with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
-            progress_bar(len(paths), "detect") as advance:
-        stats = run_batch(paths, engine, prepare, interpret, {"objects": []}, writer, workers=workers,
-                          progress=advance)
-    parts = stats.summary(engine.device, output)
+        if annotate is not None:
+            raise UsageError("--annotate writes files where the images are processed: not with --cluster")
+        job = cluster_job(ctx, "detect", model, device, cpu_model, runtime, threads, no_probe, labels,
+                          mean, std, workers, threshold=threshold, top_k=top_k, resize=resize.value)
+        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+                progress_bar(len(paths), "detect") as advance:
+            stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
+        where = f"the cluster {cluster}"
+    else:
+        engine = open_engine(ctx, model, device, cpu_model, runtime, threads, no_probe)
+        annotator = _Annotator(annotate) if annotate is not None else None
+        task = detect_task(image_model(engine, model, labels, mean, std), threshold, top_k, resize,
+                           annotate=annotator.write if annotator is not None else None)
+        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+                progress_bar(len(paths), "detect") as advance:
+            stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
+        where = engine.device
+    parts = stats.summary(where, output)
     if annotate is not None and stats.ok:
         parts.append(f"annotated images in {annotate}")
     say("; ".join(parts))

@@ -27,7 +27,7 @@ def devices_command(
     Exit 0 also when there is none: it says so.
     """
     from edgeapp.hw.devices import list_edge_tpus
-    from edgeapp.hw.runtime import edgetpu_library
+    from edgeapp.hw.libedgetpu import edgetpu_library
 
     tpus = list_edge_tpus(root, edgetpu_library())
     if fmt is ReportFormat.json:

@@ -13,15 +13,19 @@ from typing import Annotated, Callable, Optional, TypeVar
 
 import typer
 
+from edgeapp.core.limits import MAX_THREADS
 from edgeapp.errors import EdgeappError, ExitCode
+from edgeapp.hw.runtime import RUNTIMES
 
 F = TypeVar("F", bound=Callable)
 
 
-class RuntimeName(str, Enum):
-    ai_edge_litert = "ai-edge-litert"
-    tflite_runtime = "tflite-runtime"
-    tensorflow = "tensorflow"
+def choices(name: str, values) -> type:
+    """A str Enum for Typer from a library's tuple of allowed values (the library owns them)."""
+    return Enum(name, [(v.replace("-", "_"), v) for v in values], type=str)
+
+
+RuntimeName = choices("RuntimeName", RUNTIMES)
 
 
 class ReportFormat(str, Enum):
@@ -51,7 +55,7 @@ CpuModelOpt = Annotated[Optional[Path], typer.Option(
     "--cpu-model", help="CPU twin to run when a *_edgetpu.tflite model cannot use the Edge TPU "
                         "(default: X.tflite beside X_edgetpu.tflite).", show_default=False)]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
-    "--threads", min=1, max=64, help="Interpreter threads for CPU inference (default: the runtime's).",
+    "--threads", min=1, max=MAX_THREADS, help="Interpreter threads for CPU inference (default: the runtime's).",
     show_default=False)]
 NoProbeOpt = Annotated[bool, typer.Option(
     "--no-probe", envvar="EDGEAPP_NO_PROBE",
@@ -74,6 +78,29 @@ ResumeOpt = Annotated[bool, typer.Option(
     "--resume", help="Skip inputs already in --output (after a killed or failed run).")]
 WorkersOpt = Annotated[int, typer.Option(
     "--workers", min=0, help="Threads decoding images ahead of inference (0: none).")]
+ClusterOpt = Annotated[Optional[str], typer.Option(
+    "--cluster", metavar="ADDRESS",
+    help="Run on a Dask cluster: tcp://SCHEDULER:8786, or local[:N] for N local worker processes "
+         "(pip install 'edgeapp[cluster]').", show_default=False)]
+ShipBytesOpt = Annotated[bool, typer.Option(
+    "--ship-bytes", help="With --cluster: send image (and model) bytes to the workers instead of "
+                         "paths on shared storage.")]
+ChunkSizeOpt = Annotated[int, typer.Option(
+    "--chunk-size", min=1, help="With --cluster: images per task.")]
+
+
+def cluster_job(ctx: typer.Context, task: str, model: Path, device: Optional[str],
+                cpu_model: Optional[Path], runtime: Optional[RuntimeName], threads: Optional[int],
+                no_probe: bool, labels: Optional[Path], mean: Optional[float], std: Optional[float],
+                workers: int, fast_decode: bool = False, **options):
+    """The options of a classify/detect run, as the plain data the cluster's workers rebuild it from."""
+    from edgeapp.core.labels import read_labels
+    from edgeapp.flows.cluster import Job
+
+    return Job(task, str(model), resolve_device(ctx, device), str(cpu_model) if cpu_model else None,
+               resolve_runtime(ctx, runtime), threads, not no_probe,
+               labels=read_labels(labels) if labels else None, mean=mean, std=std,
+               fast_decode=fast_decode, options=options, decode_workers=workers)
 
 
 def resolve_device(ctx: typer.Context, device: Optional[str]) -> str:

@@ -46,23 +46,6 @@ class BBox:
         return [int(round(v)) for v in self.as_list()]
 
 
-def area(b: BBox) -> float:
-    """Area, 0 for an empty or inverted box."""
-    return max(0.0, b.width) * max(0.0, b.height)
-
-
-def intersection(a: BBox, b: BBox) -> BBox:
-    """The overlap of two boxes (inverted, so `area` 0, when they do not overlap)."""
-    return BBox(max(a.xmin, b.xmin), max(a.ymin, b.ymin), min(a.xmax, b.xmax), min(a.ymax, b.ymax))
-
-
-def iou(a: BBox, b: BBox) -> float:
-    """Intersection over union: 1 for identical boxes, 0 for disjoint or empty ones."""
-    inter = area(intersection(a, b))
-    union = area(a) + area(b) - inter
-    return inter / union if union > 0 else 0.0
-
-
 def scale(b: BBox, sx: float, sy: float) -> BBox:
     return BBox(b.xmin * sx, b.ymin * sy, b.xmax * sx, b.ymax * sy)
 
@@ -101,10 +84,6 @@ class Fit:
     content_h: int
     pad_x: int
     pad_y: int
-
-    @property
-    def is_identity(self) -> bool:
-        return (self.src_w, self.src_h) == (self.dst_w, self.dst_h) == (self.content_w, self.content_h)
 
 
 def stretch_fit(src: tuple[int, int], dst: tuple[int, int]) -> Fit:

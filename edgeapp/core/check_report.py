@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
+from edgeapp.core.units import format_bytes
 from edgeapp.core.edgetpu_rules import EIGHT_BIT_TYPES, OP_HINTS, OpPrediction, constant_reader, predict
 from edgeapp.core.tflite.model import Model, Tensor
 
-MIB = 1024 * 1024
-ON_CHIP_CACHE_BYTES = 8 * MIB  # the Edge TPU's SRAM; compiler 16 reports ~6.9-7.5 MiB usable
-USABLE_CACHE_BYTES = int(6.9 * MIB)  # below this parameters are reported cached in practice
+USABLE_CACHE_BYTES = int(6.9 * 1024 * 1024)  # below this parameters are reported cached in practice
 
 VERDICT_TEXT = {"fully_mapped": "fully mapped to the Edge TPU",
                 "partially_mapped": "partially mapped (some operations run on the CPU)",
@@ -100,7 +100,7 @@ def summarize(model: Model, preds: list[OpPrediction], blockers: Sequence[str] =
 
 
 def _mib(n: int) -> str:
-    return f"{n / MIB:.2f} MiB"
+    return format_bytes(n, "MiB")
 
 
 def _warnings(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:

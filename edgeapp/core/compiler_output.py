@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
+from edgeapp.core.units import format_bytes
 from edgeapp.core.edgetpu_rules import VERSION_WORKAROUND
 from edgeapp.errors import ExitCode
 
@@ -321,7 +322,7 @@ def judge(result: CompileResult, returncode: Optional[int] = 0,
                           "the compiler reports success; `edgeapp check` shows why"
                           + _cpu_list(result)])
     if result.off_chip_bytes:
-        warnings.append(f"{_human(result.off_chip_bytes)} of parameters do not fit the on-chip "
+        warnings.append(f"{format_bytes(result.off_chip_bytes)} of parameters do not fit the on-chip "
                         "cache and are streamed from host memory on every inference (slower)")
     if result.ops_cpu:
         warnings.append(f"{result.ops_cpu} of {result.total_ops} operation(s) run on the CPU"
@@ -339,8 +340,3 @@ def _cpu_list(result: CompileResult) -> str:
     return ": " + "; ".join(f"{o.operator}×{o.count} ({o.status})" for o in cpu)
 
 
-def _human(n: int) -> str:
-    for unit, size in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"

@@ -47,9 +47,6 @@ class Layout:
     count: int
     how: str  # how it was recognised, for messages and tests
 
-    def positions(self) -> dict[str, int]:
-        return {r: getattr(self, r) for r in ROLES}
-
 
 class Object(NamedTuple):
     id: int

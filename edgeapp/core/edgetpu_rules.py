@@ -48,6 +48,7 @@ from math import prod
 from typing import Callable, Optional
 
 from edgeapp.core.tflite.model import EDGETPU_CUSTOM_OP, Model, Operator, Tensor, _Table
+from edgeapp.core.tflite.schema import ACTIVATIONS, options_type
 
 SOFTMAX_MAX_ELEMENTS = 16000
 COMPILER_VERSION = 16
@@ -93,12 +94,7 @@ OP_HINTS = {
     "GATHER": "move it after the model",
 }
 
-ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6", "TANH", "SIGN_BIT")
-
-# BuiltinOptions union types (schema.fbs) whose fields the rules read.
-_OPT = {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 2, "AVERAGE_POOL_2D": 5, "MAX_POOL_2D": 5,
-        "FULLY_CONNECTED": 8, "CONCATENATION": 10, "STRIDED_SLICE": 32, "PACK": 59,
-        "BATCH_MATMUL": 101}
+ACTIVATION_NAMES = {v: k for k, v in ACTIVATIONS.items()}
 
 # Operators whose output shape depends on a non-constant operand become dynamic-sized.
 _SHAPE_OPERAND = {"RESHAPE": 1, "BROADCAST_TO": 1, "FILL": 0, "RESIZE_BILINEAR": 1,
@@ -257,10 +253,8 @@ def _tensor_rules(model: Model, op: Operator) -> list[tuple[str, str]]:
     return problems
 
 
-def _fused(op: Operator, slot: int) -> int:
-    if op.options_type != _OPT.get(op.op):
-        return 0
-    return op.option(slot, "b")
+def _fused(op: Operator) -> int:
+    return op.option("fused_activation_function", "b")
 
 
 def _limit_rules(model: Model, op: Operator, read: Optional[ConstantReader]) -> list[str]:
@@ -278,11 +272,11 @@ def _limit_rules(model: Model, op: Operator, read: Optional[ConstantReader]) -> 
     x = tensor(0)
     rank = len(x.shape) if x is not None else 0
     if name in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
-        act = _fused(op, 5)
+        act = _fused(op)
         if act:
             problems.append(f"fused {_act(act)} activation on pooling is not supported")
     elif name == "CONCATENATION":
-        act = _fused(op, 1)
+        act = _fused(op)
         if act:
             problems.append(f"fused {_act(act)} activation on concatenation is not supported")
         consts = [T[i] for i in ins if i >= 0 and T[i].is_constant]
@@ -295,13 +289,12 @@ def _limit_rules(model: Model, op: Operator, read: Optional[ConstantReader]) -> 
                 if raw is not None and not _all_zero_q(consts[0], raw):
                     problems.append("its constant input is not all zeros (only a zero pad is "
                                     "supported)")
-    elif name in ("CONV_2D", "DEPTHWISE_CONV_2D") and op.options_type == _OPT[name]:
-        w, h = (4, 5) if name == "CONV_2D" else (5, 6)
-        dw, dh = op.option(w, "i", 1), op.option(h, "i", 1)
+    elif name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        dw, dh = op.option("dilation_w_factor", "i", 1), op.option("dilation_h_factor", "i", 1)
         if dw != dh:
             problems.append(f"dilation {dh}x{dw} differs in y and x")
     elif name == "FULLY_CONNECTED":
-        if op.options_type == _OPT[name] and op.option(1, "b"):
+        if op.option("weights_format", "b"):
             problems.append("only the default weights format is supported (not shuffled)")
         if op.outputs and op.outputs[0] >= 0 and len(_non1(T[op.outputs[0]].shape)) > 1:
             problems.append(f"output {list(T[op.outputs[0]].shape)} is not one-dimensional")
@@ -323,7 +316,7 @@ def _limit_rules(model: Model, op: Operator, read: Optional[ConstantReader]) -> 
         if axis and x is not None and len(x.shape) >= 3 and _axes(axis[:1], len(x.shape)) == {0}:
             problems.append("splits along the batch dimension")
     elif name == "PACK":
-        if op.options_type == _OPT[name] and op.option(1, "i") == 0 and len(ins) > 1:
+        if op.options_type == options_type("PACK") and op.option("axis", "i") == 0 and len(ins) > 1:
             problems.append("packs along the batch dimension (axis 0)")
     elif name == "SOFTMAX" and x is not None:
         if len(_non1(x.shape)) > 1:
@@ -337,7 +330,7 @@ def _limit_rules(model: Model, op: Operator, read: Optional[ConstantReader]) -> 
         strides = ints(3)
         if strides is not None and any(s != 1 for s in strides):
             problems.append(f"strides {strides} (only strides of 1 are supported)")
-        if op.options_type == _OPT[name] and (op.option(2, "i") or op.option(3, "i")):
+        if op.option("ellipsis_mask", "i") or op.option("new_axis_mask", "i"):
             problems.append("ellipsis or new-axis mask is not supported")
     elif name == "PRELU":
         alpha = tensor(1)
@@ -356,7 +349,7 @@ def _all_zero_q(t: Tensor, raw: bytes) -> bool:
 
 
 def _act(code: int) -> str:
-    return ACTIVATIONS[code] if 0 <= code < len(ACTIVATIONS) else str(code)
+    return ACTIVATION_NAMES.get(code, str(code))
 
 
 def _special(op: Operator) -> Optional[tuple[str, str]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from edgeapp.core.labels import parse_labels
-from edgeapp.hw.runtime import cpu_twin_path
+from edgeapp.core.naming import cpu_twin_path, sidecar_path
 
 SIDECAR_VERSION = 1
 
@@ -28,10 +28,6 @@ class ModelMeta:
     task: Optional[str] = None  # "classify" or "detect"
     source: Optional[str] = None  # where this was read from
     extra: dict = field(default_factory=dict)
-
-
-def sidecar_path(model_path: str | Path) -> Path:
-    return Path(model_path).with_suffix(".json")
 
 
 def write_sidecar(model_path: str | Path, meta: ModelMeta) -> Path:

@@ -24,15 +24,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from edgeapp.core.tflite.model import Model, Operator
+from edgeapp.core.tflite.schema import PADDING
 
 MAC_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL")
 
-# Option-table slots (0-based, from tensorflow/lite/schema/schema.fbs).
-_CONV_PADDING, _CONV_STRIDE_W, _CONV_STRIDE_H = 0, 1, 2
-_CONV_DILATION_W, _CONV_DILATION_H = 4, 5  # Conv2DOptions
-_DW_DILATION_W, _DW_DILATION_H = 5, 6  # DepthwiseConv2DOptions (slot 3 is depth_multiplier)
-_BMM_ADJ_X = 0  # BatchMatMulOptions
-_PADDING_SAME = 0  # Padding enum: SAME = 0, VALID = 1
 
 
 @dataclass(frozen=True)
@@ -82,14 +77,14 @@ def _io_shape(model: Model, indices: tuple[int, ...], k: int) -> Optional[tuple[
 def _out_size(size: int, kernel: int, stride: int, dilation: int, padding: int) -> int:
     """Spatial output size as TFLite computes it (SAME / VALID)."""
     stride = max(stride, 1)
-    if padding == _PADDING_SAME:
+    if padding == PADDING["SAME"]:
         return (size + stride - 1) // stride
     effective = (kernel - 1) * max(dilation, 1) + 1
     return max((size - effective + stride) // stride, 0)
 
 
-def _spatial_out(model: Model, op: Operator, kernel_hw: tuple[int, int],
-                 dilation_slots: tuple[int, int]) -> Optional[tuple[int, int, int]]:
+def _spatial_out(model: Model, op: Operator, kernel_hw: tuple[int, int]
+                 ) -> Optional[tuple[int, int, int]]:
     """(N, OH, OW) of a conv: from its output tensor, else from input shape and options."""
     out = _io_shape(model, op.outputs, 0)
     if _known(out, 4):
@@ -97,9 +92,9 @@ def _spatial_out(model: Model, op: Operator, kernel_hw: tuple[int, int],
     inp = _io_shape(model, op.inputs, 0)
     if not _known(inp, 4):
         return None
-    padding = op.option(_CONV_PADDING, "b", 0)
-    sw, sh = op.option(_CONV_STRIDE_W, "i", 1), op.option(_CONV_STRIDE_H, "i", 1)
-    dw, dh = op.option(dilation_slots[0], "i", 1), op.option(dilation_slots[1], "i", 1)
+    padding = op.option("padding", "b", 0)
+    sw, sh = op.option("stride_w", "i", 1), op.option("stride_h", "i", 1)
+    dw, dh = op.option("dilation_w_factor", "i", 1), op.option("dilation_h_factor", "i", 1)
     return (inp[0], _out_size(inp[1], kernel_hw[0], sh, dh, padding),
             _out_size(inp[2], kernel_hw[1], sw, dw, padding))
 
@@ -114,14 +109,14 @@ def op_macs(model: Model, op: Operator) -> Optional[int]:
         if not _known(w, 4):
             return None
         o, kh, kw, i_per_group = w
-        nhw = _spatial_out(model, op, (kh, kw), (_CONV_DILATION_W, _CONV_DILATION_H))
+        nhw = _spatial_out(model, op, (kh, kw))
         return None if nhw is None else _numel(nhw) * o * kh * kw * i_per_group
     if name == "DEPTHWISE_CONV_2D":
         w = _io_shape(model, op.inputs, 1)
         if not _known(w, 4):
             return None
         _one, kh, kw, channels = w  # channels = input depth × depth multiplier
-        nhw = _spatial_out(model, op, (kh, kw), (_DW_DILATION_W, _DW_DILATION_H))
+        nhw = _spatial_out(model, op, (kh, kw))
         return None if nhw is None else _numel(nhw) * channels * kh * kw
     if name == "FULLY_CONNECTED":
         w = _io_shape(model, op.inputs, 1)
@@ -148,7 +143,7 @@ def op_macs(model: Model, op: Operator) -> Optional[int]:
         out = _io_shape(model, op.outputs, 0)
         if not a or len(a) < 2 or not out or any(d <= 0 for d in out):
             return None
-        k = a[-2] if op.option(_BMM_ADJ_X, "b", 0) else a[-1]
+        k = a[-2] if op.option("adj_x", "b", 0) else a[-1]
         return _numel(out) * k if k > 0 else None
     return None
 

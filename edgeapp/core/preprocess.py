@@ -11,13 +11,13 @@ import io
 import os
 import warnings
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 
 from edgeapp.errors import InputError, UsageError
 
-ImageSource = Union[str, Path, bytes]
+ImageSource = Union[str, Path, bytes, Any]  # also a Pillow image or an HxW(xC) uint8 array
 CORAL_MEAN = 128.0  # Coral's defaults for models without preprocessing metadata
 CORAL_STD = 128.0
 MAX_PIXELS_ENV = "EDGEAPP_MAX_PIXELS"
@@ -61,6 +61,8 @@ def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, in
     """
     from PIL import Image, ImageOps, UnidentifiedImageError
 
+    if not isinstance(source, (str, bytes, os.PathLike)):  # already decoded (Python API callers)
+        return to_mode(_decoded(source), "RGB" if channels == 3 else "L")
     _quiet_pillow()
     limit = max_pixels()
     name = "<bytes>" if isinstance(source, bytes) else str(source)
@@ -139,6 +141,19 @@ def quantize_input(pixels: np.ndarray, dtype: np.dtype, scale: float, zero_point
         return values.astype(dtype)
     info = np.iinfo(dtype)
     return np.clip(np.rint(values), info.min, info.max).astype(dtype)
+
+
+def _decoded(image):
+    """A Pillow image from a Pillow image or a uint8 array (H×W grey, H×W×3 RGB, H×W×4 RGBA)."""
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        return image
+    arr = np.asarray(image)
+    if arr.dtype != np.uint8 or arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] not in (1, 3, 4)):
+        raise InputError(f"array of shape {list(arr.shape)} and type {arr.dtype} is not an image "
+                         "(uint8, H×W, H×W×3 RGB or H×W×4 RGBA)")
+    return Image.fromarray(arr[:, :, 0] if arr.ndim == 3 and arr.shape[2] == 1 else arr)
 
 
 def prepare_image(source: ImageSource, size: tuple[int, int], channels: int, dtype: np.dtype,

@@ -6,7 +6,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -92,6 +92,17 @@ def _first(*values):
     return next(v for v in values if v is not None)
 
 
+@dataclass(frozen=True)
+class Task:
+    """What a command does with one image (flows/tasks.py makes them): prepare it ahead on a
+    worker thread, read the raw outputs back into record fields, and the fields of a failure."""
+
+    name: str
+    prepare: Callable[[Any], tuple]  # image -> (input tensor, context)
+    interpret: Callable[[list, Any], dict]  # (raw outputs, context) -> record fields
+    empty: dict  # the result fields of a record whose image failed
+
+
 @dataclass
 class BatchStats:
     total: int = 0
@@ -120,32 +131,39 @@ class BatchStats:
         return parts
 
 
-def run_batch(paths: list[str], engine: Engine, prepare: Callable[[str], tuple[np.ndarray, Any]],
-              interpret: Callable[[list[np.ndarray], Any], dict], empty: dict, writer: RecordWriter,
-              workers: int = 2, progress: Optional[Callable[[], None]] = None) -> BatchStats:
-    """Run every path not already done; each result is written as soon as it is produced.
+def iter_records(paths: Iterable, engine: Engine, task: Task, workers: int = 2) -> Iterator[dict]:
+    """One record per input, in input order, as soon as it is produced (the JSONL records).
 
-    `prepare(path)` returns (input tensor, context), `interpret(outputs, context)` the result
-    fields; `empty` holds those fields for an input that failed.
+    Inputs are prepared `workers` ahead on threads while the interpreter runs; an input that
+    fails to load gives a record with `error` set, and the batch goes on.
     """
-    stats = BatchStats(total=len(paths))
-    todo = [p for p in paths if not writer.is_done(p)]
-    stats.skipped = len(paths) - len(todo)
     base = {"device": engine.device, "model": engine.model_path}
-    start = time.perf_counter()
-    for path, prepared in prefetch(todo, prepare, workers):
+    for path, prepared in prefetch(paths, task.prepare, workers):
         record = {"path": path, **base}
         if isinstance(prepared, InputError):
-            record.update(empty, latency_ms=None, error=str(prepared))
-            stats.failed += 1
+            record.update(task.empty, latency_ms=None, error=str(prepared))
         else:
             tensor, context = prepared
             t0 = time.perf_counter()
             outputs = engine.run(tensor)
             latency = (time.perf_counter() - t0) * 1000.0
-            record.update(interpret(outputs, context), latency_ms=round(latency, 3), error=None)
-            stats.latencies_ms.append(latency)
+            record.update(task.interpret(outputs, context), latency_ms=round(latency, 3), error=None)
+        yield record
+
+
+def run_batch(paths: list[str], engine: Engine, task: Task, writer: RecordWriter,
+              workers: int = 2, progress: Optional[Callable[[], None]] = None) -> BatchStats:
+    """Run every path not already done; each record is written as soon as it is produced."""
+    stats = BatchStats(total=len(paths))
+    todo = [p for p in paths if not writer.is_done(p)]
+    stats.skipped = len(paths) - len(todo)
+    start = time.perf_counter()
+    for record in iter_records(todo, engine, task, workers):
+        if record["error"] is None:
             stats.ok += 1
+            stats.latencies_ms.append(record["latency_ms"])
+        else:
+            stats.failed += 1
         writer.write(record)
         if progress:
             progress()

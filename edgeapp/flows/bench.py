@@ -13,20 +13,22 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
+from edgeapp.core.edgetpu_specs import PEAK_TOPS
+from edgeapp.core.limits import MAX_THREADS
+from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.hw import hostinfo
 from edgeapp.hw import power
 from edgeapp.core import stats
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
 from edgeapp.core.opcount import OpCount, count_ops
-from edgeapp.core.tflite.model import load_model
+from edgeapp.core.tflite.model import Model, load_model
 
 SCHEMA = "edgeapp.bench/1"
-EDGETPU_PEAK_TOPS = 4.0  # Coral datasheet, int8
 SYSFS_ROOT_ENV = "EDGEAPP_SYSFS_ROOT"  # read power sensors under this root instead of / (tests)
 
 
@@ -81,7 +83,7 @@ def unavailable(device: str, reason: str, model: str) -> dict:
     return {"device": device, "available": False, "reason": reason, "model": model}
 
 
-def bench_device(model_path: str, device: str, threads: Optional[int], opts: BenchOptions,
+def bench_device(model: Union[str, Model], device: str, threads: Optional[int], opts: BenchOptions,
                  strict: bool = True) -> dict:
     """Benchmark one device. An unusable Edge TPU raises (strict) or gives an
     `available: false` result with the reason (for `--device all`)."""
@@ -90,12 +92,12 @@ def bench_device(model_path: str, device: str, threads: Optional[int], opts: Ben
     find_runtime(opts.runtime)  # import the runtime first: load_ms is the model's, not Python's
     t0 = time.perf_counter()
     try:
-        engine = open_model(model_path, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
+        engine = open_model(model, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
                             threads=threads, probe=opts.probe)
     except (DeviceUnavailable, UsageError) as e:
         if strict or device in ("cpu", "auto"):
             raise
-        return unavailable(_kind(device), str(e), str(model_path))
+        return unavailable(_kind(device), str(e), getattr(model, "path", str(model)))
     load_ms = (time.perf_counter() - t0) * 1000.0
     notes = list(opts.extra_notes)
     if engine.notice:
@@ -133,7 +135,7 @@ def bench_device(model_path: str, device: str, threads: Optional[int], opts: Ben
         "device": engine.device,
         "available": True,
         "model": engine.model_path,
-        "requested_model": str(model_path),
+        "requested_model": engine.requested_model,
         "runtime": engine.runtime.name,
         "runtime_version": engine.runtime.version,
         "threads": threads,
@@ -158,7 +160,7 @@ def bench_device(model_path: str, device: str, threads: Optional[int], opts: Ben
     energy = stats.energy_figures(tops, ips, watts)
     result.update({k: _round(v, 6) for k, v in energy.items()})
     if engine.device == "edgetpu":
-        from edgeapp.hw.runtime import edgetpu_library
+        from edgeapp.hw.libedgetpu import edgetpu_library
 
         result["edgetpu"] = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
                              "device": device,
@@ -182,7 +184,6 @@ def _ops_for(engine) -> tuple[Optional[OpCount], Optional[str]]:
     """Count ops on the graph that describes the work: the CPU twin of a compiled model."""
     model = engine.model
     if model.is_edgetpu_compiled:
-        from edgeapp.hw.runtime import cpu_twin_path
 
         twin = cpu_twin_path(model.path)
         try:
@@ -210,7 +211,7 @@ def peak_key(runtime: str, version: str, threads: Optional[int]) -> str:
 
 def _peak(engine, threads: Optional[int], opts: BenchOptions) -> tuple[Optional[float], Optional[str]]:
     if engine.device == "edgetpu":
-        return EDGETPU_PEAK_TOPS, "datasheet"
+        return PEAK_TOPS, "datasheet"
     if opts.synthetic:
         return None, None
     peaks = load_peaks()
@@ -248,7 +249,6 @@ def save_peaks(results: list[dict]) -> Optional[str]:
 
 # -- whole runs --------------------------------------------------------------------------------
 
-MAX_THREADS = 64  # more threads than this is a typo, and a crash in the runtime
 
 
 def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
@@ -270,12 +270,6 @@ def devices_for(device: str) -> list[str]:
     return ["cpu", "edgetpu"] if device == "all" else [device]
 
 
-def edgetpu_twin_path(path: str | Path) -> Path:
-    """Where the compiled build of `X.tflite` lives: `X_edgetpu.tflite` beside it."""
-    p = Path(path)
-    return p.with_name(p.stem + "_edgetpu" + p.suffix)
-
-
 def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchOptions,
               progress=None, no_tpu_reason: Optional[str] = None) -> dict:
     """Benchmark `model_path` on the device(s) and thread counts asked for: the JSON document.
@@ -286,16 +280,18 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     """
     counts = thread_counts(threads)
     results = []
+    model = load_model(model_path)  # read once: every device and thread count runs this parse
+    compiled_twin = None
+    if not model.is_edgetpu_compiled and edgetpu_twin_path(model_path).exists():
+        compiled_twin = _load_compiled(edgetpu_twin_path(model_path))
     for dev in devices_for(device):
         tpu = dev not in ("cpu", "auto")
-        path = model_path
-        if tpu and not _is_compiled(path) and edgetpu_twin_path(path).exists():
-            path = str(edgetpu_twin_path(path))
-        if tpu and no_tpu_reason and not _is_compiled(path):
+        target = compiled_twin if tpu and compiled_twin is not None else model
+        if tpu and no_tpu_reason and not target.is_edgetpu_compiled:
             results.append(unavailable("edgetpu", no_tpu_reason, str(model_path)))
             continue
         for n in ([None] if tpu else counts):
-            r = bench_device(path, dev, n, opts, strict=device != "all")
+            r = bench_device(target, dev, n, opts, strict=device != "all")
             results.append(r)
             if progress:
                 progress(r)
@@ -304,7 +300,7 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
             if not r.get("available"):
                 break
     _mark_best(results)
-    doc = {"schema": SCHEMA, "host": host_section(results), "model": _model_section(model_path),
+    doc = {"schema": SCHEMA, "host": host_section(results), "model": _model_section(model),
            "results": results}
     comparison = compare(results)
     if comparison:
@@ -352,17 +348,15 @@ def host_section(results: list[dict]) -> dict:
     return host
 
 
-def _is_compiled(path: str | Path) -> bool:
+def _load_compiled(path: Path) -> Optional[Model]:
+    """The compiled build beside a CPU model, if it is one (else bench runs the CPU model)."""
     try:
-        return load_model(path).is_edgetpu_compiled
+        m = load_model(path)
     except EdgeappError:
-        return False
+        return None
+    return m if m.is_edgetpu_compiled else None
 
 
-def _model_section(model_path: str) -> dict:
-    try:
-        m = load_model(model_path)
-    except EdgeappError:
-        return {"path": str(model_path)}
-    return {"path": str(model_path), "bytes": m.size, "edgetpu_compiled": m.is_edgetpu_compiled,
+def _model_section(m: Model) -> dict:
+    return {"path": m.path, "bytes": m.size, "edgetpu_compiled": m.is_edgetpu_compiled,
             "input_shape": list(m.input_tensors[0].shape), "input_dtype": m.input_tensors[0].dtype}

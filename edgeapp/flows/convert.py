@@ -21,7 +21,6 @@ from edgeapp.flows.inputs import expand_inputs
 from edgeapp.core.preprocess import load_image, resize
 from edgeapp.core.tflite.model import Model, load_model
 
-IO_TYPES = ("uint8", "int8", "float32")
 
 
 @dataclass
@@ -210,3 +209,40 @@ def non_integer_ops(model: Model, io_type: str = "uint8") -> list[str]:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def evaluate(path: Path, float_model, data, mean: float, std: float) -> dict:
+    """Top-1 of the float model vs the int8 model run as `classify` runs it."""
+    import numpy as np
+
+    from edgeapp.core.classify import get_scores
+    from edgeapp.core.preprocess import quantize_input
+    from edgeapp.hw.runtime import open_model
+
+    x = normalize(data, mean, std)
+    float_top1 = np.argmax(float_model.predict(x).reshape(len(x), -1), axis=1)
+    engine = open_model(path, "cpu")
+    scale, zero = engine.input_quantization
+    out_scale, out_zero = engine.outputs[0].get("quantization", (0.0, 0))
+    int8_top1 = []
+    for i in range(len(x)):
+        if data.normalized:  # float inputs: quantize them directly
+            q = x[i] if engine.input_dtype.kind == "f" else np.clip(
+                np.rint(x[i] / scale + zero), *_limits(engine.input_dtype)).astype(engine.input_dtype)
+        else:
+            q = quantize_input(data.x[i], engine.input_dtype, scale, zero, mean, std)
+        int8_top1.append(int(np.argmax(get_scores(engine.run(q[None])[0], out_scale, out_zero))))
+    int8_top1 = np.array(int8_top1)
+    report = {"samples": len(x), "agreement": round(float(np.mean(float_top1 == int8_top1)), 4),
+              "float_accuracy": None, "int8_accuracy": None}
+    if data.y is not None and (data.y >= 0).all():
+        report["float_accuracy"] = round(float(np.mean(float_top1 == data.y)), 4)
+        report["int8_accuracy"] = round(float(np.mean(int8_top1 == data.y)), 4)
+    return report
+
+
+def _limits(dtype) -> tuple[int, int]:
+    import numpy as np
+
+    info = np.iinfo(dtype)
+    return info.min, info.max

@@ -1,4 +1,5 @@
-"""`edgeapp doctor`: what is installed, what is plugged in, and the one-sentence fix for each gap.
+"""`edgeapp doctor`: what is installed, what is plugged in, the one-sentence fix for each gap, and
+the plan (core/install_plan.py): the commands that give this platform a working runtime pair.
 
 Every check reads files under `root` and tools on the PATH of `env`, so tests run it against
 fake system trees. Python packages are looked up without importing them (a TFLite runtime is
@@ -20,19 +21,23 @@ from importlib import metadata
 from pathlib import Path
 from typing import Mapping, Optional
 
-from edgeapp.hw.devices import (USB2_MBPS, apex_nodes, apex_temperature, dpkg_owner, library_version,
-                      open_library, pci_cards, read_text, short_version, under, usb_accelerators)
-from edgeapp.hw.probe import Pair, VerdictCache
+from edgeapp.core.debian import parse_os_release
+from edgeapp.core.install_plan import Plan, plan_for
+from edgeapp.core.pairing import CRASH, UNIDENTIFIED, WORKS, Build, decide, identify
 from edgeapp.core.userdirs import cache_dir
-from edgeapp.hw.runtime import (EDGETPU_LIB_ENV, RUNTIME_MODULES, available_runtimes, edgetpu_library,
-                      runtime_version)
+from edgeapp.hw.devices import (USB2_MBPS, USB_VENDORS, apex_nodes, apex_temperature, pci_cards, read_text,
+                                under, usb_accelerators)
+from edgeapp.hw.osinfo import read_platform
+from edgeapp.hw.libedgetpu import (build_label, dpkg_owner, edgetpu_library, explain_load_error, libusb_fix,
+                                   open_library, short_version)
+from edgeapp.hw.probe import Pair, VerdictCache
 from edgeapp.hw.proc import isolated_python, log_command
+from edgeapp.hw.runtime import RUNTIME_MODULES, available_runtimes, runtime_version
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 HOT_C = 85.0  # the apex driver's first thermal trip point: it starts throttling here
-CORAL_VENDORS = ("1a6e", "18d1")
 RULE_DIRS = ("/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
-README_FIX = "install a matching pair (see README, Edge TPU runtimes)"
+PLAN_FIX = "see the plan below (`edgeapp doctor` prints the commands for this platform)"
 
 
 @dataclass
@@ -47,7 +52,7 @@ class Check:
 
 
 def run_checks(root: str | Path = "/", env: Optional[Mapping[str, str]] = None,
-               machine: Optional[str] = None) -> list[Check]:
+               machine: Optional[str] = None, plan: Optional[Plan] = None) -> list[Check]:
     """All checks, in the order a user fixes things: Python side, library, devices, compiler."""
     env = os.environ if env is None else env
     machine = (machine or platform.machine()).lower()
@@ -57,7 +62,7 @@ def run_checks(root: str | Path = "/", env: Optional[Mapping[str, str]] = None,
     checks.append(numpy_check(_dist_version("numpy"), versions))
     checks.append(tensorflow_check())
     checks.append(pycoral_check())
-    checks += library_checks(env, versions)
+    checks += library_checks(env, versions, root, plan or install_plan(root, machine))
     checks.append(probe_cache_check(env))
     checks += device_checks(root, env)
     checks.append(compiler_check(env, machine))
@@ -70,10 +75,15 @@ def exit_ok(checks: list[Check]) -> bool:
 
 # --- Python side ---------------------------------------------------------------------------
 
+def install_plan(root: str | Path = "/", machine: Optional[str] = None,
+                 python: Optional[tuple] = None, system: Optional[str] = None) -> Plan:
+    """The commands that give the system at `root` a working Edge TPU runtime pair (printed, never run)."""
+    return plan_for(read_platform(root, machine, python, system))
+
+
 def system_checks(root: str | Path, machine: str) -> list[Check]:
-    release = read_text(under(root, "/etc/os-release")) or ""
-    pretty = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', release, re.M)
-    os_name = pretty.group(1) if pretty else f"{platform.system()} {platform.release()}"
+    release = parse_os_release(read_text(under(root, "/etc/os-release")) or "")
+    os_name = release.get("PRETTY_NAME") or f"{platform.system()} {platform.release()}"
     arch = Check("architecture", OK, machine)
     if machine in ("armv7l", "armv6l", "i686", "i386"):
         arch = Check("architecture", WARN, f"{machine} (32-bit): no ai-edge-litert wheels",
@@ -148,41 +158,46 @@ def pycoral_check() -> Check:
 
 # --- Edge TPU library and the probe verdicts -----------------------------------------------
 
-def library_checks(env: Mapping[str, str], runtimes: Mapping[str, str]) -> list[Check]:
-    name = env.get(EDGETPU_LIB_ENV) or edgetpu_library()
+def library_checks(env: Mapping[str, str], runtimes: Mapping[str, str], root: str | Path = "/",
+                   plan: Optional[Plan] = None) -> list[Check]:
+    """The Edge TPU library: does it load, which build is it, and each runtime's pair with it."""
+    fix = plan.fix if plan is not None else PLAN_FIX
+    name = edgetpu_library(env)
     try:
         lib, path = open_library(name)
-    except OSError:
-        return [Check("libedgetpu", WARN, f"{name} not found: no Edge TPU runtime, CPU only",
-                      "sudo apt install libedgetpu1-std (Coral's apt repository; see README)")]
-    raw = library_version(lib)
-    owner = dpkg_owner(path, env.get("PATH"))
+    except OSError as e:
+        why = explain_load_error(str(e), name)
+        if why.startswith("no "):  # not installed
+            return [Check("libedgetpu", WARN, f"{name} not found: no Edge TPU runtime, CPU only", fix)]
+        return [Check("libedgetpu", FAIL, f"{name} does not load: {why}",  # installed, unusable
+                      libusb_fix() if "libusb" in why else fix)]
+    label = build_label(lib)
+    owner = dpkg_owner(path, str(root))
+    build = identify(owner, label)
     where = f"{path}, {owner[0]} {owner[1]}" if owner else path
-    checks = [Check("libedgetpu", OK, f"{short_version(raw) or 'version unknown'} at {where}")]
+    known = "" if build.builder == UNIDENTIFIED else f"; {build.describe()}"
+    checks = [Check("libedgetpu", OK, f"{short_version(label) or 'version unknown'} at {where}{known}")]
     cache = VerdictCache(cache_dir(env))
     for runtime, version in runtimes.items():
-        checks.append(pair_check(Pair.of(runtime, version, path), owner, cache))
+        checks.append(pair_check(Pair.of(runtime, version, path), build, cache, fix))
     return checks
 
 
-def pair_check(pair: Pair, owner: Optional[tuple[str, str]], cache: VerdictCache) -> Check:
-    """The cached probe verdict of a (runtime, libedgetpu) pair, else what is known about it."""
+def pair_check(pair: Pair, build: Build, cache: VerdictCache, fix: str = PLAN_FIX) -> Check:
+    """The cached probe verdict of a (runtime, libedgetpu) pair, else the pairing table's."""
     name = f"pair {pair.runtime}"
     verdict = cache.get(pair)
     if verdict is not None and verdict.status == "pass":
         return Check(name, OK, f"{pair.runtime} {pair.runtime_version} passed the delegate probe "
                                f"({verdict.probed_at})")
     if verdict is not None:
-        return Check(name, FAIL, verdict.message, README_FIX)
-    tf = re.search(r"tf(\d+\.\d+)", owner[1]) if owner else None
-    if owner and not tf and owner[1].startswith("16.0") and \
-            (pair.runtime != "tflite-runtime" or _version_tuple(pair.runtime_version) >= (2, 12)):
-        return Check(name, WARN, f"Google's libedgetpu {owner[1]} (built with TensorFlow 2.5) is reported "
-                                 f"to crash under {pair.runtime} {pair.runtime_version}; not probed yet",
-                     README_FIX)
-    built = f" (libedgetpu built for TensorFlow {tf.group(1)})" if tf else ""
-    return Check(name, OK, f"{pair.runtime} {pair.runtime_version}{built}: not probed yet "
-                           "(edgeapp probes it on first Edge TPU use)")
+        return Check(name, FAIL, verdict.message, fix)
+    decision = decide(build, pair.runtime, pair.runtime_version)
+    if decision.verdict == CRASH:  # refused before any probe: the Edge TPU is never used with it
+        return Check(name, FAIL, decision.summary(), fix)
+    said = decision.summary() if decision.verdict == WORKS or build.builder != UNIDENTIFIED \
+        else f"{pair.runtime} {pair.runtime_version}"
+    return Check(name, OK, f"{said}; not probed yet (edgeapp probes it on first Edge TPU use)")
 
 
 def probe_cache_check(env: Mapping[str, str]) -> Check:
@@ -231,7 +246,7 @@ def udev_rules(root: str | Path) -> list[tuple[str, str]]:
         base = under(root, d)
         for f in sorted(base.glob("*.rules")) if base.is_dir() else []:
             for line in (read_text(f) or "").splitlines():
-                if not line.lstrip().startswith("#") and any(v in line.lower() for v in CORAL_VENDORS):
+                if not line.lstrip().startswith("#") and any(v in line.lower() for v in USB_VENDORS):
                     found.append((f"{d}/{f.name}", line.strip()))
     return found
 
@@ -241,8 +256,8 @@ def udev_checks(root: str | Path, env: Mapping[str, str], present: bool) -> list
     rules = udev_rules(root)
     if not rules:
         return [Check("udev rule", bad, "no udev rule for the Coral USB Accelerator (1a6e/18d1): "
-                      "only root can use it", "sudo apt install libedgetpu1-std (it installs the rule), "
-                      "then unplug and replug")]
+                      "only root can use it", "sudo apt-get install libedgetpu1-std as the plan below says (the package installs "
+                      "the rule), then unplug and replug")]
     files = sorted({f for f, _ in rules})
     checks = [Check("udev rule", OK, ", ".join(files))]
     text = " ".join(line for _, line in rules)

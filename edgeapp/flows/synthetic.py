@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
+from edgeapp.core.naming import edgetpu_twin_path
 from edgeapp.core.tflite.writer import ModelWriter, conv_layer, dense_layer, int8_input
 
-EDGETPU_CACHE_BYTES = 8 * 1024 * 1024  # on-chip parameter memory of the Edge TPU
-PARAM_BUDGET = int(EDGETPU_CACHE_BYTES * 0.75)  # headroom for the compiler's own data
+PARAM_BUDGET = int(ON_CHIP_CACHE_BYTES * 0.75)  # headroom for the compiler's own data
 _INT8_STD = 255 / math.sqrt(12)  # std of values spread over the whole int8 range
 _OUT_STD = 40.0
 
@@ -122,7 +123,7 @@ def compile_for_edgetpu(path: str | Path) -> Path:
 
     p = Path(path)
     report = compile_model(p, find_compiler())
-    out = p.with_name(p.stem + "_edgetpu" + p.suffix)
+    out = edgetpu_twin_path(p)
     if report.judgement.exit_code or not out.exists():
         why = "; ".join(str(e) for e in report.judgement.errors[:1]) or report.judgement.verdict
         raise CompileError(f"edgetpu_compiler failed on the synthetic model: {why}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from edgeapp.core.naming import compiler_outputs
 from edgeapp.core.compiler_output import (CompileResult, Judgement, apply_log, judge, parse_stdout,
                               timeout_failure)
 from edgeapp.errors import MissingDependency, UsageError
@@ -66,15 +67,6 @@ def find_compiler(explicit: Optional[str | Path] = None, env: Optional[dict] = N
 
 
 # ----------------------------------------------------------------------------- running
-
-
-def compiled_paths(model: str | Path, out_dir: str | Path, segments: Optional[int] = None
-                   ) -> list[tuple[Path, Path]]:
-    """(X_edgetpu.tflite, X_edgetpu.log) as the compiler names them, one pair per segment."""
-    stem, out = Path(model).stem, Path(out_dir)
-    names = ([f"{stem}_segment_{i}_of_{segments}" for i in range(segments)]
-             if segments and segments > 1 else [stem])
-    return [(out / f"{n}_edgetpu.tflite", out / f"{n}_edgetpu.log") for n in names]
 
 
 def build_argv(compiler: str, model: str | Path, out_dir: str | Path, *,
@@ -194,7 +186,7 @@ def compile_model(model: str | Path, compiler: str, out_dir: Optional[str | Path
     if ran.timed_out:
         result.failures.append(timeout_failure(timeout))
         result.succeeded = False
-    pairs = compiled_paths(model, out, segments)
+    pairs = compiler_outputs(model, out, segments)
     logs = {}
     for _tfl, log_path in pairs:
         try:

@@ -6,14 +6,11 @@ missing files give None.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 from pathlib import Path
 from typing import Optional
 
-CORAL_USB_IDS = {("1a6e", "089a"): "USB Accelerator (before firmware load)",
-                 ("18d1", "9302"): "USB Accelerator"}
 _USB_SPEEDS = {"1.5": "USB 1 (1.5 Mb/s)", "12": "USB 1 (12 Mb/s)", "480": "USB 2 (480 Mb/s)",
                "5000": "USB 3 (5 Gb/s)", "10000": "USB 3 (10 Gb/s)", "20000": "USB 3 (20 Gb/s)"}
 
@@ -82,31 +79,22 @@ def max_mhz(root: Path | str = "/") -> Optional[float]:
 
 
 def usb_accelerators(root: Path | str = "/") -> list[dict]:
-    """Coral USB Accelerators seen in sysfs, with their negotiated link speed."""
+    """Coral USB Accelerators seen in sysfs (devices.usb_accelerators), with their link speed."""
+    from edgeapp.hw.devices import USB_IDS, usb_accelerators as scan
+
     out = []
-    base = Path(root) / "sys/bus/usb/devices"
-    for d in sorted(base.glob("*")) if base.is_dir() else []:
-        ids = (_read(d / "idVendor"), _read(d / "idProduct"))
-        if ids in CORAL_USB_IDS:
-            speed = _read(d / "speed")
-            out.append({"path": d.name, "type": CORAL_USB_IDS[ids], "speed_mbps": speed,
-                        "link": _USB_SPEEDS.get(speed or "", speed)})
+    for path, ident, speed in scan(root):
+        text = None if speed is None else f"{speed:g}"
+        out.append({"path": Path(path).name, "type": USB_IDS[tuple(ident.split(":"))], "speed_mbps": text,
+                    "link": _USB_SPEEDS.get(text or "", text)})
     return out
 
 
 def edgetpu_runtime_version(library: str) -> Optional[str]:
     """libedgetpu's own version string (its C API `edgetpu_version`), None when unavailable."""
-    try:
-        lib = ctypes.CDLL(library)
-        fn = lib.edgetpu_version
-    except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_char_p
-    try:
-        value = fn()
-    except Exception:  # a foreign library: never let it break a benchmark
-        return None
-    return value.decode("utf-8", "replace") if value else None
+    from edgeapp.hw.libedgetpu import label_of
+
+    return label_of(library)
 
 
 def host_info(root: Path | str = "/") -> dict:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from edgeapp.core.edgetpu_specs import NOMINAL_WATTS, PEAK_TOPS
 from edgeapp.hw.proc import log_command
 
-EDGETPU_NOMINAL_WATTS = 2.0  # Coral datasheet: 4 TOPS at 2 W
 POWER_MODES = ("auto", "rapl", "hwmon", "vcgencmd", "none")
 _SAMPLE_INTERVAL_S = 0.1
 
@@ -294,8 +294,8 @@ def open_meter(mode: str = "auto", device: str = "cpu", *, watts: Optional[float
     if mode == "none":
         return PowerMeter("none", "power not measured (--power none)")
     if mode == "auto" and device == "edgetpu":
-        return FixedMeter("nominal", f"Coral nominal {EDGETPU_NOMINAL_WATTS:g} W at 4 TOPS "
-                                     "(datasheet, not measured)", watts=EDGETPU_NOMINAL_WATTS)
+        return FixedMeter("nominal", f"Coral nominal {NOMINAL_WATTS:g} W at {PEAK_TOPS:g} TOPS "
+                                     "(datasheet, not measured)", watts=NOMINAL_WATTS)
     notes = []
     for name in (("rapl", "hwmon", "vcgencmd") if mode == "auto" else (mode,)):
         if name == "vcgencmd" and mode == "auto" and not is_raspberry_pi(root):

@@ -47,11 +47,11 @@ SPAWN_ENV = "EDGEAPP_PROBE_SPAWN"  # "1": always a fresh interpreter, never a fo
 DEFAULT_TIMEOUT_S = 30.0  # after the child is up: USB firmware upload + model upload + invoke
 START_TIMEOUT_S = 120.0  # for a fresh child to import the runtime (slow on a Raspberry Pi Zero)
 MAX_MODEL_VERDICTS = 2000  # oldest forgotten first
-_MARK = "EDGEAPP_PROBE "
+MARK = "EDGEAPP_PROBE "  # prefixes the child's lines (probe_child.py prints them when spawned)
 FIX = "known build mismatch; install a matching pair (see README)"
 MODEL_FIX = "the file is corrupt or uses an unsupported feature"
 CACHED_NOTE = "`edgeapp doctor --forget-probes` to probe again"
-_PATH_MARK = "{model}"  # in cached model messages: the path of the file as given this time
+_PATHMARK = "{model}"  # in cached model messages: the path of the file as given this time
 
 
 def file_sha256(path: str) -> str:
@@ -174,7 +174,7 @@ class VerdictCache:
         v = _verdict(self.model_entries().get(key.key))
         if v is None:
             return None
-        return Verdict(v.status, v.message.replace(_PATH_MARK, str(path)), v.edgetpu_version, v.model,
+        return Verdict(v.status, v.message.replace(_PATHMARK, str(path)), v.edgetpu_version, v.model,
                        v.probed_at, v.stage)
 
     def put(self, pair: Pair, verdict: Verdict) -> None:
@@ -187,7 +187,7 @@ class VerdictCache:
         models = data["models"]
         models.pop(key.key, None)
         entry = {**asdict(key), **asdict(verdict)}
-        entry["message"] = verdict.message.replace(str(path), _PATH_MARK)
+        entry["message"] = verdict.message.replace(str(path), _PATHMARK)
         models[key.key] = entry
         while len(models) > MAX_MODEL_VERDICTS:  # insertion order: the oldest first
             models.pop(next(iter(models)))
@@ -212,7 +212,7 @@ class VerdictCache:
 
 def edgetpu_label(library: str, raw_version: Optional[str]) -> str:
     """How users name the Edge TPU runtime: the Debian version when dpkg knows the file."""
-    from edgeapp.hw.devices import dpkg_owner, short_version
+    from edgeapp.hw.libedgetpu import dpkg_owner, short_version
 
     owner = dpkg_owner(library)
     if owner:
@@ -244,34 +244,52 @@ def ensure_model_runs(runtime: Any, model_path: str) -> None:
     if verdict is not None:
         verdict = verdict.cached()
     else:
-        verdict = _judge_model(runtime, model_path, probe(runtime, model_path, None))
+        verdict = _judge_model(runtime, model_path, probe(runtime, model_path))
         if verdict.cacheable:
             cache.put_model(key, verdict, model_path)
     if verdict.status != "pass":
         raise InvalidModel(verdict.message)
 
 
-def ensure_probed(runtime: Any, spec: Any, model_path: str, *, check_model: bool = True) -> None:
+def ensure_probed(runtime: Any, spec: Any, model_path: str, load_delegate: Callable[[], Any], *,
+                  check_model: bool = True) -> None:
     """Return when the Edge TPU delegate may run `model_path` in this process.
 
-    Raises DeviceUnavailable when the delegate cannot be used (no Edge TPU, a crashing library
-    build) and InvalidModel when this model crashes a library that runs other models. The
-    library is never loaded into this process first: the child loads it.
+    Raises DeviceUnavailable when the delegate cannot be used (no Edge TPU, a pair the pairing
+    table knows to crash, a crashing library build) and InvalidModel when this model crashes a
+    library that runs other models. The library is never loaded into this process first: a
+    child reads its build label for the pairing table, another loads the delegate.
+    `load_delegate()` loads it (called in a forked child).
     """
     from edgeapp.errors import DeviceUnavailable, InvalidModel
-    from edgeapp.hw.runtime import edgetpu_library
+    from edgeapp.hw.libedgetpu import edgetpu_library, explain_load_error
 
     name = edgetpu_library()
     path = find_library_file(name)
     if path is None and sys.platform.startswith("linux") and os.sep not in name:
-        from edgeapp.hw.runtime import explain_library_error  # not installed: nothing to probe
-
-        raise DeviceUnavailable(explain_library_error(f"{name}: cannot open shared object file", name))
+        # not installed: nothing to probe
+        raise DeviceUnavailable(explain_load_error(f"{name}: cannot open shared object file", name))
     cache = VerdictCache(cache_dir())
     pair = Pair(runtime.name, runtime.version, path, cache.sha256(path)) if path else None
     known = cache.get(pair) if pair else None
     if known is not None and known.status != "pass":
         raise DeviceUnavailable(known.cached().message)
+    if known is None:  # the pairing table, before any delegate is created (a cached pass outranks it)
+        label = read_label(runtime, name)
+        if label.hung or label.died:
+            how = f"hung: no answer in {label.timeout:g} s" if label.hung else f"killed by {label.how}"
+            target = pair or Pair(runtime.name, runtime.version, label.library or name, "")
+            verdict = Verdict("hang" if label.hung else "crash",
+                              crash_message(target, None, f"{how} while loading it"), None, None,
+                              label.probed_at, label.stage)
+            if pair is not None:
+                cache.put(pair, verdict)
+            raise DeviceUnavailable(verdict.message)
+        if label.result is None or label.result.get("status") != "pass":
+            raise DeviceUnavailable((label.result or {}).get("message") or f"cannot load {name}")
+        refusal = known_crash(path or label.library or name, label.edgetpu_version, runtime)
+        if refusal:
+            raise DeviceUnavailable(refusal)
     key = None
     if pair is not None and check_model and not trusted():
         key = ModelKey(cache.sha256(model_path), runtime.name, runtime.version, pair.sha256)
@@ -283,7 +301,7 @@ def ensure_probed(runtime: Any, spec: Any, model_path: str, *, check_model: bool
     elif known is not None:  # pair passed; this model is not to be checked
         return
     device = spec.text if spec.kind == "edgetpu" else "edgetpu"
-    result = probe(runtime, model_path, device, library=name)
+    result = probe(runtime, model_path, device, library=name, load_delegate=load_delegate)
     if pair is None and result.library:  # the loader found it where we could not: key it now
         pair = Pair.of(runtime.name, runtime.version, result.library)
     verdict = _judge_delegate(runtime, model_path, result, pair, known)
@@ -301,6 +319,21 @@ def ensure_probed(runtime: Any, spec: Any, model_path: str, *, check_model: bool
             raise InvalidModel(verdict.message)
     if verdict.status != "pass":
         raise DeviceUnavailable(verdict.message)
+
+
+def known_crash(library: str, label: Optional[str], runtime: Any, root: str = "/") -> Optional[str]:
+    """The pairing table's one line when this build (its Debian package, else `label`) is known to
+    crash under `runtime`, with this platform's fix; else None."""
+    from edgeapp.core.pairing import CRASH, decide, identify
+    from edgeapp.hw.libedgetpu import dpkg_owner
+
+    decision = decide(identify(dpkg_owner(library, root), label), runtime.name, runtime.version)
+    if decision.verdict != CRASH:
+        return None
+    from edgeapp.core.install_plan import plan_for
+    from edgeapp.hw.osinfo import read_platform
+
+    return f"{decision.summary()}; fix: {plan_for(read_platform(root)).fix}"
 
 
 # --- running the child and judging it -------------------------------------------------------
@@ -344,15 +377,26 @@ class ChildResult:
             else f"exit status {self.returncode}"
 
 
-def probe(runtime: Any, model_path: str, device: Optional[str], library: Optional[str] = None,
-          timeout: Optional[float] = None) -> ChildResult:
+def probe(runtime: Any, model_path: str, device: Optional[str] = None, library: Optional[str] = None,
+          load_delegate: Optional[Callable[[], Any]] = None, timeout: Optional[float] = None) -> ChildResult:
     """Build, allocate, invoke and release `model_path` once in a child; report what happened."""
+    args = [str(model_path), runtime.name, device or "cpu", library or ""]
+    return _run_child(args, lambda emit: run_child(runtime, str(model_path), library, load_delegate, emit),
+                      timeout)
+
+
+def read_label(runtime: Any, library: str, timeout: Optional[float] = None) -> ChildResult:
+    """Load the Edge TPU library in a child and read its build label (the pairing table needs it)."""
+    return _run_child(["--label", library, runtime.name], lambda emit: label_child(library, emit), timeout)
+
+
+def _run_child(args: list[str], work: Callable[[Callable[[str], None]], int],
+               timeout: Optional[float]) -> ChildResult:
     if timeout is None:
         timeout = _timeout_from_env()
-    args = [str(model_path), runtime.name, device or "cpu", library or ""]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if _can_fork():
-        out = _forked(args, timeout)
+        out = _forked(work, timeout)
         if out.hung or out.died:  # a fork carries its parent's state: a fresh child confirms
             out = _spawned(args, timeout)
     else:
@@ -428,7 +472,7 @@ def _can_fork() -> bool:
         threading.active_count() == 1
 
 
-def _forked(args: list[str], timeout: float) -> ChildResult:
+def _forked(work: Callable[[Callable[[str], None]], int], timeout: float) -> ChildResult:
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile() as err:
         sys.stdout.flush()
@@ -444,9 +488,9 @@ def _forked(args: list[str], timeout: float) -> ChildResult:
                 os.dup2(err.fileno(), 2)
 
                 def emit(line: str) -> None:
-                    os.write(write_fd, (_MARK + line + "\n").encode())
+                    os.write(write_fd, (MARK + line + "\n").encode())
 
-                code = _child(args, emit)
+                code = work(emit)
             finally:
                 os._exit(code)
         os.close(write_fd)
@@ -475,7 +519,7 @@ def child_command(args: list[str]) -> list[str]:
     """`python -I` running this module's child: the working directory never shadows a module."""
     from edgeapp.hw.proc import isolated_python, log_command
 
-    cmd = isolated_python("from edgeapp.hw.probe import _main; _main()", *args)
+    cmd = isolated_python("from edgeapp.hw.probe_child import main; main()", *args)
     log_command(cmd)
     return cmd
 
@@ -522,9 +566,9 @@ def _collect(pid: int, fd: int, timeout: float, ready_timeout: float,
                 break
             if line is None:
                 break
-            if not line.startswith(_MARK):
+            if not line.startswith(MARK):
                 continue
-            word, _, rest = line[len(_MARK):].partition(" ")
+            word, _, rest = line[len(MARK):].partition(" ")
             if word == "ready":
                 out.ready, deadline = True, time.monotonic() + timeout
             elif word == "stage":
@@ -569,18 +613,7 @@ def _reap(pid: int) -> Optional[int]:
 # --- the child ----------------------------------------------------------------------------------
 
 
-def _main() -> None:
-    """Entry of the spawned child: `python -I -c ... MODEL RUNTIME DEVICE LIBRARY`."""
-    def emit(line: str) -> None:
-        sys.stdout.write(_MARK + line + "\n")
-        sys.stdout.flush()
-
-    sys.exit(_child(sys.argv[1:5], emit))
-
-
-def _child(args: list[str], emit: Callable[[str], None]) -> int:
-    """Everything the main process would do with the model (and the delegate), once."""
-    model_path, runtime_name, device, library = args
+def _child_setup() -> None:
     try:  # a crash here is expected, and no reason to leave a core file behind
         import resource
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -590,42 +623,65 @@ def _child(args: list[str], emit: Callable[[str], None]) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers Ctrl-C and kills us
     except (ValueError, OSError):
         pass
+
+
+def run_child(rt: Any, model_path: str, library: Optional[str], load_delegate: Optional[Callable[[], Any]],
+              emit: Callable[[str], None]) -> int:
+    """Everything the main process would do with the model (and the delegate), once."""
+    _child_setup()
+    emit("ready")
     try:
-        result = _child_steps(model_path, runtime_name, device, library, emit)
+        result = _child_steps(rt, model_path, library, load_delegate, emit)
     except BaseException as e:  # noqa: BLE001 - reported, never raised in a child
         result = {"status": "failed", "message": f"{type(e).__name__}: {e}"}
     emit("result " + json.dumps(result))
     return 0
 
 
-def _child_steps(model_path: str, runtime_name: str, device: str, library: str,
+def label_child(library: str, emit: Callable[[str], None]) -> int:
+    """Load the library and say what it is: its file and its build label."""
+    _child_setup()
+    emit("ready")
+    try:
+        result = _load_library(library, emit) or {"status": "pass"}
+    except BaseException as e:  # noqa: BLE001
+        result = {"status": "failed", "message": f"{type(e).__name__}: {e}"}
+    emit("result " + json.dumps(result))
+    return 0
+
+
+def _load_library(library: str, emit: Callable[[str], None]) -> Optional[dict]:
+    """None when loaded (and reported), else the failed result."""
+    import ctypes
+
+    from edgeapp.hw.libedgetpu import build_label, explain_load_error, library_file
+
+    emit("stage loading the Edge TPU library")
+    try:
+        lib = ctypes.CDLL(library)
+    except OSError as e:
+        return {"status": "failed", "message": explain_load_error(str(e), library)}
+    emit("library " + json.dumps({"path": library_file(lib, library), "version": build_label(lib)}))
+    return None
+
+
+def _child_steps(rt: Any, model_path: str, library: Optional[str], load_delegate: Optional[Callable[[], Any]],
                  emit: Callable[[str], None]) -> dict:
     import gc
 
     import numpy as np
 
     from edgeapp.errors import EdgeappError
-    from edgeapp.hw.runtime import find_runtime, load_edgetpu_delegate, parse_device, runtime_error_text
+    from edgeapp.hw.runtime_errors import runtime_error_text
 
-    rt = find_runtime(runtime_name)
-    emit("ready")
     delegates = None
-    if library:
-        import ctypes
-
-        from edgeapp.hw.devices import library_file, library_version
-
-        from edgeapp.hw.runtime import explain_library_error
-
-        emit("stage loading the Edge TPU library")
-        try:
-            lib = ctypes.CDLL(library)
-        except OSError as e:
-            return {"status": "failed", "message": explain_library_error(str(e), library)}
-        emit("library " + json.dumps({"path": library_file(lib, library), "version": library_version(lib)}))
+    if library and load_delegate is not None:
+        failed = _load_library(library, emit)
+        if failed:
+            return failed
         emit("stage loading the Edge TPU delegate")
         try:
-            delegates = [load_edgetpu_delegate(rt, parse_device(device))]
+            delegates = [load_delegate()]
         except EdgeappError as e:
             return {"status": "failed", "message": str(e)}
     steps = ("building the interpreter", "allocating tensors", "invoking", "releasing the interpreter")
@@ -706,7 +762,3 @@ def _ld_so_conf(path: str, seen: set) -> list[str]:
         elif line:
             dirs.append(line)
     return dirs
-
-
-if __name__ == "__main__":
-    _main()

@@ -8,11 +8,9 @@ the Edge TPU cannot be used and the user asked for `auto`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import importlib.util
 import os
-import platform
 import re
 import sys
 import tempfile
@@ -20,12 +18,16 @@ import threading
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from edgeapp.errors import DeviceUnavailable, InvalidModel, MissingDependency, UsageError
+from edgeapp.core.naming import cpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
+from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
+from edgeapp.hw.runtime_errors import NATIVE_NOISE, runtime_error_text
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
@@ -37,7 +39,6 @@ RUNTIME_MODULES = {  # runtime name -> the module holding Interpreter and load_d
 }
 _DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tflite-runtime",),
                   "tensorflow": ("tensorflow", "tensorflow-cpu")}
-EDGETPU_LIB_ENV = "EDGEAPP_EDGETPU_LIB"  # override the Edge TPU library (tests, custom builds)
 _DEVICE_RE = re.compile(r"^(auto|cpu|edgetpu|usb|pci|usb:\d+|pci:\d+|:\d+)$")
 
 
@@ -110,15 +111,6 @@ def parse_device(text: str) -> DeviceSpec:
     return DeviceSpec(t, "edgetpu", None if t == "edgetpu" else t)
 
 
-def edgetpu_library() -> str:
-    """The OS-specific Edge TPU runtime library name (or the EDGEAPP_EDGETPU_LIB override)."""
-    override = os.environ.get(EDGETPU_LIB_ENV)
-    if override:
-        return override
-    return {"Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}.get(platform.system(),
-                                                                        "libedgetpu.so.1")
-
-
 def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
     """Load the Edge TPU delegate or raise DeviceUnavailable with a short reason and the fix."""
     library = edgetpu_library()
@@ -130,34 +122,15 @@ def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
                 return coral.load_edgetpu_delegate(options)
             except ImportError:
                 pass
-        ctypes.CDLL(library)  # fail here, not half-way through the runtime's Delegate object
+        open_library(library)  # fail here, not half-way through the runtime's Delegate object
         return runtime.load_delegate(library, options)
     except OSError as e:
-        raise DeviceUnavailable(explain_library_error(str(e), library)) from None
+        raise DeviceUnavailable(explain_load_error(str(e), library)) from None
     except ValueError as e:  # "Failed to load delegate from libedgetpu.so.1"
         where = f" at {spec.option}" if spec.option else ""
         reason = " ".join(str(e).split())  # the runtime's message spans lines
         raise DeviceUnavailable(f"no Edge TPU found{where} ({reason}); plug it in, check `edgeapp devices` "
                                 "and that your user may access it (udev rule, plugdev group)") from None
-
-
-def explain_library_error(message: str, library: str) -> str:
-    """Why the Edge TPU library did not load, and the fix (the loader's message is cryptic)."""
-    if "libusb" in message:
-        return "libusb-1.0 is missing (sudo apt install libusb-1.0-0)"
-    if os.path.exists(library):  # there, but not a loadable library for this machine
-        return f"cannot load {library}: {message.strip().splitlines()[0] if message.strip() else 'unknown error'}"
-    if library in message or "edgetpu" in message:
-        return (f"no {library}: install the Edge TPU runtime (sudo apt install libedgetpu1-std, "
-                "see README)")
-    return f"cannot load {library}: {message}"
-
-
-def cpu_twin_path(path: str | Path) -> Path:
-    """Where the CPU model of `X_edgetpu.tflite` lives: `X.tflite` beside it."""
-    p = Path(path)
-    stem = p.stem[: -len("_edgetpu")] if p.stem.endswith("_edgetpu") else p.stem
-    return p.with_name(stem + p.suffix)
 
 
 @dataclass
@@ -184,7 +157,9 @@ class Engine:
         return tuple(int(d) for d in self.input["shape"])
 
     @property
-    def input_dtype(self) -> np.dtype:
+    def input_dtype(self) -> "np.dtype":
+        import numpy as np
+
         return np.dtype(self.input["dtype"])
 
     @property
@@ -192,40 +167,39 @@ class Engine:
         scale, zero = self.input.get("quantization", (0.0, 0))
         return float(scale), int(zero)
 
-    def run(self, tensor: np.ndarray) -> list[np.ndarray]:
-        """Invoke on one input tensor; return copies of all raw outputs.
-
-        The runtime's refusal at invoke time (a kernel's parameter check, an input it cannot
-        take) is the model's fault: InvalidModel with the runtime's own words.
-        """
+    def set_input(self, tensor: "np.ndarray") -> None:
+        """Copy one input tensor in, for `invoke` to run on (again and again, as bench does)."""
         if tensor.shape != self.input_shape:
             tensor = tensor.reshape(self.input_shape)
-        try:
-            self.interpreter.set_tensor(self.input["index"], tensor)
-            self.interpreter.invoke()
-            return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
-        except (RuntimeError, ValueError) as e:
-            raise self._refusal(e) from None
-
-    def set_input(self, tensor: np.ndarray) -> None:
         try:
             self.interpreter.set_tensor(self.input["index"], tensor)
         except (RuntimeError, ValueError) as e:
             raise self._refusal(e) from None
 
     def invoke(self) -> None:
-        """One bare invoke (benchmarks time this), refusals as in `run`."""
+        """Run the model on the input already set: the bare call that benchmarks time.
+
+        The runtime's refusal at invoke time (a kernel's parameter check, an input it cannot
+        take) is the model's fault: InvalidModel with the runtime's own words.
+        """
         try:
             self.interpreter.invoke()
         except RuntimeError as e:
             raise self._refusal(e) from None
+
+    def run(self, tensor: "np.ndarray") -> "list[np.ndarray]":
+        """Invoke on one input tensor; return copies of all raw outputs."""
+        self.set_input(tensor)
+        self.invoke()
+        return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
 
     def _refusal(self, error: BaseException) -> InvalidModel:
         return InvalidModel(f"{self.runtime.name} {self.runtime.version} cannot run "
                             f"{self.model.path}: {runtime_error_text(error)}")
 
 
-def open_model(path: str | Path, device: str = "auto", *, cpu_model: Optional[str | Path] = None,
+def open_model(path: str | Path | Model, device: str = "auto", *,
+               cpu_model: Optional[str | Path] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
                probe: bool = True, trust_model: bool = False) -> Engine:
     """Validate the model, pick the device, and return an allocated Engine.
@@ -237,15 +211,19 @@ def open_model(path: str | Path, device: str = "auto", *, cpu_model: Optional[st
     is refused with one line instead of killing us; trust_model (or EDGEAPP_TRUST_MODEL=1)
     skips that. probe: first try the (runtime, Edge TPU library) pair in a child, so a
     mismatched build that segfaults is reported instead of killing us.
+    A parsed `Model` may be passed instead of a path, so callers that already read it don't
+    read it again.
     """
     spec = parse_device(device)
-    model = load_model(path)
+    model = path if isinstance(path, Model) else load_model(path)
+    path = model.path if isinstance(path, Model) else path
     rt = find_runtime(runtime)
     if spec.kind != "cpu" and model.is_edgetpu_compiled:
         try:
             if probe:
                 from edgeapp.hw.probe import ensure_probed
-                ensure_probed(rt, spec, model.path, check_model=not trust_model)
+                ensure_probed(rt, spec, model.path, lambda: load_edgetpu_delegate(rt, spec),
+                              check_model=not trust_model)
             delegate = load_edgetpu_delegate(rt, spec)
             interpreter = _interpreter(rt, model, [delegate], threads)
         except DeviceUnavailable as e:
@@ -314,31 +292,6 @@ def _interpreter(rt: Runtime, model: Model, delegates: Optional[list], threads: 
     return interpreter
 
 
-_NATIVE_NOISE = ("INFO: Created TensorFlow Lite", "INFO: Initialized TensorFlow Lite")
-# Where one native message ends and the next begins when the runtime glues them together
-# ("...was not true.Node number 12 ...", "...XNNPACK delegateunsupported datatype ...").
-_MESSAGE_START = re.compile(
-    r"(?<=\S)(?=(?:Node number \d|Encountered unresolved|Didn't find op|Input tensor \d|Failed to |"
-    r"tensorflow/lite/|tflite/|third_party/|unsupported |Unsupported |Type |Restored original|"
-    r"Attempting to use a delegate|Cannot |Invalid tensor|Internal error))")
-_SENTENCE_END = re.compile(r"(?<=[a-z)\]0-9]\.)(?=[A-Z])")
-_MAX_MESSAGE = 400
-
-
-def runtime_error_text(error: BaseException, native: Optional[list[str]] = None) -> str:
-    """The runtime's error and what it printed natively, as one readable line."""
-    text = str(error).strip()
-    text = _SENTENCE_END.sub("\n", _MESSAGE_START.sub("\n", text))
-    parts: list[str] = []
-    for line in text.splitlines() + list(native or []):
-        line = line.strip()
-        if line and not line.startswith(_NATIVE_NOISE) and "XNNPACK delegate for CPU" not in line \
-                and line not in parts:
-            parts.append(line)
-    joined = "; ".join(parts) or type(error).__name__
-    return joined if len(joined) <= _MAX_MESSAGE else joined[:_MAX_MESSAGE - 3] + "..."
-
-
 @contextlib.contextmanager
 def native_stderr(lines: list[str]):
     """Collect what native code prints on fd 2 (runtimes log there) into `lines`.
@@ -365,7 +318,7 @@ def native_stderr(lines: list[str]):
             tmp.seek(0)
             text = tmp.read().decode("utf-8", "replace")
         for line in text.splitlines():
-            if line.strip() and not line.startswith(_NATIVE_NOISE):
+            if line.strip() and not line.startswith(NATIVE_NOISE):
                 lines.append(line)
                 sys.stderr.write(line + "\n")
 

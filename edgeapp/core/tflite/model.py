@@ -19,12 +19,10 @@ from pathlib import Path
 from typing import Optional
 
 from edgeapp.errors import InvalidModel
-from edgeapp.core.tflite.schema import BUILTIN_OPS, TENSOR_TYPES
+from edgeapp.core.tflite.schema import BUILTIN_OPS, BUILTIN_OPTIONS, TENSOR_TYPES, option_slot
 
 EDGETPU_CUSTOM_OP = "edgetpu-custom-op"
 _FILE_ID = b"TFL3"
-_DTYPE_SIZES = {"float32": 4, "float16": 2, "int32": 4, "uint8": 1, "int64": 8, "bool": 1,
-                "int16": 2, "int8": 1, "float64": 8, "uint64": 8, "uint32": 4, "uint16": 2}
 
 
 class _Corrupt(Exception):
@@ -160,9 +158,13 @@ class Operator:
     def is_custom(self) -> bool:
         return self.builtin_code is None
 
-    def option(self, slot: int, fmt: str = "b", default=0):
-        """A scalar field of the builtin options table (slot as in schema.fbs, 0-based)."""
-        return default if self._options is None else self._options.scalar(slot, fmt, default)
+    def option(self, name: str, fmt: str = "b", default=0):
+        """A scalar field of the builtin options table, by its schema.fbs name; `default` when
+        the operator carries no such table (or one of another type)."""
+        known = BUILTIN_OPTIONS.get(self.op)
+        if self._options is None or known is None or self.options_type != known[0]:
+            return default
+        return self._options.scalar(option_slot(self.op, name), fmt, default)
 
 
 @dataclass(frozen=True)
@@ -369,7 +371,3 @@ def _read(buf: bytes, name: str) -> Model:
 
 def _first_bad(values: tuple) -> float:
     return next(v for v in values if not (math.isfinite(v) and v > 0))
-
-
-def dtype_size(dtype: str) -> int:
-    return _DTYPE_SIZES.get(dtype, 1)

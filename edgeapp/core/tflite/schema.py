@@ -64,3 +64,35 @@ TENSOR_TYPES: tuple[str, ...] = (
     "uint64", "resource", "variant", "uint32", "uint16", "int4",
     "bfloat16", "int2", "uint4", "float8_e4m3fn", "float8_e5m2",
 )
+
+# BuiltinOptions: for each builtin operator edgeapp reads or writes options of, the union index of
+# its options table and the table's fields in schema.fbs order (a field's slot is its position).
+_POOL_FIELDS = ("padding", "stride_w", "stride_h", "filter_width", "filter_height",
+                "fused_activation_function")
+BUILTIN_OPTIONS = {
+    "CONV_2D": (1, ("padding", "stride_w", "stride_h", "fused_activation_function",
+                    "dilation_w_factor", "dilation_h_factor")),
+    "DEPTHWISE_CONV_2D": (2, ("padding", "stride_w", "stride_h", "depth_multiplier",
+                              "fused_activation_function", "dilation_w_factor", "dilation_h_factor")),
+    "AVERAGE_POOL_2D": (5, _POOL_FIELDS),
+    "MAX_POOL_2D": (5, _POOL_FIELDS),
+    "FULLY_CONNECTED": (8, ("fused_activation_function", "weights_format", "keep_num_dims",
+                            "asymmetric_quantize_inputs")),
+    "CONCATENATION": (10, ("axis", "fused_activation_function")),
+    "STRIDED_SLICE": (32, ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                           "shrink_axis_mask", "offset")),
+    "PACK": (59, ("values_count", "axis")),
+    "BATCH_MATMUL": (101, ("adj_x", "adj_y", "asymmetric_quantize_inputs")),
+}
+PADDING = {"SAME": 0, "VALID": 1}
+ACTIVATIONS = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3, "TANH": 4, "SIGN_BIT": 5}
+
+
+def options_type(op: str) -> int:
+    """The BuiltinOptions union index of `op`'s options table."""
+    return BUILTIN_OPTIONS[op][0]
+
+
+def option_slot(op: str, name: str) -> int:
+    """The vtable slot of field `name` in `op`'s options table."""
+    return BUILTIN_OPTIONS[op][1].index(name)

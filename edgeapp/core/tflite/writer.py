@@ -20,14 +20,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from edgeapp.core.tflite.schema import BUILTIN_OPS, TENSOR_TYPES
+from edgeapp.core.tflite.schema import (ACTIVATIONS, BUILTIN_OPS, BUILTIN_OPTIONS, PADDING,
+                                        TENSOR_TYPES, options_type)
 
 SCHEMA_VERSION = 3
-# BuiltinOptions union members (schema.fbs) and the op versions that declare int8 kernels.
-_OPTIONS_TYPE = {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 8}
+# The op versions that declare int8 kernels.
 _INT8_VERSION = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 4}
-_PADDING = {"SAME": 0, "VALID": 1}
-_ACTIVATION = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
+_BYTE_FIELDS = ("padding", "fused_activation_function")  # enums stored as int8
 _BUFFER_ALIGN = 16  # constant data aligned for the runtime's SIMD kernels
 
 
@@ -89,16 +88,16 @@ class ModelWriter:
                      activation: str = "NONE", dilation: int | tuple[int, int] = 1,
                      depth_multiplier: int = 1) -> None:
         """Add a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED operator (execution order)."""
-        if op not in _OPTIONS_TYPE:
-            raise ValueError(f"tflite_writer does not write {op} (only {', '.join(_OPTIONS_TYPE)})")
+        if op not in _INT8_VERSION:
+            raise ValueError(f"tflite_writer does not write {op} (only {', '.join(_INT8_VERSION)})")
         for t in (*inputs, *outputs):
             if not -1 <= t < len(self._tensors):
                 raise ValueError(f"{op}: no tensor {t}")
         sh, sw = (stride, stride) if isinstance(stride, int) else stride
         dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
         self._operators.append(_OperatorDef(op, tuple(inputs), tuple(outputs), {
-            "padding": _PADDING[padding], "stride_h": sh, "stride_w": sw, "dilation_h": dh,
-            "dilation_w": dw, "activation": _ACTIVATION[activation],
+            "padding": PADDING[padding], "stride_h": sh, "stride_w": sw, "dilation_h_factor": dh,
+            "dilation_w_factor": dw, "fused_activation_function": ACTIVATIONS[activation],
             "depth_multiplier": depth_multiplier}))
 
     # -- serialisation -----------------------------------------------------------------------
@@ -194,26 +193,13 @@ class ModelWriter:
     @staticmethod
     def _operator_table(b, o: _OperatorDef, opcode_index: int) -> int:
         opt = o.options
-        if o.op == "CONV_2D":
-            b.StartObject(6)  # Conv2DOptions
-            b.PrependInt8Slot(0, opt["padding"], 0)
-            b.PrependInt32Slot(1, opt["stride_w"], 0)
-            b.PrependInt32Slot(2, opt["stride_h"], 0)
-            b.PrependInt8Slot(3, opt["activation"], 0)
-            b.PrependInt32Slot(4, opt["dilation_w"], 1)
-            b.PrependInt32Slot(5, opt["dilation_h"], 1)
-        elif o.op == "DEPTHWISE_CONV_2D":
-            b.StartObject(7)  # DepthwiseConv2DOptions
-            b.PrependInt8Slot(0, opt["padding"], 0)
-            b.PrependInt32Slot(1, opt["stride_w"], 0)
-            b.PrependInt32Slot(2, opt["stride_h"], 0)
-            b.PrependInt32Slot(3, opt["depth_multiplier"], 0)
-            b.PrependInt8Slot(4, opt["activation"], 0)
-            b.PrependInt32Slot(5, opt["dilation_w"], 1)
-            b.PrependInt32Slot(6, opt["dilation_h"], 1)
-        else:  # FULLY_CONNECTED
-            b.StartObject(3)  # FullyConnectedOptions
-            b.PrependInt8Slot(0, opt["activation"], 0)
+        fields = BUILTIN_OPTIONS[o.op][1]
+        b.StartObject(len(fields))
+        for slot, name in enumerate(fields):
+            if name not in opt:
+                continue
+            ints = (b.PrependInt8Slot if name in _BYTE_FIELDS else b.PrependInt32Slot)
+            ints(slot, opt[name], 1 if name.startswith("dilation") else 0)
         options = b.EndObject()
         ins = _int32_vector(b, o.inputs)
         outs = _int32_vector(b, o.outputs)
@@ -221,7 +207,7 @@ class ModelWriter:
         b.PrependUint32Slot(0, opcode_index, 0)
         b.PrependUOffsetTRelativeSlot(1, ins, 0)
         b.PrependUOffsetTRelativeSlot(2, outs, 0)
-        b.PrependUint8Slot(3, _OPTIONS_TYPE[o.op], 0)
+        b.PrependUint8Slot(3, options_type(o.op), 0)
         b.PrependUOffsetTRelativeSlot(4, options, 0)
         return b.EndObject()
 

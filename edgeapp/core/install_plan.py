@@ -1,0 +1,276 @@
+"""The commands that give this platform a working (libedgetpu, TFLite runtime) pair.
+
+`edgeapp doctor` prints the plan; a known-crash pair is refused with the plan's one-line fix.
+edgeapp prints these commands; it never downloads or installs system packages itself. Pure:
+hw/hostinfo.read_platform reads /etc/os-release, dpkg's architecture and the Python version.
+
+Routes, by platform:
+- Mendel (Coral Dev Board / Dev Board Mini): Coral's own pair from Coral's apt repository, which
+  Mendel ships preinstalled (libedgetpu1-std 16.0 + python3-tflite-runtime 2.5.0.post1).
+- Debian, Raspberry Pi OS, Ubuntu with Python <= 3.9: the same pair from Coral's apt repository
+  (Coral's python3-tflite-runtime is built for the system Python 3.6-3.9 only, edgetpu#873).
+- Those with Python >= 3.10: a community libedgetpu deb built against a newer TensorFlow
+  (feranick/libedgetpu releases) for the codename and architecture, plus the runtime from PyPI:
+  ai-edge-litert (x86-64, arm64), tflite-runtime 2.14.0 on 32-bit ARM (no ai-edge-litert wheel).
+- macOS, Windows, other Linux: no published working pair; the plan says so and what remains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Tuple
+
+from edgeapp.core.debian import parse_os_release
+from edgeapp.core.pairing import COMMUNITY, GOOGLE, GOOGLE_16_TF, Build, decide
+
+CORAL_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
+CORAL_KEYRING = "/usr/share/keyrings/coral-edgetpu.gpg"
+CORAL_SOURCE = f"deb [signed-by={CORAL_KEYRING}] https://packages.cloud.google.com/apt coral-edgetpu-stable main"
+COMMUNITY_REPO = "https://github.com/feranick/libedgetpu"
+COMMUNITY_RELEASES = COMMUNITY_REPO + "/releases"
+
+# Community debs by (suite, Debian architecture) -> the TensorFlow version of the rebuild. Release
+# tag 16.0TF<tf>-1, asset libedgetpu1-std_16.0tf<tf>-1.<suite>_<arch>.deb; each debuild makes the
+# -std and -max packages of one architecture together (feranick/libedgetpu README). Names as
+# public install scripts and Dockerfiles download them: 16.0TF2.19.1-1 bookworm_amd64,
+# bookworm_arm64, trixie_arm64, ubuntu24.04_amd64, ubuntu24.04_arm64; Frigate
+# (docker/main/install_deps.sh) 16.0TF2.17.1-1 bookworm_amd64/arm64. No armhf and no Ubuntu 22.04
+# asset of 16.0TF2.19.1-1 appears in those sources; 16.0TF2.17.1-1 has bookworm_armhf
+# (Raspberry Pi install scripts) and ubuntu22.04 (…ubuntu22.04_arm64.deb): those use 2.17.1.
+COMMUNITY_DEBS: Dict[Tuple[str, str], str] = {
+    ("bookworm", "amd64"): "2.19.1",
+    ("bookworm", "arm64"): "2.19.1",
+    ("trixie", "arm64"): "2.19.1",
+    ("ubuntu24.04", "amd64"): "2.19.1",
+    ("ubuntu24.04", "arm64"): "2.19.1",
+    ("bookworm", "armhf"): "2.17.1",
+    ("ubuntu22.04", "amd64"): "2.17.1",
+    ("ubuntu22.04", "arm64"): "2.17.1",
+}
+# PyPI's newest tflite-runtime, 2.14.0, has cp311 armv7l wheels (manylinux_2_34) and needs numpy 1.
+ARMHF_RUNTIME = ("tflite-runtime", "2.14.0")
+USB_ACCESS = "sudo usermod -aG plugdev $USER"
+USB_ACCESS_NOTE = ("the package installs a udev rule giving group plugdev the USB Accelerator: after "
+                   "usermod, log out and in again, then unplug and replug the accelerator")
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the plan depends on: OS (from os-release), Debian architecture, Python."""
+
+    system: str = "Linux"  # platform.system(): Linux, Darwin, Windows
+    os_id: str = ""  # os-release ID: debian, raspbian, ubuntu, mendel
+    id_like: Tuple[str, ...] = ()
+    codename: str = ""  # VERSION_CODENAME: bookworm, trixie, jammy, eagle
+    version_id: str = ""  # VERSION_ID: 12, 22.04
+    pretty: str = ""
+    arch: str = ""  # Debian architecture (amd64, arm64, armhf), else the machine name
+    python: Tuple[int, int] = (3, 11)
+    python_exe: str = "python3"  # how to call this Python in printed commands
+
+    @classmethod
+    def from_os_release(cls, text: str, *, system: str, arch: str, python: Tuple[int, int],
+                        python_exe: str = "python3") -> "Platform":
+        f = parse_os_release(text)
+        return cls(system, f.get("ID", "").lower(), tuple(f.get("ID_LIKE", "").lower().split()),
+                   f.get("VERSION_CODENAME", "").lower(), f.get("VERSION_ID", ""), f.get("PRETTY_NAME", ""),
+                   arch, (int(python[0]), int(python[1])), python_exe)
+
+    @property
+    def debian_like(self) -> bool:
+        return self.system == "Linux" and (self.os_id in ("debian", "raspbian", "ubuntu", "mendel")
+                                           or bool({"debian", "ubuntu"} & set(self.id_like)))
+
+    @property
+    def suite(self) -> str:
+        """How community debs name the distribution: the Debian codename, `ubuntu22.04` on Ubuntu."""
+        if self.os_id == "ubuntu" or ("ubuntu" in self.id_like and self.version_id):
+            return f"ubuntu{self.version_id}"
+        return self.codename
+
+    def describe(self) -> str:
+        name = self.pretty or {"Darwin": "macOS"}.get(self.system, self.system or "unknown OS")
+        return f"{name}, {self.arch or 'unknown architecture'}, Python {self.python[0]}.{self.python[1]}"
+
+
+def debian_arch(machine: str, pointer_bits: int = 64) -> str:
+    """Debian's name for a machine: aarch64 -> arm64; a 32-bit userland on a 64-bit kernel -> armhf."""
+    m = (machine or "").lower()
+    if m in ("x86_64", "amd64"):
+        return "i386" if pointer_bits == 32 else "amd64"
+    if m in ("aarch64", "arm64", "armv8l"):
+        return "armhf" if pointer_bits == 32 or m == "armv8l" else "arm64"
+    if m.startswith("armv7") or m.startswith("armv6"):
+        return "armhf"
+    if m in ("i386", "i486", "i586", "i686"):
+        return "i386"
+    return m
+
+
+@dataclass(frozen=True)
+class Step:
+    what: str  # why these commands, one line
+    commands: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    platform: Platform
+    route: str  # coral-apt, community-deb or none
+    libedgetpu: str  # the Edge TPU runtime to have, or "" when no route
+    runtime: str  # the TFLite runtime to have
+    verdict: str  # the pairing table's verdict on that pair: works or unknown ("" without a route)
+    source: str  # the table row's citation
+    steps: Tuple[Step, ...]
+    notes: Tuple[str, ...]
+    fix: str  # one line: what turns a known-crash pair into this plan's pair
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["platform"]["description"] = self.platform.describe()
+        return d
+
+    def headline(self) -> str:
+        if self.route == "none":
+            return f"plan for {self.platform.describe()}: no published Edge TPU runtime pair"
+        known = {"works": f"reported to work ({self.source})",
+                 "unknown": "not yet reported either way: edgeapp probes it on first Edge TPU use"}
+        return (f"plan for {self.platform.describe()}: {self.libedgetpu} + {self.runtime}, "
+                f"{known.get(self.verdict, self.verdict)}")
+
+    def lines(self) -> List[str]:
+        """The plan as text: a headline, then each step's commands verbatim under a `#` comment."""
+        out = [self.headline()]
+        for step in self.steps:
+            out.append(f"  # {step.what}")
+            out += [f"  {c}" for c in step.commands]
+        out += [f"  note: {n}" for n in self.notes]
+        return out
+
+
+def plan_for(p: Platform) -> Plan:
+    if p.system == "Darwin":
+        return _macos(p)
+    if not p.debian_like:
+        return _no_route(p, f"edgeapp knows no Edge TPU runtime packages for {p.describe()}",
+                         (f"build libedgetpu against TensorFlow 2.19 from {COMMUNITY_REPO} "
+                          "(its Makefile) and point EDGEAPP_EDGETPU_LIB at the library, or run "
+                          "edgeapp in a Debian/Ubuntu container",))
+    if p.os_id == "mendel":
+        return _mendel(p)
+    if p.python <= (3, 9):
+        return _coral_apt(p)
+    return _community(p)
+
+
+def _decided(build: Build, runtime: str, version: str) -> Tuple[str, str]:
+    d = decide(build, runtime, version)
+    return d.verdict, d.source
+
+
+def _usb_step() -> Step:
+    return Step("USB Accelerator access without root", (USB_ACCESS,))
+
+
+def _mendel(p: Platform) -> Plan:
+    verdict, source = _decided(Build(GOOGLE, "16.0", GOOGLE_16_TF, "plan"), "tflite-runtime", "2.5.0.post1")
+    steps = (
+        Step("Coral's pair, preinstalled on Mendel (this reinstalls it)",
+             ("sudo apt-get update",
+              "sudo apt-get install -y libusb-1.0-0 libedgetpu1-std python3-tflite-runtime")),
+        Step("keep the system tflite-runtime: no PyPI build of it in edgeapp's environment",
+             (f"{p.python_exe} -m pip uninstall -y tflite-runtime",)),
+        _usb_step(),
+    )
+    notes = ("run edgeapp with the system python3, or from a venv made with "
+             "`python3 -m venv --system-site-packages`, so it sees Coral's tflite_runtime",
+             USB_ACCESS_NOTE)
+    return Plan(p, "coral-apt", "libedgetpu1-std 16.0 (Coral)", "tflite-runtime 2.5.0.post1 (Coral's apt "
+                "package python3-tflite-runtime)", verdict, source, steps, notes,
+                f"{p.python_exe} -m pip uninstall -y tflite-runtime && sudo apt-get install -y "
+                "--reinstall python3-tflite-runtime libedgetpu1-std")
+
+
+def _coral_apt(p: Platform) -> Plan:
+    verdict, source = _decided(Build(GOOGLE, "16.0", GOOGLE_16_TF, "plan"), "tflite-runtime", "2.5.0.post1")
+    steps = (
+        Step("Coral's apt repository",
+             ("sudo apt-get update",
+              "sudo apt-get install -y curl gnupg libusb-1.0-0",
+              f"curl -fsSL {CORAL_KEY} | sudo gpg --dearmor -o {CORAL_KEYRING}",
+              f'echo "{CORAL_SOURCE}" | sudo tee /etc/apt/sources.list.d/coral-edgetpu.list',
+              "sudo apt-get update")),
+        Step("Coral's pair: libedgetpu 16.0 (TensorFlow 2.5) and tflite-runtime 2.5.0.post1",
+             ("sudo apt-get install -y libedgetpu1-std python3-tflite-runtime",)),
+        Step("no PyPI tflite-runtime in edgeapp's environment (2.12 and newer crash with 16.0)",
+             (f"{p.python_exe} -m pip uninstall -y tflite-runtime",)),
+        _usb_step(),
+    )
+    notes = ("Coral's python3-tflite-runtime is built for the system python3 (3.6-3.9): run edgeapp "
+             "with it, or from a venv made with `python3 -m venv --system-site-packages`",
+             "libedgetpu1-max instead of libedgetpu1-std runs the Edge TPU at full clock (hotter)",
+             USB_ACCESS_NOTE)
+    return Plan(p, "coral-apt", "libedgetpu1-std 16.0 (Coral)", "tflite-runtime 2.5.0.post1 (Coral's apt "
+                "package python3-tflite-runtime)", verdict, source, steps, notes,
+                f"{p.python_exe} -m pip uninstall -y tflite-runtime && sudo apt-get install -y "
+                "python3-tflite-runtime (Coral's apt repository; `edgeapp doctor` shows the plan)")
+
+
+def _community(p: Platform) -> Plan:
+    tf = COMMUNITY_DEBS.get((p.suite, p.arch))
+    if p.arch == "armhf":
+        runtime, runtime_version = ARMHF_RUNTIME
+        if p.python != (3, 11):
+            return _no_route(p, f"PyPI's tflite-runtime {runtime_version} has 32-bit ARM wheels only for "
+                                f"Python 3.11, not {p.python[0]}.{p.python[1]}",
+                             ("use Raspberry Pi OS Bookworm (Python 3.11) or a 64-bit OS",))
+    elif p.arch in ("amd64", "arm64"):
+        runtime, runtime_version = "ai-edge-litert", ""
+    else:
+        return _no_route(p, f"no TFLite runtime wheels for {p.arch}", ())
+    if tf is None:
+        return _no_route(p, f"no community libedgetpu deb known for {p.suite or p.os_id}/{p.arch}",
+                         (f"look for libedgetpu1-std_*.{p.suite}_{p.arch}.deb at {COMMUNITY_RELEASES}",))
+    version = f"16.0tf{tf}-1"
+    deb = f"libedgetpu1-std_{version}.{p.suite}_{p.arch}.deb"
+    url = f"{COMMUNITY_RELEASES}/download/16.0TF{tf}-1/{deb}"
+    tf_minor = tuple(int(x) for x in tf.split(".")[:2])
+    verdict, source = _decided(Build(COMMUNITY, version, tf_minor, "plan"), runtime, runtime_version)
+    if runtime == "ai-edge-litert":
+        pip = f"{p.python_exe} -m pip install ai-edge-litert"
+        runtime_text = "ai-edge-litert (PyPI)"
+    else:
+        pip = f"{p.python_exe} -m pip install 'tflite-runtime=={runtime_version}' 'numpy<2'"
+        runtime_text = f"tflite-runtime {runtime_version} (PyPI)"
+    steps = (
+        Step("libusb and wget",
+             ("sudo apt-get update", "sudo apt-get install -y libusb-1.0-0 wget")),
+        Step(f"the Edge TPU runtime rebuilt for TensorFlow {tf} (replaces Coral's 16.0, built for 2.5)",
+             (f"wget {url}", f"sudo apt-get install -y ./{deb}")),
+        Step("the TFLite runtime, in edgeapp's Python environment", (pip,)),
+        _usb_step(),
+    )
+    notes = [f"libedgetpu1-max_{version}.{p.suite}_{p.arch}.deb from the same release runs the Edge TPU "
+             "at full clock (hotter)",
+             USB_ACCESS_NOTE]
+    if p.arch == "armhf":
+        notes.insert(0, "on a Raspberry Pi, pip takes numpy and opencv-python from piwheels "
+                        "(Raspberry Pi OS configures it)")
+    return Plan(p, "community-deb", f"libedgetpu1-std {version} (community build for TensorFlow {tf}, "
+                f"feranick/libedgetpu)", runtime_text, verdict, source, steps, tuple(notes),
+                f"wget {url} && sudo apt-get install -y ./{deb}")
+
+
+def _macos(p: Platform) -> Plan:
+    return _no_route(
+        p, "Coral's macOS runtime (libedgetpu 16.0, edgetpu_runtime_20210726.zip) is the TensorFlow 2.5 "
+           "build, known to crash with ai-edge-litert, and PyPI has no macOS tflite-runtime to pair with it",
+        ("the Edge TPU needs a libedgetpu built against TensorFlow 2.19 for macOS (feranick/libedgetpu: "
+         "`CPU=darwin_arm64 make`), then EDGEAPP_EDGETPU_LIB=/path/to/libedgetpu.1.dylib",
+         "until then edgeapp runs models on the CPU (ai-edge-litert)"),
+        steps=(Step("libusb, which any libedgetpu needs on macOS", ("brew install libusb",)),))
+
+
+def _no_route(p: Platform, why: str, notes: Tuple[str, ...], steps: Tuple[Step, ...] = ()) -> Plan:
+    return Plan(p, "none", "", "", "", "", steps, (why,) + tuple(notes),
+                f"{why}; edgeapp runs on the CPU (`edgeapp doctor` shows what remains)")

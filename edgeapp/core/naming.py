@@ -1,0 +1,74 @@
+"""How Edge TPU files are named: the one owner of `_edgetpu`, segment and sidecar names.
+
+edgetpu_compiler writes `X_edgetpu.tflite` (+ `X_edgetpu.log`) for `X.tflite`, and
+`X_segment_I_of_N_edgetpu.tflite` with `--num_segments N`; edgeapp keeps the CPU twin `X.tflite`
+and its sidecar `X.json` beside them, which is what the CPU fallback and labels look for.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional, Tuple, Union
+
+EDGETPU_SUFFIX = "_edgetpu"
+_SEGMENT_RE = re.compile(r"^(?P<base>.+)_segment_(?P<index>\d+)_of_(?P<count>\d+)$")
+
+PathLike = Union[str, Path]
+
+
+def edgetpu_stem(stem: str) -> str:
+    """`X` -> `X_edgetpu`: what the compiler calls its output."""
+    return stem + EDGETPU_SUFFIX
+
+
+def edgetpu_twin_path(path: PathLike) -> Path:
+    """Where the compiled build of `X.tflite` lives: `X_edgetpu.tflite` beside it."""
+    p = Path(path)
+    return p.with_name(edgetpu_stem(p.stem) + p.suffix)
+
+
+def cpu_twin_path(path: PathLike) -> Path:
+    """Where the CPU model of `X_edgetpu.tflite` lives: `X.tflite` beside it."""
+    p = Path(path)
+    stem = p.stem[: -len(EDGETPU_SUFFIX)] if p.stem.endswith(EDGETPU_SUFFIX) else p.stem
+    return p.with_name(stem + p.suffix)
+
+
+def compiler_outputs(model: PathLike, out_dir: PathLike, segments: Optional[int] = None
+                     ) -> list:
+    """(X_edgetpu.tflite, X_edgetpu.log) as the compiler names them, one pair per segment."""
+    stem, out = Path(model).stem, Path(out_dir)
+    names = ([segment_stem(stem, i, segments) for i in range(segments)]
+             if segments and segments > 1 else [stem])
+    return [(out / (edgetpu_stem(n) + ".tflite"), out / (edgetpu_stem(n) + ".log")) for n in names]
+
+
+def segment_stem(base: str, index: int, count: int) -> str:
+    return f"{base}_segment_{index}_of_{count}"
+
+
+def parse_segment(path: PathLike) -> Optional[Tuple[str, int, int]]:
+    """(base, index, count) of `X_segment_I_of_N_edgetpu.tflite`, or None for other names."""
+    stem = Path(path).stem
+    if stem.endswith(EDGETPU_SUFFIX):
+        stem = stem[: -len(EDGETPU_SUFFIX)]
+    m = _SEGMENT_RE.match(stem)
+    if not m:
+        return None
+    return m.group("base"), int(m.group("index")), int(m.group("count"))
+
+
+def segment_paths(path: PathLike) -> Optional[list]:
+    """All N segment files of the set `path` belongs to, in order (they may not all exist)."""
+    parsed = parse_segment(path)
+    if parsed is None:
+        return None
+    base, _, count = parsed
+    p = Path(path)
+    return [p.with_name(edgetpu_stem(segment_stem(base, i, count)) + ".tflite") for i in range(count)]
+
+
+def sidecar_path(model_path: PathLike) -> Path:
+    """`X.json` beside `X.tflite`: labels and preprocessing written by convert."""
+    return Path(model_path).with_suffix(".json")

@@ -1,0 +1,15 @@
+"""How sizes are shown to people: one formatter for every table and message."""
+
+from typing import Optional
+
+_BINARY = (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024))
+
+
+def format_bytes(n: Optional[int], unit: Optional[str] = None) -> str:
+    """`7.06 MiB`, `512 B`; `unit` forces one (e.g. "MiB" to compare against a MiB limit)."""
+    if n is None:
+        return "?"
+    for name, size in _BINARY:
+        if name == unit or (unit is None and n >= size):
+            return f"{n / size:.2f} {name}"
+    return f"{n} B"

@@ -1,0 +1,325 @@
+"""classify/detect batches across a fleet of hosts, on Dask distributed.
+
+The client (this process) splits the inputs into chunks and submits them to the scheduler; each
+worker process opens the model once (cached per worker, see `_engine_for`) and runs the chunk
+through the same task and `iter_records` as a local run, so records are identical. Results
+come back as chunks finish and are written in input order, each once: a chunk retried after a
+worker died (the scheduler's own retry) is still written once, because the client writes by
+chunk index. Only a bounded number of chunks is in flight, so `--ship-bytes` never holds the
+whole batch in memory.
+
+Workers declare Edge TPUs as a resource (`dask worker ... --resources "edgetpu=N"`); an
+explicit TPU device asks for it, `auto` lets workers without one run the CPU twin.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Optional
+
+from edgeapp.errors import (ClusterError, EdgeappError, InputError, MissingDependency, UsageError,
+                            error_for_exit_code)
+from edgeapp.flows.batch import BatchStats, iter_records
+from edgeapp.flows.records import RecordWriter
+
+INSTALL = "pip install 'edgeapp[cluster]'"
+DEFAULT_CHUNK = 16
+EDGETPU_RESOURCE = "edgetpu"
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker needs to rebuild the task: plain data, pickled to the workers."""
+
+    task: str  # "classify" or "detect"
+    model: str  # the model path as the client names it (records say this)
+    device: str = "auto"
+    cpu_model: Optional[str] = None
+    runtime: Optional[str] = None
+    threads: Optional[int] = None
+    probe: bool = True
+    labels: Optional[dict] = None  # read on the client: workers need no labels file
+    mean: Optional[float] = None
+    std: Optional[float] = None
+    fast_decode: bool = False
+    options: dict = field(default_factory=dict)  # top_k, threshold, resize
+    model_files: Optional[dict] = None  # --ship-bytes: file name -> bytes of the model, its CPU
+    # twin and their sidecars, which travel too
+    decode_workers: int = 2
+
+
+@dataclass
+class ClusterStats(BatchStats):
+    per_worker: dict = field(default_factory=lambda: defaultdict(int))  # worker address -> images
+    workers_seen: int = 0
+
+    def summary(self, device: str, output=None) -> list:
+        parts = super().summary(device, output)
+        if self.per_worker and self.seconds > 0:
+            each = ", ".join(f"{w} {n / self.seconds:.1f}/s" for w, n in sorted(self.per_worker.items()))
+            parts.append(f"per worker: {each}")
+        return parts
+
+
+def connect(address: str):
+    """A Dask client for `tcp://host:port`, or a new local cluster for `local[:N]`."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise MissingDependency(f"--cluster needs Dask distributed: {INSTALL}") from None
+    import logging
+
+    # Dask logs connection trouble as tracebacks; edgeapp reports it as one line (ClusterError).
+    for name in ["distributed"] + [n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # dask's config sets some levels itself
+    if address == "local" or address.startswith("local:"):
+        n = address.partition(":")[2]
+        if n and not (n.isdigit() and int(n) > 0):
+            raise UsageError(f"--cluster {address}: use local or local:N with N > 0")
+        cluster = LocalCluster(n_workers=int(n) if n else (os.cpu_count() or 1), threads_per_worker=1,
+                               processes=True, host="127.0.0.1", dashboard_address=None)
+        return Client(cluster)
+    if "://" not in address:
+        raise UsageError(f"--cluster {address}: use tcp://HOST:PORT (the scheduler) or local[:N]")
+    try:
+        return Client(address, timeout="10s")
+    except (OSError, TimeoutError) as e:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address} ({e}); is "
+                           "`dask scheduler` running there?") from None
+
+
+def run_cluster(paths: list, job: Job, writer: RecordWriter, address: str, ship_bytes: bool = False,
+                chunk_size: int = DEFAULT_CHUNK, progress: Optional[Callable[[], None]] = None
+                ) -> ClusterStats:
+    """Run every path not already in `writer` on the cluster; records in input order."""
+    if chunk_size < 1:
+        raise UsageError("--chunk-size must be at least 1")
+    stats = ClusterStats(total=len(paths))
+    todo = [p for p in paths if not writer.is_done(p)]
+    stats.skipped = len(paths) - len(todo)
+    files = _model_files(job.model)  # one-line errors for a bad model before any worker sees it
+    if ship_bytes:
+        job = replace(job, model_files=files)
+    chunks = [todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)]
+    client = connect(address)
+    start = time.perf_counter()
+    try:
+        resources = {EDGETPU_RESOURCE: 1} if _needs_tpu(job.device) else None
+        if resources and not _any_worker_has(client, EDGETPU_RESOURCE):
+            raise ClusterError(f"--device {job.device}: no worker declares an Edge TPU (start workers "
+                               f"with --resources \"{EDGETPU_RESOURCE}=N\"), or use --device auto")
+        for records, worker in _ordered_results(client, job, chunks, ship_bytes, resources):
+            stats.per_worker[worker] += len(records)
+            for record in records:
+                if record["error"] is None:
+                    stats.ok += 1
+                    stats.latencies_ms.append(record["latency_ms"])
+                else:
+                    stats.failed += 1
+                writer.write(record)
+                if progress:
+                    progress()
+    finally:
+        stats.seconds = time.perf_counter() - start
+        _close(client)
+    return stats
+
+
+def _ordered_results(client, job: Job, chunks: list, ship_bytes: bool, resources) -> Iterator[tuple]:
+    """(records, worker) per chunk in chunk order, keeping a bounded number of chunks in flight."""
+    from distributed import as_completed
+
+    in_flight = max(4, 2 * _total_threads(client))
+    futures, done, next_submit, next_write = {}, {}, 0, 0
+    pending = as_completed()
+
+    def submit(i: int) -> None:
+        items = [(p, _read_bytes(p)) for p in chunks[i]] if ship_bytes else list(chunks[i])
+        fut = client.submit(process_chunk, job, items, key=f"edgeapp-chunk-{i}-{id(job)}",
+                            resources=resources, pure=False, retries=0)
+        futures[fut.key] = i
+        pending.add(fut)
+
+    while next_submit < len(chunks) and next_submit < in_flight:
+        submit(next_submit)
+        next_submit += 1
+    try:
+        for fut in pending:
+            i = futures.pop(fut.key)
+            done[i] = _result(fut, chunks[i], job)
+            fut.release()
+            if next_submit < len(chunks):
+                submit(next_submit)
+                next_submit += 1
+            while next_write in done:
+                yield done.pop(next_write)
+                next_write += 1
+    except EdgeappError:
+        raise
+    except Exception as e:  # the scheduler went away: comm errors, cancelled futures
+        raise ClusterError(f"lost the Dask scheduler ({type(e).__name__}: {e or 'connection closed'}); "
+                           "the results so far are kept: re-run with --output FILE --resume") from None
+
+
+_EMPTY = {"classify": {"classes": []}, "detect": {"objects": []}}
+
+
+def _result(fut, paths: list, job: Job) -> tuple:
+    """A finished chunk's (records, worker); a chunk that keeps killing workers is error records."""
+    from distributed import KilledWorker
+
+    try:
+        out = fut.result()
+    except KilledWorker as e:
+        message = f"the worker processing it died repeatedly ({e})"
+        return [{"path": p, "device": None, "model": job.model, **_EMPTY[job.task], "latency_ms": None,
+                 "error": message} for p in paths], "(killed)"
+    if "fatal" in out:
+        raise error_for_exit_code(out["exit_code"], out["fatal"])
+    return out["records"], out["worker"]
+
+
+# ------------------------------------------------------------------------------- on the workers
+
+_CACHE: dict = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def process_chunk(job: Job, items: list) -> dict:
+    """Run on a worker: the chunk's records, or {"fatal"} when the model cannot be opened there."""
+    try:
+        engine, task, lock = _engine_for(job)
+    except EdgeappError as e:
+        return {"fatal": f"on worker {_worker_address()}: {e}", "exit_code": int(e.exit_code)}
+    if items and isinstance(items[0], tuple):  # --ship-bytes: (path, bytes or None)
+        data = dict(items)
+        paths = [p for p, _ in items]
+        task = replace(task, prepare=_from_bytes(task.prepare, data))
+    else:
+        paths = list(items)
+    with lock:  # one interpreter per worker process: tasks on other threads wait their turn
+        records = list(iter_records(paths, engine, task, job.decode_workers))
+    if job.model_files is not None:  # name the model as the client knows it, as a local run would
+        folder = os.path.dirname(job.model)
+        for r in records:
+            r["model"] = os.path.join(folder, os.path.basename(r["model"]))
+    return {"records": records, "worker": _worker_address()}
+
+
+def _engine_for(job: Job):
+    """The worker's opened model for this job (opened once per worker process)."""
+    from edgeapp.flows.batch import image_model
+    from edgeapp.flows.tasks import classify_task, detect_task
+    from edgeapp.hw.runtime import open_model
+
+    key = (job.model, job.device, job.cpu_model, job.runtime, job.threads, job.task,
+           tuple(sorted(job.options.items())), job.mean, job.std, job.fast_decode,
+           tuple(sorted((n, len(b)) for n, b in (job.model_files or {}).items())))
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            path = _materialize(job) if job.model_files is not None else job.model
+            engine = open_model(path, job.device, cpu_model=job.cpu_model, runtime=job.runtime,
+                                threads=job.threads, probe=job.probe)
+            loaded = image_model(engine, path, None, job.mean, job.std, job.fast_decode)
+            if job.labels is not None:
+                loaded = replace(loaded, labels=job.labels)
+            make = classify_task if job.task == "classify" else detect_task
+            _CACHE[key] = (engine, make(loaded, **job.options), threading.Lock())
+        return _CACHE[key]
+
+
+def _materialize(job: Job) -> str:
+    """Write the shipped model files into the worker's temp folder (named by content, reused)."""
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256()
+    for name, data in sorted(job.model_files.items()):
+        digest.update(name.encode() + b"\0" + data)
+    folder = os.path.join(tempfile.gettempdir(), f"edgeapp-model-{digest.hexdigest()[:16]}")
+    os.makedirs(folder, exist_ok=True)
+    for name, data in job.model_files.items():
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            tmp = path + f".{os.getpid()}.part"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+    return os.path.join(folder, os.path.basename(job.model))
+
+
+def _from_bytes(prepare: Callable, data: dict) -> Callable:
+    def prepare_bytes(path):
+        blob = data.get(path)
+        if isinstance(blob, str):  # the client could not read it: the message travels instead
+            raise InputError(blob)
+        try:
+            return prepare(blob)
+        except InputError as e:  # name the file, as a local run's message does
+            raise InputError(str(e).replace("<bytes>", str(path), 1)) from None
+
+    return prepare_bytes
+
+
+def _worker_address() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"pid {os.getpid()}"
+
+
+# ------------------------------------------------------------------------------- on the client
+
+def _read_bytes(path: str):
+    """The image's bytes for --ship-bytes, or the one-line reason it cannot be read."""
+    try:
+        if not os.path.isfile(path):
+            return f"{path}: not a regular file" if os.path.exists(path) else f"{path}: no such file"
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        return f"{path}: cannot read ({e.strerror or e})"
+
+
+def _model_files(path: str) -> dict:
+    """The model, its CPU twin and their sidecars (labels, mean/std): what a worker needs."""
+    from edgeapp.core.naming import cpu_twin_path, sidecar_path
+    from edgeapp.core.tflite.model import load_model
+
+    load_model(path)  # the same one-line errors as a local run, before anything is shipped
+    twin = cpu_twin_path(path)
+    files = {}
+    for p in dict.fromkeys([Path(path), sidecar_path(path), twin, sidecar_path(twin)]):
+        if p.is_file():
+            files[p.name] = p.read_bytes()
+    return files
+
+
+def _needs_tpu(device: str) -> bool:
+    return device not in ("auto", "cpu")
+
+
+def _any_worker_has(client, resource: str) -> bool:
+    info = client.scheduler_info().get("workers", {})
+    return any(w.get("resources", {}).get(resource) for w in info.values())
+
+
+def _total_threads(client) -> int:
+    return sum(client.nthreads().values()) or 1
+
+
+def _close(client) -> None:
+    cluster = getattr(client, "cluster", None)
+    try:
+        client.close(timeout=5)
+        if cluster is not None:
+            cluster.close(timeout=5)
+    except Exception:  # closing a client whose scheduler is gone must not hide the real error
+        pass

@@ -1,0 +1,81 @@
+"""The Python API (edgeapp.open_model) gives the CLI's records, from paths, bytes, Pillow or numpy."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import edgeapp
+from edgeapp.errors import InvalidModel
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def without_latency(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k != "latency_ms"}
+
+
+def test_import_edgeapp_is_cheap():
+    code = "import sys, edgeapp; print(sorted(m for m in ('edgeapp.api', 'numpy', 'PIL') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"
+
+
+def test_classify_batch_yields_the_cli_jsonl_records(cli, tiny_model, color_images, tmp_path):
+    paths = [str(color_images[c]) for c in sorted(color_images)]
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"not an image")
+    paths.append(str(bad))
+    r = cli("classify", tiny_model, *paths, "-f", "jsonl", "--device", "cpu")
+    cli_records = [without_latency(json.loads(line)) for line in r.stdout.splitlines()]
+    model = edgeapp.open_model(tiny_model, device="cpu")
+    api_records = [without_latency(rec) for rec in model.classify_batch(paths)]
+    assert api_records == cli_records
+    assert api_records[-1]["error"] and api_records[-1]["classes"] == []
+
+
+def test_one_image_from_path_bytes_pillow_or_array_gives_the_same_classes(tiny_model, color_images):
+    from PIL import Image
+
+    path = color_images[sorted(color_images)[0]]
+    model = edgeapp.open_model(str(tiny_model), device="cpu")
+    expected = model.classify(path, top_k=3)
+    assert model.classify(path.read_bytes(), top_k=3) == expected
+    assert model.classify(Image.open(path), top_k=3) == expected
+    assert model.classify(np.asarray(Image.open(path).convert("RGB")), top_k=3) == expected
+    assert model.device == "cpu" and len(expected) == 3
+
+
+def test_detect_matches_the_cli(cli, det_models, tmp_path):
+    from PIL import Image
+
+    a = np.zeros((64, 64, 3), np.uint8)
+    a[16:32, 32:48, 0] = 255
+    img = tmp_path / "red.png"
+    Image.fromarray(a).save(img)
+    r = cli("detect", det_models["det_tf1"], img, "-f", "jsonl", "--labels", det_models["labels"])
+    expected = json.loads(r.stdout)["objects"]
+    model = edgeapp.open_model(det_models["det_tf1"], labels=det_models["labels"])
+    assert model.detect(str(img)) == expected == model.detect(a)
+    assert [o["bbox"] for o in expected] == [[32, 16, 48, 32]]
+
+
+def test_errors_are_typed(tmp_path):
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"TFL3 but not really a model")
+    with pytest.raises(InvalidModel):
+        edgeapp.open_model(bad)
+
+
+def test_example_script_classifies_a_folder(tiny_model, color_images, tmp_path):
+    out = tmp_path / "top1.csv"
+    folder = Path(color_images[sorted(color_images)[0]]).parent
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "classify_folder.py"), str(tiny_model),
+                        str(folder), str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = out.read_text().splitlines()
+    assert rows[0] == "path,label,score,error"
+    assert len(rows) - 1 == len([p for p in folder.iterdir() if p.is_file()])

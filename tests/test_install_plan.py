@@ -1,0 +1,162 @@
+"""`edgeapp doctor`'s plan: the commands that give each platform a working Edge TPU runtime pair.
+
+Each platform is a fake system tree: its real /etc/os-release and a dpkg status database
+(dpkg's own architecture, and what is installed), read through doctor's injectable root. The
+Python version and, where there is no dpkg, the machine are what that platform runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeapp.core.pairing import UNKNOWN, WORKS
+from edgeapp.flows.doctor import install_plan
+from edgeapp.hw.osinfo import read_platform
+
+RELEASES = "https://github.com/feranick/libedgetpu/releases/download"
+
+# /etc/os-release as each system ships it. Mendel 5.3 from Coral's enterprise-eagle-flashcard
+# image (as quoted in saltstack's grains tests); the others as Debian, Raspberry Pi OS and Ubuntu
+# write them.
+OS_RELEASE = {
+    "mendel-5.3": 'PRETTY_NAME="Mendel GNU/Linux 5 (Eagle)"\nNAME="Mendel GNU/Linux"\nID=mendel\n'
+                  'ID_LIKE=debian\nHOME_URL="https://coral.ai/"\nVERSION_CODENAME=eagle\n',
+    "bookworm": 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\n'
+                'VERSION="12 (bookworm)"\nVERSION_CODENAME=bookworm\nID=debian\n',
+    "raspbian-bookworm": 'PRETTY_NAME="Raspbian GNU/Linux 12 (bookworm)"\nNAME="Raspbian GNU/Linux"\n'
+                         'VERSION_ID="12"\nVERSION="12 (bookworm)"\nVERSION_CODENAME=bookworm\nID=raspbian\n'
+                         'ID_LIKE=debian\n',
+    "trixie": 'PRETTY_NAME="Debian GNU/Linux 13 (trixie)"\nNAME="Debian GNU/Linux"\nVERSION_ID="13"\n'
+              'VERSION="13 (trixie)"\nVERSION_CODENAME=trixie\nID=debian\n',
+    "bullseye": 'PRETTY_NAME="Debian GNU/Linux 11 (bullseye)"\nNAME="Debian GNU/Linux"\nVERSION_ID="11"\n'
+                'VERSION="11 (bullseye)"\nVERSION_CODENAME=bullseye\nID=debian\n',
+    "jammy": 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
+             'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nVERSION_CODENAME=jammy\nID=ubuntu\nID_LIKE=debian\n'
+             'UBUNTU_CODENAME=jammy\n',
+    "noble": 'PRETTY_NAME="Ubuntu 24.04.1 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\n'
+             'VERSION="24.04.1 LTS (Noble Numbat)"\nVERSION_CODENAME=noble\nID=ubuntu\nID_LIKE=debian\n'
+             'UBUNTU_CODENAME=noble\n',
+}
+
+
+def stanza(package: str, arch: str, version: str) -> str:
+    return (f"Package: {package}\nStatus: install ok installed\nPriority: optional\nArchitecture: {arch}\n"
+            f"Version: {version}\nDescription: {package}\n continuation line\n")
+
+
+def fake_system(root: Path, release: str, dpkg_arch: str | None, packages=()) -> Path:
+    """A system tree: /etc/os-release, and /var/lib/dpkg/status when dpkg_arch is given."""
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/os-release").write_text(OS_RELEASE[release])
+    if dpkg_arch:
+        (root / "var/lib/dpkg/info").mkdir(parents=True)
+        stanzas = [stanza("dpkg", dpkg_arch, "1.21.22")] + [stanza(p, a, v) for p, a, v in packages]
+        (root / "var/lib/dpkg/status").write_text("\n".join(stanzas))
+    return root
+
+
+def commands(plan) -> list:
+    return [c for step in plan.steps for c in step.commands]
+
+
+def test_mendel_5_3_keeps_corals_own_pair(tmp_path):
+    root = fake_system(tmp_path, "mendel-5.3", "arm64", [("libedgetpu1-std", "arm64", "16.0"),
+                                                          ("python3-tflite-runtime", "arm64", "2.5.0.post1")])
+    plan = install_plan(root, machine="aarch64", python=(3, 7))
+    assert plan.platform.describe() == "Mendel GNU/Linux 5 (Eagle), arm64, Python 3.7"
+    assert (plan.route, plan.verdict) == ("coral-apt", WORKS)
+    assert commands(plan) == ["sudo apt-get update",
+                              "sudo apt-get install -y libusb-1.0-0 libedgetpu1-std python3-tflite-runtime",
+                              "python3 -m pip uninstall -y tflite-runtime",
+                              "sudo usermod -aG plugdev $USER"]
+    assert "tflite-runtime 2.5.0.post1" in plan.runtime and "--system-site-packages" in " ".join(plan.notes)
+    assert "Coral's pair" in plan.headline() and "google-coral/edgetpu#660" in plan.headline()
+
+
+def test_python_3_9_on_debian_uses_corals_apt_repository(tmp_path):
+    plan = install_plan(fake_system(tmp_path, "bullseye", "armhf"), python=(3, 9))
+    assert (plan.route, plan.verdict, plan.platform.arch) == ("coral-apt", WORKS, "armhf")
+    assert commands(plan)[2:5] == [
+        "curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg | sudo gpg --dearmor -o "
+        "/usr/share/keyrings/coral-edgetpu.gpg",
+        'echo "deb [signed-by=/usr/share/keyrings/coral-edgetpu.gpg] https://packages.cloud.google.com/apt '
+        'coral-edgetpu-stable main" | sudo tee /etc/apt/sources.list.d/coral-edgetpu.list',
+        "sudo apt-get update"]
+    assert "sudo apt-get install -y libedgetpu1-std python3-tflite-runtime" in commands(plan)
+
+
+@pytest.mark.parametrize("release, dpkg_arch, machine, python, deb, runtime_cmd, verdict", [
+    ("bookworm", "arm64", "aarch64", (3, 11), "16.0TF2.19.1-1/libedgetpu1-std_16.0tf2.19.1-1.bookworm_arm64.deb",
+     "python3 -m pip install ai-edge-litert", WORKS),
+    # 32-bit Raspberry Pi OS on a Pi 4 boots a 64-bit kernel: the machine says aarch64, dpkg says armhf
+    ("raspbian-bookworm", "armhf", "aarch64", (3, 11),
+     "16.0TF2.17.1-1/libedgetpu1-std_16.0tf2.17.1-1.bookworm_armhf.deb",
+     "python3 -m pip install 'tflite-runtime==2.14.0' 'numpy<2'", UNKNOWN),
+    ("trixie", "arm64", "aarch64", (3, 13), "16.0TF2.19.1-1/libedgetpu1-std_16.0tf2.19.1-1.trixie_arm64.deb",
+     "python3 -m pip install ai-edge-litert", WORKS),
+    ("jammy", None, "x86_64", (3, 10), "16.0TF2.17.1-1/libedgetpu1-std_16.0tf2.17.1-1.ubuntu22.04_amd64.deb",
+     "python3 -m pip install ai-edge-litert", UNKNOWN),
+    ("noble", None, "x86_64", (3, 12), "16.0TF2.19.1-1/libedgetpu1-std_16.0tf2.19.1-1.ubuntu24.04_amd64.deb",
+     "python3 -m pip install ai-edge-litert", WORKS),
+])
+def test_community_deb_and_runtime_per_platform(tmp_path, release, dpkg_arch, machine, python, deb,
+                                                runtime_cmd, verdict):
+    plan = install_plan(fake_system(tmp_path, release, dpkg_arch), machine=machine, python=python)
+    file = deb.split("/")[1]
+    assert commands(plan) == ["sudo apt-get update", "sudo apt-get install -y libusb-1.0-0 wget",
+                              f"wget {RELEASES}/{deb}", f"sudo apt-get install -y ./{file}",
+                              runtime_cmd, "sudo usermod -aG plugdev $USER"]
+    assert (plan.route, plan.verdict) == ("community-deb", verdict)
+    assert plan.fix == f"wget {RELEASES}/{deb} && sudo apt-get install -y ./{file}"
+    assert any("plugdev" in n and "replug" in n for n in plan.notes)
+    if verdict == UNKNOWN:
+        assert "edgeapp probes it on first Edge TPU use" in plan.headline()
+
+
+def test_macos_says_there_is_no_published_pair(tmp_path):
+    plan = install_plan(tmp_path, machine="arm64", python=(3, 12), system="Darwin")
+    assert plan.platform.describe() == "macOS, arm64, Python 3.12"
+    assert (plan.route, commands(plan)) == ("none", ["brew install libusb"])
+    assert "known to crash with ai-edge-litert" in plan.notes[0]
+    assert any("CPU" in n for n in plan.notes) and "runs on the CPU" in plan.fix
+    assert plan.headline().endswith("no published Edge TPU runtime pair")
+
+
+def test_unknown_codename_or_distribution_gives_no_made_up_url(tmp_path):
+    trixie_x86 = install_plan(fake_system(tmp_path / "a", "trixie", "amd64"), python=(3, 13))
+    assert trixie_x86.route == "none" and "trixie/amd64" in trixie_x86.notes[0]
+    assert not any("wget" in c for c in commands(trixie_x86))
+    (tmp_path / "b/etc").mkdir(parents=True)
+    (tmp_path / "b/etc/os-release").write_text('ID=fedora\nPRETTY_NAME="Fedora Linux 40"\nVERSION_ID=40\n')
+    fedora = install_plan(tmp_path / "b", machine="x86_64", python=(3, 12), system="Linux")
+    assert fedora.route == "none" and "Fedora Linux 40" in fedora.notes[0]
+
+
+def test_read_platform_prefers_dpkgs_architecture(tmp_path):
+    root = fake_system(tmp_path, "raspbian-bookworm", "armhf")
+    p = read_platform(root, machine="aarch64", python=(3, 11))
+    assert (p.os_id, p.codename, p.arch, p.suite) == ("raspbian", "bookworm", "armhf", "bookworm")
+    assert read_platform(fake_system(tmp_path / "u", "noble", None), machine="x86_64").suite == "ubuntu24.04"
+
+
+def test_doctor_prints_the_plan_for_its_root(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEAPP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("EDGEAPP_EDGETPU_LIB", str(tmp_path / "absent" / "libedgetpu.so.1"))
+    root = fake_system(tmp_path / "root", "bookworm", "arm64")
+    table = cli("doctor", "--root", root)
+    lines = table.stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("plan for "))
+    assert lines[start].startswith("plan for Debian GNU/Linux 12 (bookworm), arm64, Python ")
+    deb = "libedgetpu1-std_16.0tf2.19.1-1.bookworm_arm64.deb"
+    assert f"  wget {RELEASES}/16.0TF2.19.1-1/{deb}" in lines[start:]
+    assert f"  sudo apt-get install -y ./{deb}" in lines[start:]
+    lib = next(ln for ln in lines if " libedgetpu " in f" {ln} ")
+    assert lib.startswith("warn") and lib.endswith(f"-> wget {RELEASES}/16.0TF2.19.1-1/{deb} && "
+                                                   f"sudo apt-get install -y ./{deb}")
+    report = json.loads(cli("doctor", "--root", root, "--format", "json").stdout)
+    assert report["plan"]["route"] == "community-deb" and report["plan"]["platform"]["arch"] == "arm64"
+    assert [s["commands"] for s in report["plan"]["steps"]][1] == [
+        f"wget {RELEASES}/16.0TF2.19.1-1/{deb}", f"sudo apt-get install -y ./{deb}"]

@@ -1,0 +1,97 @@
+"""The package's architecture, checked: layers import only downward and no modules form a cycle.
+
+cli/ and api.py (the faces) -> flows/ (use cases) -> hw/ (the hardware boundary) -> core/ (pure)
+-> errors.py. Imports inside functions count too: a lazy import is still a dependency.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "edgeapp"
+RANK = {"cli": 4, "api": 4, "flows": 3, "hw": 2, "core": 1, "errors": 0}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def edgeapp_imports(path: Path) -> set:
+    """Every edgeapp module this file imports, at module level or inside functions."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("edgeapp"))
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import (use absolute edgeapp.<layer>...)"
+            if node.module and node.module.startswith("edgeapp"):
+                for a in node.names:  # `from edgeapp.core import stats` imports edgeapp.core.stats
+                    sub = f"{node.module}.{a.name}"
+                    found.add(sub if _exists(sub) else node.module)
+    return found
+
+
+def _exists(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (PKG.parent / rel).with_suffix(".py").exists() or (PKG.parent / rel / "__init__.py").exists()
+
+
+def layer(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "edgeapp"
+
+
+def graph() -> dict:
+    return {module_name(p): edgeapp_imports(p) for p in PKG.rglob("*.py")}
+
+
+def test_every_module_sits_in_a_layer():
+    loose = [m for m in graph() if layer(m) not in RANK and m not in ("edgeapp", "edgeapp.__main__")]
+    assert not loose, f"modules outside cli/, flows/, hw/, core/: {loose}"
+
+
+def test_imports_only_go_down():
+    upward = []
+    for mod, deps in graph().items():
+        if layer(mod) not in RANK:
+            continue
+        for dep in deps:
+            if dep == "edgeapp":  # `from edgeapp import __version__`: the root imports nothing eagerly
+                continue
+            if RANK.get(layer(dep), 99) > RANK[layer(mod)]:
+                upward.append(f"{mod} -> {dep}")
+    assert not upward, "upward imports:\n" + "\n".join(sorted(upward))
+
+
+def test_no_import_cycles():
+    full = graph()
+    g = {m: {d for d in deps if d in full} for m, deps in full.items()}
+    cycles, state, stack = [], {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for d in sorted(g[m]):
+            if state.get(d) == "open":
+                cycles.append(" -> ".join(stack[stack.index(d):] + [d]))
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+@pytest.mark.parametrize("forbidden", ["ctypes"])
+def test_only_hw_loads_native_libraries(forbidden):
+    users = [module_name(p) for p in PKG.rglob("*.py")
+             if layer(module_name(p)) != "hw" and f"import {forbidden}" in p.read_text()]
+    assert not users, f"{forbidden} outside edgeapp/hw/: {users}"
