@@ -159,10 +159,12 @@ class Classify:
                     "FAKE_EDGETPU_CRASH": "1", "EDGEAPP_CACHE_DIR": str(self.cache)}
 
     def __call__(self, *args: str):
-        proc = subprocess.run([sys.executable, "-m", "edgeapp", "classify", str(self.model), str(self.image),
-                               "--format", "jsonl", "-k", "1", *args], capture_output=True, text=True,
-                              cwd=ROOT, env=self.env, timeout=300)
-        return proc.returncode, [json.loads(ln) for ln in proc.stdout.splitlines()], proc.stderr
+        proc = subprocess.Popen([sys.executable, "-m", "edgeapp", "classify", str(self.model), str(self.image),
+                                 "--format", "jsonl", "-k", "1", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=ROOT, env=self.env)
+        out, err = proc.communicate(timeout=300)
+        self.pid = proc.pid  # edgeapp itself: never loads the library before a child did
+        return proc.returncode, [json.loads(ln) for ln in out.splitlines()], err
 
     def calls(self) -> list:
         text = self.log.read_text() if self.log.exists() else ""
@@ -182,8 +184,8 @@ def test_known_crash_pair_is_refused_before_any_child(tmp_path, stand_ins, compi
             f"under ai-edge-litert {LITERT_VERSION} (google-coral/edgetpu#812") in err
     assert f"; fix: {fix}); running colors.tflite on CPU" in err
     assert [c for c, _ in run.calls()] == ["load"]  # loaded once, to read its label; no delegate
-    assert len(run.pids()) == 1  # by edgeapp itself: no probe child ever loaded it
-    assert not (run.cache / "probe.json").exists()  # nothing probed, nothing cached
+    assert len(run.pids()) == 1  # by the label reader alone: no delegate probe ever ran
+    assert VerdictCache(run.cache).entries() == {}  # no pair probed, no pair verdict cached
     assert len([ln for ln in err.splitlines() if "crash" in ln]) == 1  # one line says it all
 
     code, records, err = run("--device", "edgetpu")  # asked for explicitly: exit 5, same line
@@ -198,7 +200,8 @@ def test_unknown_build_goes_through_the_probe(tmp_path, stand_ins, compiled_pair
     code, records, err = run()
     assert code == 0 and records[0]["device"] == "cpu", err
     assert "known to crash" not in err and "killed by SIGSEGV" in err
-    assert ("create" in {c for c, _ in run.calls()}) and len(run.pids()) == 2  # edgeapp and its child
+    assert "create" in {c for c, _ in run.calls()}  # the label reader and the probe, children both
+    assert all(int(pid) != run.pid for pid in run.pids())
     assert [e["status"] for e in VerdictCache(run.cache).entries().values()] == ["crash"]
 
 
@@ -211,4 +214,5 @@ def test_a_cached_pass_outranks_the_table(tmp_path, stand_ins, compiled_pair, co
     code, records, err = run()
     assert code == 0 and records[0]["device"] == "cpu", err
     assert "known to crash" not in err and "stand-in: no Edge TPU here" in err
-    assert [c for c, _ in run.calls()] == ["load", "create"] and len(run.pids()) == 1
+    assert [c for c, _ in run.calls()] == ["load", "create"] and len(run.pids()) == 1  # one child
+    assert all(int(pid) != run.pid for pid in run.pids())  # tried on this model in a child first

@@ -163,11 +163,22 @@ def _stand_in(tmp_path, monkeypatch, script: str) -> None:
 def test_vcgencmd_meter_with_a_stand_in(tmp_path, monkeypatch):
     (tmp_path / "pmic.txt").write_text(PI5_PMIC)
     _stand_in(tmp_path, monkeypatch, f'[ "$1" = pmic_read_adc ] && cat "{tmp_path / "pmic.txt"}"\n')
-    meter = power.open_meter("auto", "cpu", root=tmp_path / "empty")
+    pi = tmp_path / "pi"  # no RAPL, no hwmon sensor: a Raspberry Pi 5
+    (pi / "proc/device-tree").mkdir(parents=True)
+    (pi / "proc/device-tree/model").write_text("Raspberry Pi 5 Model B Rev 1.0\x00")
+    meter = power.open_meter("auto", "cpu", root=pi)
     assert meter.source == "vcgencmd"
     assert [n.split(":")[0] for n in meter.notes] == ["rapl", "hwmon"]
     meter.start()
     assert meter.stop() == pytest.approx(PI5_WATTS)
+
+
+def test_auto_never_runs_a_vcgencmd_from_path_off_a_raspberry_pi(tmp_path, monkeypatch):
+    ran = tmp_path / "ran"
+    _stand_in(tmp_path, monkeypatch, f'touch "{ran}"\n')
+    meter = power.open_meter("auto", "cpu", root=tmp_path / "pc")
+    assert meter.source == "none" and not ran.exists()
+    assert "vcgencmd: not run (not a Raspberry Pi)" in meter.notes
 
 
 def test_vcgencmd_on_a_pi_without_pmic_degrades_to_none(tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ from edgeapp.core.install_plan import plan_for
 from edgeapp.core.pairing import CRASH, GOOGLE, GOOGLE_16_LABEL, WORKS, decide, identify
 from edgeapp.hw.osinfo import read_platform
 from edgeapp.hw import libedgetpu
+from edgeapp.hw.probe import VerdictCache
 
 pytestmark = pytest.mark.shared
 
@@ -129,7 +130,7 @@ def test_cpu_fallback_refuses_the_pair_without_a_probe(real_lib, compiled_pair, 
     assert (f"edgeapp: Edge TPU unavailable (libedgetpu 16.0 (Google's build for TensorFlow 2.5) is known to "
             f"crash under ai-edge-litert {LITERT_VERSION}") in err
     assert err.splitlines()[0].endswith(f"fix: {plan_for(read_platform('/')).fix}); running colors.tflite on CPU")
-    assert not (tmp_path / "probe.json").exists()
+    assert VerdictCache(tmp_path).entries() == {}  # the pair was never probed
 
 
 def test_cpu_fallback_when_the_real_delegate_finds_no_device(real_lib, compiled_pair, color_images, tmp_path):

@@ -54,4 +54,11 @@ def main_options(
 
 
 def main() -> None:
+    import faulthandler
+
+    try:  # if a runtime still dies natively in this process, the user gets a line, not silence
+        if not faulthandler.is_enabled():
+            faulthandler.enable()
+    except (ValueError, OSError, AttributeError, RuntimeError):  # no usable stderr
+        pass
     app()

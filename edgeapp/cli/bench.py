@@ -107,13 +107,15 @@ def bench_command(
         import tempfile
 
         from edgeapp.errors import CompileError, MissingDependency
-        from edgeapp.flows.synthetic import DEFAULT_SPEC, compile_for_edgetpu, write_synthetic
+        from edgeapp.flows.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
 
         with tempfile.TemporaryDirectory(prefix="edgeapp-synthetic-") as tmp:
             path = write_synthetic(Path(tmp) / "synthetic_int8.tflite", DEFAULT_SPEC)
             say(DEFAULT_SPEC.describe())
             reason = None
-            if dev != "cpu":
+            if dev in ("all", "auto") and not edge_tpu_present():
+                reason = "no Edge TPU found, so edgetpu_compiler was not run on the synthetic model"
+            elif dev != "cpu":
                 try:
                     compile_for_edgetpu(path)
                 except (MissingDependency, CompileError) as e:

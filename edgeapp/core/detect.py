@@ -129,13 +129,19 @@ def get_objects(outputs: Sequence[np.ndarray], layout: Layout, fit: Fit,
         scale, zero = q[i]
         return dequantize(np.asarray(outputs[i]), float(scale), int(zero))
 
-    boxes = real("boxes").reshape(-1, 4)
+    raw_boxes = real("boxes")
+    if raw_boxes.size % 4:  # the runtime gave what the model's declared shapes did not say
+        raise InvalidModel(f"the model's boxes output has {raw_boxes.size} values when run, not 4 per "
+                           "box: the file is damaged; re-download or re-convert it")
+    boxes = raw_boxes.reshape(-1, 4)
     classes = real("classes").reshape(-1)
     scores = real("scores").reshape(-1)
     n = min(len(boxes), len(classes), len(scores))
     count_values = real("count").reshape(-1)
-    count = n if count_values.size == 0 else int(np.clip(np.rint(count_values[0]), 0, n))
-    idx = [i for i in range(count) if np.isfinite(scores[i]) and scores[i] >= threshold]
+    count = n if count_values.size == 0 or not np.isfinite(count_values[0]) else \
+        int(np.clip(np.rint(count_values[0]), 0, n))
+    idx = [i for i in range(count) if np.isfinite(scores[i]) and scores[i] >= threshold
+           and np.isfinite(classes[i]) and np.isfinite(boxes[i]).all()]  # NaN: a damaged model
     idx.sort(key=lambda i: (-float(scores[i]), i))
     if top_k is not None:
         idx = idx[:max(0, top_k)]

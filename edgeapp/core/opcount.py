@@ -69,6 +69,11 @@ def _tensor_shape(model: Model, index: int) -> Optional[tuple[int, ...]]:
     return tuple(int(d) for d in model.tensors[index].shape)
 
 
+def _io_shape(model: Model, indices: tuple[int, ...], k: int) -> Optional[tuple[int, ...]]:
+    """Shape of an operator's k-th input or output; None when a damaged model lacks it."""
+    return _tensor_shape(model, indices[k]) if k < len(indices) else None
+
+
 def _out_size(size: int, kernel: int, stride: int, dilation: int, padding: int) -> int:
     """Spatial output size as TFLite computes it (SAME / VALID)."""
     stride = max(stride, 1)
@@ -81,10 +86,10 @@ def _out_size(size: int, kernel: int, stride: int, dilation: int, padding: int) 
 def _spatial_out(model: Model, op: Operator, kernel_hw: tuple[int, int]
                  ) -> Optional[tuple[int, int, int]]:
     """(N, OH, OW) of a conv: from its output tensor, else from input shape and options."""
-    out = _tensor_shape(model, op.outputs[0]) if op.outputs else None
+    out = _io_shape(model, op.outputs, 0)
     if _known(out, 4):
         return out[0], out[1], out[2]
-    inp = _tensor_shape(model, op.inputs[0])
+    inp = _io_shape(model, op.inputs, 0)
     if not _known(inp, 4):
         return None
     padding = op.option("padding", "b", 0)
@@ -100,42 +105,42 @@ def op_macs(model: Model, op: Operator) -> Optional[int]:
     if name not in MAC_OPS:
         return 0
     if name == "CONV_2D":
-        w = _tensor_shape(model, op.inputs[1])
+        w = _io_shape(model, op.inputs, 1)
         if not _known(w, 4):
             return None
         o, kh, kw, i_per_group = w
         nhw = _spatial_out(model, op, (kh, kw))
         return None if nhw is None else _numel(nhw) * o * kh * kw * i_per_group
     if name == "DEPTHWISE_CONV_2D":
-        w = _tensor_shape(model, op.inputs[1])
+        w = _io_shape(model, op.inputs, 1)
         if not _known(w, 4):
             return None
         _one, kh, kw, channels = w  # channels = input depth × depth multiplier
         nhw = _spatial_out(model, op, (kh, kw))
         return None if nhw is None else _numel(nhw) * channels * kh * kw
     if name == "FULLY_CONNECTED":
-        w = _tensor_shape(model, op.inputs[1])
+        w = _io_shape(model, op.inputs, 1)
         if not _known(w, 2):
             return None
         units, depth = w
-        out = _tensor_shape(model, op.outputs[0])
+        out = _io_shape(model, op.outputs, 0)
         if out and all(d > 0 for d in out):
             return _numel(out) * depth
-        inp = _tensor_shape(model, op.inputs[0])
+        inp = _io_shape(model, op.inputs, 0)
         if inp and all(d > 0 for d in inp):
             return (_numel(inp) // depth) * units * depth
         return None
     if name == "TRANSPOSE_CONV":
         # inputs: output_shape, weights [O, KH, KW, I], input [N, H, W, I], (bias)
-        w = _tensor_shape(model, op.inputs[1])
-        inp = _tensor_shape(model, op.inputs[2])
+        w = _io_shape(model, op.inputs, 1)
+        inp = _io_shape(model, op.inputs, 2)
         if not (_known(w, 4) and _known(inp, 4)):
             return None
         o, kh, kw, _i = w
         return _numel(inp) * kh * kw * o
     if name == "BATCH_MATMUL":
-        a = _tensor_shape(model, op.inputs[0])
-        out = _tensor_shape(model, op.outputs[0])
+        a = _io_shape(model, op.inputs, 0)
+        out = _io_shape(model, op.outputs, 0)
         if not a or len(a) < 2 or not out or any(d <= 0 for d in out):
             return None
         k = a[-2] if op.option("adj_x", "b", 0) else a[-1]

@@ -9,16 +9,48 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
 
-from edgeapp.errors import InputError
+from edgeapp.errors import InputError, UsageError
 
 ImageSource = Union[str, Path, bytes, Any]  # also a Pillow image or an HxW(xC) uint8 array
 CORAL_MEAN = 128.0  # Coral's defaults for models without preprocessing metadata
 CORAL_STD = 128.0
+MAX_PIXELS_ENV = "EDGEAPP_MAX_PIXELS"
+# 50 megapixels (a 48 MP phone photo passes): a 164 KB PNG can declare 13000x13000 and decode
+# to 0.5 GB; over the limit an image is a record error, before any pixel is decoded.
+DEFAULT_MAX_PIXELS = 50_000_000
+_quiet = False
+
+
+def max_pixels() -> int:
+    text = os.environ.get(MAX_PIXELS_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_PIXELS
+    try:
+        value = int(float(text))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UsageError(f"{MAX_PIXELS_ENV} must be a number of pixels > 0, not {text!r}")
+    return value
+
+
+def _quiet_pillow() -> None:
+    """Pillow's warnings (decompression bomb, odd EXIF or palettes) never reach stderr: the
+    pixel limit above makes the bomb a record error, the rest change nothing we output.
+    One process-wide filter, set once (warnings.catch_warnings is not thread-safe)."""
+    global _quiet
+    if not _quiet:
+        warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
+        from PIL import Image
+
+        warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+        _quiet = True
 
 
 def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, int] | None = None):
@@ -31,12 +63,18 @@ def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, in
 
     if not isinstance(source, (str, bytes, os.PathLike)):  # already decoded (Python API callers)
         return to_mode(_decoded(source), "RGB" if channels == 3 else "L")
+    _quiet_pillow()
+    limit = max_pixels()
     name = "<bytes>" if isinstance(source, bytes) else str(source)
     if not isinstance(source, bytes) and os.path.exists(source) and not os.path.isfile(source):
         # a FIFO or device would block the reader thread in open(), beyond Ctrl-C's reach
         raise InputError(f"{name}: not a regular file")
     try:
         img = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+        w, h = img.size
+        if w * h > limit:
+            raise InputError(f"{name}: {w}x{h} image ({w * h / 1e6:.0f} megapixels) is over the "
+                             f"{limit / 1e6:g}-megapixel limit; set {MAX_PIXELS_ENV} to allow it")
         if draft_size and img.format == "JPEG":
             img.draft("RGB" if channels == 3 else "L", draft_size)
         img.load()

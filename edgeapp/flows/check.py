@@ -6,15 +6,11 @@ from pathlib import Path
 from typing import Union
 
 from edgeapp.core.check_report import CheckResult, check_model
-from edgeapp.core.tflite.model import load_model, parse_model
+from edgeapp.core.tflite.model import map_model_file, parse_model
 
 
 def check_file(path: Union[str, Path]) -> CheckResult:
-    """Validate and check `path` (validation gives the one-line errors for bad files)."""
-    model = load_model(path)
-    try:
-        data = Path(path).read_bytes()
-        model = parse_model(data, str(path))
-    except OSError:
-        data = None
-    return check_model(model, data)
+    """Validate and check `path` (validation gives the one-line errors for bad files); the file
+    is mapped once, for validation and the check alike."""
+    data = map_model_file(path)
+    return check_model(parse_model(data, str(path)), data)

@@ -30,6 +30,7 @@ from edgeapp.hw.osinfo import read_platform
 from edgeapp.hw.libedgetpu import (build_label, dpkg_owner, edgetpu_library, explain_load_error, libusb_fix,
                                    open_library, short_version)
 from edgeapp.hw.probe import Pair, VerdictCache
+from edgeapp.hw.proc import isolated_python, log_command
 from edgeapp.hw.runtime import available_runtimes, runtime_import_code, runtime_version
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -114,8 +115,10 @@ def runtime_checks(versions: Mapping[str, str]) -> list[Check]:
 
 def import_check(name: str, version: str) -> Check:
     """Runtime `name` imported in a child exactly as edgeapp imports it (its Interpreter too)."""
-    proc = subprocess.run([sys.executable, "-c", runtime_import_code(name)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    cmd = isolated_python(runtime_import_code(name))  # -I: the cwd cannot shadow the runtime
+    log_command(cmd)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     if proc.returncode == 0:
         return Check(f"runtime {name}", OK, f"{version}, imports")
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
@@ -366,6 +369,7 @@ def compiler_check(env: Mapping[str, str], machine: str) -> Check:
         return Check("edgetpu_compiler", WARN, "not installed: needed to compile models for the Edge TPU",
                      "sudo apt install edgetpu-compiler (Coral's apt repository)")
     try:
+        log_command([tool, "--version"])
         out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as e:
         return Check("edgetpu_compiler", FAIL, f"{tool} does not run: {e}", "reinstall edgetpu-compiler")

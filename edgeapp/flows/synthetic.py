@@ -106,6 +106,14 @@ def write_synthetic(path: str | Path, spec: SyntheticSpec = DEFAULT_SPEC, seed: 
     return p
 
 
+def edge_tpu_present() -> bool:
+    """Any Edge TPU on this machine (sysfs; no library loaded): compiling the synthetic model
+    for --device all/auto means running edgetpu_compiler, which is pointless without one."""
+    from edgeapp.hw.devices import scan_sysfs
+
+    return bool(scan_sysfs())
+
+
 def compile_for_edgetpu(path: str | Path) -> Path:
     """Compile the synthetic model with `edgetpu_compiler` (via edgeapp.hw.compiler: --compiler is
     not offered here, $EDGETPU_COMPILER and PATH are) into X_edgetpu.tflite beside it; raise

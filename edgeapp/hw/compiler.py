@@ -22,6 +22,7 @@ from edgeapp.core.naming import compiler_outputs
 from edgeapp.core.compiler_output import (CompileResult, Judgement, apply_log, judge, parse_stdout,
                               timeout_failure)
 from edgeapp.errors import MissingDependency, UsageError
+from edgeapp.hw.proc import log_command
 
 COMPILER_NAME = "edgetpu_compiler"
 ENV_VAR = "EDGETPU_COMPILER"
@@ -117,6 +118,7 @@ def run(argv: list[str], timeout: float, grace: Optional[float] = None) -> RunOu
     grace = min(5.0, timeout) if grace is None else grace
     start = time.monotonic()
     try:
+        log_command(argv)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
     except PermissionError:

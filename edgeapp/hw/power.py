@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from edgeapp.core.edgetpu_specs import NOMINAL_WATTS, PEAK_TOPS
+from edgeapp.hw.proc import log_command
 
 POWER_MODES = ("auto", "rapl", "hwmon", "vcgencmd", "none")
 _SAMPLE_INTERVAL_S = 0.1
@@ -159,6 +160,7 @@ def read_vcgencmd_watts(executable: Optional[str] = None) -> float:
     if not exe:
         raise SensorUnavailable("no vcgencmd (Raspberry Pi 5 PMIC readings need it)")
     try:
+        log_command([exe, "pmic_read_adc"], once=True)
         proc = subprocess.run([exe, "pmic_read_adc"], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SensorUnavailable(f"vcgencmd pmic_read_adc failed: {e}") from None
@@ -296,6 +298,9 @@ def open_meter(mode: str = "auto", device: str = "cpu", *, watts: Optional[float
                                      "(datasheet, not measured)", watts=NOMINAL_WATTS)
     notes = []
     for name in (("rapl", "hwmon", "vcgencmd") if mode == "auto" else (mode,)):
+        if name == "vcgencmd" and mode == "auto" and not is_raspberry_pi(root):
+            notes.append("vcgencmd: not run (not a Raspberry Pi)")  # never a PATH tool by chance
+            continue
         try:
             meter = _PROBES[name](Path(root))
         except SensorUnavailable as e:
@@ -305,6 +310,12 @@ def open_meter(mode: str = "auto", device: str = "cpu", *, watts: Optional[float
         return meter
     return PowerMeter("none", "no readable power sensor; pass --watts W from a power meter",
                       notes=notes)
+
+
+def is_raspberry_pi(root: Path | str = "/") -> bool:
+    """The board's device-tree model says Raspberry Pi (where vcgencmd is the firmware's tool)."""
+    model = _read_text(Path(root) / "proc/device-tree/model") or ""
+    return "Raspberry Pi" in model
 
 
 def _read_text(path: Path) -> Optional[str]:

@@ -1,43 +1,27 @@
-"""The delegate probe's child process: everything the main process would do with the delegate, once.
+"""The model check's child when it is a fresh interpreter (`python -I`, see probe.py).
 
-Run as `python -m edgeapp.hw.probe_child MODEL DEVICE RUNTIME` by probe.py, which judges how it
-ends (a signal or silence is a crashing pair). Kept apart from probe.py so that the probe does
-not import the runtime module that calls it.
+Run by probe.py as `python -I -c "...; from edgeapp.hw.probe_child import main; main()" MODEL
+RUNTIME DEVICE LIBRARY` (or `--label LIBRARY RUNTIME`). Kept apart from probe.py so that the
+probe does not import the runtime module that calls it; a fork runs probe.run_child directly.
 """
 
-import json
 import sys
 
-from edgeapp.hw.probe import MARK
+from edgeapp.hw.probe import MARK, label_child, run_child
 
 
-def main(model_path: str, device: str, runtime_name: str) -> int:
-    """The probe itself: everything the main process would do with the delegate, once."""
-    import gc
-
-    import numpy as np
-
-    from edgeapp.errors import EdgeappError
-    from edgeapp.hw.runtime import find_runtime, open_model
-
-    try:  # a crash here is expected, and no reason to leave a core file behind
-        import resource
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ImportError, ValueError, OSError):
-        pass
-    find_runtime(runtime_name)
-    print(MARK + "ready", flush=True)
-    try:
-        engine = open_model(model_path, device, runtime=runtime_name, probe=False)
-        engine.run(np.zeros(engine.input_shape, engine.input_dtype))
-        result = {"status": "pass"}
-    except EdgeappError as e:
-        result = {"status": "failed", "message": str(e)}
-    engine = None  # tear the delegate down before reporting: a crash there counts too
-    gc.collect()
-    print(MARK + json.dumps(result), flush=True)
-    return 0
+def _emit(line: str) -> None:
+    sys.stdout.write(MARK + line + "\n")
+    sys.stdout.flush()
 
 
-if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+def main() -> None:
+    args = sys.argv[1:]
+    if args[:1] == ["--label"]:
+        sys.exit(label_child(args[1], _emit))
+    model_path, runtime_name, device, library = args[:4]
+    from edgeapp.hw.runtime import find_runtime, load_edgetpu_delegate, parse_device
+
+    rt = find_runtime(runtime_name)
+    load = (lambda: load_edgetpu_delegate(rt, parse_device(device))) if library else None
+    sys.exit(run_child(rt, model_path, library or None, load, _emit))

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -26,6 +27,7 @@ from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, Missin
 from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
 from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
+from edgeapp.hw.runtime_errors import NATIVE_NOISE, runtime_error_text
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
@@ -301,19 +303,27 @@ class Engine:
         """Copy one input tensor in, for `invoke` to run on (again and again, as bench does)."""
         if tensor.shape != self.input_shape:
             tensor = tensor.reshape(self.input_shape)
-        self.interpreter.set_tensor(self.input["index"], tensor)
+        try:
+            self.interpreter.set_tensor(self.input["index"], tensor)
+        except (RuntimeError, ValueError) as e:
+            raise self._refusal(e) from None
 
     def invoke(self) -> None:
         """Run the model on the input already set: the bare call that benchmarks time.
 
         An Edge TPU that fails here (unplugged, delegate error) raises DeviceFailed, so a
-        multi-TPU run can hand its work to the others."""
+        multi-TPU run can hand its work to the others. On the CPU, the runtime's refusal at
+        invoke time (a kernel's parameter check, an input it cannot take) is the model's fault:
+        InvalidModel with the runtime's own words.
+        """
         try:
             self.interpreter.invoke()
         except (RuntimeError, ValueError) as e:
             if self.device != "edgetpu":
+                if isinstance(e, RuntimeError):
+                    raise self._refusal(e) from None
                 raise
-            reason = " ".join(str(e).split()) or type(e).__name__
+            reason = " ".join(runtime_error_text(e).split()) or type(e).__name__
             reason = reason.split("Node number")[0].strip() or reason
             raise DeviceFailed(f"Edge TPU {self.name} failed: {reason}", self.name) from None
 
@@ -333,16 +343,23 @@ class Engine:
         self.invoke()
         return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
 
+    def _refusal(self, error: BaseException) -> InvalidModel:
+        return InvalidModel(f"{self.runtime.name} {self.runtime.version} cannot run "
+                            f"{self.model.path}: {runtime_error_text(error)}")
+
 
 def open_model(path: str | Path | Model, device: str = "auto", *,
                cpu_model: Optional[str | Path] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
-               probe: bool = True, cpu_kernels: str = "fast") -> Engine:
+               probe: bool = True, cpu_kernels: str = "fast", trust_model: bool = False) -> Engine:
     """Validate the model, pick the device, and return an allocated Engine.
 
     auto: Edge TPU when a compiled model and a TPU are there, else the CPU (the CPU twin for a
     compiled model). An explicit TPU device never falls back: it raises DeviceUnavailable.
-    probe: first try the (runtime, Edge TPU library) pair in a child process (probe.py), so a
+    Containment (probe.py): no model reaches the runtime here before a child process has built,
+    allocated and invoked it once (cached by content hash), so a file that crashes the runtime
+    is refused with one line instead of killing us; trust_model (or EDGEAPP_TRUST_MODEL=1)
+    skips that. probe: first try the (runtime, Edge TPU library) pair in a child, so a
     mismatched build that segfaults is reported instead of killing us.
     A parsed `Model` may be passed instead of a path, so callers that already read it don't
     read it again.
@@ -356,7 +373,8 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
         try:
             if probe:
                 from edgeapp.hw.probe import ensure_probed
-                ensure_probed(rt, spec, model.path)
+                ensure_probed(rt, spec, model.path, lambda: load_edgetpu_delegate(rt, spec),
+                              check_model=not trust_model)
             delegate = load_edgetpu_delegate(rt, spec)
             interpreter = _interpreter(rt, model, [delegate], threads, cpu_kernels)
         except DeviceUnavailable as e:
@@ -365,7 +383,7 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
             twin = _load_twin(model, cpu_model)
             return _cpu_engine(rt, twin, threads, str(path),
                                f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU",
-                               cpu_kernels)
+                               cpu_kernels, trust_model)
         return Engine(interpreter, model, "edgetpu", rt, str(path), cpu_kernels=cpu_kernels,
                       name=spec.option or "edgetpu")
     if spec.kind == "edgetpu":  # the arguments ask the impossible, whatever is plugged in: exit 2
@@ -378,10 +396,10 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
         twin = _load_twin(model, cpu_model)
         return _cpu_engine(rt, twin, threads, str(path),
                            f"--device cpu: running {Path(twin.path).name} (CPU twin) on CPU",
-                           cpu_kernels)
+                           cpu_kernels, trust_model)
     note = None if spec.kind == "cpu" else \
         f"running {Path(model.path).name} on CPU (not compiled for the Edge TPU)"
-    return _cpu_engine(rt, model, threads, str(path), note, cpu_kernels)
+    return _cpu_engine(rt, model, threads, str(path), note, cpu_kernels, trust_model)
 
 
 def _load_twin(model: Model, cpu_model: Optional[str | Path]) -> Model:
@@ -409,7 +427,10 @@ def _io_signature(model: Model) -> list[tuple]:
 
 
 def _cpu_engine(rt: Runtime, model: Model, threads: Optional[int], requested: str,
-                notice: Optional[str], cpu_kernels: str = "fast") -> Engine:
+                notice: Optional[str], cpu_kernels: str = "fast", trust_model: bool = False) -> Engine:
+    if not trust_model:
+        from edgeapp.hw.probe import ensure_model_runs
+        ensure_model_runs(rt, model.path)
     return Engine(_interpreter(rt, model, None, threads, cpu_kernels), model, "cpu", rt, requested,
                   notice, cpu_kernels)
 
@@ -422,15 +443,11 @@ def _interpreter(rt: Runtime, model: Model, delegates: Optional[list], threads: 
             interpreter = rt.make_interpreter(model.path, delegates, threads, cpu_kernels)
             interpreter.allocate_tensors()
     except (RuntimeError, ValueError) as e:
-        lines = [ln for ln in str(e).strip().splitlines() + native if ln.strip()]
-        first = lines[0] if lines else type(e).__name__
+        first = runtime_error_text(e, native)
         if delegates:
             raise DeviceUnavailable(f"Edge TPU rejected {model.path}: {first}") from None
         raise InvalidModel(f"{rt.name} {rt.version} cannot run {model.path}: {first}") from None
     return interpreter
-
-
-_NATIVE_NOISE = ("INFO: Created TensorFlow Lite", "INFO: Initialized TensorFlow Lite")
 
 
 @contextlib.contextmanager
@@ -446,16 +463,62 @@ def native_stderr(lines: list[str]):
         yield
         return
     with tempfile.TemporaryFile() as tmp:
+        fault = _FaultReport(saved)
         try:
             sys.stderr.flush()
+            fault.start()
             os.dup2(tmp.fileno(), 2)
             yield
         finally:
             os.dup2(saved, 2)
+            fault.stop()
             os.close(saved)
             tmp.seek(0)
             text = tmp.read().decode("utf-8", "replace")
         for line in text.splitlines():
-            if line.strip() and not line.startswith(_NATIVE_NOISE):
+            if line.strip() and not line.startswith(NATIVE_NOISE):
                 lines.append(line)
                 sys.stderr.write(line + "\n")
+
+
+class _FaultReport:
+    """While fd 2 is redirected, a native crash still reaches the user's terminal.
+
+    faulthandler writes to the saved (real) stderr, so a runtime dying natively in this process
+    never leaves the user without a line. Restored afterwards.
+    """
+
+    _lock = threading.Lock()
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.was_enabled = False
+        self.active = False
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def start(self) -> None:
+        import faulthandler
+
+        with self._lock:
+            try:
+                self.was_enabled = faulthandler.is_enabled()
+                faulthandler.enable(file=self)
+                self.active = True
+            except (ValueError, OSError, RuntimeError):
+                pass
+
+    def stop(self) -> None:
+        import faulthandler
+
+        with self._lock:
+            if not self.active:
+                return
+            try:
+                if self.was_enabled:
+                    faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+                else:
+                    faulthandler.disable()
+            except (ValueError, OSError, RuntimeError, AttributeError):
+                pass

@@ -9,6 +9,9 @@ gives the graph (operators, tensors, quantization) that `check`, `bench` and the
 from __future__ import annotations
 
 import math
+import mmap
+import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -76,11 +79,12 @@ class _Table:
         _need(self.buf, p + 4, n * elem)
         return p + 4, n
 
-    def string(self, slot: int) -> Optional[str]:
+    def string(self, slot: int, strict: bool = False) -> Optional[str]:
+        """strict: undecodable UTF-8 raises (runtimes decode tensor names and fail)."""
         if not self._off(slot):
             return None
         start, n = self._vector(slot, 1)
-        return self.buf[start:start + n].decode("utf-8", "replace")
+        return bytes(self.buf[start:start + n]).decode("utf-8", "strict" if strict else "replace")
 
     def scalars(self, slot: int, fmt: str) -> tuple:
         size = struct.calcsize(fmt)
@@ -202,17 +206,47 @@ class Model:
 
 def load_model(path: str | Path) -> Model:
     """Read and validate `path`; raise `InvalidModel` with a one-line reason."""
+    return parse_model(map_model_file(path), str(path))
+
+
+def map_model_file(path: str | Path):
+    """The model file's bytes, memory-mapped: validation reads only the pages it walks.
+
+    Only a regular file is a model: a FIFO would block forever and /dev/zero never ends, so
+    they are refused before anything is read (opened non-blocking, then checked). A 2 GB
+    file of zeros costs one page, not 2 GB of memory.
+    """
     p = Path(path)
     _refuse_keras(p)
     if p.is_dir():
         raise InvalidModel(f"{p} is a folder, not a .tflite model file")
     try:
-        data = p.read_bytes()
+        fd = os.open(str(p), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         raise InvalidModel(f"model not found: {p}") from None
     except OSError as e:
         raise InvalidModel(f"cannot read model {p}: {e.strerror or e}") from None
-    return parse_model(data, str(p))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" \
+                if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket" \
+                if stat.S_ISSOCK(st.st_mode) else "not a regular file"
+            raise InvalidModel(f"{p} is {kind}, not a .tflite model file")
+        if st.st_size == 0:
+            return b""
+        head = os.pread(fd, 256, 0) if hasattr(os, "pread") else b""
+        if head and (len(head) < 8 or head[4:8] != _FILE_ID):
+            return head  # not a model: its first bytes say so (a 2 GB file of zeros costs 256 bytes)
+        try:
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # a file system without mmap: read it, bounded by its size
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return f.read(st.st_size)
+    except OSError as e:
+        raise InvalidModel(f"cannot read model {p}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
 
 
 def _refuse_keras(p: Path) -> None:
@@ -226,7 +260,7 @@ def _refuse_keras(p: Path) -> None:
 
 
 def parse_model(data: bytes, name: str = "<bytes>") -> Model:
-    """Validate and read a TFLite flatbuffer held in memory."""
+    """Validate and read a TFLite flatbuffer held in memory (bytes or a memory map)."""
     if not data:
         raise InvalidModel(f"{name} is empty (0 bytes): not a TFLite model")
     if len(data) < 8 or data[4:8] != _FILE_ID:
@@ -268,6 +302,11 @@ def _read(buf: bytes, name: str) -> Model:
     sg = subgraphs[0]
     tensors = []
     for i, t in enumerate(sg.tables(0)):
+        try:
+            tensor_name = t.string(3, strict=True) or ""
+        except UnicodeDecodeError:
+            raise InvalidModel(f"{name}: tensor {i} has a name that is not UTF-8 text; the file is "
+                               "corrupt: re-download or re-convert it") from None
         ttype = t.scalar(1, "b")
         if not 0 <= ttype < len(TENSOR_TYPES):
             raise _Corrupt(f"tensor {i} has unknown type {ttype}")
@@ -280,7 +319,7 @@ def _read(buf: bytes, name: str) -> Model:
             scale = q.scalars(2, "f")
             if scale:
                 if not all(math.isfinite(v) and v > 0 for v in scale):
-                    raise InvalidModel(f"{name}: tensor {i} ({t.string(3) or 'unnamed'}) has an invalid "
+                    raise InvalidModel(f"{name}: tensor {i} ({tensor_name or 'unnamed'}) has an invalid "
                                        f"quantization scale {_first_bad(scale)}; re-convert the model")
                 quant = Quantization(tuple(scale), tuple(q.scalars(3, "q")), q.scalar(6, "i"))
         shape = tuple(t.scalars(0, "i"))
@@ -288,7 +327,7 @@ def _read(buf: bytes, name: str) -> Model:
             raise InvalidModel(f"{name}: tensor {i} has a negative dimension {list(shape)}")
         sig = t.scalars(7, "i")
         tensors.append(Tensor(
-            index=i, name=t.string(3) or "", shape=shape,
+            index=i, name=tensor_name, shape=shape,
             dtype=TENSOR_TYPES[ttype], buffer=bidx,
             quantization=quant, data_size=buffers[bidx] if buffers else 0,
             shape_signature=tuple(sig) if sig else None))
@@ -325,10 +364,11 @@ def _read(buf: bytes, name: str) -> Model:
         raise InvalidModel(f"{name} has no inputs or outputs: not a usable TFLite model")
 
     metadata = {}
+    buffer_tables = root.tables(4) if buffers else []
     for m in root.tables(6):
         bidx = m.scalar(1, "I")
         if bidx < len(buffers):
-            start, n = root.tables(4)[bidx].bytes_span(0)
+            start, n = buffer_tables[bidx].bytes_span(0)
             metadata[m.string(0) or ""] = bytes(buf[start:start + n])
     sig_outputs: tuple[tuple[str, int], ...] = ()
     sigs = root.tables(7)
