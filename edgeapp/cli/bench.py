@@ -1,13 +1,12 @@
 """`edgeapp bench`: latency, throughput, achieved TOPS and TOPS per watt, per device."""
 
-from __future__ import annotations
-
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import List, Optional
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (CpuModelOpt, NoProbeOpt, ReportFormat, ReportFormatOpt, RuntimeOpt,
@@ -161,7 +160,7 @@ def format_table(doc: dict) -> str:
               f"{'min':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} {'inf/s':>8} {'GOPS/inf':>8} "
               f"{'TOPS':>8} {'%peak':>6} {'W':>6} {'source':>8} {'TOPS/W':>7} {'mJ/inf':>7}")
     lines += ["", header]
-    notes: list[str] = []
+    notes: List[str] = []
     for r in doc["results"]:
         for n in r.get("notes", []):
             if n not in notes:

@@ -185,7 +185,7 @@ def probe(pair: Pair, device: str, model_path: str, raw_version: Optional[str] =
     if hung:
         return verdict("hang", crash_message(pair, raw_version, f"hung: no answer in {timeout:g} s"))
     if rc < 0 or rc >= 0xC0000000:  # POSIX: killed by a signal; Windows: an NTSTATUS exception
-        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.valid_signals() \
+        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 and 0 < -rc < signal.NSIG \
             else f"died with status {rc:#x}"
         return verdict("crash", crash_message(pair, raw_version, how))
     if result is None:
