@@ -6,7 +6,8 @@
 #
 # - Builds the chroot once with debootstrap (cached in $EDGEAPP_CHROOT, default
 #   /var/cache/edgeapp/bullseye-<arch>; --rebuild starts it over), with python3-venv and the
-#   shared libraries OpenCV and libedgetpu need (libgl1, libglib2.0-0, libusb-1.0-0).
+#   shared libraries OpenCV and libedgetpu need (libgl1, libglib2.0-0, libusb-1.0-0), and a C
+#   compiler for the stand-in Edge TPU libraries of tests/test_probe.py.
 # - Each run copies this working tree (git's tracked and untracked-not-ignored files) to
 #   /work/edgeapp inside, and ../shared read-only beside it when present, then does what the
 #   README says for this platform: a venv, `python -m pip install --upgrade pip` (bullseye's
@@ -27,7 +28,7 @@ SUITE=${EDGEAPP_CHROOT_SUITE:-bullseye}
 MIRROR=${EDGEAPP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 ARCH=$(dpkg --print-architecture 2>/dev/null || uname -m)
 CHROOT=${EDGEAPP_CHROOT:-/var/cache/edgeapp/$SUITE-$ARCH}
-PACKAGES="python3 python3-venv ca-certificates libgl1 libglib2.0-0 libusb-1.0-0"
+PACKAGES="python3 python3-venv ca-certificates libgl1 libglib2.0-0 libusb-1.0-0 gcc libc6-dev"
 VENV=/opt/edgeapp-venv
 
 # --- inside a private mount namespace (the script re-runs itself there) ------------------------
