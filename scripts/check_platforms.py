@@ -224,19 +224,19 @@ def cell(row: dict, names) -> str:
 
 
 def markdown(rows: List[dict], extras: str) -> str:
-    head = ("| platform | Python | TFLite runtime | numpy | OpenCV | Typer / Click | resolved |\n"
-            "| --- | --- | --- | --- | --- | --- | --- |\n")
+    head = ("| platform | Python | TFLite runtime | numpy | OpenCV | Typer | Click | resolved |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
     out = []
     for r in rows:
         if not r["resolved"]:
-            out.append(f"| {r['platform']} | {r['python']} | | | | | no: {r['why_not']} |")
+            out.append(f"| {r['platform']} | {r['python']} | | | | | | no: {r['why_not']} |")
             continue
-        typer = f"{cell(r, ['typer'])} / {cell(r, ['click'])}"
         note = f" ({r['note']})" if r["note"] else ""
         out.append(f"| {r['platform']} | {r['python']} | {cell(r, RUNTIMES)} | {cell(r, ['numpy'])} | "
-                   f"{cell(r, OPENCV)} | {typer} | yes{note} |")
+                   f"{cell(r, OPENCV)} | {cell(r, ['typer'])} | {cell(r, ['click'])} | yes{note} |")
     title = f"edgeapp[{extras}]" if extras else "edgeapp"
-    return f"{title}, resolved by pip {'.'.join(map(str, pip_version()))} for each platform:\n\n" + head + "\n".join(out)
+    return (f"{title}, resolved by pip {'.'.join(map(str, pip_version()))} for each platform "
+            "(—: not installed; the newest Typer does not require Click):\n\n" + head + "\n".join(out))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
