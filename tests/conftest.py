@@ -7,6 +7,9 @@ from ../shared is needed.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -110,7 +113,9 @@ def cli():
     """Run the Typer app in-process: cli(args) -> click Result (stdout and stderr separate)."""
     from edgeapp.cli.app import app
 
-    runner = CliRunner()
+    # click < 8.2 mixes stderr into stdout unless told not to (and has no `mix_stderr` after)
+    mixes = "mix_stderr" in inspect.signature(CliRunner.__init__).parameters
+    runner = CliRunner(**({"mix_stderr": False} if mixes else {}))
 
     def run(*args: str, input: str | None = None):
         return runner.invoke(app, [str(a) for a in args], input=input)
@@ -127,13 +132,42 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@functools.lru_cache(maxsize=None)
+def default_runtime() -> tuple:
+    """(distribution, version) of the TFLite runtime edgeapp picks here: ai-edge-litert, else
+    tflite-runtime (Python <= 3.9, 32-bit ARM)."""
+    from edgeapp.hw.runtime import find_runtime
+
+    runtime = find_runtime()
+    return runtime.name, runtime.version
+
+
+def tflite_schema():
+    """The TFLite flatbuffers schema classes: ai-edge-litert's, else TensorFlow's file of the same
+    name (tflite-runtime ships none), loaded alone so that TensorFlow is not imported."""
+    try:
+        from ai_edge_litert import schema_py_generated
+
+        return schema_py_generated
+    except ImportError:
+        pass
+    tf = importlib.util.find_spec("tensorflow")
+    if tf is None or not tf.submodule_search_locations:
+        pytest.skip("needs ai-edge-litert or TensorFlow for the TFLite schema classes")
+    path = Path(list(tf.submodule_search_locations)[0], "lite", "python", "schema_py_generated.py")
+    spec = importlib.util.spec_from_file_location("tflite_schema_py_generated", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def make_edgetpu_stand_in(cpu_model: Path, out: Path, custom_code: str = "edgetpu-custom-op") -> Path:
     """A valid TFLite file shaped like edgetpu_compiler's output: one `edgetpu-custom-op` node
     (or another custom op, `custom_code`) from the CPU model's input to its output (written with the
     TFLite flatbuffers schema)."""
     import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
 
+    schema = tflite_schema()
     m = schema.ModelT.InitFromPackedBuf(cpu_model.read_bytes(), 0)
     sg = m.subgraphs[0]
     code = schema.OperatorCodeT()

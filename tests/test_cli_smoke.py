@@ -62,13 +62,20 @@ def test_unknown_command_and_missing_args_are_usage_errors():
 
 
 @pytest.mark.shared
-@pytest.mark.parametrize("model", ["mobilenet_v2_1.0_224_quant", "mobilenet_v1_0.25_128_quant",
-                                   "mobilenet_v1_0.25_128_quant_edgetpu"])
-def test_coral_reference_top1(model):
-    """Coral's reference: cat.bmp is class 286 (Egyptian cat) on MobileNet models."""
+@pytest.mark.parametrize("model, margin", [("mobilenet_v2_1.0_224_quant", 0.0),
+                                           ("mobilenet_v1_0.25_128_quant", 0.05),
+                                           ("mobilenet_v1_0.25_128_quant_edgetpu", 0.05)])
+def test_coral_reference_top1(model, margin):
+    """Coral's reference: cat.bmp is class 286 (Egyptian cat) on MobileNet models. The tiny
+    0.25/128 model scores it and 283 (tiger cat) within a few output steps, and the runtimes'
+    int8 kernels round differently (same input: ai-edge-litert ties them at 0.266, tflite-runtime
+    2.14 gives 0.281 tiger cat, 0.246 Egyptian cat): there 286 must be in the top 2, within
+    `margin` of the top score."""
     for labels in (["--labels", SHARED / "imagenet_labels.txt"], []):  # [] = embedded metadata
         r = run("edgeapp", "classify", SHARED / f"{model}.tflite", SHARED / "cat.bmp", *labels,
-                "-f", "jsonl", "-k", "1")
+                "-f", "jsonl", "-k", "2")
         assert r.returncode == 0, r.stderr
-        top = json.loads(r.stdout)["classes"][0]
-        assert (top["id"], top["label"]) == (286, "Egyptian cat")
+        classes = json.loads(r.stdout)["classes"]
+        egyptian = [c for c in classes if c["id"] == 286]
+        assert egyptian and egyptian[0]["label"] == "Egyptian cat", classes
+        assert egyptian[0]["score"] >= classes[0]["score"] - margin, classes

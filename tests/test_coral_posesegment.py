@@ -51,9 +51,12 @@ SQUAT_REFERENCE = {
 
 
 def reference_interpreter(model: Path):
-    """A raw ai-edge-litert interpreter with TFLite's builtin kernels (no XNNPACK), as
-    libcoral's and pycoral's tests run the CPU models."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    """A raw ai-edge-litert (else tflite-runtime) interpreter with TFLite's builtin kernels (no
+    XNNPACK), as libcoral's and pycoral's tests run the CPU models."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    except ImportError:  # Python <= 3.9
+        from tflite_runtime.interpreter import Interpreter, OpResolverType
 
     it = Interpreter(model_path=str(model),
                      experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import platform
 import stat
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from edgeapp.flows.doctor import FAIL, OK, WARN, exit_ok, numpy_check, pycoral_check, run_checks
 from edgeapp.errors import ExitCode
+from conftest import default_runtime
 from test_devices import add_apex, two_accelerators_and_a_mouse
 
 # What libedgetpu1-std's package installs (/lib/udev/rules.d/60-libedgetpu1-std.rules).
@@ -188,8 +188,9 @@ def test_doctor_on_this_machine(tmp_path, monkeypatch):
     names = {c["name"]: c for c in checks}
     assert names["python"]["detail"].startswith(platform.python_version())
     assert names["architecture"]["detail"] == platform.machine().lower()
-    litert = names["runtime ai-edge-litert"]
-    assert (litert["status"], litert["detail"]) == (OK, f"{metadata.version('ai-edge-litert')}, imports")
+    name, version = default_runtime()
+    runtime = names[f"runtime {name}"]
+    assert (runtime["status"], runtime["detail"]) == (OK, f"{version}, imports")
     import ctypes.util
 
     if ctypes.util.find_library("edgetpu") is None:

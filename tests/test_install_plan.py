@@ -8,6 +8,7 @@ Python version and, where there is no dpkg, the machine are what that platform r
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,11 @@ def test_doctor_prints_the_plan_for_its_root(cli, tmp_path, monkeypatch):
     lines = table.stdout.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("plan for "))
     assert lines[start].startswith("plan for Debian GNU/Linux 12 (bookworm), arm64, Python ")
+    if sys.version_info < (3, 10):  # the plan is for the Python doctor runs on: <= 3.9 is Coral's apt pair
+        assert "  sudo apt-get install -y libedgetpu1-std python3-tflite-runtime" in lines[start:]
+        report = json.loads(cli("doctor", "--root", root, "--format", "json").stdout)
+        assert report["plan"]["route"] == "coral-apt" and report["plan"]["platform"]["arch"] == "arm64"
+        return
     deb = "libedgetpu1-std_16.0tf2.19.1-1.bookworm_arm64.deb"
     assert f"  wget {RELEASES}/16.0TF2.19.1-1/{deb}" in lines[start:]
     assert f"  sudo apt-get install -y ./{deb}" in lines[start:]

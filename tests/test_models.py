@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 import detection_models as dm
-from conftest import CLASSES, ROOT, SHARED
+from conftest import CLASSES, ROOT, SHARED, tflite_schema
 from edgeapp.errors import ExitCode
 
 INDEX = ROOT.parent / "shared" / "coral-test-data-index.json"
@@ -583,13 +583,13 @@ def test_coral_twin_pair_by_sha256_and_fallback(cli, coral_env, tmp_path):
 def test_coral_ssd_labels_match_the_class_ids_the_model_emits(cli, coral_env):
     """Coral's SSD post-process has num_classes 90 and emits ids 0..89 without background;
     coco_labels.txt has 90 lines with "n/a" in the gaps, so line N is id N (pycoral: cat = 16)."""
-    from ai_edge_litert import schema_py_generated as schema
     from flatbuffers import flexbuffers
 
     from edgeapp.core.detect import OutputInfo, POSTPROCESS_OP, find_layout
     from edgeapp.core.labels import read_labels
     from edgeapp.core.tflite.model import load_model
 
+    schema = tflite_schema()
     r = cli("models", "pull", "ssd_mobilenet_v2_coco_pipeline4", "-f", "json")
     assert r.exit_code == 0, r.stderr
     files = {f["role"]: Path(f["path"]) for f in json.loads(r.stdout)["models"][0]["files"]}

@@ -20,14 +20,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, default_runtime
 from edgeapp.core.install_plan import plan_for
 from edgeapp.core.pairing import (ANY, COMMUNITY, CRASH, GOOGLE, GOOGLE_16_LABEL, TABLE, UNIDENTIFIED,
                                   UNKNOWN, WORKS, Build, decide, identify, version_tuple)
 from edgeapp.hw.osinfo import read_platform
 from edgeapp.hw.probe import Pair, Verdict, VerdictCache
 
-LITERT_VERSION = metadata.version("ai-edge-litert")
+try:
+    LITERT_VERSION = metadata.version("ai-edge-litert")
+except metadata.PackageNotFoundError:  # Python <= 3.9: tflite-runtime instead; the table still knows it
+    LITERT_VERSION = "2.3.0"
+RUNTIME, RUNTIME_VERSION = default_runtime()  # what edgeapp runs here (end-to-end tests)
 GOOGLE_16 = identify(("libedgetpu1-std", "16.0"), None)
 COMMUNITY_2_17 = identify(("libedgetpu1-max", "16.0tf2.17.1-1"), None)
 COMMUNITY_2_19 = identify(("libedgetpu1-std", "16.0tf2.19.1-1.bookworm"), None)
@@ -181,7 +185,7 @@ def test_known_crash_pair_is_refused_before_any_child(tmp_path, stand_ins, compi
     assert [(r["device"], r["classes"][0]["label"]) for r in records] == [("cpu", "red")]
     fix = plan_for(read_platform("/")).fix
     assert (f"Edge TPU unavailable (libedgetpu 16.0 (Google's build for TensorFlow 2.5) is known to crash "
-            f"under ai-edge-litert {LITERT_VERSION} (google-coral/edgetpu#812") in err
+            f"under {RUNTIME} {RUNTIME_VERSION} (google-coral/edgetpu#812") in err
     assert f"; fix: {fix}); running colors.tflite on CPU" in err
     assert [c for c, _ in run.calls()] == ["load"]  # loaded once, to read its label; no delegate
     assert len(run.pids()) == 1  # by the label reader alone: no delegate probe ever ran
@@ -209,7 +213,7 @@ def test_a_cached_pass_outranks_the_table(tmp_path, stand_ins, compiled_pair, co
     """Evidence from this machine beats reports from others: the delegate is loaded in-process."""
     run = Classify(tmp_path, stand_ins["google16"], compiled_pair[0], color_images["red"])
     run.env.pop("FAKE_EDGETPU_CRASH")
-    VerdictCache(run.cache).put(Pair.of("ai-edge-litert", LITERT_VERSION, str(stand_ins["google16"])),
+    VerdictCache(run.cache).put(Pair.of(RUNTIME, RUNTIME_VERSION, str(stand_ins["google16"])),
                                 Verdict("pass", ""))
     code, records, err = run()
     assert code == 0 and records[0]["device"] == "cpu", err

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from edgeapp.hw.devices import list_edge_tpus
 from edgeapp.flows.doctor import library_checks
 from edgeapp.hw.probe import Pair, Verdict, VerdictCache
 from edgeapp.hw.runtime import find_runtime
+from conftest import default_runtime
 from test_devices import add_apex, add_usb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +71,8 @@ void* tflite_plugin_create_delegate(char** keys, char** values, size_t n, void (
 void tflite_plugin_destroy_delegate(void* delegate) {}
 """
 KINDS = ("CRASH", "HANG", "NULL_DELEGATE", "LOADS")
-LITERT = f"ai-edge-litert {metadata.version('ai-edge-litert')}"
+RUNTIME, RUNTIME_VERSION = default_runtime()  # ai-edge-litert, or tflite-runtime on Python <= 3.9
+LITERT = f"{RUNTIME} {RUNTIME_VERSION}"
 BUILD_FIX = "known build mismatch; install a matching pair (see README)"
 
 
@@ -143,7 +144,7 @@ def test_segfault_is_survived_explained_cached_and_not_probed_again(tmp_path, fa
     assert {w for w, p in run.calls()} == {"create"} and all(p != pid for _, p in run.calls())
     creates = len(run.calls())
     (entry,) = run.verdicts().values()
-    assert (entry["status"], entry["library"], entry["runtime"]) == ("crash", str(library), "ai-edge-litert")
+    assert (entry["status"], entry["library"], entry["runtime"]) == ("crash", str(library), RUNTIME)
     cached = run.cache.joinpath("probe.json").read_bytes()
 
     code, records, err, _ = run()  # second run: the cached verdict, no probe
@@ -215,7 +216,7 @@ def test_no_probe_and_a_passed_pair_with_a_trusted_model_load_in_the_main_proces
     code, records, err, pid = run("--no-probe")
     assert code == 0 and ran_on_cpu_as_red(records), err
     assert run.calls() == [("create", pid)]  # no child: the main process loaded it
-    runtime = find_runtime("ai-edge-litert")
+    runtime = find_runtime(RUNTIME)
     pair = Pair.of(runtime.name, runtime.version, str(fake_libs["LOADS"]))
     VerdictCache(run.cache).put(pair, Verdict("pass", ""))
     code, records, err, pid = run()  # the pair passed, but this model is new: tried in a child
@@ -241,12 +242,12 @@ def test_devices_through_libedgetpu_c_api(fake_libs, tmp_path, monkeypatch):
 def test_doctor_reports_the_library_and_the_cached_verdict(run_with, fake_libs, tmp_path, cli, monkeypatch):
     env = {"EDGEAPP_EDGETPU_LIB": str(fake_libs["CRASH"]), "EDGEAPP_CACHE_DIR": str(tmp_path / "cache"),
            "PATH": os.environ.get("PATH", "")}
-    lib, pair = library_checks(env, {"ai-edge-litert": metadata.version("ai-edge-litert")})
+    lib, pair = library_checks(env, {RUNTIME: RUNTIME_VERSION})
     assert lib.status == "ok" and lib.detail == f"RuntimeVersion(14) at {fake_libs['CRASH']}"
     assert pair.status == "ok" and "not probed yet" in pair.detail
 
     run_with("CRASH")()  # leaves a crash verdict in tmp_path/cache
-    _, pair = library_checks(env, {"ai-edge-litert": metadata.version("ai-edge-litert")})
+    _, pair = library_checks(env, {RUNTIME: RUNTIME_VERSION})
     assert pair.status == "fail" and "crashed under" in pair.detail
 
     for name, value in env.items():
@@ -260,7 +261,7 @@ def test_doctor_reports_the_library_and_the_cached_verdict(run_with, fake_libs, 
 
 
 @pytest.mark.parametrize("package_version, status, says", [
-    ("16.0", "fail", "(Google's build for TensorFlow 2.5) is known to crash under ai-edge-litert"),
+    ("16.0", "fail", f"(Google's build for TensorFlow 2.5) is known to crash under {RUNTIME}"),
     ("16.0tf2.17.1-1.bookworm", "ok", "(community build for TensorFlow 2.17)"),  # a community rebuild
 ])
 def test_doctor_names_the_debian_package_and_known_bad_builds(fake_libs, tmp_path, package_version,
@@ -273,6 +274,6 @@ def test_doctor_names_the_debian_package_and_known_bad_builds(fake_libs, tmp_pat
                                         f"Architecture: amd64\nVersion: {package_version}\n")
     env = {"EDGEAPP_EDGETPU_LIB": str(fake_libs["LOADS"]), "EDGEAPP_CACHE_DIR": str(tmp_path / "cache"),
            "PATH": os.environ.get("PATH", "")}
-    lib, pair = library_checks(env, {"ai-edge-litert": metadata.version("ai-edge-litert")}, tmp_path / "root")
+    lib, pair = library_checks(env, {RUNTIME: RUNTIME_VERSION}, tmp_path / "root")
     assert f"{fake_libs['LOADS']}, libedgetpu1-max {package_version}; libedgetpu {package_version}" in lib.detail
     assert pair.status == status and says in pair.detail

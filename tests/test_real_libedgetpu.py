@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, default_runtime
 from edgeapp.core.install_plan import plan_for
 from edgeapp.core.pairing import CRASH, GOOGLE, GOOGLE_16_LABEL, WORKS, decide, identify
 from edgeapp.hw.osinfo import read_platform
@@ -31,7 +31,11 @@ pytestmark = pytest.mark.shared
 
 REAL = ROOT.parent / "shared" / "libedgetpu" / "k8" / "libedgetpu.so.1.0"
 LIBUSB_SONAME = b"libusb-1.0.so.0\x00"
-LITERT_VERSION = metadata.version("ai-edge-litert")
+try:
+    LITERT_VERSION = metadata.version("ai-edge-litert")
+except metadata.PackageNotFoundError:  # Python <= 3.9: tflite-runtime instead; the table still knows it
+    LITERT_VERSION = "2.3.0"
+RUNTIME, RUNTIME_VERSION = default_runtime()  # what edgeapp runs here (doctor, classify)
 INSTALL_LIBUSB = "needs libusb-1.0 for Google's libedgetpu: sudo apt-get install -y libusb-1.0-0"
 
 
@@ -110,10 +114,10 @@ def test_doctor_on_the_real_library(real_lib, cli, monkeypatch, tmp_path):
     lib = checks["libedgetpu"]
     assert (lib["status"], lib["detail"]) == (
         "ok", f"RuntimeVersion(14) at {real_lib}; libedgetpu 16.0 (Google's build for TensorFlow 2.5)")
-    pair = checks["pair ai-edge-litert"]
-    assert pair["status"] == "fail" and "known to crash under ai-edge-litert" in pair["detail"]
+    pair = checks[f"pair {RUNTIME}"]
+    assert pair["status"] == "fail" and f"known to crash under {RUNTIME}" in pair["detail"]
     assert pair["fix"] == plan_for(read_platform("/")).fix
-    assert "pair ai-edge-litert" in result.stderr  # "1 check(s) failed: pair ai-edge-litert"
+    assert f"pair {RUNTIME}" in result.stderr  # "1 check(s) failed: pair ai-edge-litert"
 
 
 def _classify(model: Path, image: Path, env: dict, *args: str):
@@ -128,7 +132,7 @@ def test_cpu_fallback_refuses_the_pair_without_a_probe(real_lib, compiled_pair, 
     assert code == 0, err
     assert [(r["device"], r["classes"][0]["label"]) for r in records] == [("cpu", "blue")]
     assert (f"edgeapp: Edge TPU unavailable (libedgetpu 16.0 (Google's build for TensorFlow 2.5) is known to "
-            f"crash under ai-edge-litert {LITERT_VERSION}") in err
+            f"crash under {RUNTIME} {RUNTIME_VERSION}") in err
     assert err.splitlines()[0].endswith(f"fix: {plan_for(read_platform('/')).fix}); running colors.tflite on CPU")
     assert VerdictCache(tmp_path).entries() == {}  # the pair was never probed
 

@@ -7,6 +7,7 @@ import pytest
 
 from edgeapp.errors import ExitCode, InvalidModel
 from edgeapp.core.tflite.model import load_model, parse_model
+from conftest import tflite_schema
 
 
 def test_converted_model_graph(tiny_model):
@@ -93,7 +94,8 @@ def test_truncated_model_in_a_real_process(tiny_model, tmp_path, color_images):
 def _edited(tiny_model, tmp_path, name, edit):
     """A copy of the converted model changed through the TFLite flatbuffers schema."""
     import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
+
+    schema = tflite_schema()
 
     m = schema.ModelT.InitFromPackedBuf(tiny_model.read_bytes(), 0)
     edit(m)

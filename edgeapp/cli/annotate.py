@@ -1,10 +1,8 @@
 """Image folders the inference commands write into (--annotate, --mask): one file per input."""
 
-from __future__ import annotations
-
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Set
 
 from edgeapp.errors import UsageError
 
@@ -23,7 +21,7 @@ class ImageFolder:
         except OSError as e:
             raise UsageError(f"{option} {folder}: cannot create it ({e.strerror or e})") from None
         self.folder, self.option = folder, option
-        self.used: set[str] = set()
+        self.used: Set[str] = set()
 
     def exclude_own(self, paths: list) -> list:
         """Inputs minus the images inside this folder: `detect . --annotate ann/` run twice must

@@ -4,11 +4,10 @@ Command modules import their heavy dependencies (runtimes, OpenCV, TensorFlow) i
 command function, so `edgeapp --help` stays fast and light.
 """
 
-from __future__ import annotations
-
-from typing import Annotated, Optional
+from typing import Optional
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp import __version__
 from edgeapp.cli.options import Globals, RuntimeName

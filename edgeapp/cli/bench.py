@@ -1,13 +1,12 @@
 """`edgeapp bench`: latency, throughput, achieved TOPS and TOPS per watt, per device."""
 
-from __future__ import annotations
-
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import List, Optional
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (CpuModelOpt, NoProbeOpt, ReportFormat, ReportFormatOpt, RuntimeOpt,
@@ -159,7 +158,7 @@ def append_line(path: Path, line: str) -> None:
     """Append one whole line, or nothing: a write cut short (full disk) is truncated away, so
     the file stays one JSON document per line for scripts/bench_report.py."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # novermin: int flags, not a union type
     try:
         size = os.fstat(fd).st_size
         data = line.encode("utf-8")
@@ -204,7 +203,7 @@ def format_table(doc: dict) -> str:
               f"{'min':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} {'inf/s':>8} {'GOPS/inf':>8} "
               f"{'TOPS':>8} {'%peak':>6} {'W':>6} {'source':>8} {'TOPS/W':>7} {'mJ/inf':>7}")
     lines += ["", header] if doc["results"] else []
-    notes: list[str] = []
+    notes: List[str] = []
     for r in doc["results"]:
         for n in r.get("notes", []):
             if n not in notes:

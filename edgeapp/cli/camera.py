@@ -1,16 +1,15 @@
 """`edgeapp camera`: classify, detect, pose or segment live from a camera, a stream or a video file."""
 
-from __future__ import annotations
-
 import json
 import signal
 import sys
 import threading
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import List, Optional
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
@@ -216,7 +215,7 @@ def camera_command(
         writer = RecordWriter(fmt or Format.jsonl, CSV_COLUMNS, _csv_rows, _table_line, output)
     stop = threading.Event()
     restore = _on_sigterm(stop)
-    output_error: list[EdgeappError] = []
+    output_error: List[EdgeappError] = []
 
     def on_record(record: dict) -> None:
         """A results file that cannot be written (a full disk) stops the run, with its summary."""
@@ -326,7 +325,7 @@ def _on_sigterm(stop: threading.Event):
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _items(record: dict) -> list[dict]:
+def _items(record: dict) -> List[dict]:
     if "poses" in record:
         from edgeapp.core.pose import KEYPOINTS
 
@@ -343,7 +342,7 @@ def _items(record: dict) -> list[dict]:
     return [dict(c) for c in record.get("classes", [])]
 
 
-def _csv_rows(record: dict) -> list[dict]:
+def _csv_rows(record: dict) -> List[dict]:
     base = {k: record.get(k) for k in ("frame", "timestamp", "source_ms", "device", "latency_ms",
                                        "frame_ms")}
     items = _items(record)

@@ -1,12 +1,11 @@
 """`edgeapp check`: which operators will run on the Edge TPU, predicted without the compiler."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import List
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.core.units import format_bytes
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, resolve_model
@@ -64,7 +63,7 @@ def verdict_line(result) -> str:
     return line
 
 
-def _io_text(entries: list[dict]) -> str:
+def _io_text(entries: List[dict]) -> str:
     parts = []
     for e in entries:
         shape = ",".join(str(d) for d in e["shape"])

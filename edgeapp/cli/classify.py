@@ -1,11 +1,10 @@
 """`edgeapp classify`: images, folders and globs through a classification model."""
 
-from __future__ import annotations
-
 from pathlib import Path
-from typing import Annotated
+from typing import List
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (ChunkSizeOpt, ClusterOpt, CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt,
@@ -27,7 +26,7 @@ def classify_command(
     model: Annotated[Path, typer.Argument(help="A .tflite model (uint8, int8 or float input), "
                                                "or its *_edgetpu.tflite build, or a Coral model's name "
                                                "(`edgeapp models list`).", show_default=False)],
-    inputs: Annotated[list[str], typer.Argument(
+    inputs: Annotated[List[str], typer.Argument(
         help="Image files, folders (recursive), globs, or - to read paths from stdin.",
         show_default=False)],
     labels: LabelsOpt = None,
@@ -103,7 +102,7 @@ def classify_command(
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
 
 
-def _csv_rows(record: dict) -> list[dict]:
+def _csv_rows(record: dict) -> List[dict]:
     base = {k: record.get(k) for k in ("path", "device", "model", "latency_ms", "error")}
     if not record["classes"]:
         return [base]

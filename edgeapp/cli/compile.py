@@ -1,12 +1,11 @@
 """`edgeapp compile`: run Google's edgetpu_compiler, parse and judge what it did."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Optional
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.core.units import format_bytes
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say

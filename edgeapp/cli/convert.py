@@ -1,14 +1,13 @@
 """`edgeapp convert`: a Keras model to a full-integer int8 TFLite model, with a report."""
 
-from __future__ import annotations
-
 import json
 from collections import Counter
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Optional
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.core.units import format_bytes
 from edgeapp.cli.options import (ReportFormat, ReportFormatOpt, cli_errors, finite, progress_bar,

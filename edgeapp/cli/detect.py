@@ -1,11 +1,10 @@
 """`edgeapp detect`: objects in images, as boxes in the original image's pixels."""
 
-from __future__ import annotations
-
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import List, Optional
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
@@ -34,7 +33,7 @@ def detect_command(
         help="A detection .tflite model ending in the TFLite detection post-process op (SSD "
              "MobileNet, EfficientDet-Lite...), or its *_edgetpu.tflite build, or a Coral model's "
              "name (`edgeapp models list --task detect`).", show_default=False)],
-    inputs: Annotated[list[str], typer.Argument(
+    inputs: Annotated[List[str], typer.Argument(
         help="Image files, folders (recursive), globs, or - to read paths from stdin.",
         show_default=False)],
     labels: LabelsOpt = None,
@@ -127,7 +126,7 @@ def detect_command(
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
 
 
-def _csv_rows(record: dict) -> list[dict]:
+def _csv_rows(record: dict) -> List[dict]:
     base = {k: record.get(k) for k in ("path", "device", "model", "latency_ms", "error")}
     if not record["objects"]:
         return [base]

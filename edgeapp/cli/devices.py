@@ -1,11 +1,9 @@
 """`edgeapp devices`: the Edge TPUs on this machine and the --device string for each."""
 
-from __future__ import annotations
-
 import json
-from typing import Annotated
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
 

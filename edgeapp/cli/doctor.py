@@ -1,11 +1,9 @@
 """`edgeapp doctor`: diagnose the install (runtimes, libedgetpu, devices, drivers, compiler)."""
 
-from __future__ import annotations
-
 import json
-from typing import Annotated
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
 from edgeapp.errors import ExitCode

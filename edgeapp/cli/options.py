@@ -1,7 +1,5 @@
 """Options shared by several commands, and the one place errors become exit codes."""
 
-from __future__ import annotations
-
 import functools
 import os
 import sys
@@ -9,9 +7,10 @@ import traceback
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Callable, Optional, TypeVar
+from typing import Callable, Optional, Tuple, TypeVar
 
 import typer
+from typing_extensions import Annotated
 
 from edgeapp.core.limits import MAX_THREADS
 from edgeapp.errors import EdgeappError, ExitCode
@@ -159,7 +158,7 @@ def open_engine(ctx: typer.Context, model: Path, device: Optional[str], cpu_mode
     return engine
 
 
-def resolve_model(model: Path, device: str = "auto") -> tuple[Path, Optional[str]]:
+def resolve_model(model: Path, device: str = "auto") -> Tuple[Path, Optional[str]]:
     """A MODEL that is no file but a Coral model's name (`edgeapp models list`) becomes its cached
     file, pulled and verified first when absent: the twin for `device`, and a notice when auto
     picked the CPU model because no Edge TPU is attached."""

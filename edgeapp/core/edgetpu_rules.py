@@ -47,9 +47,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from math import prod
 from typing import Callable, Optional
 
+from edgeapp.core.compat import prod
 from edgeapp.core.tflite.model import EDGETPU_CUSTOM_OP, Model, Operator, Tensor, _Table
 from edgeapp.core.tflite.schema import ACTIVATIONS, options_type
 

@@ -18,11 +18,11 @@ reshapes...) is counted separately, by type and by output elements, never folded
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
+from edgeapp.core.compat import prod
 from edgeapp.core.tflite.model import Model, Operator
 from edgeapp.core.tflite.schema import PADDING
 
@@ -56,7 +56,7 @@ class OpCount:
 
 
 def _numel(shape: tuple[int, ...]) -> int:
-    return math.prod(max(int(d), 0) for d in shape) if shape else 1
+    return prod(max(int(d), 0) for d in shape) if shape else 1
 
 
 def _known(shape: Optional[tuple[int, ...]], rank: int) -> bool:

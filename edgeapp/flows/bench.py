@@ -53,13 +53,13 @@ class BenchOptions:
 def random_input(shape: tuple[int, ...], dtype: np.dtype, seed: int = 0) -> np.ndarray:
     """A deterministic input of the model's own type: timings do not depend on values, but
     saturated or all-zero tensors could take shortcuts in some kernels."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.RandomState(seed)  # not default_rng: numpy 1.16 (Coral Dev Board) lacks it
     dtype = np.dtype(dtype)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        return rng.integers(info.min, int(info.max) + 1, size=shape, dtype=dtype)
+        return rng.randint(info.min, int(info.max) + 1, size=shape, dtype=dtype)
     if dtype == np.bool_:
-        return rng.integers(0, 2, size=shape).astype(bool)
+        return rng.randint(0, 2, size=shape).astype(bool)
     return rng.standard_normal(size=shape).astype(dtype)
 
 

@@ -12,9 +12,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
+from typing_extensions import Protocol
 
 from edgeapp.core.boxes import Fit, ResizeMode, make_fit
 from edgeapp.errors import UsageError

@@ -16,10 +16,10 @@ import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Mapping, Optional
 
+from edgeapp.core.compat import metadata
 from edgeapp.core.debian import parse_os_release
 from edgeapp.core.install_plan import Plan, plan_for
 from edgeapp.core.pairing import CRASH, UNIDENTIFIED, WORKS, Build, decide, identify

@@ -74,7 +74,7 @@ def build_synthetic(spec: SyntheticSpec = DEFAULT_SPEC, seed: int = 0) -> bytes:
     if spec.parameter_bytes > PARAM_BUDGET:
         raise ValueError(f"{spec.describe()} exceeds the {PARAM_BUDGET / 2**20:.1f} MiB "
                          "parameter budget of the Edge TPU cache")
-    rng = np.random.default_rng(seed)
+    rng = np.random.RandomState(seed)  # not default_rng: numpy 1.16 (Coral Dev Board) lacks it
     w = ModelWriter(spec.describe())
     x = int8_input(w, "input", spec.input_shape, scale=1 / 32)
     first = x.index
@@ -89,13 +89,13 @@ def build_synthetic(spec: SyntheticSpec = DEFAULT_SPEC, seed: int = 0) -> bytes:
         if spec.kind == "conv":
             wscale = np.full(c, 0.01)
             out_scale = float(x.scale * wscale[0] * acc_std / _OUT_STD)
-            filters = rng.integers(-127, 128, size=(c, spec.kernel, spec.kernel, c), dtype=np.int8)
-            bias = rng.integers(-1000, 1000, size=c, dtype=np.int32)
+            filters = rng.randint(-127, 128, size=(c, spec.kernel, spec.kernel, c), dtype=np.int8)
+            bias = rng.randint(-1000, 1000, size=c, dtype=np.int32)
             x = conv_layer(w, x, filters, bias, wscale, out_scale, name=f"conv{i}")
         else:
             out_scale = float(x.scale * 0.01 * acc_std / _OUT_STD)
-            weights = rng.integers(-127, 128, size=(c, c), dtype=np.int8)
-            bias = rng.integers(-1000, 1000, size=c, dtype=np.int32)
+            weights = rng.randint(-127, 128, size=(c, c), dtype=np.int8)
+            bias = rng.randint(-1000, 1000, size=c, dtype=np.int32)
             x = dense_layer(w, x, weights, bias, 0.01, out_scale, name=f"dense{i}")
     return w.build(inputs=[first], outputs=[x.index])
 

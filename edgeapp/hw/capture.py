@@ -24,9 +24,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
 import numpy as np
+from typing_extensions import Protocol
 
 from edgeapp.errors import DeviceUnavailable, InputError, UsageError
 
@@ -41,7 +42,8 @@ def cv2_module(needed_for: str = "video"):
         from edgeapp.errors import MissingDependency
 
         raise MissingDependency(f"OpenCV is needed for {needed_for} ({e}): pip install opencv-python "
-                                "(opencv-python-headless on servers)") from None
+                                "(opencv-python-headless on servers; on a Coral Dev Board: sudo apt "
+                                "install python3-opencv)") from None
     try:
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     except AttributeError:  # very old builds

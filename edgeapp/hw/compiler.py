@@ -192,7 +192,7 @@ def compile_model(model: str | Path, compiler: str, out_dir: Optional[str | Path
     argv = build_argv(compiler, model, out, segments=segments, min_runtime=min_runtime,
                       timeout=timeout, search_delegate=search_delegate)
     if log is not None:
-        log("running: " + shlex.join(argv))
+        log("running: " + " ".join(shlex.quote(a) for a in argv))
     ran = run(argv, timeout)
     text = ran.stdout + ("\n" + ran.stderr if ran.stderr else "")
     result = parse_stdout(text)

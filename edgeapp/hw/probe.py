@@ -357,8 +357,11 @@ class ChildResult:
     @property
     def signal_name(self) -> Optional[str]:
         rc = self.returncode
-        if rc is not None and rc < 0 and -rc in signal.valid_signals():
-            return signal.Signals(-rc).name
+        if rc is not None and rc < 0:
+            try:  # not signal.valid_signals(): Python 3.8+
+                return signal.Signals(-rc).name
+            except ValueError:
+                return None
         return None
 
     @property

@@ -14,10 +14,10 @@ import os
 import stat
 import struct
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
+from edgeapp.core.compat import cached_property
 from edgeapp.errors import InvalidModel
 from edgeapp.core.tflite.schema import BUILTIN_OPS, BUILTIN_OPTIONS, TENSOR_TYPES, option_slot
 

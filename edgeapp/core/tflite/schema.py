@@ -1,7 +1,9 @@
 """TFLite schema enums (from tensorflow/lite/schema/schema.fbs), as plain data."""
 
+from typing import Tuple
+
 # BuiltinOperator: index = builtin code.
-BUILTIN_OPS: tuple[str, ...] = (
+BUILTIN_OPS: Tuple[str, ...] = (
     "ADD", "AVERAGE_POOL_2D", "CONCATENATION", "CONV_2D",
     "DEPTHWISE_CONV_2D", "DEPTH_TO_SPACE", "DEQUANTIZE", "EMBEDDING_LOOKUP",
     "FLOOR", "FULLY_CONNECTED", "HASHTABLE_LOOKUP", "L2_NORMALIZATION",
@@ -58,7 +60,7 @@ BUILTIN_OPS: tuple[str, ...] = (
 )
 
 # TensorType: index = type code; names as numpy spells them where it can.
-TENSOR_TYPES: tuple[str, ...] = (
+TENSOR_TYPES: Tuple[str, ...] = (
     "float32", "float16", "int32", "uint8", "int64", "string",
     "bool", "int16", "complex64", "int8", "float64", "complex128",
     "uint64", "resource", "variant", "uint32", "uint16", "int4",
