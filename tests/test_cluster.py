@@ -19,14 +19,16 @@ import pytest
 distributed = pytest.importorskip("distributed", reason="pip install 'edgeapp[cluster]'")
 
 from edgeapp.errors import ExitCode  # noqa: E402
+from standin import standin_lib, tpus  # noqa: E402,F401 - fixtures
 
 
 class Fleet:
     """A scheduler and worker processes; killed and waited for at the end."""
 
-    def __init__(self, tmp: Path, worker_resources=("edgetpu=1", None)) -> None:
+    def __init__(self, tmp: Path, worker_resources=("edgetpu=1", None), tpu_env=None) -> None:
         self.tmp = tmp
         self.procs = []
+        self.tpu_env = tpu_env  # the environment of workers declaring a resource (stand-in TPUs)
         sched_file = tmp / "scheduler.json"
         self.scheduler = self._start(["dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
                                       "--no-dashboard", "--scheduler-file", str(sched_file)], "scheduler")
@@ -39,9 +41,10 @@ class Fleet:
         self.workers = [self.add_worker(r) for r in worker_resources]
         self.wait_for_workers(len(self.workers))
 
-    def _start(self, argv, name):
+    def _start(self, argv, name, env=None):
         log = open(self.tmp / f"{name}-{len(self.procs)}.log", "w")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                             env={**os.environ, **(env or {})})
         self.procs.append(p)
         return p
 
@@ -50,7 +53,7 @@ class Fleet:
                 "--no-dashboard", "--host", "127.0.0.1"]
         if resources:
             argv += ["--resources", resources]
-        return self._start(argv, "worker")
+        return self._start(argv, "worker", self.tpu_env if resources else None)
 
     def wait_for_workers(self, n: int) -> None:
         with distributed.Client(self.address, timeout="20s") as c:
@@ -135,6 +138,26 @@ def test_an_explicit_edge_tpu_runs_only_where_one_is_declared(cli, fleet, compil
                   "--ship-bytes")
     assert records(remote.stdout) == records(local.stdout) == records(shipped.stdout)
     assert {r["device"] for r in records(remote.stdout) if not r["error"]} == {"cpu"}
+
+
+def test_all_on_a_worker_uses_every_edge_tpu_it_has(tmp_path, tpus, cli, compiled_pair, many_images):
+    """`--device all`: the worker declaring edgetpu=2 (two stand-in TPUs) takes every chunk and
+    runs it data-parallel on both; the records equal a local run on one TPU, image for image."""
+    env = tpus("usb,usb", delay_ms=5)  # this process (the local reference) and the TPU worker
+    fleet = Fleet(tmp_path, worker_resources=("edgetpu=2", None), tpu_env=env)
+    try:
+        local = cli("classify", compiled_pair[0], many_images, "-f", "jsonl", "--device", "usb:0")
+        remote = cli("classify", compiled_pair[0], many_images, "-f", "jsonl", "--device", "all",
+                     "--cluster", fleet.address, "--chunk-size", "16")
+    finally:
+        fleet.close()
+    assert local.exit_code == remote.exit_code == int(ExitCode.INPUTS_FAILED), remote.stderr
+    a, b = records(local.stdout), records(remote.stdout)
+    assert [(r["path"], r["classes"], r["error"]) for r in a] == \
+        [(r["path"], r["classes"], r["error"]) for r in b]
+    assert {r["device"] for r in b if not r["error"]} == {"usb:0", "usb:1"}
+    per_worker = remote.stderr.split("per worker:")[1].splitlines()[0]
+    assert per_worker.count("/s") == 1  # only the worker with the TPUs took chunks
 
 
 def test_a_worker_killed_mid_batch_loses_and_doubles_nothing(tmp_path, tiny_model, many_images):

@@ -1,7 +1,7 @@
 """classify/detect batches across a fleet of hosts, on Dask distributed.
 
 The client (this process) splits the inputs into chunks and submits them to the scheduler; each
-worker process opens the model once (cached per worker, see `_engine_for`) and runs the chunk
+worker process opens the model once (cached per worker, see `_runner_for`) and runs the chunk
 through the same task and `iter_records` as a local run, so records are identical. Results
 come back as chunks finish and are written in input order, each once: a chunk retried after a
 worker died (the scheduler's own retry) is still written once, because the client writes by
@@ -9,7 +9,9 @@ chunk index. Only a bounded number of chunks is in flight, so `--ship-bytes` nev
 whole batch in memory.
 
 Workers declare Edge TPUs as a resource (`dask worker ... --resources "edgetpu=N"`); an
-explicit TPU device asks for it, `auto` lets workers without one run the CPU twin.
+explicit TPU device asks for it, `auto` lets workers without one run the CPU twin. Each worker
+opens the model through `flows.runners.open_runner`, so `--device all` runs a worker's chunks
+on every Edge TPU it has (data-parallel, as a local `--device all` run does).
 """
 
 from __future__ import annotations
@@ -193,7 +195,7 @@ _CACHE_LOCK = threading.Lock()
 def process_chunk(job: Job, items: list) -> dict:
     """Run on a worker: the chunk's records, or {"fatal"} when the model cannot be opened there."""
     try:
-        engine, task, lock = _engine_for(job)
+        runner, task, lock = _runner_for(job)
     except EdgeappError as e:
         return {"fatal": f"on worker {_worker_address()}: {e}", "exit_code": int(e.exit_code)}
     if items and isinstance(items[0], tuple):  # --ship-bytes: (path, bytes or None)
@@ -202,8 +204,8 @@ def process_chunk(job: Job, items: list) -> dict:
         task = replace(task, prepare=_from_bytes(task.prepare, data))
     else:
         paths = list(items)
-    with lock:  # one interpreter per worker process: tasks on other threads wait their turn
-        records = list(iter_records(paths, engine, task, job.decode_workers))
+    with lock:  # one runner per worker process: tasks on other threads wait their turn
+        records = list(iter_records(paths, runner, task, job.decode_workers))
     if job.model_files is not None:  # name the model as the client knows it, as a local run would
         folder = os.path.dirname(job.model)
         for r in records:
@@ -211,11 +213,12 @@ def process_chunk(job: Job, items: list) -> dict:
     return {"records": records, "worker": _worker_address()}
 
 
-def _engine_for(job: Job):
-    """The worker's opened model for this job (opened once per worker process)."""
+def _runner_for(job: Job):
+    """The worker's opened model for this job, opened once per worker process: one device, or
+    every Edge TPU the worker has for a TPU list or `all` (flows/runners.py)."""
     from edgeapp.flows.batch import image_model
+    from edgeapp.flows.runners import open_runner
     from edgeapp.flows.tasks import classify_task, detect_task
-    from edgeapp.hw.runtime import open_model
 
     key = (job.model, job.device, job.cpu_model, job.runtime, job.threads, job.task,
            tuple(sorted(job.options.items())), job.mean, job.std, job.fast_decode,
@@ -223,13 +226,13 @@ def _engine_for(job: Job):
     with _CACHE_LOCK:
         if key not in _CACHE:
             path = _materialize(job) if job.model_files is not None else job.model
-            engine = open_model(path, job.device, cpu_model=job.cpu_model, runtime=job.runtime,
-                                threads=job.threads, probe=job.probe)
-            loaded = image_model(engine, path, None, job.mean, job.std, job.fast_decode)
+            runner = open_runner(path, job.device, cpu_model=job.cpu_model, runtime=job.runtime,
+                                 threads=job.threads, probe=job.probe)
+            loaded = image_model(runner.engine, path, None, job.mean, job.std, job.fast_decode)
             if job.labels is not None:
                 loaded = replace(loaded, labels=job.labels)
             make = classify_task if job.task == "classify" else detect_task
-            _CACHE[key] = (engine, make(loaded, **job.options), threading.Lock())
+            _CACHE[key] = (runner, make(loaded, **job.options), threading.Lock())
         return _CACHE[key]
 
 
@@ -303,7 +306,14 @@ def _model_files(path: str) -> dict:
 
 
 def _needs_tpu(device: str) -> bool:
-    return device not in ("auto", "cpu")
+    """Only workers with an Edge TPU may take the chunks: an explicit TPU, a list or `all`
+    without `auto` (which lets a worker without one run the CPU twin)."""
+    from edgeapp.hw.runtime import parse_devices
+
+    choice = parse_devices(device)
+    if choice.single is not None:
+        return choice.single.kind == "edgetpu"
+    return not choice.fallback
 
 
 def _any_worker_has(client, resource: str) -> bool:
