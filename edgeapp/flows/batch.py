@@ -162,6 +162,14 @@ class BatchStats:
     def per_second(self) -> float:
         return (self.ok + self.failed) / self.seconds if self.seconds > 0 else 0.0
 
+    def count(self, record: dict) -> None:
+        """Add one written record to the totals (local and cluster runs alike)."""
+        if record["error"] is None:
+            self.ok += 1
+            self.latencies_ms.append(record["latency_ms"])
+        else:
+            self.failed += 1
+
     def summary(self, device: str, output: Optional[Path] = None) -> list[str]:
         """The parts of the one-line summary printed at the end of a batch."""
         parts = [f"{self.ok + self.failed} image(s) in {self.seconds:.2f} s "
@@ -239,11 +247,7 @@ def run_batch(paths: list[str], engine: Union[Engine, Runner], task: Task, write
     start = time.perf_counter()
     try:
         for record in iter_records(todo, runner, task, workers):
-            if record["error"] is None:
-                stats.ok += 1
-                stats.latencies_ms.append(record["latency_ms"])
-            else:
-                stats.failed += 1
+            stats.count(record)
             writer.write(record)
             if progress:
                 progress()

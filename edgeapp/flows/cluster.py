@@ -118,11 +118,7 @@ def run_cluster(paths: list, job: Job, writer: RecordWriter, address: str, ship_
         for records, worker in _ordered_results(client, job, chunks, ship_bytes, resources):
             stats.per_worker[worker] += len(records)
             for record in records:
-                if record["error"] is None:
-                    stats.ok += 1
-                    stats.latencies_ms.append(record["latency_ms"])
-                else:
-                    stats.failed += 1
+                stats.count(record)
                 writer.write(record)
                 if progress:
                     progress()
