@@ -95,3 +95,23 @@ def test_only_hw_loads_native_libraries(forbidden):
     users = [module_name(p) for p in PKG.rglob("*.py")
              if layer(module_name(p)) != "hw" and f"import {forbidden}" in p.read_text()]
     assert not users, f"{forbidden} outside edgeapp/hw/: {users}"
+
+
+def test_the_module_map_in_contributing_names_every_module():
+    """CONTRIBUTING's table is how a newcomer finds the file for a feature: it must not fall
+    behind the tree (a module it does not name) nor name one that is gone."""
+    import re
+
+    text = (PKG.parent / "CONTRIBUTING.md").read_text()
+    named = set(re.findall(r"`((?:cli|flows|hw|core)/[\w/]+\.py|[\w]+\.py)`", text))
+    modules = {str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if p.name != "__init__.py"}
+    if "`cli/<command>.py`" in text:  # one row stands for the command modules
+        import typer
+
+        from edgeapp.cli.app import app
+
+        commands = typer.main.get_command(app).commands
+        named |= {f"cli/{c.replace('-', '_')}.py" for c in commands}
+    assert not modules - named, f"modules missing from CONTRIBUTING.md's map: {sorted(modules - named)}"
+    gone = {n for n in named if "/" in n and n not in modules}
+    assert not gone, f"CONTRIBUTING.md names modules that do not exist: {sorted(gone)}"
