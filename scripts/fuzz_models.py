@@ -377,9 +377,31 @@ def m_weights(data: bytes, lay: Layout, rng: random.Random):
     return bytes(out), f"{k} bytes of constant data at {at} set to {fill.hex()}"
 
 
-def _unpack(data: bytes):
-    from ai_edge_litert import schema_py_generated as schema
+_SCHEMA = []
 
+
+def _schema():
+    """TFLite's flatbuffers schema classes: ai-edge-litert's, else TensorFlow's file of the same
+    name (tflite-runtime, on Python <= 3.9, ships none), loaded alone: TensorFlow is not imported."""
+    if not _SCHEMA:
+        try:
+            from ai_edge_litert import schema_py_generated as schema
+        except ImportError:
+            import importlib.util
+
+            tf = importlib.util.find_spec("tensorflow")
+            if tf is None or not tf.submodule_search_locations:
+                raise SystemExit("fuzz_models: needs ai-edge-litert or TensorFlow for the TFLite schema") from None
+            path = Path(list(tf.submodule_search_locations)[0], "lite", "python", "schema_py_generated.py")
+            spec = importlib.util.spec_from_file_location("tflite_schema_py_generated", path)
+            schema = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(schema)
+        _SCHEMA.append(schema)
+    return _SCHEMA[0]
+
+
+def _unpack(data: bytes):
+    schema = _schema()
     return schema, schema.ModelT.InitFromPackedBuf(data, 0)
 
 

@@ -96,8 +96,9 @@ def write_model(path: Path, inputs: list, outputs: list, dequantize_tail: bool =
     each); with `dequantize_tail`, a CPU DEQUANTIZE after it turns the first output into a
     float32 tensor named `<name>_float`, which is then the model's output."""
     import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
+    from conftest import tflite_schema
 
+    schema = tflite_schema()
     tensors = [_tensor(schema, *spec) for spec in inputs + outputs]
     n_in = len(inputs)
     custom = schema.OperatorCodeT()

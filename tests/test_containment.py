@@ -15,20 +15,22 @@ import struct
 import subprocess
 import sys
 import zlib
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+from conftest import default_runtime, tflite_schema
+
 ROOT = Path(__file__).resolve().parent.parent
-LITERT = f"ai-edge-litert {metadata.version('ai-edge-litert')}"
+RUNTIME = default_runtime()[0]  # ai-edge-litert, or tflite-runtime on Python <= 3.9
+LITERT = " ".join(default_runtime())  # as edgeapp names it in its messages
 
 
 def schema_model(path: Path, build) -> Path:
     """A .tflite written with the runtime's own schema bindings; `build(schema, model)` fills it."""
     import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
 
+    schema = tflite_schema()
     m = schema.ModelT()
     m.version = 3
     m.buffers = [schema.BufferT()]
@@ -55,8 +57,7 @@ def _opcode(schema, name):
 
 
 def _op(inputs, outputs):
-    from ai_edge_litert import schema_py_generated as schema
-
+    schema = tflite_schema()
     op = schema.OperatorT()
     op.opcodeIndex, op.inputs, op.outputs = 0, list(inputs), list(outputs)
     return op
@@ -227,7 +228,7 @@ def test_child_processes_never_import_from_the_working_directory(tiny_model, col
     r = subprocess.run([sys.executable, "-I", "-c", main, "doctor", "--format", "json"], capture_output=True,
                        text=True, cwd=tmp_path, env=env, timeout=300)
     checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
-    assert checks["runtime ai-edge-litert"]["status"] == "ok", checks["runtime ai-edge-litert"]
+    assert checks[f"runtime {RUNTIME}"]["status"] == "ok", checks[f"runtime {RUNTIME}"]
     assert not ran.exists(), ran.read_text()
 
 
