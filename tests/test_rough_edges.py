@@ -336,13 +336,21 @@ def test_camera_csv_keeps_timestamps_and_latencies_precise(cli, tiny_model, tmp_
         assert row["label"] == "red"
 
 
+def _default_sigint() -> None:
+    """Ctrl-C as a terminal delivers it: a test run started in the background (SIGINT ignored,
+    which children inherit and Python keeps) must not change what the command does."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_is_130_with_the_summary_in_camera_as_in_classify(tiny_model, color_images, tmp_path):
     import signal
 
     video = red_video(tmp_path / "long.avi", 600, fps=30.0)  # 20 s at its own rate
     proc = subprocess.Popen([sys.executable, "-m", "edgeapp", "camera", str(tiny_model), "--source",
                              str(video), "--no-display", "--drop-frames"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=_default_sigint)
     assert proc.stdout.readline()  # running: one frame done
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -357,7 +365,8 @@ def test_ctrl_c_is_130_with_the_summary_in_camera_as_in_classify(tiny_model, col
     with listing.open() as stdin:
         proc = subprocess.Popen([sys.executable, "-m", "edgeapp", "classify", str(tiny_model), "-",
                                  "-f", "jsonl", "--workers", "0"], stdin=stdin,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                preexec_fn=_default_sigint)
     assert proc.stdout.readline()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
