@@ -115,3 +115,11 @@ def test_the_module_map_in_contributing_names_every_module():
     assert not modules - named, f"modules missing from CONTRIBUTING.md's map: {sorted(modules - named)}"
     gone = {n for n in named if "/" in n and n not in modules}
     assert not gone, f"CONTRIBUTING.md names modules that do not exist: {sorted(gone)}"
+
+
+def test_libedgetpu_is_opened_in_one_place():
+    """One loader (hw/libedgetpu.py) for the Edge TPU library: its load errors, its file and its
+    build label are then explained the same way everywhere."""
+    loaders = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+               if p.name != "libedgetpu.py" and ("CDLL(" in p.read_text() or "LoadLibrary" in p.read_text())]
+    assert not loaders, f"native libraries opened outside hw/libedgetpu.py: {loaders}"

@@ -655,16 +655,14 @@ def label_child(library: str, emit: Callable[[str], None]) -> int:
 
 def _load_library(library: str, emit: Callable[[str], None]) -> Optional[dict]:
     """None when loaded (and reported), else the failed result."""
-    import ctypes
-
-    from edgeapp.hw.libedgetpu import build_label, explain_load_error, library_file
+    from edgeapp.hw.libedgetpu import build_label, explain_load_error, open_library
 
     emit("stage loading the Edge TPU library")
     try:
-        lib = ctypes.CDLL(library)
+        lib, path = open_library(library)
     except OSError as e:
         return {"status": "failed", "message": explain_load_error(str(e), library)}
-    emit("library " + json.dumps({"path": library_file(lib, library), "version": build_label(lib)}))
+    emit("library " + json.dumps({"path": path, "version": build_label(lib)}))
     return None
 
 
@@ -715,7 +713,7 @@ def _child_steps(rt: Any, model_path: str, library: Optional[str], load_delegate
 
 
 def find_library_file(name: str) -> Optional[str]:
-    """The file `ctypes.CDLL(name)` would open, found without opening it (None: not found)."""
+    """The file the dynamic loader would open for `name`, found without opening it (None: not found)."""
     if os.sep in name or (os.altsep and os.altsep in name):
         return os.path.realpath(name) if os.path.isfile(name) else None
     for folder in _library_dirs():
