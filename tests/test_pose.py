@@ -101,6 +101,13 @@ def test_csv_table_annotate_bad_input_and_resume(cli, ps_models, tmp_path):
     # --resume redoes nothing that is done: only the failed image again
     r = cli("pose", ps_models["pose"], good, bad, "-f", "csv", "-o", out, "--resume")
     assert "1 already done" in r.stderr
+    # ... and appends to results of this model only, as classify and detect do
+    other = tmp_path / "other_pose.tflite"
+    other.write_bytes(Path(ps_models["pose"]).read_bytes())
+    before = out.read_bytes()
+    r = cli("pose", other, good, "-f", "csv", "-o", out, "--resume")
+    assert r.exit_code == ExitCode.USAGE and f"not of {other}" in r.stderr, r.stderr
+    assert out.read_bytes() == before
     table = cli("pose", ps_models["pose"], good, "-t", "0.7")
     assert table.exit_code == 0
     assert table.stdout.startswith(f"{good}  pose ") and "nose (" in table.stdout

@@ -10,7 +10,7 @@ from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (ChunkSizeOpt, ClusterOpt, CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt,
                                  NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, ShipBytesOpt, StdOpt,
                                  ThreadsOpt, WorkersOpt, cluster_job, cli_errors, finite,
-                                 decode_workers, open_runner, progress_bar, say)
+                                 decode_workers, open_runner, progress_bar, results_writer, say)
 from edgeapp.errors import ExitCode
 from edgeapp.flows.records import Format
 
@@ -61,10 +61,9 @@ def classify_command(
     finite("--mean", mean)
     finite("--std", std)
 
-    from edgeapp.flows.batch import check_resumed_model, image_model, label_count_note, run_batch
+    from edgeapp.flows.batch import image_model, label_count_note, run_batch
     from edgeapp.hw.hostinfo import usable_cores
     from edgeapp.flows.inputs import expand_inputs
-    from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import classify_task
 
     paths = expand_inputs(inputs)
@@ -74,9 +73,8 @@ def classify_command(
         job = cluster_job(ctx, "classify", model, device, cpu_model, runtime, threads, no_probe,
                           labels, mean, std, decode_workers(workers), fast_decode, top_k=top_k,
                           threshold=threshold)
-        ours = [str(model)] + ([str(cpu_model)] if cpu_model else [])  # as the records name it
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
-                          check_models=lambda models: check_resumed_model(models, *ours)) as writer, \
+        with results_writer(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                            (job.model, job.cpu_model)) as writer, \
                 progress_bar(len(paths), "classify") as advance:
             stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
         where = f"the cluster {cluster}"
@@ -90,9 +88,8 @@ def classify_command(
             note = label_count_note(loaded, labels)
             if note:
                 say(f"warning: {note}")
-            with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
-                              check_models=lambda models: check_resumed_model(
-                                  models, engine.model_path, engine.requested_model)) as writer, \
+            with results_writer(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                                (engine.model_path, engine.requested_model)) as writer, \
                     progress_bar(len(paths), "classify") as advance:
                 stats = run_batch(paths, runner, task, writer, workers=decode_workers(workers),
                                   progress=advance)

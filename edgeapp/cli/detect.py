@@ -11,7 +11,7 @@ from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
 from edgeapp.cli.options import (ChunkSizeOpt, ClusterOpt, CpuModelOpt, DeviceOpt, LabelsOpt, MeanOpt,
                                  NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, ShipBytesOpt, StdOpt,
                                  ThreadsOpt, WorkersOpt, cluster_job, cli_errors, finite,
-                                 decode_workers, open_runner, progress_bar, say)
+                                 decode_workers, open_runner, progress_bar, results_writer, say)
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.flows.records import Format
 
@@ -74,10 +74,9 @@ def detect_command(
 
     from edgeapp.cli.annotate import ImageFolder
     from edgeapp.core.overlay import draw_objects
-    from edgeapp.flows.batch import check_resumed_model, image_model, run_batch
+    from edgeapp.flows.batch import image_model, run_batch
     from edgeapp.hw.hostinfo import usable_cores
     from edgeapp.flows.inputs import expand_inputs
-    from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import detect_task
 
     folder = None
@@ -94,9 +93,8 @@ def detect_command(
         job = cluster_job(ctx, "detect", model, device, cpu_model, runtime, threads, no_probe, labels,
                           mean, std, decode_workers(workers), threshold=threshold, top_k=top_k,
                           resize=resize.value)
-        ours = [str(model)] + ([str(cpu_model)] if cpu_model else [])  # as the records name it
-        with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
-                          check_models=lambda models: check_resumed_model(models, *ours)) as writer, \
+        with results_writer(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                            (job.model, job.cpu_model)) as writer, \
                 progress_bar(len(paths), "detect") as advance:
             stats = run_cluster(paths, job, writer, cluster, ship_bytes, chunk_size, advance)
         where = f"the cluster {cluster}"
@@ -111,9 +109,8 @@ def detect_command(
 
             task = detect_task(image_model(engine, runner.meta_path, labels, mean, std), threshold,
                                top_k, resize, annotate=annotate_one if folder is not None else None)
-            with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
-                              check_models=lambda models: check_resumed_model(
-                                  models, engine.model_path, engine.requested_model)) as writer, \
+            with results_writer(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                                (engine.model_path, engine.requested_model)) as writer, \
                     progress_bar(len(paths), "detect") as advance:
                 stats = run_batch(paths, runner, task, writer, workers=decode_workers(workers),
                                   progress=advance)

@@ -169,6 +169,19 @@ def resolve_model(model: Path, device: str = "auto") -> Tuple[Path, Optional[str
     return resolve_name(model, device)
 
 
+def results_writer(fmt, columns: list, rows: Callable, table_line: Callable, output: Optional[Path],
+                   resume: bool, models: tuple):
+    """A batch's results (stdout or --output), for classify/detect/pose/segment alike: --resume
+    appends only to results of `models` (the paths this run's records name; a compiled model and
+    its CPU twin count as one)."""
+    from edgeapp.flows.batch import check_resumed_model
+    from edgeapp.flows.records import RecordWriter
+
+    ours = [str(m) for m in models if m]
+    return RecordWriter(fmt, columns, rows, table_line, output, resume,
+                        check_models=lambda recorded: check_resumed_model(recorded, *ours))
+
+
 def decode_workers(workers: Optional[int]) -> int:
     """--workers, else one decoding thread per usable core (at least 2): with the invoke off
     the CPU (Edge TPUs) or on its own threads, decoding is what has to keep up."""

@@ -8,7 +8,8 @@ from typing_extensions import Annotated
 
 from edgeapp.cli.options import (CpuKernels, CpuKernelsOpt, CpuModelOpt, DeviceOpt, MeanOpt,
                                  NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, StdOpt, ThreadsOpt,
-                                 WorkersOpt, cli_errors, finite, open_engine, progress_bar, say)
+                                 WorkersOpt, cli_errors, decode_workers, finite, open_engine,
+                                 progress_bar, results_writer, say)
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.errors import ExitCode
 from edgeapp.flows.records import Format
@@ -43,7 +44,7 @@ def pose_command(
     resume: ResumeOpt = False,
     mean: MeanOpt = None,
     std: StdOpt = None,
-    workers: WorkersOpt = 2,
+    workers: WorkersOpt = None,
     device: DeviceOpt = None,
     cpu_model: CpuModelOpt = None,
     threads: ThreadsOpt = None,
@@ -67,7 +68,6 @@ def pose_command(
     from edgeapp.core.overlay import draw_poses
     from edgeapp.flows.batch import image_model, run_batch
     from edgeapp.flows.inputs import expand_inputs
-    from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import pose_task
 
     folder = ImageFolder(annotate) if annotate is not None else None  # checked before any work
@@ -81,9 +81,11 @@ def pose_command(
 
     task = pose_task(image_model(engine, model, None, mean, std), threshold, resize.value,
                      annotate=annotate_one if folder is not None else None)
-    with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+    with results_writer(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                        (engine.model_path, engine.requested_model)) as writer, \
             progress_bar(len(paths), "pose") as advance:
-        stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
+        stats = run_batch(paths, engine, task, writer, workers=decode_workers(workers),
+                          progress=advance)
     parts = stats.summary(engine.device, output)
     if annotate is not None and stats.ok:
         parts.append(f"annotated images in {annotate}")

@@ -9,7 +9,7 @@ from typing_extensions import Annotated
 from edgeapp.cli.options import (CpuKernels, CpuKernelsOpt, CpuModelOpt, DeviceOpt, LabelsOpt,
                                  MeanOpt, NoProbeOpt, OutputOpt, ResumeOpt, RuntimeOpt, StdOpt,
                                  ThreadsOpt, WorkersOpt, cli_errors, finite, open_engine,
-                                 progress_bar, say)
+                                 decode_workers, progress_bar, results_writer, say)
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.errors import ExitCode
 from edgeapp.flows.records import Format
@@ -48,7 +48,7 @@ def segment_command(
     resume: ResumeOpt = False,
     mean: MeanOpt = None,
     std: StdOpt = None,
-    workers: WorkersOpt = 2,
+    workers: WorkersOpt = None,
     device: DeviceOpt = None,
     cpu_model: CpuModelOpt = None,
     threads: ThreadsOpt = None,
@@ -71,7 +71,6 @@ def segment_command(
     from edgeapp.core.segment import mask_image_array
     from edgeapp.flows.batch import image_model, run_batch
     from edgeapp.flows.inputs import expand_inputs
-    from edgeapp.flows.records import RecordWriter
     from edgeapp.flows.tasks import segment_task
 
     annotator = ImageFolder(annotate) if annotate is not None else None  # checked before any work
@@ -91,9 +90,11 @@ def segment_command(
 
     task = segment_task(image_model(engine, model, labels, mean, std), resize.value,
                         on_mask=on_mask if annotator or masks else None)
-    with RecordWriter(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume) as writer, \
+    with results_writer(fmt, CSV_COLUMNS, _csv_rows, _table_line, output, resume,
+                        (engine.model_path, engine.requested_model)) as writer, \
             progress_bar(len(paths), "segment") as advance:
-        stats = run_batch(paths, engine, task, writer, workers=workers, progress=advance)
+        stats = run_batch(paths, engine, task, writer, workers=decode_workers(workers),
+                          progress=advance)
     parts = stats.summary(engine.device, output)
     for option, folder in (("annotated images", annotate), ("class maps", mask)):
         if folder is not None and stats.ok:
