@@ -172,8 +172,16 @@ def _usb_step() -> Step:
     return Step("USB Accelerator access without root", (USB_ACCESS,))
 
 
-def _mendel(p: Platform) -> Plan:
+def _coral_pair(p: Platform, steps: Tuple[Step, ...], notes: Tuple[str, ...], reinstall: str) -> Plan:
+    """Coral's apt pair (libedgetpu 16.0 and python3-tflite-runtime 2.5.0.post1), one plan shape
+    for Mendel and for Debian/Raspberry Pi OS systems on Python <= 3.9: only the steps differ."""
     verdict, source = _decided(Build(GOOGLE, "16.0", GOOGLE_16_TF, "plan"), "tflite-runtime", "2.5.0.post1")
+    return Plan(p, "coral-apt", "libedgetpu1-std 16.0 (Coral)", "tflite-runtime 2.5.0.post1 (Coral's apt "
+                "package python3-tflite-runtime)", verdict, source, steps, notes,
+                f"{p.python_exe} -m pip uninstall -y tflite-runtime && sudo apt-get install -y " + reinstall)
+
+
+def _mendel(p: Platform) -> Plan:
     steps = (
         Step("Coral's pair, preinstalled on Mendel (this reinstalls it)",
              ("sudo apt-get update",
@@ -185,14 +193,10 @@ def _mendel(p: Platform) -> Plan:
     notes = ("run edgeapp with the system python3, or from a venv made with "
              "`python3 -m venv --system-site-packages`, so it sees Coral's tflite_runtime",
              USB_ACCESS_NOTE)
-    return Plan(p, "coral-apt", "libedgetpu1-std 16.0 (Coral)", "tflite-runtime 2.5.0.post1 (Coral's apt "
-                "package python3-tflite-runtime)", verdict, source, steps, notes,
-                f"{p.python_exe} -m pip uninstall -y tflite-runtime && sudo apt-get install -y "
-                "--reinstall python3-tflite-runtime libedgetpu1-std")
+    return _coral_pair(p, steps, notes, "--reinstall python3-tflite-runtime libedgetpu1-std")
 
 
 def _coral_apt(p: Platform) -> Plan:
-    verdict, source = _decided(Build(GOOGLE, "16.0", GOOGLE_16_TF, "plan"), "tflite-runtime", "2.5.0.post1")
     steps = (
         Step("Coral's apt repository",
              ("sudo apt-get update",
@@ -210,10 +214,8 @@ def _coral_apt(p: Platform) -> Plan:
              "with it, or from a venv made with `python3 -m venv --system-site-packages`",
              "libedgetpu1-max instead of libedgetpu1-std runs the Edge TPU at full clock (hotter)",
              USB_ACCESS_NOTE)
-    return Plan(p, "coral-apt", "libedgetpu1-std 16.0 (Coral)", "tflite-runtime 2.5.0.post1 (Coral's apt "
-                "package python3-tflite-runtime)", verdict, source, steps, notes,
-                f"{p.python_exe} -m pip uninstall -y tflite-runtime && sudo apt-get install -y "
-                "python3-tflite-runtime (Coral's apt repository; `edgeapp doctor` shows the plan)")
+    return _coral_pair(p, steps, notes, "python3-tflite-runtime (Coral's apt repository; `edgeapp "
+                       "doctor` shows the plan)")
 
 
 def _community(p: Platform) -> Plan:
