@@ -4,12 +4,12 @@
 Times, on a decoded 640x480 BGR frame, each step `edgeapp camera` does besides invoking the
 model, with the same functions it uses:
   capture copy   frame.copy() (what taking a frame out of a capture buffer costs)
-  resize         camera.resize_frame to the model input (2x INTER_AREA steps, then
+  resize         frames.resize_frame to the model input (2x INTER_AREA steps, then
                  INTER_LINEAR); plain INTER_AREA and INTER_LINEAR shown for comparison
   colour         cv2.cvtColor BGR -> RGB of the resized image
   quantize       preprocess.quantize_input for a uint8 model (Coral's usual input)
-  overlay        overlay.draw_result: 5 boxes with labels and the status line
-  fit_frame      camera.fit_frame: resize + colour (+ letterbox padding) in one call
+  overlay        the detect task's overlay (5 boxes with labels) and the status line
+  fit_frame      frames.fit_frame: resize + colour (+ letterbox padding) in one call
   total          copy + fit_frame + quantize + overlay
 
 Usage: python scripts/bench_camera_overhead.py [--input 224] [--runs 1000] [--letterbox] [--json]
@@ -31,10 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from edgeapp.core.boxes import ResizeMode  # noqa: E402
-from edgeapp.flows.camera import fit_frame, resize_frame  # noqa: E402
-from edgeapp.hw.capture import cv2_module  # noqa: E402
-from edgeapp.core.overlay import draw_result  # noqa: E402
+from edgeapp.core.frames import fit_frame, resize_frame  # noqa: E402
 from edgeapp.core.preprocess import quantize_input  # noqa: E402
+from edgeapp.hw.capture import cv2_module  # noqa: E402
+from edgeapp.tasks import kind  # noqa: E402
+from edgeapp.tasks.base import Result, annotate_frame  # noqa: E402
 
 W, H = 640, 480
 
@@ -93,7 +94,7 @@ def main() -> int:
 
     def overlay():
         np.copyto(canvas, frame)  # draw on a fresh frame each time (the copy is timed apart)
-        draw_result(canvas, fields, 3.2, 29.7, "cpu")
+        annotate_frame(kind("detect"), canvas, Result(fields), 3.2, 29.7, "cpu")
 
     def overlay_baseline():
         np.copyto(canvas, frame)
@@ -117,7 +118,7 @@ def main() -> int:
         f = frame.copy()
         pixels, _ = fit_frame(f, size, 3, mode)
         quantize_input(pixels, np.uint8, 1 / 128, 128, 128.0, 128.0)
-        draw_result(f, fields, 3.2, 29.7, "cpu")
+        annotate_frame(kind("detect"), f, Result(fields), 3.2, 29.7, "cpu")
 
     steps["total"] = time_ms(whole, args.runs)
     result = {"frame": [W, H], "input": list(size), "resize": mode.value, "runs": args.runs,

@@ -68,10 +68,12 @@ def main() -> int:
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))
-    from edgeapp.flows.inputs import expand_inputs
     from edgeapp.core.meta import read_meta
-    from edgeapp.flows.batch import input_spec, run_batch
+    from edgeapp.flows.batch import run_batch
+    from edgeapp.flows.inputs import expand_inputs
     from edgeapp.hw.runtime import open_model
+    from edgeapp.tasks.base import bind
+    from edgeapp.tasks.model import image_model, input_spec
 
     engine = open_model(args.model, "auto", threads=args.threads)
     spec = input_spec(engine, read_meta(args.model))
@@ -103,8 +105,8 @@ def main() -> int:
             spec.prepare(p)
             prep_ms.append((time.perf_counter() - t) * 1000)
 
-        stats = run_batch(paths, engine, lambda p: (spec.prepare(p), None), lambda o, c: {}, {},
-                          _Null(), workers=args.workers)
+        task = bind("classify", image_model(engine, args.model))
+        stats = run_batch(paths, engine, task, _Null(), workers=args.workers)
         pipeline = stats.per_second
 
     print(f"model {args.model.name} on {engine.device} ({engine.runtime.name} {engine.runtime.version}, "

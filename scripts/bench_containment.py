@@ -27,7 +27,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=10)
     a = p.parse_args()
     sys.path.insert(0, str(ROOT))
-    from edgeapp.hw import probe
+    from edgeapp.hw import child, probe
     from edgeapp.hw.runtime import find_runtime
 
     rt = find_runtime()
@@ -35,7 +35,7 @@ def main() -> int:
           f"{os.cpu_count()} cores")
     rows = []
     for mode in ("fork", "spawn"):
-        os.environ[probe.SPAWN_ENV] = "1" if mode == "spawn" else "0"
+        os.environ[child.SPAWN_ENV] = "1" if mode == "spawn" else "0"
         first, hits = [], []
         for _ in range(a.repeat + 1):  # the first round warms the page cache
             with tempfile.TemporaryDirectory() as cache:

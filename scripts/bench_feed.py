@@ -151,8 +151,9 @@ def main(argv=None) -> int:
         raise SystemExit(f"needs Coral's models in {SHARED}")
 
     from conftest import make_edgetpu_stand_in
-    from edgeapp.hw.hostinfo import usable_cores
     from standin import build_standin, standin_env
+
+    from edgeapp.hw.hostinfo import usable_cores
 
     cores = usable_cores()
     r: dict = {"images": a.count, "cores": cores}

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         table += rows(doc)
     if args.plot is not None:
         from edgeapp.errors import EdgeappError
-        from edgeapp.flows.benchplot import check_plot_target, plot_runs
+        from edgeapp.sinks.plots import check_plot_target, plot_runs
 
         try:
             check_plot_target(args.plot)

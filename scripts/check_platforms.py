@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -158,7 +157,8 @@ def fake_system_wheels(system: Dict[str, Tuple[str, List[str]]], out: Path) -> P
             name, version, "".join(f"Requires-Dist: {r}\n" for r in requires))
         with zipfile.ZipFile(out / f"{dist}-{version}-py3-none-any.whl", "w") as z:
             z.writestr(f"{info}/METADATA", meta)
-            z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: check_platforms\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+            z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: check_platforms\n"
+                                        "Root-Is-Purelib: true\nTag: py3-none-any\n")
             z.writestr(f"{info}/RECORD", "")
     return out
 
@@ -166,7 +166,8 @@ def fake_system_wheels(system: Dict[str, Tuple[str, List[str]]], out: Path) -> P
 def why_not(stderr: str, platform: Platform, piwheels_used: bool) -> str:
     """pip's reason, in one line."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    missing = [ln.split("for ", 1)[1].split()[0] for ln in lines if ln.startswith("ERROR: No matching distribution found for")]
+    missing = [ln.split("for ", 1)[1].split()[0] for ln in lines
+               if ln.startswith("ERROR: No matching distribution found for")]
     conflict = [ln for ln in lines if ln.startswith("The user requested") or " depends on " in ln]
     if missing:
         reason = f"no wheel of {missing[0]} for this platform"

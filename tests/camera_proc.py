@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-
 from conftest import ROOT
 
 W, H = 320, 240

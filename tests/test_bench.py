@@ -8,13 +8,13 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import SHARED, SIZE
+
 from edgeapp.core import stats
-from edgeapp.flows.bench import random_input, thread_counts, time_invocations
 from edgeapp.errors import UsageError
-from edgeapp.hw.hostinfo import usable_cores
+from edgeapp.flows.bench import random_input, thread_counts, time_invocations
 from edgeapp.flows.synthetic import DEFAULT_SPEC
+from edgeapp.hw.hostinfo import usable_cores
 
 TINY_MACS = SIZE * SIZE * 8 * 27 + (SIZE // 2) ** 2 * 8 * 72 + 8 * 3  # conv, conv, dense
 RESULT_KEYS = {"device", "runtime", "threads", "load_ms", "first_ms", "latency_ms",

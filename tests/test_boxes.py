@@ -7,8 +7,18 @@ import dataclasses
 import numpy as np
 import pytest
 
-from edgeapp.core.boxes import (BBox, Fit, ResizeMode, clip, letterbox_fit, make_fit,
-                           scale, stretch_fit, to_original, translate)
+from edgeapp.core.boxes import (
+    BBox,
+    Fit,
+    ResizeMode,
+    clip,
+    letterbox_fit,
+    make_fit,
+    scale,
+    stretch_fit,
+    to_original,
+    translate,
+)
 
 
 def test_bbox_is_immutable_and_operations_return_new_boxes():

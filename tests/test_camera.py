@@ -15,17 +15,18 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
-
-import numpy as np
-import pytest
+from typing import Callable, Optional
 
 import detection_models as dm
+import numpy as np
+import pytest
 from conftest import CLASSES, ROOT
+
 from edgeapp.core.boxes import ResizeMode
-from edgeapp.flows.camera import CameraStats, fit_frame, has_display, run_camera
-from edgeapp.hw.capture import FrameGrabber, OpenCVSource, ReconnectPolicy, parse_source
+from edgeapp.core.frames import fit_frame
 from edgeapp.errors import ExitCode
+from edgeapp.flows.camera import CameraStats, has_display, run_camera
+from edgeapp.hw.capture import FrameGrabber, OpenCVSource, ReconnectPolicy, parse_source
 
 cv2 = pytest.importorskip("cv2")
 
@@ -277,13 +278,19 @@ class FakeTask:
 
     device = "fake"
 
-    def __init__(self, delay: float = 0.0, interrupt_at: Optional[int] = None) -> None:
+    def __init__(self, delay: float = 0.0, interrupt_at: Optional[int] = None,
+                 wait_for: Optional[Callable[[], bool]] = None) -> None:
         self.delay, self.seen, self.interrupt_at = delay, 0, interrupt_at
+        self.wait_for = wait_for  # the first frame waits until this holds (no timing involved)
 
     def __call__(self, frame):
         self.seen += 1
         if self.interrupt_at is not None and self.seen >= self.interrupt_at:
             raise KeyboardInterrupt
+        if self.wait_for is not None and self.seen == 1:
+            end = time.monotonic() + GUARD
+            while not self.wait_for() and time.monotonic() < end:
+                time.sleep(0.005)
         time.sleep(self.delay)
         return {"classes": [{"id": 0, "label": "x", "score": 1.0}]}, self.delay * 1000.0
 
@@ -296,14 +303,15 @@ def test_lost_live_source_bounded_reconnect_then_summary():
     src = FakeSource(frames=10, fail_open_after_loss=True)
     records = []
     t0 = time.monotonic()
-    stats = run_camera(src, FakeTask(), reconnect=FAST_RECONNECT, on_record=records.append,
-                       duration=GUARD)
+    stats = run_camera(src, FakeTask(), drop=False, reconnect=FAST_RECONNECT,
+                       on_record=records.append, duration=GUARD)
     elapsed = time.monotonic() - t0
     assert stats.stop == "source lost" and stats.lost
     assert stats.processed == stats.captured == 10 == len(records)
     # backoff 0.05, 0.1, 0.2, 0.2 ... within 0.6 s: a handful of attempts, not a busy loop
-    assert 2 <= stats.reconnect_attempts <= 6 and stats.reconnects == 0
-    assert 0.5 <= elapsed < 3
+    # (a loaded machine makes fewer attempts in the same time, never more)
+    assert 1 <= stats.reconnect_attempts <= 6 and stats.reconnects == 0
+    assert 0.5 <= elapsed < GUARD
     assert "reconnect" in stats.summary_line()
     assert src.closes >= 1
 
@@ -311,27 +319,30 @@ def test_lost_live_source_bounded_reconnect_then_summary():
 def test_live_source_that_comes_back_is_resumed():
     src = FakeSource(frames=5, recover=5)
     notices = []
-    stats = run_camera(src, FakeTask(), reconnect=FAST_RECONNECT, on_notice=notices.append,
-                       duration=GUARD)
+    stats = run_camera(src, FakeTask(), drop=False, reconnect=FAST_RECONNECT,
+                       on_notice=notices.append, duration=GUARD)
     assert stats.captured == 10 and stats.processed == 10  # 5, then 5 more after reopening
     assert stats.reconnects == 1 and stats.stop == "source lost"
     assert any("reconnected" in n for n in notices)
 
 
 def test_no_reconnect_when_disabled():
-    stats = run_camera(FakeSource(frames=3), FakeTask(), reconnect=ReconnectPolicy(timeout=0),
-                       duration=GUARD)
+    stats = run_camera(FakeSource(frames=3), FakeTask(), drop=False,
+                       reconnect=ReconnectPolicy(timeout=0), duration=GUARD)
     assert stats.stop == "source lost" and stats.reconnect_attempts == 0 and stats.processed == 3
 
 
 def test_slow_inference_drops_stale_frames_never_queues():
-    src = FakeSource(frames=60, interval=0.002)  # a camera ~25x faster than inference
+    src = FakeSource(frames=60)
     records = []
-    stats = run_camera(src, FakeTask(delay=0.05), reconnect=ReconnectPolicy(timeout=0),
-                       on_record=records.append, duration=GUARD)
+    # the first inference lasts until the camera has given every frame: a camera far faster
+    # than inference, without depending on how fast this machine is
+    stats = run_camera(src, FakeTask(wait_for=lambda: src.left == 0),
+                       reconnect=ReconnectPolicy(timeout=0), on_record=records.append,
+                       duration=GUARD)
     assert stats.policy == "newest"
     assert stats.captured == 60
-    assert stats.dropped >= 30 and stats.processed <= 30  # ~57 and ~3 when the machine is idle
+    assert stats.dropped >= 57 and stats.processed <= 3
     assert stats.max_pending == 1  # one frame waiting at most: nothing piles up
     assert stats.processed + stats.dropped <= stats.captured <= stats.processed + stats.dropped + 1
     idx = [r["frame"] for r in records]
@@ -355,7 +366,7 @@ def test_video_file_played_as_live_drops(color_video):
     stats = run_camera(OpenCVSource(str(path)), FakeTask(delay=0.1), drop=True)
     assert stats.policy == "newest"
     assert stats.captured == 24 and stats.dropped > 5 and stats.processed < 15
-    assert 0.7 < stats.seconds < 3  # paced at the file's frame rate, not decoded flat out
+    assert 0.7 < stats.seconds < GUARD  # paced at the file's frame rate, not decoded flat out
 
 
 def test_ctrl_c_stops_cleanly():
@@ -373,7 +384,7 @@ def test_stop_event_and_duration():
                        duration=GUARD)
     assert stats.stop == "stopped"
     stats = run_camera(FakeSource(frames=10**6, interval=0.002), FakeTask(), duration=0.3)
-    assert stats.stop == "duration" and 0.25 < stats.seconds < 2
+    assert stats.stop == "duration" and 0.25 < stats.seconds < GUARD
 
 
 def test_grabber_keep_mode_blocks_instead_of_growing():
@@ -422,11 +433,14 @@ def test_stats_summary_has_the_documented_fields():
 
 
 def test_overlay_draws_boxes_label_and_status():
-    from edgeapp.core.overlay import color_for, draw_result
+    from edgeapp.core.overlay import color_for
+    from edgeapp.tasks import kind
+    from edgeapp.tasks.base import Result, annotate_frame
 
     img = np.zeros((H, W, 3), np.uint8)
-    draw_result(img, {"objects": [{"id": 3, "label": "cat", "score": 0.9, "bbox": [100, 100, 200, 200]}]},
-                4.2, 30.0, "edgetpu")
+    annotate_frame(kind("detect"), img, Result(
+        {"objects": [{"id": 3, "label": "cat", "score": 0.9, "bbox": [100, 100, 200, 200]}]}),
+        4.2, 30.0, "edgetpu")
     assert tuple(img[150, 100]) == color_for(3)  # the box edge
     assert img[150, 150].sum() == 0  # inside untouched
     assert img[-20:, :150].any()  # status line

@@ -14,13 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import tflite_schema
 
-MIB = 1024 * 1024
 from edgeapp.core import check_report as CR
 from edgeapp.core import edgetpu_rules as R
-from edgeapp.errors import ExitCode
 from edgeapp.core.tflite.model import Model, Operator, Quantization, Tensor, load_model
-from conftest import tflite_schema
+from edgeapp.errors import ExitCode
+
+MIB = 1024 * 1024
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = Quantization(scale=(0.05,), zero_point=(0,))

@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from conftest import CLASSES, color_pixels
 from PIL import Image
 
-from conftest import CLASSES, color_pixels
 from edgeapp.errors import ExitCode
 
 
@@ -131,7 +131,10 @@ def test_resume_requires_output(cli, tiny_model, color_images):
 def test_workers_zero_gives_the_same_results(cli, tiny_model, tiny_data):
     a = cli("classify", tiny_model, tiny_data / "test", "-f", "jsonl", "--workers", "0")
     b = cli("classify", tiny_model, tiny_data / "test", "-f", "jsonl", "--workers", "3")
-    strip = lambda out: [(r["path"], r["classes"]) for r in jsonl(out)]
+
+    def strip(out):
+        return [(r["path"], r["classes"]) for r in jsonl(out)]
+
     assert strip(a.stdout) == strip(b.stdout)
 
 

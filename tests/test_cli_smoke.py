@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, SHARED
 
 HEAVY = ("tensorflow", "cv2", "ai_edge_litert", "tflite_runtime", "keras")

@@ -18,8 +18,9 @@ import pytest
 
 distributed = pytest.importorskip("distributed", reason="pip install 'edgeapp[cluster]'")
 
-from edgeapp.errors import ExitCode  # noqa: E402
 from standin import standin_lib, tpus  # noqa: E402,F401 - fixtures
+
+from edgeapp.errors import ExitCode  # noqa: E402
 
 
 class Fleet:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from edgeapp.core.naming import compiler_outputs
-from edgeapp.hw import compiler as C
 from edgeapp.core import compiler_output as CO
+from edgeapp.core.naming import compiler_outputs
 from edgeapp.errors import ExitCode, MissingDependency
+from edgeapp.hw import compiler as C
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).resolve().parent / "fixtures" / "compiler"

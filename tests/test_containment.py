@@ -18,7 +18,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from conftest import default_runtime, tflite_schema
 
 ROOT = Path(__file__).resolve().parent.parent

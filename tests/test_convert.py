@@ -7,11 +7,11 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
-from edgeapp.errors import ExitCode
+
 from edgeapp.core.meta import read_meta
 from edgeapp.core.tflite.model import load_model
+from edgeapp.errors import ExitCode
 
 
 def run_convert(*args, check=True):

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SHARED, default_runtime
 from PIL import Image
 
-from conftest import SHARED, default_runtime
 from edgeapp.core import check_report as CR
 from edgeapp.core.tflite.model import load_model
 

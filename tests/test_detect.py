@@ -11,10 +11,10 @@ import io
 import json
 from pathlib import Path
 
+import detection_models as dm
 import numpy as np
 import pytest
 
-import detection_models as dm
 from edgeapp.core.boxes import BBox, letterbox_fit, stretch_fit
 from edgeapp.core.detect import OutputInfo, engine_layout, find_layout, get_objects
 from edgeapp.errors import ExitCode, InvalidModel

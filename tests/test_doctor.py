@@ -8,11 +8,11 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from edgeapp.flows.doctor import FAIL, OK, WARN, exit_ok, numpy_check, pycoral_check, run_checks
-from edgeapp.errors import ExitCode
 from conftest import default_runtime
 from test_devices import add_apex, two_accelerators_and_a_mouse
+
+from edgeapp.errors import ExitCode
+from edgeapp.flows.doctor import FAIL, OK, WARN, exit_ok, numpy_check, pycoral_check, run_checks
 
 # What libedgetpu1-std's package installs (/lib/udev/rules.d/60-libedgetpu1-std.rules).
 USB_RULES = ('SUBSYSTEM=="usb",ATTRS{idVendor}=="1a6e",GROUP="plugdev"\n'

@@ -3,12 +3,12 @@
 import json
 
 import pytest
-
 from conftest import ROOT
-from edgeapp.errors import ExitCode
+
 from edgeapp.core.naming import cpu_twin_path
-from edgeapp.hw.runtime import open_model, parse_device
 from edgeapp.core.tflite.model import load_model
+from edgeapp.errors import ExitCode
+from edgeapp.hw.runtime import open_model, parse_device
 
 
 def classes(stdout: str) -> list:

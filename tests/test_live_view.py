@@ -20,11 +20,11 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-
-from camera_proc import CameraProc, W, H, color_frame, marker_index, write_video
+from camera_proc import CameraProc, H, W, color_frame, marker_index, write_video
 from conftest import CLASSES
+
 from edgeapp.errors import ExitCode
-from edgeapp.flows.live_view import ServeAddress, exposure_warning, parse_serve
+from edgeapp.sinks.live_view import ServeAddress, exposure_warning, parse_serve
 
 cv2 = pytest.importorskip("cv2")
 

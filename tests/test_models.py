@@ -24,10 +24,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import pytest
-
 import detection_models as dm
+import pytest
 from conftest import CLASSES, ROOT, SHARED, tflite_schema
+
 from edgeapp.errors import ExitCode
 
 INDEX = ROOT.parent / "shared" / "coral-test-data-index.json"
@@ -459,9 +459,8 @@ def test_twin_choice_follows_the_device(cli, env, color_images):
 
 
 def test_detect_by_name_keeps_numbered_label_ids(cli, env, tmp_path):
-    from PIL import Image
-
     import numpy as np
+    from PIL import Image
 
     a = np.zeros((64, 64, 3), np.uint8)
     a[0:16, 0:16, 2] = 255  # blue: class 2
@@ -585,7 +584,7 @@ def test_coral_ssd_labels_match_the_class_ids_the_model_emits(cli, coral_env):
     coco_labels.txt has 90 lines with "n/a" in the gaps, so line N is id N (pycoral: cat = 16)."""
     from flatbuffers import flexbuffers
 
-    from edgeapp.core.detect import OutputInfo, POSTPROCESS_OP, find_layout
+    from edgeapp.core.detect import POSTPROCESS_OP, OutputInfo, find_layout
     from edgeapp.core.labels import read_labels
     from edgeapp.core.tflite.model import load_model
 

@@ -20,11 +20,12 @@ from typing import Optional
 
 import numpy as np
 import pytest
-
 from camera_proc import CameraProc, color_frame, write_video
 from conftest import CLASSES, ROOT
+
 from edgeapp.errors import ExitCode, UsageError
-from edgeapp.flows.mqtt_out import ChangeDetector, MqttTarget, parse_mqtt_url
+from edgeapp.sinks.mqtt import ChangeDetector, MqttTarget, parse_mqtt_url
+from edgeapp.tasks import kind
 
 mqtt = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[dev]' (paho-mqtt)")
 
@@ -212,7 +213,7 @@ def test_events_mode_sends_debounced_changes_and_retained_state(cli, tiny_model,
 
 
 def test_change_detector_on_detections():
-    det = ChangeDetector(debounce=0.5)
+    det = ChangeDetector(kind("detect"), debounce=0.5)
 
     def frame(t: float, *labels: str) -> list[dict]:
         objs = [{"id": i, "label": lb, "score": 0.9, "bbox": [0, 0, 1, 1]} for i, lb in enumerate(labels)]

@@ -11,16 +11,16 @@ import threading
 
 import numpy as np
 import pytest
-
 from conftest import CLASSES, SHARED, color_pixels
+from standin import standin_lib, tpus, write_segments  # noqa: F401 - fixtures
+from test_camera import color_video  # noqa: F401 - fixture
+
 from edgeapp.core.segments import check_chain, find_segment_files
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceUnavailable, ExitCode, InvalidModel, UsageError
-from edgeapp.flows.parallel import DevicePool
-from edgeapp.flows.runners import open_runner
+from edgeapp.execution.parallel import DevicePool
+from edgeapp.execution.runners import open_runner
 from edgeapp.hw.runtime import find_tpus, open_model, parse_devices, resolve_tpus
-from standin import standin_lib, tpus, write_segments  # noqa: F401 - fixtures
-from test_camera import color_video  # noqa: F401 - fixture
 
 THREE = "usb,usb,pci"  # usb:0, usb:1, pci:0
 
@@ -199,7 +199,7 @@ def test_camera_frames_on_several_tpus_stay_in_order(tpus, cli, compiled_pair, c
 def test_cpu_default_split_gives_the_one_interpreter_records(cli, tiny_model, images):
     """On the CPU, without --threads, one one-thread interpreter per core runs side by side:
     same records, same order, as one interpreter."""
-    from edgeapp.flows.runners import open_runner as opened
+    from edgeapp.execution.runners import open_runner as opened
 
     runner = opened(tiny_model, "cpu", cpu_replicas=2)
     assert isinstance(runner, DevicePool) and runner.label == "cpu"
@@ -254,7 +254,7 @@ def test_chain_check_follows_tensors_by_name(tmp_path):
     assert chain.passed_through(1) == ["skip_b"]  # made by segment 0, read by segment 2
     with pytest.raises(InvalidModel, match="'stage_c' of segment 1 .* not produced"):
         check_chain([models[0], models[2], models[1]])
-    from standin import A, SCORES, write_model
+    from standin import SCORES, A, write_model
 
     reads_a_only = write_model(tmp_path / "reads_a.tflite", [A], [SCORES])
     with pytest.raises(InvalidModel, match="output 'skip_b' of segment 0 .* read by no later segment"):
@@ -262,7 +262,7 @@ def test_chain_check_follows_tensors_by_name(tmp_path):
 
 
 def test_chain_check_refuses_a_shape_or_quantization_mismatch(tmp_path):
-    from standin import A, B, C, IMAGE, write_model
+    from standin import IMAGE, A, B, C, write_model
 
     seg0 = write_model(tmp_path / "s0.tflite", [IMAGE], [A, B])
     wrong_shape = write_model(tmp_path / "s1.tflite", [("stage_a", (1, 4, 4, 4), "uint8", 0.05, 3)], [C])

@@ -19,13 +19,26 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, default_runtime
+
 from edgeapp.core.install_plan import plan_for
-from edgeapp.core.pairing import (ANY, COMMUNITY, CRASH, GOOGLE, GOOGLE_16_LABEL, TABLE, UNIDENTIFIED,
-                                  UNKNOWN, WORKS, Build, decide, identify, version_tuple)
+from edgeapp.core.pairing import (
+    ANY,
+    COMMUNITY,
+    CRASH,
+    GOOGLE,
+    GOOGLE_16_LABEL,
+    TABLE,
+    UNIDENTIFIED,
+    UNKNOWN,
+    WORKS,
+    Build,
+    decide,
+    identify,
+    version_tuple,
+)
 from edgeapp.hw.osinfo import read_platform
-from edgeapp.hw.probe import Pair, Verdict, VerdictCache
+from edgeapp.hw.verdicts import Pair, Verdict, VerdictCache
 
 try:
     LITERT_VERSION = metadata.version("ai-edge-litert")

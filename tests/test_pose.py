@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+import posesegment_models as pm
 import pytest
+from conftest import make_edgetpu_stand_in
 from PIL import Image
 
-import posesegment_models as pm
-from conftest import make_edgetpu_stand_in
 from edgeapp.core.boxes import stretch_fit
 from edgeapp.core.pose import KEYPOINTS, posenet_poses
 from edgeapp.core.preprocess import resize_bilinear

@@ -7,9 +7,9 @@ import pytest
 from PIL import Image
 
 from edgeapp.core.classify import Class, dequantize, get_classes_from_scores, get_scores
-from edgeapp.errors import InputError
 from edgeapp.core.labels import parse_labels
 from edgeapp.core.preprocess import input_affine, load_image, prepare_image, quantize_input
+from edgeapp.errors import InputError
 
 
 def save(img: Image.Image, tmp_path, name: str, **kw):
@@ -145,8 +145,8 @@ def test_label_formats(text, expected):
 
 
 def test_labels_numbered_mode_skips_lines_without_an_id_and_binary_is_refused(tmp_path):
-    from edgeapp.errors import UsageError
     from edgeapp.core.labels import read_labels
+    from edgeapp.errors import UsageError
 
     assert parse_labels("0 a\nfoo bar\n3: c\n") == {0: "a", 3: "c"}
     p = tmp_path / "labels.bin"

@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from edgeapp.hw.devices import list_edge_tpus
-from edgeapp.flows.doctor import library_checks
-from edgeapp.hw.probe import Pair, Verdict, VerdictCache
-from edgeapp.hw.runtime import find_runtime
 from conftest import default_runtime
 from test_devices import add_apex, add_usb
+
+from edgeapp.flows.doctor import library_checks
+from edgeapp.hw.devices import list_edge_tpus
+from edgeapp.hw.runtime import find_runtime
+from edgeapp.hw.verdicts import Pair, Verdict, VerdictCache
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_C = r"""

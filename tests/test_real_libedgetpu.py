@@ -19,13 +19,13 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, default_runtime
+
 from edgeapp.core.install_plan import plan_for
 from edgeapp.core.pairing import CRASH, GOOGLE, GOOGLE_16_LABEL, WORKS, decide, identify
-from edgeapp.hw.osinfo import read_platform
 from edgeapp.hw import libedgetpu
-from edgeapp.hw.probe import VerdictCache
+from edgeapp.hw.osinfo import read_platform
+from edgeapp.hw.verdicts import VerdictCache
 
 pytestmark = pytest.mark.shared
 

@@ -8,9 +8,8 @@ import time
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from conftest import CLASSES, color_pixels
+from PIL import Image
 
 
 @pytest.fixture(scope="module")

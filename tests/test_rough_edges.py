@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
-from edgeapp.errors import ExitCode
 from test_compiler import fake_compiler, model_copy  # noqa: F401  (fixtures: stand-in compiler)
 from test_probe import fake_libs  # noqa: F401  (fixture: stand-in Edge TPU libraries)
+
+from edgeapp.errors import ExitCode
 
 COMMANDS = ("convert", "check", "compile", "classify", "detect", "camera", "bench", "devices", "doctor")
 

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import posesegment_models as pm
 import pytest
 from PIL import Image
 
-import posesegment_models as pm
-from edgeapp.core.segment import class_map, colorize, pascal_palette, to_original
 from edgeapp.core.boxes import letterbox_fit, stretch_fit
+from edgeapp.core.segment import class_map, colorize, pascal_palette, to_original
 from edgeapp.errors import ExitCode
 
 cv2 = pytest.importorskip("cv2")
@@ -178,8 +178,8 @@ def test_camera_pose_task_on_a_video(cli, ps_models, tmp_path):
     assert r.exit_code == 0, r.stderr
     rows = list(csv.DictReader(r.stdout.splitlines()))
     first = [row for row in rows if row["frame"] == "0"]
-    assert [row["label"] for row in first][:2] == ["nose", "left_eye"]
-    assert all(row["rank"] == "1" and float(row["score"]) >= 0.5 for row in first)
+    assert [row["keypoint"] for row in first][:2] == ["nose", "left_eye"]  # as `edgeapp pose` writes
+    assert all(row["pose"] == "1" and float(row["score"]) >= 0.5 for row in first)
     r_, g_ = rgb[0] / 255, rgb[1] / 255  # MJPG blurs colours a little: a looser tolerance
     assert float(first[0]["x"]) == pytest.approx((g_ / 2 + 0.45) * 96, abs=0.04 * 96)
     assert float(first[0]["y"]) == pytest.approx((r_ / 2) * 64, abs=0.04 * 64)

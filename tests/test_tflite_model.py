@@ -4,10 +4,10 @@ import subprocess
 import sys
 
 import pytest
-
-from edgeapp.errors import ExitCode, InvalidModel
-from edgeapp.core.tflite.model import load_model, parse_model
 from conftest import tflite_schema
+
+from edgeapp.core.tflite.model import load_model, parse_model
+from edgeapp.errors import ExitCode, InvalidModel
 
 
 def test_converted_model_graph(tiny_model):

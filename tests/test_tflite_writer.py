@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
-from edgeapp.hw.runtime import open_model
-from edgeapp.flows.synthetic import (DEFAULT_SPEC, SyntheticSpec, build_synthetic,
-                               write_synthetic)
 from edgeapp.core.tflite.model import load_model
 from edgeapp.core.tflite.writer import ModelWriter, conv_layer, dense_layer, int8_input
+from edgeapp.flows.synthetic import DEFAULT_SPEC, SyntheticSpec, build_synthetic, write_synthetic
+from edgeapp.hw.runtime import open_model
 
 
 def _requantize(acc: np.ndarray, multiplier, out_zero: int) -> np.ndarray:

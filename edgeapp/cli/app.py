@@ -10,9 +10,21 @@ import typer
 from typing_extensions import Annotated
 
 from edgeapp import __version__
+from edgeapp.cli import (
+    bench,
+    camera,
+    check,
+    classify,
+    compile,
+    convert,
+    detect,
+    devices,
+    doctor,
+    models,
+    pose,
+    segment,
+)
 from edgeapp.cli.options import Globals, RuntimeName
-from edgeapp.cli import bench, camera, check, classify, compile, convert, detect, devices, doctor
-from edgeapp.cli import models, pose, segment
 
 app = typer.Typer(
     name="edgeapp",

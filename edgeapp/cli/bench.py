@@ -8,12 +8,24 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.cli.options import CpuKernels, CpuKernelsOpt
-from edgeapp.cli.options import (CpuModelOpt, NoProbeOpt, ReportFormat, ReportFormatOpt, RuntimeOpt,
-                          choices, cli_errors, finite, resolve_device, resolve_model, resolve_runtime,
-                          say)
-from edgeapp.hw.power import POWER_MODES
+from edgeapp.cli.options import (
+    CpuKernels,
+    CpuKernelsOpt,
+    CpuModelOpt,
+    NoProbeOpt,
+    ReportFormat,
+    ReportFormatOpt,
+    RuntimeOpt,
+    choices,
+    cli_errors,
+    finite,
+    resolve_device,
+    resolve_model,
+    resolve_runtime,
+    say,
+)
 from edgeapp.errors import UsageError
+from edgeapp.hw.power import POWER_MODES
 
 app = typer.Typer()
 
@@ -88,7 +100,7 @@ def bench_command(
     if dev.strip().lower() != "all":
         parse_devices(dev)  # UsageError for a bad device string or list
     if plot is not None:
-        from edgeapp.flows.benchplot import check_plot_target
+        from edgeapp.sinks.plots import check_plot_target
 
         check_plot_target(plot)
     if synthetic and model is not None:
@@ -106,7 +118,12 @@ def bench_command(
         import tempfile
 
         from edgeapp.errors import CompileError, MissingDependency
-        from edgeapp.flows.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
+        from edgeapp.flows.synthetic import (
+            DEFAULT_SPEC,
+            compile_for_edgetpu,
+            edge_tpu_present,
+            write_synthetic,
+        )
 
         with tempfile.TemporaryDirectory(prefix="edgeapp-synthetic-") as tmp:
             path = write_synthetic(Path(tmp) / "synthetic_int8.tflite", DEFAULT_SPEC)
@@ -148,7 +165,7 @@ def bench_command(
                              "stdout instead") from None
         say(f"appended to {output}")
     if plot is not None:
-        from edgeapp.flows.benchplot import plot_bench
+        from edgeapp.sinks.plots import plot_bench
 
         plot_bench(doc, opts.samples or {}, plot)
         say(f"plot written to {plot}")

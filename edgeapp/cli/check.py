@@ -7,8 +7,8 @@ from typing import List
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.core.units import format_bytes
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, resolve_model
+from edgeapp.core.units import format_bytes
 from edgeapp.errors import ExitCode
 
 app = typer.Typer()

@@ -7,8 +7,8 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.core.units import format_bytes
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+from edgeapp.core.units import format_bytes
 
 app = typer.Typer()
 

@@ -9,9 +9,8 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, finite, progress_bar, say
 from edgeapp.core.units import format_bytes
-from edgeapp.cli.options import (ReportFormat, ReportFormatOpt, cli_errors, finite, progress_bar,
-                                 say)
 
 app = typer.Typer()
 
@@ -63,11 +62,11 @@ def convert_command(
     finite("--mean", mean)
     finite("--std", std)
 
-    from edgeapp.flows import convert as converter
-    from edgeapp.errors import UsageError
     from edgeapp.core.labels import label_count_warning, read_labels
     from edgeapp.core.meta import ModelMeta, write_sidecar
-    from edgeapp.core.model_task import output_task
+    from edgeapp.errors import UsageError
+    from edgeapp.flows import convert as converter
+    from edgeapp.tasks import guess_from
 
     if std == 0:
         raise UsageError("--std must not be 0")
@@ -91,7 +90,7 @@ def convert_command(
 
     names = evaluation.class_names or cal.class_names
     label_map = given_labels or ({i: n for i, n in enumerate(names)} if names else None)
-    task = output_task([t.shape for t in tflite.output_tensors],
+    task = guess_from([t.shape for t in tflite.output_tensors],
                        [op.op for op in tflite.operators]) or "classify"
     if task == "classify":  # keypoints and pixel maps have no one-label-per-output rule
         classes = 1
@@ -121,8 +120,8 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
                   compiler: Optional[str] = None) -> int:
     """Add the `check` verdict (and the --compile result) to the report, print it, and return
     the exit code: 0, or the compile step's code when it ran and did not map everything."""
-    from edgeapp.errors import MissingDependency
     from edgeapp.cli.check import verdict_line
+    from edgeapp.errors import MissingDependency
     from edgeapp.flows.check import check_file
 
     checked = check_file(output)

@@ -5,9 +5,9 @@ import json
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.cli.devices import RootOpt
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
 from edgeapp.errors import ExitCode
-from edgeapp.cli.devices import RootOpt
 
 app = typer.Typer()
 
@@ -27,9 +27,9 @@ def doctor_command(
     (Edge TPU runtime, TFLite runtime) pair. edgeapp prints them; it never runs them.
     Exit 0 when nothing fails.
     """
-    from edgeapp.flows.doctor import FAIL, exit_ok, install_plan, run_checks
-    from edgeapp.hw.probe import VerdictCache
     from edgeapp.core.userdirs import cache_dir
+    from edgeapp.flows.doctor import FAIL, exit_ok, install_plan, run_checks
+    from edgeapp.hw.verdicts import VerdictCache
 
     cache = VerdictCache(cache_dir())
     if forget_probes:

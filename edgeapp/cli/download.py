@@ -45,8 +45,13 @@ class DownloadReporter:
             _say(f"downloading {name} ({format_bytes(total)}{resumed})")
             return
         from rich.console import Console
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
         self._progress = Progress("{task.description}", BarColumn(), DownloadColumn(),
                                   TransferSpeedColumn(), TimeRemainingColumn(),

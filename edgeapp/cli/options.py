@@ -7,14 +7,16 @@ import traceback
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Optional, Tuple, TypeVar
+from typing import Callable, List, Optional, Tuple, TypeVar
 
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.core.boxes import ResizeMode
 from edgeapp.core.limits import MAX_THREADS
 from edgeapp.errors import EdgeappError, ExitCode
 from edgeapp.hw.runtime import RUNTIMES
+from edgeapp.sinks.records import Format
 
 F = TypeVar("F", bound=Callable)
 
@@ -67,8 +69,12 @@ CpuModelOpt = Annotated[Optional[Path], typer.Option(
     "--cpu-model", help="CPU twin to run when a *_edgetpu.tflite model cannot use the Edge TPU "
                         "(default: X.tflite beside X_edgetpu.tflite).", show_default=False)]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
-    "--threads", min=1, max=MAX_THREADS, help="Interpreter threads for CPU inference (default: the runtime's).",
-    show_default=False)]
+    "--threads", min=1, max=MAX_THREADS,
+    help="Interpreter threads for CPU inference. Default: one single-thread interpreter per usable "
+         "core, side by side (fed by the decoding threads).", show_default=False)]
+ThreadsOneOpt = Annotated[Optional[int], typer.Option(
+    "--threads", min=1, max=MAX_THREADS,
+    help="Interpreter threads for CPU inference. Default: the runtime's.", show_default=False)]
 NoProbeOpt = Annotated[bool, typer.Option(
     "--no-probe", envvar="EDGEAPP_NO_PROBE",
     help="Load the Edge TPU delegate without first trying it in a child process (the probe "
@@ -88,6 +94,26 @@ OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="Write results to FILE instead of stdout.", show_default=False)]
 ResumeOpt = Annotated[bool, typer.Option(
     "--resume", help="Skip inputs already in --output (after a killed or failed run).")]
+ResizeOpt = Annotated[ResizeMode, typer.Option(
+    "--resize", help="How images are fitted to the model input: stretch (what most models are "
+                     "trained with) or letterbox (keep the aspect ratio, pad). Results are mapped "
+                     "back to the original image either way.")]
+FormatOpt = Annotated[Optional[Format], typer.Option(
+    "--format", "-f", help="Output format: table, jsonl or csv. Default: what the --output "
+                           "file's extension says (.csv, .jsonl), else table.", show_default=False)]
+FastDecodeOpt = Annotated[bool, typer.Option(
+    "--fast-decode", help="Decode JPEGs at reduced scale (faster on large photos; scores differ "
+                          "slightly from a full decode).")]
+AnnotateOpt = Annotated[Optional[Path], typer.Option(
+    "--annotate", help="Write each image with its results drawn into DIR.", metavar="DIR",
+    show_default=False)]
+ModelArg = Annotated[Path, typer.Argument(
+    metavar="MODEL", show_default=False,
+    help="A .tflite model, or its *_edgetpu.tflite build, or a Coral model's name (`edgeapp "
+         "models list`).")]
+InputsArg = Annotated[List[str], typer.Argument(
+    metavar="INPUTS", show_default=False,
+    help="Image files, folders (recursive), globs, or - to read paths from stdin.")]
 WorkersOpt = Annotated[Optional[int], typer.Option(
     "--workers", min=0, help="Threads decoding images ahead of inference (0: none). Default: one "
                              "per usable core, at least 2.", show_default=False)]
@@ -101,21 +127,6 @@ ShipBytesOpt = Annotated[bool, typer.Option(
                          "paths on shared storage.")]
 ChunkSizeOpt = Annotated[int, typer.Option(
     "--chunk-size", min=1, help="With --cluster: images per task.")]
-
-
-def cluster_job(ctx: typer.Context, task: str, model: Path, device: Optional[str],
-                cpu_model: Optional[Path], runtime: Optional[RuntimeName], threads: Optional[int],
-                no_probe: bool, labels: Optional[Path], mean: Optional[float], std: Optional[float],
-                workers: int, fast_decode: bool = False, **options):
-    """The options of a classify/detect run, as the plain data the cluster's workers rebuild it from."""
-    from edgeapp.core.labels import read_labels
-    from edgeapp.flows.cluster import Job
-
-    model, _ = resolve_model(model, "all")  # a Coral model's name: both files, the workers choose
-    return Job(task, str(model), resolve_device(ctx, device), str(cpu_model) if cpu_model else None,
-               resolve_runtime(ctx, runtime), threads, not no_probe,
-               labels=read_labels(labels) if labels else None, mean=mean, std=std,
-               fast_decode=fast_decode, options=options, decode_workers=workers)
 
 
 def resolve_device(ctx: typer.Context, device: Optional[str]) -> str:
@@ -132,32 +143,6 @@ def resolve_runtime(ctx: typer.Context, runtime: Optional[RuntimeName]) -> Optio
     return g.runtime if g else None
 
 
-def open_engine(ctx: typer.Context, model: Path, device: Optional[str], cpu_model: Optional[Path],
-                runtime: Optional[RuntimeName], threads: Optional[int], no_probe: bool,
-                cpu_kernels: CpuKernels = CpuKernels.fast):
-    """The inference commands' way into the runtime layer: resolve the global options, open the
-    model on its device, and tell the user in one line when it runs somewhere unexpected."""
-    from edgeapp.core.pose import POSENET_OP, posenet_refusal
-    from edgeapp.core.tflite.model import load_model
-    from edgeapp.errors import InvalidModel
-    from edgeapp.hw.runtime import open_model
-
-    device = resolve_device(ctx, device)
-    model, notice = resolve_model(model, device)  # a Coral model's name: its cached file
-    parsed = load_model(model)
-    try:
-        engine = open_model(parsed, device, cpu_model=cpu_model,
-                            runtime=resolve_runtime(ctx, runtime), threads=threads,
-                            probe=not no_probe, cpu_kernels=CpuKernels(cpu_kernels).value)
-    except InvalidModel:
-        if POSENET_OP in {op.op for op in parsed.operators}:  # the runtime lacks Coral's op
-            raise InvalidModel(posenet_refusal(str(model))) from None
-        raise
-    if notice or engine.notice:
-        say(notice or engine.notice)
-    return engine
-
-
 def resolve_model(model: Path, device: str = "auto") -> Tuple[Path, Optional[str]]:
     """A MODEL that is no file but a Coral model's name (`edgeapp models list`) becomes its cached
     file, pulled and verified first when absent: the twin for `device`, and a notice when auto
@@ -169,19 +154,6 @@ def resolve_model(model: Path, device: str = "auto") -> Tuple[Path, Optional[str
     return resolve_name(model, device)
 
 
-def results_writer(fmt, columns: list, rows: Callable, table_line: Callable, output: Optional[Path],
-                   resume: bool, models: tuple):
-    """A batch's results (stdout or --output), for classify/detect/pose/segment alike: --resume
-    appends only to results of `models` (the paths this run's records name; a compiled model and
-    its CPU twin count as one)."""
-    from edgeapp.flows.batch import check_resumed_model
-    from edgeapp.flows.records import RecordWriter
-
-    ours = [str(m) for m in models if m]
-    return RecordWriter(fmt, columns, rows, table_line, output, resume,
-                        check_models=lambda recorded: check_resumed_model(recorded, *ours))
-
-
 def decode_workers(workers: Optional[int]) -> int:
     """--workers, else one decoding thread per usable core (at least 2): with the invoke off
     the CPU (Edge TPUs) or on its own threads, decoding is what has to keep up."""
@@ -190,37 +162,49 @@ def decode_workers(workers: Optional[int]) -> int:
     return workers if workers is not None else max(2, usable_cores())
 
 
-def open_runner(ctx: typer.Context, model: Path, device: Optional[str], cpu_model: Optional[Path],
-                runtime: Optional[RuntimeName], threads: Optional[int], no_probe: bool,
-                cpu_kernels: CpuKernels = CpuKernels.fast, **kw):
-    """open_engine for the commands that also run on several Edge TPUs or a segment pipeline
-    (flows/runners.py); notices (fallbacks, a TPU lost mid-run) go to stderr as they happen."""
-    from edgeapp.core.pose import POSENET_OP, posenet_refusal
-    from edgeapp.core.tflite.model import load_model
-    from edgeapp.errors import InvalidModel
-    from edgeapp.core.segments import find_segment_files
-    from edgeapp.flows.runners import open_runner as open_on_devices
+def placement(ctx: typer.Context):
+    """Where and how to run, from the shared options of an inference command (ctx.params)."""
+    from edgeapp.flows.open_task import Placement
 
-    device = resolve_device(ctx, device)
-    if find_segment_files(model) is None:
-        model, notice = resolve_model(model, device)  # a Coral model's name: its cached file
-        if notice:
-            say(notice)
-    try:
-        return open_on_devices(model, device, cpu_model=cpu_model,
-                               runtime=resolve_runtime(ctx, runtime), threads=threads,
-                               probe=not no_probe, on_notice=say,
-                               cpu_kernels=CpuKernels(cpu_kernels).value, **kw)
-    except InvalidModel:
-        parsed = None
-        if Path(model).is_file():
-            try:
-                parsed = load_model(model)
-            except InvalidModel:
-                pass
-        if parsed is not None and POSENET_OP in {op.op for op in parsed.operators}:
-            raise InvalidModel(posenet_refusal(str(model))) from None  # the runtime lacks Coral's op
-        raise
+    p = ctx.params
+    cpu_model = p.get("cpu_model")
+    return Placement(resolve_device(ctx, p.get("device")), str(cpu_model) if cpu_model else None,
+                     resolve_runtime(ctx, p.get("runtime")), p.get("threads"),
+                     not p.get("no_probe", False), CpuKernels(p.get("cpu_kernels") or "fast").value)
+
+
+def check_common(params: dict, options: dict) -> None:
+    """The checks every inference command makes of its numbers before opening anything."""
+    from edgeapp.errors import UsageError
+
+    finite("--threshold", options.get("threshold"))
+    finite("--mean", params.get("mean"))
+    finite("--std", params.get("std"))
+    std = params.get("std")
+    if std is not None and std <= 0:
+        raise UsageError(f"--std must be greater than 0, not {std:g} (the model takes (pixel - mean) / std)")
+    threshold = options.get("threshold")
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        say(f"warning: --threshold {threshold:g} is outside 0..1, where scores are: "
+            + ("nothing will pass it" if threshold > 1 else "everything passes it"))
+    if params.get("device") is not None and not str(params["device"]).strip():
+        raise UsageError("--device is empty: give auto, cpu, edgetpu, usb, usb:N, pci:N, a list or all")
+
+
+def results_format(fmt, output: Optional[Path]):
+    """--format, else what the --output file's extension says (.csv, .jsonl/.ndjson; .json
+    is written as JSON lines), else table; a --format that contradicts the extension is said."""
+    from edgeapp.sinks.records import Format, format_for_path
+
+    by_name = format_for_path(output) if output is not None else None
+    if fmt is None:
+        if by_name is not None and output is not None and output.suffix.lower() == ".json":
+            say(f"writing JSON lines (one record per line) to {output}")
+        return by_name or Format.table
+    fmt = Format(fmt)
+    if by_name is not None and by_name != fmt:
+        say(f"warning: --format {fmt.value} into {output}, whose extension says {by_name.value}")
+    return fmt
 
 
 def finite(name: str, value: Optional[float]) -> Optional[float]:

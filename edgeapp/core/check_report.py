@@ -11,12 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from edgeapp.core.edgetpu_rules import (
+    EIGHT_BIT_TYPES,
+    OP_HINTS,
+    RESIZE_MAX_FACTOR,
+    RESIZE_RECORDED_FACTOR,
+    OpPrediction,
+    constant_reader,
+    predict,
+    resize_factor,
+)
 from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
-from edgeapp.core.units import format_bytes
-from edgeapp.core.edgetpu_rules import (EIGHT_BIT_TYPES, OP_HINTS, RESIZE_MAX_FACTOR,
-                                        RESIZE_RECORDED_FACTOR, OpPrediction, constant_reader,
-                                        predict, resize_factor)
 from edgeapp.core.tflite.model import Model, Tensor
+from edgeapp.core.units import format_bytes
 
 USABLE_CACHE_BYTES = int(6.9 * 1024 * 1024)  # below this parameters are reported cached in practice
 
@@ -197,10 +204,10 @@ def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
 def _segmentation_advice(model: Model, preds: list[OpPrediction]) -> Optional[str]:
     """For a segmentation model: what to leave to `edgeapp segment` (the argmax and the final
     upscale to the image size run there, on the CPU)."""
-    from edgeapp.core.model_task import output_task
+    from edgeapp.core.segment import is_segmentation_output
 
     shapes = [t.shape for t in model.output_tensors]
-    if output_task(shapes, [op.op for op in model.operators]) != "segment":
+    if len(shapes) != 1 or not is_segmentation_output(shapes[0]):
         return None
     tail = [p for p in preds if not p.mapped and p.op in ("ARG_MAX", "RESIZE_BILINEAR",
                                                           "RESIZE_NEAREST_NEIGHBOR")]

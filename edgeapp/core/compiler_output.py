@@ -13,8 +13,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
-from edgeapp.core.units import format_bytes
 from edgeapp.core.edgetpu_rules import VERSION_WORKAROUND
+from edgeapp.core.units import format_bytes
 from edgeapp.errors import ExitCode
 
 MAPPED_STATUS = "Mapped to Edge TPU"

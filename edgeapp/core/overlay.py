@@ -1,5 +1,5 @@
 """Drawing results on BGR frames with OpenCV: boxes with labels, the top class, skeletons,
-class maps, a status line.
+class maps, a status line. Which of them a task draws is the task's (tasks/, `TaskKind.draw`).
 
 Everything draws in place on a uint8 (H, W, 3) BGR array and returns it. OpenCV is imported
 inside the functions, so importing this module costs nothing.
@@ -107,18 +107,3 @@ def draw_status(img: np.ndarray, latency_ms: Optional[float], fps: Optional[floa
     parts.append(device)
     _text(img, " | ".join(parts), (4, img.shape[0] - 6), (255, 255, 255))
     return img
-
-
-def draw_result(img: np.ndarray, fields: dict, latency_ms: Optional[float], fps: Optional[float],
-                device: str, mask: Optional[np.ndarray] = None) -> np.ndarray:
-    """Everything for one frame: objects, poses, the class map (`mask`, for segmentation) or
-    the top class, then the status line."""
-    if "objects" in fields:
-        draw_objects(img, fields["objects"])
-    elif "poses" in fields:
-        draw_poses(img, fields["poses"])
-    elif mask is not None:
-        draw_mask(img, mask, fields.get("classes", ()))
-    elif "classes" in fields:
-        draw_classes(img, fields["classes"])
-    return draw_status(img, latency_ms, fps, device)

@@ -1,4 +1,4 @@
-"""The batch pipeline shared by classify and detect: prepare ahead, invoke, record, go on."""
+"""The batch pipeline of every task: prepare ahead, invoke, interpret, record, go on."""
 
 from __future__ import annotations
 
@@ -9,142 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
-import numpy as np
-
-from edgeapp.errors import InputError, InvalidModel
-from edgeapp.core.meta import ModelMeta
-from edgeapp.core.model_task import output_task
-from edgeapp.flows.parallel import Runner, SingleRunner
-from edgeapp.flows.prefetch import prefetch
-from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, prepare_image
-from edgeapp.flows.records import RecordWriter
+from edgeapp.errors import InputError
+from edgeapp.execution.parallel import Runner, SingleRunner
+from edgeapp.execution.prefetch import prefetch
 from edgeapp.hw.runtime import Engine
+from edgeapp.sinks.records import RecordWriter
+from edgeapp.tasks.base import BoundTask, Prepared, Result
 
-
-@dataclass(frozen=True)
-class InputSpec:
-    """How to turn an image into this model's input tensor."""
-
-    width: int
-    height: int
-    channels: int
-    dtype: np.dtype
-    scale: float
-    zero_point: int
-    mean: float
-    std: float
-    fast_decode: bool = False
-
-    def prepare(self, source) -> np.ndarray:
-        return prepare_image(source, (self.width, self.height), self.channels, self.dtype,
-                             self.scale, self.zero_point, self.mean, self.std, self.fast_decode)
-
-
-def input_spec(engine: Engine, meta: ModelMeta, mean: Optional[float] = None,
-               std: Optional[float] = None, fast_decode: bool = False) -> InputSpec:
-    """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128."""
-    if len(engine.inputs) != 1:
-        raise InvalidModel(f"{engine.model_path} has {len(engine.inputs)} inputs; an image model "
-                           "has one")
-    shape = engine.input_shape
-    if len(shape) != 4 or shape[0] != 1 or shape[3] not in (1, 3):
-        raise InvalidModel(f"{engine.model_path}: input shape {list(shape)} is not an image tensor "
-                           "[1, height, width, 1 or 3]")
-    if engine.input_dtype not in (np.uint8, np.int8, np.float32):
-        raise InvalidModel(f"{engine.model_path}: input type {engine.input_dtype} is not supported "
-                           "(uint8, int8 or float32)")
-    scale, zero = engine.input_quantization
-    return InputSpec(width=shape[2], height=shape[1], channels=shape[3], dtype=engine.input_dtype,
-                     scale=scale, zero_point=zero,
-                     mean=_first(mean, meta.mean, CORAL_MEAN), std=_first(std, meta.std, CORAL_STD),
-                     fast_decode=fast_decode)
-
-
-@dataclass(frozen=True)
-class ImageModel:
-    """An opened image model and what it needs besides its graph: labels and input layout."""
-
-    engine: Engine
-    meta: ModelMeta
-    labels: Optional[dict[int, str]]
-    spec: InputSpec
-
-
-def image_model(engine: Engine, model_path, labels_file=None, mean: Optional[float] = None,
-                std: Optional[float] = None, fast_decode: bool = False) -> ImageModel:
-    """Labels from the file given, else the model's metadata; normalization likewise.
-
-    The metadata is that of the file the engine opened, which for a model given by name
-    (`edgeapp classify mobilenet_v2`) is the pulled file, not `model_path`."""
-    from edgeapp.core.labels import read_labels
-    from edgeapp.core.meta import read_meta
-
-    meta = read_meta(engine.requested_model or model_path)
-    labels = read_labels(labels_file) if labels_file else meta.labels
-    return ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, fast_decode))
-
-
-def engine_task(engine: Engine) -> Optional[str]:
-    """The task an opened model's outputs are for (model_task.output_task)."""
-    shapes = [tuple(int(d) for d in o["shape"]) for o in engine.outputs]
-    return output_task(shapes, [op.op for op in engine.model.operators])
-
-
-def _shapes(engine: Engine) -> str:
-    return ", ".join(str([int(d) for d in o["shape"]]) for o in engine.outputs)
-
-
-_TASK_NAMES = {"detect": "a detection model", "pose": "a pose estimation model",
-               "segment": "a segmentation model"}
-
-
-def require_task(engine: Engine, task: str, wanted: str) -> None:
-    """Refuse a model whose outputs are not for `task`, naming the command that fits it.
-    `wanted` says what the outputs should be, for the message."""
-    found = engine_task(engine)
-    if found == task:
-        return
-    fits = f"; it looks like {_TASK_NAMES.get(found, 'a classifier')}: use `edgeapp {found}`" \
-        if found else ""
-    raise InvalidModel(f"{engine.model_path}: outputs {_shapes(engine)} are not {wanted}{fits}")
-
-
-def classifier_output(engine: Engine, hint: str = "use `edgeapp {task}`") -> tuple[float, int]:
-    """The (scale, zero point) of a classifier's one output; another task's model is refused
-    with the command (`hint`, formatted with the task) that fits it."""
-    task = engine_task(engine)
-    if task in _TASK_NAMES:
-        raise InvalidModel(f"{engine.model_path} is {_TASK_NAMES[task]} (output "
-                           f"{_shapes(engine)}), not a classifier: {hint.format(task=task)}")
-    if len(engine.outputs) != 1:
-        raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs; a classifier has "
-                           "one")
-    scale, zero = engine.outputs[0].get("quantization", (0.0, 0))
-    return float(scale), int(zero)
-
-
-def label_count_note(model: ImageModel, labels_file=None) -> Optional[str]:
-    """A classifier's labels that do not fit its class vector: one warning, or None."""
-    from edgeapp.core.labels import label_count_warning
-
-    classes = int(np.prod(model.engine.outputs[0]["shape"]))
-    source = f"--labels {labels_file}" if labels_file else "the model's labels"
-    return label_count_warning(model.labels, classes, source)
-
-
-def _first(*values):
-    return next(v for v in values if v is not None)
-
-
-@dataclass(frozen=True)
-class Task:
-    """What a command does with one image (flows/tasks.py makes them): prepare it ahead on a
-    worker thread, read the raw outputs back into record fields, and the fields of a failure."""
-
-    name: str
-    prepare: Callable[[Any], tuple]  # image -> (input tensor, context)
-    interpret: Callable[[list, Any], dict]  # (raw outputs, context) -> record fields
-    empty: dict  # the result fields of a record whose image failed
+OnResult = Callable[[Any, Prepared, Result], Optional[dict]]
 
 
 @dataclass
@@ -194,8 +66,8 @@ def check_resumed_model(recorded: set[str], *ours: str) -> None:
     """--resume appends to results of the same model only (`ours`: the paths this run's records
     name; a compiled model and its CPU twin count as one); mixing two models' results in one
     file would pass unnoticed."""
-    from edgeapp.errors import UsageError
     from edgeapp.core.naming import cpu_twin_path
+    from edgeapp.errors import UsageError
 
     def same(path: str) -> str:
         return os.path.abspath(cpu_twin_path(path))
@@ -207,38 +79,49 @@ def check_resumed_model(recorded: set[str], *ours: str) -> None:
                          f"{ours[-1]}; resume with that model, or choose another --output")
 
 
-def iter_records(paths: Iterable, engine: Union[Engine, Runner], task: Task,
-                 workers: int = 2) -> Iterator[dict]:
+def iter_records(paths: Iterable, engine: Union[Engine, Runner], task: BoundTask,
+                 workers: int = 2, on_result: Optional[OnResult] = None,
+                 prepare: Optional[Callable[[Any], tuple]] = None) -> Iterator[dict]:
     """One record per input, in input order, as soon as it is produced (the JSONL records).
 
     Inputs are prepared `workers` ahead on threads while the interpreter runs; an input that
     fails to load gives a record with `error` set, and the batch goes on. `engine` may be a
-    runner of flows/parallel.py (several Edge TPUs, a segment pipeline): each record then names
-    the device that ran it, still in input order.
+    runner of execution/parallel.py (several Edge TPUs, a segment pipeline): each record then
+    names the device that ran it, still in input order. `on_result(path, prepared, result)`
+    sees each image's result with its decoded image (--annotate, --mask) and may return fields
+    to add to the record. `prepare` replaces the task's (images shipped as bytes).
     """
     runner = as_runner(engine)
     model = runner.model_path
     # an input that fails before inference touched no device; one device names it anyway
     no_device = runner.engine.name if runner.label == runner.engine.name else None
+    if prepare is None:
+        keep = on_result is not None
+
+        def prepare(source):
+            return task.prepare(source, keep_image=keep)
 
     def work():
-        for path, prepared in prefetch(paths, task.prepare, workers):
+        for path, prepared in prefetch(paths, prepare, workers):
             bad = isinstance(prepared, InputError)
             yield (path, prepared), (None if bad else prepared[0])
 
     for (path, prepared), done in runner.imap(work()):
         record = {"path": path, "device": no_device, "model": model}
         if done is None:
-            record.update(task.empty, latency_ms=None, error=str(prepared))
+            record.update(task.empty(), latency_ms=None, error=str(prepared))
         else:
             record["device"], record["model"] = done.device, done.model or model
-            record.update(task.interpret(done.outputs, prepared[1]),
-                          latency_ms=round(done.latency_ms, 3), error=None)
+            result = task.interpret(done.outputs, prepared[1])
+            if on_result is not None:
+                result.fields.update(on_result(path, prepared[1], result) or {})
+            record.update(result.fields, latency_ms=round(done.latency_ms, 3), error=None)
         yield record
 
 
-def run_batch(paths: list[str], engine: Union[Engine, Runner], task: Task, writer: RecordWriter,
-              workers: int = 2, progress: Optional[Callable[[], None]] = None) -> BatchStats:
+def run_batch(paths: list[str], engine: Union[Engine, Runner], task: BoundTask, writer: RecordWriter,
+              workers: int = 2, progress: Optional[Callable[[], None]] = None,
+              on_result: Optional[OnResult] = None) -> BatchStats:
     """Run every path not already done; each record is written as soon as it is produced."""
     runner = as_runner(engine)
     stats = BatchStats(total=len(paths))
@@ -246,7 +129,7 @@ def run_batch(paths: list[str], engine: Union[Engine, Runner], task: Task, write
     stats.skipped = len(paths) - len(todo)
     start = time.perf_counter()
     try:
-        for record in iter_records(todo, runner, task, workers):
+        for record in iter_records(todo, runner, task, workers, on_result):
             stats.count(record)
             writer.write(record)
             if progress:

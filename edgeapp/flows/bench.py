@@ -17,16 +17,15 @@ from typing import Optional, Union
 
 import numpy as np
 
+from edgeapp.core import stats
 from edgeapp.core.edgetpu_specs import PEAK_TOPS
 from edgeapp.core.limits import MAX_THREADS
 from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
-from edgeapp.hw import hostinfo
-from edgeapp.hw import power
-from edgeapp.core import stats
-from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
-from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
 from edgeapp.core.opcount import OpCount, count_ops
 from edgeapp.core.tflite.model import Model, load_model
+from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
+from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
+from edgeapp.hw import hostinfo, power
 
 SCHEMA = "edgeapp.bench/1"
 SYSFS_ROOT_ENV = "EDGEAPP_SYSFS_ROOT"  # read power sensors under this root instead of / (tests)

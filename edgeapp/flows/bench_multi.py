@@ -1,12 +1,12 @@
 """`bench` on several Edge TPUs: data-parallel throughput and its scaling, segment pipelines.
 
-Data parallel: the same DevicePool that classify uses (flows/parallel.py), fed one random input
+Data parallel: the same DevicePool that classify uses (execution/parallel.py), fed one random input
 over and over, first with one TPU, then two, ... up to all of them: the scaling curve, and the
 scaling efficiency (throughput with N TPUs ÷ N × one TPU through the same pool, so the pool's
 own overhead is in both). Each TPU's mean latency inside the pool shows contention (two USB
 accelerators behind one hub share its bandwidth).
 
-Pipeline: the SegmentPipeline of flows/pipeline.py; per segment its mean invoke time, the
+Pipeline: the SegmentPipeline of execution/pipeline.py; per segment its mean invoke time, the
 slowest one (the bottleneck, which bounds throughput at 1000 ÷ its ms) and how close the
 pipeline gets to that bound.
 """
@@ -50,7 +50,7 @@ def bench_parallel(model_path: str, names: list, opts, make_input: Callable,
                    samples: Optional[dict] = None) -> dict:
     """Throughput of `model_path` on 1..N of the TPUs `names` at once, and the scaling.
     `make_input(shape, dtype, seed)` gives the input tensor (bench.random_input)."""
-    from edgeapp.flows.parallel import DevicePool
+    from edgeapp.execution.parallel import DevicePool
     from edgeapp.hw.runtime import open_model
 
     engines, skipped = [], []
@@ -95,7 +95,7 @@ def bench_pipeline(paths: list, device: str, opts, make_input: Callable,
     mean invoke time of each segment with the bottleneck marked."""
     from edgeapp.core.segments import check_chain, set_label
     from edgeapp.core.tflite.model import load_model
-    from edgeapp.flows.pipeline import SegmentPipeline
+    from edgeapp.execution.pipeline import SegmentPipeline
     from edgeapp.hw.runtime import find_tpus, open_model, parse_devices, resolve_tpus
 
     chain = check_chain([load_model(p) for p in paths])

@@ -12,156 +12,23 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from typing_extensions import Protocol
 
-from edgeapp.core.boxes import Fit, ResizeMode, make_fit
 from edgeapp.errors import UsageError
 from edgeapp.hw.capture import FrameGrabber, FrameSource, ReconnectPolicy, cv2_module
-from edgeapp.core.classify import class_fields, get_classes_from_scores, get_scores
-from edgeapp.core.detect import engine_layout, get_objects, object_fields
-from edgeapp.core.pose import movenet_pose, pose_fields
-from edgeapp.core.segment import class_map, class_shares, to_original
-from edgeapp.flows.batch import classifier_output, require_task
-from edgeapp.core.preprocess import quantize_input
-
-# ---------------------------------------------------------------------------------------------
-# Per-frame work: preprocessing with OpenCV, inference, post-processing
-
-
-def resize_frame(frame: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Resize to (width, height): halve with INTER_AREA while at least twice too big, then
-    INTER_LINEAR.
-
-    Close to a true area average (no aliasing when shrinking 640×480 to 224×224: mean error
-    0.9 vs 2.0 levels for INTER_LINEAR alone) at a sixth of INTER_AREA's cost for a
-    non-integer ratio (0.29 ms vs 1.9 ms measured here): OpenCV's area filter is fast for
-    exactly 2× only.
-    """
-    cv2 = cv2_module()
-    img = frame
-    while img.shape[1] >= 2 * size[0] and img.shape[0] >= 2 * size[1]:
-        img = cv2.resize(img, (img.shape[1] // 2, img.shape[0] // 2), interpolation=cv2.INTER_AREA)
-    if (img.shape[1], img.shape[0]) != size:
-        img = cv2.resize(img, size, interpolation=cv2.INTER_LINEAR)
-    return img
-
-
-def fit_frame(frame: np.ndarray, size: tuple[int, int], channels: int,
-              mode: ResizeMode | str = ResizeMode.stretch) -> tuple[np.ndarray, Fit]:
-    """A BGR frame resized into (width, height) and converted to RGB (or gray): (pixels, Fit).
-
-    Resizing before the colour conversion converts the small image only. See `resize_frame`.
-    """
-    cv2 = cv2_module()
-    h, w = frame.shape[:2]
-    fit = make_fit(mode, (w, h), size)
-    cw, ch = fit.content_w, fit.content_h
-    small = resize_frame(frame, (cw, ch))
-    if small.ndim == 2 or small.shape[2] == 1:
-        small = small.reshape(ch, cw) if channels == 1 else cv2.cvtColor(small, cv2.COLOR_GRAY2RGB)
-    elif channels == 1:
-        small = cv2.cvtColor(small, cv2.COLOR_BGRA2GRAY if small.shape[2] == 4 else cv2.COLOR_BGR2GRAY)
-    else:
-        small = cv2.cvtColor(small, cv2.COLOR_BGRA2RGB if small.shape[2] == 4 else cv2.COLOR_BGR2RGB)
-    if (cw, ch) != size:
-        canvas = np.zeros((size[1], size[0]) + small.shape[2:], np.uint8)
-        canvas[fit.pad_y:fit.pad_y + ch, fit.pad_x:fit.pad_x + cw] = small
-        small = canvas
-    if small.ndim == 2:
-        small = small[:, :, None]
-    return small, fit
+from edgeapp.tasks.base import BoundTask, Result, TaskKind, annotate_frame
 
 
 class FrameTask(Protocol):
-    """Turns one BGR frame into result fields; the loop only needs this (tests pass slow ones)."""
+    """Turns one BGR frame into results; the loop needs no more (tests pass slow ones)."""
 
     device: str
 
-    def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
-        """(result fields, inference milliseconds)."""
-
-
-def infer_frame(engine, spec, frame: np.ndarray, mode: ResizeMode) -> tuple[list[np.ndarray], Fit, float]:
-    """Fit a BGR frame to the model input, run it: (outputs, fit, inference ms)."""
-    pixels, fit = fit_frame(frame, (spec.width, spec.height), spec.channels, mode)
-    tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)[None]
-    t0 = time.perf_counter()
-    outputs = engine.run(tensor)
-    return outputs, fit, (time.perf_counter() - t0) * 1000.0
-
-
-class ClassifyTask:
-    """Top-k classes of a frame: {"classes": [{"id", "label", "score"}]}."""
-
-    def __init__(self, engine, spec, labels: Optional[dict[int, str]], top_k: int = 3,
-                 threshold: float = 0.0) -> None:
-        self.engine, self.spec, self.labels = engine, spec, labels
-        self.top_k, self.threshold = top_k, threshold
-        self.device = engine.device
-        self._out_q = classifier_output(engine)
-
-    def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
-        outputs, _, latency = infer_frame(self.engine, self.spec, frame, ResizeMode.stretch)
-        scores = get_scores(outputs[0], *self._out_q)
-        classes = get_classes_from_scores(scores, self.top_k, self.threshold)
-        return {"classes": class_fields(classes, self.labels)}, latency
-
-
-class DetectTask:
-    """Objects in a frame: {"objects": [{"id", "label", "score", "bbox"}]} in frame pixels."""
-
-    def __init__(self, engine, spec, labels: Optional[dict[int, str]], threshold: float = 0.4,
-                 top_k: Optional[int] = None, resize: ResizeMode | str = ResizeMode.stretch) -> None:
-        self.engine, self.spec, self.labels = engine, spec, labels
-        self.threshold, self.top_k, self.resize = threshold, top_k, ResizeMode(resize)
-        self.device = engine.device
-        self.layout = engine_layout(engine)
-        self._quant = [o.get("quantization", (0.0, 0)) for o in engine.outputs]
-
-    def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
-        outputs, fit, latency = infer_frame(self.engine, self.spec, frame, self.resize)
-        objects = get_objects(outputs, self.layout, fit, self._quant, self.threshold, self.top_k)
-        return {"objects": object_fields(objects, self.labels)}, latency
-
-
-class PoseTask:
-    """The pose in a frame: {"poses": [{"score", "keypoints": [{"name", "x", "y", "score"}]}]}
-    in frame pixels (keypoints scoring at least `threshold`)."""
-
-    def __init__(self, engine, spec, threshold: float = 0.2,
-                 resize: ResizeMode | str = ResizeMode.stretch) -> None:
-        require_task(engine, "pose", "a MoveNet single-pose output [1, 1, 17, 3]")
-        self.engine, self.spec, self.threshold, self.resize = engine, spec, threshold, ResizeMode(resize)
-        self.device = engine.device
-        scale, zero = engine.outputs[0].get("quantization", (0.0, 0))
-        self._q = (float(scale), int(zero))
-
-    def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
-        outputs, fit, latency = infer_frame(self.engine, self.spec, frame, self.resize)
-        return {"poses": pose_fields([movenet_pose(outputs[0], fit, *self._q)], self.threshold)}, latency
-
-
-class SegmentTask:
-    """The classes in a frame: {"classes": [{"id", "label", "share"}]}; `mask` keeps the last
-    frame-sized class map for the overlay."""
-
-    def __init__(self, engine, spec, labels: Optional[dict[int, str]],
-                 resize: ResizeMode | str = ResizeMode.stretch) -> None:
-        require_task(engine, "segment", "segmentation outputs ([1, H, W, C] class scores or a "
-                                        "[1, H, W] class map)")
-        self.engine, self.spec, self.labels, self.resize = engine, spec, labels, ResizeMode(resize)
-        self.device = engine.device
-        scale, zero = engine.outputs[0].get("quantization", (0.0, 0))
-        self._q = (float(scale), int(zero))
-        self.mask: Optional[np.ndarray] = None
-
-    def __call__(self, frame: np.ndarray) -> tuple[dict, float]:
-        outputs, fit, latency = infer_frame(self.engine, self.spec, frame, self.resize)
-        self.mask = to_original(class_map(outputs[0], *self._q), fit)
-        return {"classes": class_shares(self.mask, self.labels)}, latency
+    def __call__(self, frame: np.ndarray) -> tuple[Any, float]:
+        """(Result, or the record's task fields; inference milliseconds)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,12 +108,13 @@ class Recorder:
 
 
 class _Inline:
-    """One FrameTask in the loop's own thread, behind the runners' submit/next_done face."""
+    """One task in the loop's own thread, behind the runners' submit/next_done face."""
 
     window = 1
 
-    def __init__(self, task: FrameTask) -> None:
-        self.task, self.label = task, task.device
+    def __init__(self, task: Any) -> None:
+        self.task = task
+        self.label = getattr(task, "device", None) or task.engine.name
         self._queued: list = []
 
     @property
@@ -261,11 +129,12 @@ class _Inline:
         self._queued.append((key, image))
 
     def next_done(self, timeout: Optional[float] = None):
-        from edgeapp.flows.parallel import Done
+        from edgeapp.execution.parallel import Done
 
         key, image = self._queued.pop(0)
-        fields, latency = self.task(image)
-        return key, Done((fields, latency, getattr(self.task, "mask", None)), self.task.device, latency)
+        run = self.task.run_frame if isinstance(self.task, BoundTask) else self.task
+        result, latency = run(image)
+        return key, Done((result, latency), self.label, latency)
 
 
 def _percentiles(values: list[float]) -> dict:
@@ -329,56 +198,97 @@ class CameraStats:
 class FrameOutput(Protocol):
     """Gets every processed frame after the loop is done with it (live view, MQTT): it may keep
     the image, must not change `record`, and must return at once (hand work to its own thread).
-    `annotated`: the overlay is already drawn on `image`. `stats` is updated as frames go."""
+    `annotated`: the overlay is already drawn on `image`. `stats` is updated as frames go.
+    `extras`: what the task's result holds besides the record (a segmentation's class map)."""
 
     def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool, fps: Optional[float],
-                 stats: "CameraStats") -> None:
+                 stats: "CameraStats", extras: dict) -> None:
         ...
 
 
-def run_camera(source: FrameSource, task: FrameTask, *, drop: Optional[bool] = None,
+@dataclass
+class Sinks:
+    """Where a camera run's frames go besides the statistics."""
+
+    on_record: Optional[Callable[[dict], None]] = None  # the per-frame records (results file)
+    display: Optional[Display] = None
+    recorder: Optional[Recorder] = None
+    outputs: Sequence[FrameOutput] = ()  # live view, MQTT
+    overlay: bool = True  # draw the results on the frames shown and recorded
+
+
+def run_camera(source: FrameSource, task: Any, *, drop: Optional[bool] = None,
                max_frames: Optional[int] = None, duration: Optional[float] = None,
                reconnect: ReconnectPolicy = ReconnectPolicy(), queue_size: int = 4,
                on_record: Optional[Callable[[dict], None]] = None, display: Optional[Display] = None,
                recorder: Optional[Recorder] = None, overlay: bool = True,
                stop_event: Optional[threading.Event] = None,
                on_notice: Optional[Callable[[str], None]] = None,
-               outputs: Sequence[FrameOutput] = (), runner=None) -> CameraStats:
+               outputs: Sequence[FrameOutput] = (), runner=None,
+               kind: Optional[TaskKind] = None) -> CameraStats:
     """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
 
-    `drop` None: newest-frame for live sources, every frame for files (see the module doc).
-    Each processed frame gives one record to `on_record`: frame index, timestamp, the task's
-    fields, inference latency and the whole frame's time. Ctrl-C stops cleanly (stop
-    "interrupted"). Raises only if the source cannot be opened at all. `outputs` (live view,
-    MQTT) get each processed frame and its record after display and recording.
-    `runner` (flows/parallel.py) runs the frames on several Edge TPUs at once, one frame each,
-    results still in frame order; without it `task` runs in this thread.
+    `task`: a BoundTask (or any FrameTask). `drop` None: newest-frame for live sources, every
+    frame for files (see the module doc). Each processed frame gives one record to `on_record`:
+    frame index, timestamp, the task's fields, inference latency and the whole frame's time.
+    Ctrl-C stops cleanly (stop "interrupted"). Raises only if the source cannot be opened at
+    all. `outputs` (live view, MQTT) get each processed frame and its record after display and
+    recording. `runner` (execution/parallel.py, opened with frames=True) runs the frames on
+    several Edge TPUs at once, one frame each, results still in frame order; without it `task`
+    runs in this thread. `kind` draws the overlay (default: the task's).
     """
-    run = runner if runner is not None else _Inline(task)
-    source.open()
-    drop = source.live if drop is None else drop
-    if recorder is not None and recorder.fps is None and source.fps:
-        recorder.fps = source.fps
-    stats = CameraStats(source=source.name, device=run.label, live=source.live,
-                        policy="newest" if drop else "every")
-    grabber = FrameGrabber(source, drop, reconnect, queue_size,
-                           pace=drop and not source.live, on_notice=on_notice)
-    draw = overlay and (display is not None or recorder is not None)
-    fps_ema: Optional[float] = None
-    last_done: Optional[float] = None
-    start = time.perf_counter()
-    grabber.start()
-    try:
+    loop = _Loop(source, runner if runner is not None else _Inline(task),
+                 kind or getattr(task, "kind", None),
+                 Sinks(on_record, display, recorder, outputs, overlay))
+    return loop.run(drop, max_frames, duration, reconnect, queue_size, stop_event, on_notice)
+
+
+class _Loop:
+    """One camera run: frames in, results out to the sinks, statistics kept."""
+
+    def __init__(self, source: FrameSource, run: Any, kind: Optional[TaskKind], sinks: Sinks) -> None:
+        self.source, self.run_on, self.kind, self.sinks = source, run, kind, sinks
+        self.draw = sinks.overlay and (sinks.display is not None or sinks.recorder is not None)
+        self.fps_ema: Optional[float] = None
+        self.last_done: Optional[float] = None
+        self.grabber: Any = None
+        self.stats: Any = None
+
+    def run(self, drop, max_frames, duration, reconnect, queue_size, stop_event,
+            on_notice) -> CameraStats:
+        source, run, recorder = self.source, self.run_on, self.sinks.recorder
+        source.open()
+        drop = source.live if drop is None else drop
+        if recorder is not None and recorder.fps is None and source.fps:
+            recorder.fps = source.fps
+        stats = self.stats = CameraStats(source=source.name, device=run.label, live=source.live,
+                                         policy="newest" if drop else "every")
+        grabber = self.grabber = FrameGrabber(source, drop, reconnect, queue_size,
+                                              pace=drop and not source.live, on_notice=on_notice)
+        start = time.perf_counter()
+        grabber.start()
+        try:
+            stats.stop = self._frames(start, max_frames, duration, stop_event)
+        except KeyboardInterrupt:
+            stats.stop = "interrupted"
+        finally:
+            stats.seconds = time.perf_counter() - start
+            self._close()
+        stats.device = run.label  # "..., then cpu" when a TPU was lost
+        if grabber.error is not None and stats.stop == "capture error":
+            stats.stop = f"capture error: {type(grabber.error).__name__}: {grabber.error}"
+        return stats
+
+    def _frames(self, start: float, max_frames, duration, stop_event) -> str:
+        """Feed the devices and hand results on until something stops the run; why it stopped."""
+        stats, grabber, run = self.stats, self.grabber, self.run_on
         while True:
             if stop_event is not None and stop_event.is_set():
-                stats.stop = "stopped"
-                break
+                return "stopped"
             if max_frames is not None and stats.processed >= max_frames:
-                stats.stop = "max frames"
-                break
+                return "max frames"
             if duration is not None and time.perf_counter() - start >= duration:
-                stats.stop = "duration"
-                break
+                return "duration"
             # every device gets a frame (the newest ones, under the drop policy)
             while run.has_room and (max_frames is None or stats.processed + run.pending < max_frames):
                 frame = grabber.get(timeout=0.0 if run.pending else 0.05)
@@ -387,60 +297,55 @@ def run_camera(source: FrameSource, task: FrameTask, *, drop: Optional[bool] = N
                 run.submit((frame, time.perf_counter()), frame.image)
             if not run.pending:
                 if grabber.done:
-                    stats.stop = grabber.end_reason or "end of stream"
-                    break
+                    return grabber.end_reason or "end of stream"
                 continue
-            result = run.next_done(timeout=0.05)
-            if result is None:
-                continue
-            (frame, t0), ran = result
-            fields, latency, mask = ran.outputs  # mask: a segmentation task's class map, else None
-            if draw:
-                from edgeapp.core.overlay import draw_result
+            done = run.next_done(timeout=0.05)
+            if done is not None and not self._deliver(*done):
+                return "window closed"
 
-                draw_result(frame.image, fields, latency, fps_ema, ran.device, mask)
-            if recorder is not None:
-                recorder.write(frame.image)
-            keep_going = display.show(frame.image) if display is not None else True
-            done = time.perf_counter()
-            frame_ms = (done - t0) * 1000.0
-            stats.processed += 1
-            stats.inference_ms.append(latency)
-            stats.frame_ms.append(frame_ms)
-            stats.end_to_end_ms.append((done - frame.captured_at) * 1000.0)
-            if last_done is not None and done > last_done:
-                inst = 1.0 / (done - last_done)
-                fps_ema = inst if fps_ema is None else 0.9 * fps_ema + 0.1 * inst
-            last_done = done
-            if on_record is not None or outputs:
-                record = {"frame": frame.index, "timestamp": round(frame.timestamp, 3),
-                          "source_ms": frame.source_ms, "device": ran.device, **fields,
-                          "latency_ms": round(latency, 3), "frame_ms": round(frame_ms, 3)}
-                if on_record is not None:
-                    on_record(record)
-                if outputs:
-                    stats.captured, stats.dropped = grabber.captured, grabber.dropped
-                    for out in outputs:
-                        out.on_frame(frame.image, record, annotated=draw, fps=fps_ema, stats=stats)
-            if not keep_going:
-                stats.stop = "window closed"
-                break
-    except KeyboardInterrupt:
-        stats.stop = "interrupted"
-    finally:
-        stats.seconds = time.perf_counter() - start
-        stopped = grabber.stop()
-        if stopped:
-            source.close()
-        if recorder is not None:
-            recorder.close()
-        if display is not None:
-            display.close()
+    def _deliver(self, key: tuple, ran: Any) -> bool:
+        """One result to the sinks; False when the window was closed."""
+        (frame, t0), (result, latency) = key, ran.outputs
+        if not isinstance(result, Result):  # a plain FrameTask's fields
+            result = Result(result)
+        sinks, stats = self.sinks, self.stats
+        if self.draw:
+            annotate_frame(self.kind, frame.image, result, latency, self.fps_ema, ran.device)
+        if sinks.recorder is not None:
+            sinks.recorder.write(frame.image)
+        keep_going = sinks.display.show(frame.image) if sinks.display is not None else True
+        done = time.perf_counter()
+        frame_ms = (done - t0) * 1000.0
+        stats.processed += 1
+        stats.inference_ms.append(latency)
+        stats.frame_ms.append(frame_ms)
+        stats.end_to_end_ms.append((done - frame.captured_at) * 1000.0)
+        if self.last_done is not None and done > self.last_done:
+            inst = 1.0 / (done - self.last_done)
+            self.fps_ema = inst if self.fps_ema is None else 0.9 * self.fps_ema + 0.1 * inst
+        self.last_done = done
+        if sinks.on_record is not None or sinks.outputs:
+            record = {"frame": frame.index, "timestamp": round(frame.timestamp, 3),
+                      "source_ms": frame.source_ms, "device": ran.device, **result.fields,
+                      "latency_ms": round(latency, 3), "frame_ms": round(frame_ms, 3)}
+            if sinks.on_record is not None:
+                sinks.on_record(record)
+            if sinks.outputs:
+                stats.captured, stats.dropped = self.grabber.captured, self.grabber.dropped
+                for out in sinks.outputs:
+                    out.on_frame(frame.image, record, annotated=self.draw, fps=self.fps_ema,
+                                 stats=stats, extras=result.extras)
+        return keep_going
+
+    def _close(self) -> None:
+        stats, grabber, sinks = self.stats, self.grabber, self.sinks
+        if grabber.stop():
+            self.source.close()
+        if sinks.recorder is not None:
+            sinks.recorder.close()
+        if sinks.display is not None:
+            sinks.display.close()
         stats.captured, stats.dropped = grabber.captured, grabber.dropped
         stats.reconnects, stats.reconnect_attempts = grabber.reconnects, grabber.reconnect_attempts
         stats.max_pending = grabber.max_pending
         stats.reopen_error = grabber.last_error
-    stats.device = run.label  # "..., then cpu" when a TPU was lost
-    if grabber.error is not None and stats.stop == "capture error":
-        stats.stop = f"capture error: {type(grabber.error).__name__}: {grabber.error}"
-    return stats

@@ -1,4 +1,4 @@
-"""classify/detect batches across a fleet of hosts, on Dask distributed.
+"""Batches of any task across a fleet of hosts, on Dask distributed.
 
 The client (this process) splits the inputs into chunks and submits them to the scheduler; each
 worker process opens the model once (cached per worker, see `_runner_for`) and runs the chunk
@@ -10,24 +10,31 @@ whole batch in memory.
 
 Workers declare Edge TPUs as a resource (`dask worker ... --resources "edgetpu=N"`); an
 explicit TPU device asks for it, `auto` lets workers without one run the CPU twin. Each worker
-opens the model through `flows.runners.open_runner`, so `--device all` runs a worker's chunks
-on every Edge TPU it has (data-parallel, as a local `--device all` run does).
+opens the model through `flows.open_task`, as a local run does, so `--device all` runs a
+worker's chunks on every Edge TPU it has (data-parallel, as a local `--device all` run does).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from edgeapp.errors import (ClusterError, EdgeappError, InputError, MissingDependency, UsageError,
-                            error_for_exit_code)
+from edgeapp.errors import (
+    ClusterError,
+    EdgeappError,
+    InputError,
+    MissingDependency,
+    UsageError,
+    error_for_exit_code,
+)
 from edgeapp.flows.batch import BatchStats, iter_records
-from edgeapp.flows.records import RecordWriter
+from edgeapp.flows.open_task import Placement
+from edgeapp.sinks.records import RecordWriter
 
 INSTALL = "pip install 'edgeapp[cluster]'"
 DEFAULT_CHUNK = 16
@@ -38,21 +45,21 @@ EDGETPU_RESOURCE = "edgetpu"
 class Job:
     """Everything a worker needs to rebuild the task: plain data, pickled to the workers."""
 
-    task: str  # "classify" or "detect"
+    task: str  # a task name (tasks/)
     model: str  # the model path as the client names it (records say this)
-    device: str = "auto"
-    cpu_model: Optional[str] = None
-    runtime: Optional[str] = None
-    threads: Optional[int] = None
-    probe: bool = True
+    place: Placement = Placement()
     labels: Optional[dict] = None  # read on the client: workers need no labels file
     mean: Optional[float] = None
     std: Optional[float] = None
     fast_decode: bool = False
-    options: dict = field(default_factory=dict)  # top_k, threshold, resize
+    options: dict = field(default_factory=dict)  # the task's options (top_k, threshold, ...)
     model_files: Optional[dict] = None  # --ship-bytes: file name -> bytes of the model, its CPU
     # twin and their sidecars, which travel too
     decode_workers: int = 2
+
+    @property
+    def device(self) -> str:
+        return self.place.device
 
 
 @dataclass
@@ -164,9 +171,6 @@ def _ordered_results(client, job: Job, chunks: list, ship_bytes: bool, resources
                            "the results so far are kept: re-run with --output FILE --resume") from None
 
 
-_EMPTY = {"classify": {"classes": []}, "detect": {"objects": []}}
-
-
 def _result(fut, paths: list, job: Job) -> tuple:
     """A finished chunk's (records, worker); a chunk that keeps killing workers is error records."""
     from distributed import KilledWorker
@@ -174,9 +178,11 @@ def _result(fut, paths: list, job: Job) -> tuple:
     try:
         out = fut.result()
     except KilledWorker as e:
+        from edgeapp.tasks import kind
+
         message = f"the worker processing it died repeatedly ({e})"
-        return [{"path": p, "device": None, "model": job.model, **_EMPTY[job.task], "latency_ms": None,
-                 "error": message} for p in paths], "(killed)"
+        return [{"path": p, "device": None, "model": job.model, **kind(job.task).empty(),
+                 "latency_ms": None, "error": message} for p in paths], "(killed)"
     if "fatal" in out:
         raise error_for_exit_code(out["exit_code"], out["fatal"])
     return out["records"], out["worker"]
@@ -197,11 +203,11 @@ def process_chunk(job: Job, items: list) -> dict:
     if items and isinstance(items[0], tuple):  # --ship-bytes: (path, bytes or None)
         data = dict(items)
         paths = [p for p, _ in items]
-        task = replace(task, prepare=_from_bytes(task.prepare, data))
+        prepare = _from_bytes(task.prepare, data)
     else:
-        paths = list(items)
+        paths, prepare = list(items), None
     with lock:  # one runner per worker process: tasks on other threads wait their turn
-        records = list(iter_records(paths, runner, task, job.decode_workers))
+        records = list(iter_records(paths, runner, task, job.decode_workers, prepare=prepare))
     if job.model_files is not None:  # name the model as the client knows it, as a local run would
         folder = os.path.dirname(job.model)
         for r in records:
@@ -211,24 +217,17 @@ def process_chunk(job: Job, items: list) -> dict:
 
 def _runner_for(job: Job):
     """The worker's opened model for this job, opened once per worker process: one device, or
-    every Edge TPU the worker has for a TPU list or `all` (flows/runners.py)."""
-    from edgeapp.flows.batch import image_model
-    from edgeapp.flows.runners import open_runner
-    from edgeapp.flows.tasks import classify_task, detect_task
+    every Edge TPU the worker has for a TPU list or `all` (flows/open_task.py)."""
+    from edgeapp.flows.open_task import open_task
 
-    key = (job.model, job.device, job.cpu_model, job.runtime, job.threads, job.task,
-           tuple(sorted(job.options.items())), job.mean, job.std, job.fast_decode,
-           tuple(sorted((n, len(b)) for n, b in (job.model_files or {}).items())))
+    key = (job.model, job.place, job.task, tuple(sorted(job.options.items())), job.mean, job.std,
+           job.fast_decode, tuple(sorted((n, len(b)) for n, b in (job.model_files or {}).items())))
     with _CACHE_LOCK:
         if key not in _CACHE:
             path = _materialize(job) if job.model_files is not None else job.model
-            runner = open_runner(path, job.device, cpu_model=job.cpu_model, runtime=job.runtime,
-                                 threads=job.threads, probe=job.probe)
-            loaded = image_model(runner.engine, path, None, job.mean, job.std, job.fast_decode)
-            if job.labels is not None:
-                loaded = replace(loaded, labels=job.labels)
-            make = classify_task if job.task == "classify" else detect_task
-            _CACHE[key] = (runner, make(loaded, **job.options), threading.Lock())
+            opened = open_task(path, job.task, job.place, options=job.options, labels=job.labels,
+                               mean=job.mean, std=job.std, fast_decode=job.fast_decode)
+            _CACHE[key] = (opened.runner, opened.task, threading.Lock())
         return _CACHE[key]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from edgeapp.errors import UsageError
 from edgeapp.core.tflite.model import load_model
+from edgeapp.errors import UsageError
 from edgeapp.hw.compiler import CompileReport, compile_model, find_compiler
 
 

@@ -19,11 +19,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from edgeapp.errors import ConvertError, InvalidModel, MissingDependency, UsageError
-from edgeapp.flows.inputs import expand_inputs
 from edgeapp.core.preprocess import load_image, resize
 from edgeapp.core.tflite.model import Model, parse_model
-
+from edgeapp.errors import ConvertError, InvalidModel, MissingDependency, UsageError
+from edgeapp.flows.inputs import expand_inputs
 
 
 @dataclass

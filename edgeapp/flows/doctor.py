@@ -24,14 +24,29 @@ from edgeapp.core.debian import parse_os_release
 from edgeapp.core.install_plan import Plan, plan_for
 from edgeapp.core.pairing import CRASH, UNIDENTIFIED, WORKS, Build, decide, identify
 from edgeapp.core.userdirs import cache_dir
-from edgeapp.hw.devices import (USB2_MBPS, USB_VENDORS, apex_nodes, apex_temperature, pci_cards, read_text,
-                                under, usb_accelerators)
+from edgeapp.hw.devices import (
+    USB2_MBPS,
+    USB_VENDORS,
+    apex_nodes,
+    apex_temperature,
+    pci_cards,
+    read_text,
+    under,
+    usb_accelerators,
+)
+from edgeapp.hw.libedgetpu import (
+    build_label,
+    dpkg_owner,
+    edgetpu_library,
+    explain_load_error,
+    libusb_fix,
+    open_library,
+    short_version,
+)
 from edgeapp.hw.osinfo import read_platform
-from edgeapp.hw.libedgetpu import (build_label, dpkg_owner, edgetpu_library, explain_load_error, libusb_fix,
-                                   open_library, short_version)
-from edgeapp.hw.probe import Pair, VerdictCache
 from edgeapp.hw.proc import isolated_python, log_command
 from edgeapp.hw.runtime import available_runtimes, runtime_import_code, runtime_version
+from edgeapp.hw.verdicts import Pair, VerdictCache
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 HOT_C = 85.0  # the apex driver's first thermal trip point: it starts throttling here
@@ -288,7 +303,8 @@ def udev_checks(root: str | Path, env: Mapping[str, str], present: bool) -> list
     rules = udev_rules(root)
     if not rules:
         return [Check("udev rule", bad, "no udev rule for the Coral USB Accelerator (1a6e/18d1): "
-                      "only root can use it", "sudo apt-get install libedgetpu1-std as the plan below says (the package installs "
+                      "only root can use it",
+                      "sudo apt-get install libedgetpu1-std as the plan below says (the package installs "
                       "the rule), then unplug and replug")]
     files = sorted({f for f, _ in rules})
     checks = [Check("udev rule", OK, ", ".join(files))]

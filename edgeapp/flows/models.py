@@ -13,48 +13,36 @@ from the registry's template, or from EDGEAPP_MODELS_URL (a mirror, or file:// a
 from __future__ import annotations
 
 import contextlib
-import errno
-import http.client
 import json
 import os
-import socket
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
-from urllib.parse import urlsplit
 
 from edgeapp.core.naming import cpu_twin_path, sidecar_path
-from edgeapp.core.registry import FileRef, ModelEntry, Registry, file_url, load_registry, mismatch
+from edgeapp.core.registry import (
+    FileRef,
+    ModelEntry,
+    Registry,
+    file_url,
+    load_registry,
+    mismatch,
+)
 from edgeapp.core.units import format_bytes
 from edgeapp.core.userdirs import cache_dir
-from edgeapp.errors import DownloadError, InvalidModel, UsageError, VerificationError
+from edgeapp.errors import InvalidModel, UsageError, VerificationError
+from edgeapp.hw.download import (
+    URL_ENV,
+    Reporter,
+    download,
+    host_of,
+    timeout_from_env,
+    write_error,
+)
 
-URL_ENV = "EDGEAPP_MODELS_URL"  # a URL template with {path}: a mirror, or file:// an offline copy
 REGISTRY_ENV = "EDGEAPP_MODELS_REGISTRY"  # another registry file (own models, tests)
-TIMEOUT_ENV = "EDGEAPP_MODELS_TIMEOUT"  # seconds without a byte before a connection counts as dead
 SYSROOT_ENV = "EDGEAPP_SYSROOT"  # where to look for Edge TPUs (as `edgeapp devices --root`)
-DEFAULT_TIMEOUT_S = 30.0
-ATTEMPTS = 3  # per file and command: a cut or stalled connection is resumed this often
-RETRY_HTTP = (429, 500, 502, 503, 504)
-CHUNK = 64 * 1024
 MANIFEST = ".verified.json"
-
-
-class Reporter:
-    """What a pull tells its user; the CLI draws progress bars, the default says nothing."""
-
-    def note(self, message: str) -> None:
-        """One line worth telling (pulling, retrying, re-downloading a damaged file)."""
-
-    def start(self, name: str, total: Optional[int], done: int) -> None:
-        """A download of `name` begins (or resumes at `done` bytes)."""
-
-    def advance(self, nbytes: int) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
 
 
 @dataclass
@@ -174,7 +162,7 @@ def _ensure(reg: Registry, ref: FileRef, verified: "_Manifest", rep: Reporter,
     _mkdir(dest.parent)
     url = url_of(reg, ref, env)
     part = dest.with_name(dest.name + ".part")
-    _download(url, part, ref, rep, _timeout(env))
+    download(url, part, ref.path, ref.size, rep, timeout_from_env(env))
     problem = mismatch(part, ref)
     if problem is not None:
         _unlink(part)
@@ -185,183 +173,13 @@ def _ensure(reg: Registry, ref: FileRef, verified: "_Manifest", rep: Reporter,
     return dest, "downloaded"
 
 
-def _download(url: str, part: Path, ref: FileRef, rep: Reporter, timeout: float) -> None:
-    """Fetch `url` into `part`, resuming what is there; returns when the server has sent all."""
-    import urllib.error
-    import urllib.request
-
-    opener = urllib.request.build_opener()  # ProxyHandler: the usual proxy variables
-    size = ref.size
-    for attempt in range(1, ATTEMPTS + 1):
-        have = part.stat().st_size if part.is_file() else 0
-        if size is not None and have > size:
-            have = 0  # not a prefix of the published file: start again
-        if size is not None and have == size:
-            return  # an earlier run got every byte; verification decides
-        headers = {"User-Agent": "edgeapp"}
-        if have:
-            headers["Range"] = f"bytes={have}-"
-        try:
-            resp = opener.open(urllib.request.Request(url, headers=headers), timeout=timeout)
-        except urllib.error.HTTPError as e:
-            e.close()
-            if e.code == 416 and have:
-                return  # nothing after our bytes: we hold the server's whole file
-            if e.code in RETRY_HTTP and attempt < ATTEMPTS:
-                rep.note(f"HTTP {e.code} from {_host(url)}: trying again ({attempt + 1}/{ATTEMPTS})")
-                time.sleep(0.25 * attempt)
-                continue
-            raise DownloadError(f"HTTP {e.code} {e.reason} for {url}") from None
-        except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
-            reason = getattr(e, "reason", e)
-            if _transient(reason) and attempt < ATTEMPTS:
-                rep.note(f"{_network_reason(url, reason, timeout)}: trying again "
-                         f"({attempt + 1}/{ATTEMPTS})")
-                continue
-            raise DownloadError(_network_message(url, reason, timeout)) from None
-        with resp:
-            status = resp.getcode()  # None for file:// URLs
-            append = bool(have) and status == 206 and \
-                _range_start(resp.headers.get("Content-Range")) == have
-            start = have if append else 0
-            length = _int(resp.headers.get("Content-Length"))
-            total = start + length if length is not None else size
-            limit = None if size is None else size - start
-            rep.start(ref.path, total, start)
-            try:
-                complete, got = _copy(resp, part, append, length, limit, rep)
-            finally:
-                rep.finish()
-        if complete:
-            return
-        now = start + got
-        if attempt < ATTEMPTS:
-            rep.note(f"connection to {_host(url)} cut after {format_bytes(now)} of "
-                     f"{format_bytes(total)}: resuming ({attempt + 1}/{ATTEMPTS})")
-            continue
-        raise DownloadError(f"the download of {ref.path} from {_host(url)} was cut {ATTEMPTS} times "
-                            f"(last at {format_bytes(now)} of {format_bytes(total)}); run the "
-                            "command again to resume")
-
-
-def _copy(resp, part: Path, append: bool, length: Optional[int], limit: Optional[int],
-          rep: Reporter) -> tuple[bool, int]:
-    """Write the response body to `part`: (whether it all arrived, bytes written)."""
-    got = 0
-    cut = False
-    try:
-        with open(part, "ab" if append else "wb") as f:
-            while True:
-                try:
-                    chunk = resp.read(CHUNK)
-                except (OSError, http.client.HTTPException):  # reset, timeout, incomplete chunk
-                    cut = True
-                    break
-                if not chunk:
-                    break
-                f.write(chunk)
-                got += len(chunk)
-                rep.advance(len(chunk))
-                if limit is not None and got > limit:
-                    break  # more than the published file: verification will refuse it
-            f.flush()
-            os.fsync(f.fileno())  # what we rename after verifying must be on the disk
-    except OSError as e:
-        raise _write_error(part, e) from None
-    if cut or (length is not None and got < length):  # http.client reads a closed socket as EOF
-        return False, got
-    return True, got
-
-
-def _transient(reason) -> bool:
-    """Worth another attempt: a timeout or a connection dropped mid-way (not refused, not DNS)."""
-    if isinstance(reason, (socket.timeout, TimeoutError, http.client.IncompleteRead,
-                           http.client.RemoteDisconnected, ConnectionResetError, ConnectionAbortedError,
-                           BrokenPipeError)):
-        return True
-    return isinstance(reason, str) and "timed out" in reason
-
-
-def _network_reason(url: str, reason, timeout: float) -> str:
-    host = _host(url)
-    if isinstance(reason, socket.gaierror):
-        return f"cannot resolve {host}"
-    if isinstance(reason, ConnectionRefusedError):
-        return f"cannot connect to {host} (connection refused)"
-    if isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason):
-        return f"{host} sent nothing for {timeout:g} s"
-    if isinstance(reason, FileNotFoundError):
-        return f"{urlsplit(url).path} not found"
-    text = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
-    return f"cannot download from {host}: {text}"
-
-
-def _network_message(url: str, reason, timeout: float) -> str:
-    proxy = _proxy_for(url)
-    via = f" through the proxy {proxy}" if proxy else ""
-    hint = "" if url.startswith("file:") else \
-        f"; check the network, or set {URL_ENV} to a mirror or a file:// copy (see README)"
-    return f"{_network_reason(url, reason, timeout)}{via} ({url}){hint}"
-
-
-def _proxy_for(url: str) -> Optional[str]:
-    import urllib.request
-
-    parts = urlsplit(url)
-    if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
-        return None
-    return urllib.request.getproxies().get(parts.scheme)
-
-
-def _host(url: str) -> str:
-    parts = urlsplit(url)
-    return parts.netloc or f"{parts.scheme}:"
-
-
-def _range_start(content_range: Optional[str]) -> Optional[int]:
-    """The first byte of `bytes A-B/N`."""
-    try:
-        unit, _, spec = (content_range or "").partition(" ")
-        return int(spec.split("-", 1)[0]) if unit.strip() == "bytes" else None
-    except ValueError:
-        return None
-
-
-def _int(text: Optional[str]) -> Optional[int]:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def _timeout(env: Mapping[str, str]) -> float:
-    text = env.get(TIMEOUT_ENV) or ""
-    if not text:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise UsageError(f"{TIMEOUT_ENV} must be a number of seconds > 0, not {text!r}")
-    return value
-
-
 # --- cache files -------------------------------------------------------------------------------
-
-def _write_error(path: Path, e: OSError) -> UsageError:
-    if e.errno == errno.ENOSPC:
-        return UsageError(f"disk full: cannot write {path}; free some space (or set "
-                          "EDGEAPP_CACHE_DIR to another disk) and run again (downloads resume)")
-    return UsageError(f"cannot write {path}: {e.strerror or e} (set EDGEAPP_CACHE_DIR to a "
-                      "writable folder)")
-
 
 def _mkdir(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise _write_error(folder, e) from None
+        raise write_error(folder, e) from None
 
 
 def _unlink(path: Path) -> None:
@@ -377,7 +195,7 @@ def _write_text(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except OSError as e:
         _unlink(tmp)
-        raise _write_error(path, e) from None
+        raise write_error(path, e) from None
 
 
 @contextlib.contextmanager
@@ -391,7 +209,7 @@ def _cache_lock(folder: Path) -> Iterator[None]:
     try:
         f = open(folder / ".lock", "a")
     except OSError as e:
-        raise _write_error(folder / ".lock", e) from None
+        raise write_error(folder / ".lock", e) from None
     with f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
@@ -450,7 +268,7 @@ def _write_sidecar(entry: ModelEntry, reg: Registry, pulled: Pulled,
     try:
         return write_sidecar(cpu_twin_path(model), meta)
     except OSError as e:
-        raise _write_error(target, e) from None
+        raise write_error(target, e) from None
 
 
 # --- MODEL arguments that name a registry model ------------------------------------------------
@@ -513,7 +331,7 @@ def resolve(arg: str, device: str = "auto", reporter: Optional[Reporter] = None,
         known = [r.size for r in missing]
         size = f", {format_bytes(sum(known))}" if None not in known else ""  # type: ignore[arg-type]
         rep.note(f"{arg} is not in the cache: pulling {len(missing)} file(s){size} from "
-                 f"{_host(url_of(reg, missing[0], env))} into {models_dir(env)}")
+                 f"{host_of(url_of(reg, missing[0], env))} into {models_dir(env)}")
     pulled = pull(entry, reg, edgetpu=want_tpu, cpu=want_cpu, reporter=rep, env=env)
     path = pulled.path(role)
     assert path is not None

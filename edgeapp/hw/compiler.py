@@ -18,9 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from edgeapp.core.compiler_output import (
+    CompileResult,
+    Judgement,
+    apply_log,
+    judge,
+    parse_stdout,
+    timeout_failure,
+)
 from edgeapp.core.naming import compiler_outputs
-from edgeapp.core.compiler_output import (CompileResult, Judgement, apply_log, judge, parse_stdout,
-                              timeout_failure)
 from edgeapp.errors import MissingDependency, UsageError
 from edgeapp.hw.proc import log_command
 

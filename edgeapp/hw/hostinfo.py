@@ -80,7 +80,8 @@ def max_mhz(root: Path | str = "/") -> Optional[float]:
 
 def usb_accelerators(root: Path | str = "/") -> list[dict]:
     """Coral USB Accelerators seen in sysfs (devices.usb_accelerators), with their link speed."""
-    from edgeapp.hw.devices import USB_IDS, usb_accelerators as scan
+    from edgeapp.hw.devices import USB_IDS
+    from edgeapp.hw.devices import usb_accelerators as scan
 
     out = []
     for path, ident, speed in scan(root):

@@ -1,6 +1,7 @@
 """The one module that opens the Edge TPU library (libedgetpu) with ctypes.
 
-Which file (EDGEAPP_EDGETPU_LIB or the OS's name), opening it, its C API (`edgetpu_version`,
+Which file (EDGEAPP_EDGETPU_LIB or the OS's name), where the loader would find it (without
+loading it), opening it, its C API (`edgetpu_version`,
 `edgetpu_list_devices`), which Debian package installed it, why it does not load, and whether
 its build is known to crash under a TFLite runtime (core/pairing.py). Loading the library is
 safe: none of this touches a TFLite runtime, which is where a mismatched build crashes.
@@ -13,6 +14,7 @@ import os
 import platform
 import re
 import sys
+import sysconfig
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
@@ -187,3 +189,59 @@ def known_crash(lib: ctypes.CDLL, path: str, runtime: str, runtime_version: str,
     from edgeapp.hw.osinfo import read_platform
 
     return f"{decision.summary()}; fix: {plan_for(read_platform(root)).fix}"
+
+
+# --- where the loader would find the Edge TPU library, without loading it --------------------
+
+
+def find_library_file(name: str) -> Optional[str]:
+    """The file the dynamic loader would open for `name`, found without opening it (None: not found)."""
+    if os.sep in name or (os.altsep and os.altsep in name):
+        return os.path.realpath(name) if os.path.isfile(name) else None
+    for folder in _library_dirs():
+        candidate = os.path.join(folder, name)
+        if os.path.isfile(candidate):
+            return os.path.realpath(candidate)
+    return None
+
+
+def _library_dirs() -> List[str]:
+    if sys.platform == "win32":
+        return [os.path.dirname(sys.executable)] + os.environ.get("PATH", "").split(os.pathsep)
+    if sys.platform == "darwin":
+        env = os.environ.get("DYLD_LIBRARY_PATH", "").split(os.pathsep)
+        return [d for d in env if d] + ["/usr/local/lib", "/opt/homebrew/lib", "/usr/lib"]
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    dirs += _ld_so_conf("/etc/ld.so.conf", set())
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    for base in ("/lib", "/usr/lib"):
+        if multiarch:
+            dirs.append(f"{base}/{multiarch}")
+        dirs.append(base)
+    dirs += ["/lib64", "/usr/lib64", "/usr/local/lib"]
+    return dirs
+
+
+def _ld_so_conf(path: str, seen: set) -> List[str]:
+    """Folders named by the loader's configuration (include lines followed)."""
+    import glob
+
+    if path in seen:
+        return []
+    seen.add(path)
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    dirs: List[str] = []
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("include"):
+            pattern = line.split(None, 1)[1] if len(line.split(None, 1)) > 1 else ""
+            if pattern and not os.path.isabs(pattern):
+                pattern = os.path.join(os.path.dirname(path), pattern)
+            for conf in sorted(glob.glob(pattern)):
+                dirs += _ld_so_conf(conf, seen)
+        elif line:
+            dirs.append(line)
+    return dirs

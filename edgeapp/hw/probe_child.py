@@ -1,13 +1,13 @@
-"""The model check's child when it is a fresh interpreter (`python -I`, see probe.py).
+"""The model check's child when it is a fresh interpreter (`python -I`, see child.py).
 
-Run by probe.py as `python -I -c "...; from edgeapp.hw.probe_child import main; main()" MODEL
-RUNTIME DEVICE LIBRARY` (or `--label LIBRARY RUNTIME`). Kept apart from probe.py so that the
-probe does not import the runtime module that calls it; a fork runs probe.run_child directly.
+Run as `python -I -c "...; from edgeapp.hw.probe_child import main; main()" MODEL RUNTIME DEVICE
+LIBRARY` (or `--label LIBRARY RUNTIME`). Kept apart from child.py so that the probe does not
+import the runtime module that calls it; a fork runs child.run_child directly.
 """
 
 import sys
 
-from edgeapp.hw.probe import MARK, label_child, run_child
+from edgeapp.hw.child import MARK, label_child, run_child
 
 
 def _emit(line: str) -> None:

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 from edgeapp.core.compat import metadata
-from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
 from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
+from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
 from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
 from edgeapp.hw.runtime_errors import NATIVE_NOISE, runtime_error_text
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 from edgeapp.core.compat import cached_property
-from edgeapp.errors import InvalidModel
 from edgeapp.core.tflite.schema import BUILTIN_OPS, BUILTIN_OPTIONS, TENSOR_TYPES, option_slot
+from edgeapp.errors import InvalidModel
 
 EDGETPU_CUSTOM_OP = "edgetpu-custom-op"
 _FILE_ID = b"TFL3"

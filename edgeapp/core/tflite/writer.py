@@ -20,8 +20,14 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from edgeapp.core.tflite.schema import (ACTIVATIONS, BUILTIN_OPS, BUILTIN_OPTIONS, PADDING,
-                                        TENSOR_TYPES, options_type)
+from edgeapp.core.tflite.schema import (
+    ACTIVATIONS,
+    BUILTIN_OPS,
+    BUILTIN_OPTIONS,
+    PADDING,
+    TENSOR_TYPES,
+    options_type,
+)
 
 SCHEMA_VERSION = 3
 # The op versions that declare int8 kernels.

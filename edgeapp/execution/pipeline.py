@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InvalidModel, UsageError
-from edgeapp.flows.parallel import Done, Notice, Runner, SingleRunner, _invoke
+from edgeapp.execution.parallel import Done, Notice, Runner, SingleRunner, _invoke
 
 _END = object()
 _POLL_S = 0.1  # how often blocked threads look at the stop flag

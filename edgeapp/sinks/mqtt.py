@@ -5,11 +5,12 @@ Topics under the URL's prefix (default `edgeapp`):
   says `offline` itself when the process dies or its network goes (an availability topic);
 - `PREFIX/frames`  mode frames: one JSON object per processed frame, the JSONL record's fields;
 - `PREFIX/events`  mode events: the record of the frame that confirmed a change, plus `event`
-  (`change` when the top class changes; `appear` / `leave` when a detected label does),
-  `label`, and `previous` for a change. A change must hold for --mqtt-debounce seconds (of
+  (`change` when the top class changes; `appear` / `leave` when a detected label, a person
+  (pose) or a segmented class does), `label`, and `previous` for a change. A change must
+  hold for --mqtt-debounce seconds (of
   video time for a file) before it counts, so a flicker sends nothing;
 - `PREFIX/state`   mode events: the confirmed state, retained (`{"label": ...}` for a
-  classifier, `{"labels": [...]}` for a detector), for sensors that start after the event.
+  classifier, `{"labels": [...]}` for the others), for sensors that start after the event.
 
 The inference loop never waits on the network: `on_frame` appends to a bounded queue and
 returns; a sender thread publishes while connected. When the queue is full (broker away, slow
@@ -111,23 +112,23 @@ def _frame_time(record: dict) -> float:
     return ms / 1000.0 if ms is not None else float(record.get("timestamp") or time.time())
 
 
-def _name(item: dict) -> Any:
-    return item.get("label") if item.get("label") is not None else item.get("id")
-
-
 class ChangeDetector:
-    """Turns per-frame records into debounced events.
+    """Turns per-frame records into debounced events, as the task (tasks/) defines them.
 
-    Classifier: the top class (or None when nothing passes the threshold) must stay the same
-    for `debounce` seconds to become the new state: one `change` event. Detector: a label
-    present in every frame for `debounce` seconds `appear`s; absent for `debounce` seconds, it
-    `leave`s. The first confirmed top class is a change from None.
+    "top" tasks (classify): the top result (or None when nothing passes the threshold) must stay
+    the same for `debounce` seconds to become the new state: one `change` event; the first
+    confirmed top result is a change from None. "presence" tasks (detect: labels; pose: a
+    person; segment: classes over a share of the image): a label present in every frame for
+    `debounce` seconds `appear`s; absent for `debounce` seconds, it `leave`s.
     """
 
-    def __init__(self, debounce: float = 1.0) -> None:
+    def __init__(self, kind: Any, debounce: float = 1.0) -> None:
+        if kind.events not in ("top", "presence"):
+            raise UsageError(f"--mqtt-mode events: {kind.name} results have no events; use "
+                             "--mqtt-mode frames")
+        self.kind = kind
         self.debounce = max(0.0, float(debounce))
-        self.kind = "classes"  # or "objects", from the records
-        self.top: Any = None  # confirmed top class
+        self.top: Any = None  # confirmed top result
         self._top_known = False
         self._candidate: Any = None
         self._candidate_since: Optional[float] = None
@@ -136,20 +137,18 @@ class ChangeDetector:
 
     def update(self, record: dict) -> list[dict]:
         t = _frame_time(record)
-        if "objects" in record:
-            self.kind = "objects"
-            return self._objects(record, t)
-        return self._classes(record, t)
+        if self.kind.events == "presence":
+            return self._presence(self.kind.present(record), t)
+        return self._top(self.kind.top(record), t)
 
     def state(self) -> dict:
         """The confirmed state, for the retained `state` topic."""
-        if self.kind == "objects":
+        if self.kind.events == "presence":
             return {"labels": sorted(self.present, key=str)}
         return {"label": self.top}
 
-    def _classes(self, record: dict, t: float) -> list[dict]:
-        classes = record.get("classes") or []
-        top = _name(classes[0]) if classes else None
+    def _top(self, found: Optional[tuple], t: float) -> list[dict]:
+        top, score = found if found is not None else (None, None)
         if self._top_known and top == self.top:
             self._candidate_since = None
             return []
@@ -159,13 +158,9 @@ class ChangeDetector:
             return []
         previous, self.top, self._top_known = self.top, top, True
         self._candidate_since = None
-        score = classes[0]["score"] if classes else None
         return [{"event": "change", "label": top, "previous": previous, "score": score}]
 
-    def _objects(self, record: dict, t: float) -> list[dict]:
-        seen: dict = {}
-        for o in record.get("objects") or []:
-            seen.setdefault(_name(o), []).append(o)
+    def _presence(self, seen: dict, t: float) -> list[dict]:
         events = []
         for label in sorted(set(seen) | self.present | set(self._flip_since), key=str):
             differs = (label in seen) != (label in self.present)
@@ -178,9 +173,8 @@ class ChangeDetector:
             del self._flip_since[label]
             if label in seen:
                 self.present.add(label)
-                found = seen[label]
-                events.append({"event": "appear", "label": label, "count": len(found),
-                               "score": max(o["score"] for o in found)})
+                count, best = seen[label]
+                events.append({"event": "appear", "label": label, "count": count, "score": best})
             else:
                 self.present.discard(label)
                 events.append({"event": "leave", "label": label, "count": 0})
@@ -199,7 +193,8 @@ class MqttOut:
     can for a moment, says `offline` and disconnects.
     """
 
-    def __init__(self, target: MqttTarget, *, mode: str = "frames", debounce: float = 1.0,
+    def __init__(self, target: MqttTarget, *, kind: Any = None, mode: str = "frames",
+                 debounce: float = 1.0,
                  queue_size: int = 100, client_id: Optional[str] = None,
                  on_notice: Optional[Callable[[str], None]] = None, keepalive: int = 30) -> None:
         if mode not in ("frames", "events"):
@@ -209,7 +204,7 @@ class MqttOut:
         self.keepalive = keepalive
         self.client_id = client_id or f"edgeapp-{socket.gethostname()}-{os.getpid()}"
         self.on_notice = on_notice or (lambda message: None)
-        self.detector = ChangeDetector(debounce) if mode == "events" else None
+        self.detector = ChangeDetector(kind, debounce) if mode == "events" else None
         self.published = 0
         self.dropped = 0  # oldest messages pushed out of the full queue, or refused by paho
         self.events = 0

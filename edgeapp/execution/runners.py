@@ -1,7 +1,7 @@
 """Opening a model where the user asked: one device, several Edge TPUs, or a segment pipeline.
 
-`open_runner` turns (model, --device) into one of the runners of flows/parallel.py and
-flows/pipeline.py; the inference commands, the camera and the Python API all come through it.
+`open_runner` turns (model, --device) into one of the runners of execution/parallel.py and
+execution/pipeline.py; the inference commands, the camera and the Python API all come through it.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from edgeapp.errors import DeviceUnavailable
-from edgeapp.flows.parallel import DevicePool, Notice, Runner, SingleRunner, _engine, _invoke
-from edgeapp.flows.pipeline import open_pipeline
+from edgeapp.execution.parallel import DevicePool, Notice, Runner, SingleRunner, _engine, _invoke
+from edgeapp.execution.pipeline import open_pipeline
 
 
 def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[str | Path] = None,
@@ -23,7 +23,7 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
 
     One device: `runtime.open_model` as always, with `auto` also covering a TPU that fails
     mid-run. A list or `all`: a DevicePool over those TPUs. A set of segment files (any one of
-    them, or the base name): a pipeline over as many TPUs (flows/pipeline.py).
+    them, or the base name): a pipeline over as many TPUs (execution/pipeline.py).
     `wrap` turns each opened engine into the member `work(member, payload)` is called with;
     `depth` items per TPU are in flight (2 keeps a batch's TPUs busy, 1 keeps frames fresh).
     `cpu_replicas`: when the run lands on the CPU and `threads` is not given, that many

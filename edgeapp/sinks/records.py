@@ -26,6 +26,43 @@ class Format(str, Enum):
 
 
 TableFormatter = Callable[[dict], str]
+EXTENSIONS = {".csv": Format.csv, ".jsonl": Format.jsonl, ".ndjson": Format.jsonl,
+              ".json": Format.jsonl}
+
+
+def format_for_path(path: Path) -> Optional[Format]:
+    """The results format a file name asks for by its extension, if any."""
+    return EXTENSIONS.get(Path(path).suffix.lower())
+
+BATCH_FIELDS = ("path",), ("device", "model", "latency_ms", "error")  # around the task's columns
+FRAME_FIELDS = ("frame", "timestamp", "source_ms"), ("device", "latency_ms", "frame_ms")
+
+
+class Layout:
+    """How one task's records read as CSV rows and table lines (batches, or camera frames)."""
+
+    def __init__(self, kind: Any, frames: bool = False) -> None:
+        self.kind, self.frames = kind, frames
+        before, after = FRAME_FIELDS if frames else BATCH_FIELDS
+        self._base = before + after
+        self.columns = list(before) + [c for c in kind.columns if c not in self._base] + list(after)
+
+    def rows(self, record: dict) -> list[dict]:
+        base = {k: record.get(k) for k in self._base}
+        return [{**base, **row} for row in self.kind.rows(record)] or [base]
+
+    def table_line(self, record: dict) -> str:
+        if self.frames:
+            return (f"frame {record['frame']}  {self.kind.summary_text(record)}  "
+                    f"({record['latency_ms']:.1f} ms)")
+        if record["error"]:
+            return f"{record['path']}  ERROR: {record['error']}"
+        return f"{record['path']}  {self.kind.summary_text(record)}"
+
+    def writer(self, fmt: "Format", output: Optional[Path] = None, resume: bool = False,
+               check_models: Optional[Callable[[set], None]] = None) -> "RecordWriter":
+        return RecordWriter(fmt, self.columns, self.rows, self.table_line, output, resume,
+                            check_models=check_models)
 
 
 class RecordWriter:

@@ -121,24 +121,27 @@ def _percentiles(values: list) -> dict:
 class _Latest:
     """The newest processed frame, as the loop left it."""
 
-    __slots__ = ("seq", "image", "record", "annotated", "fps")
+    __slots__ = ("seq", "image", "record", "annotated", "fps", "extras")
 
     def __init__(self, seq: int, image: np.ndarray, record: dict, annotated: bool,
-                 fps: Optional[float]) -> None:
+                 fps: Optional[float], extras: dict) -> None:
         self.seq, self.image, self.record = seq, image, record
-        self.annotated, self.fps = annotated, fps
+        self.annotated, self.fps, self.extras = annotated, fps, extras
 
 
 class LiveView:
     """The web server and its newest-frame hand-off; `on_frame` is the inference loop's side.
 
+    `kind`: the task (tasks/), which draws the overlay and words the results.
     `info`: fixed facts for the page (source, model, task, device, device_note).
     `extra`: called per /stats request for more numbers (the MQTT counters).
     """
 
     def __init__(self, address: ServeAddress, *, fps: float = 10.0, quality: int = 80,
-                 info: Optional[dict] = None, extra: Optional[Callable[[], dict]] = None) -> None:
+                 kind: Any = None, info: Optional[dict] = None,
+                 extra: Optional[Callable[[], dict]] = None) -> None:
         self.address = address
+        self.kind = kind
         self.interval = 1.0 / fps if fps > 0 else 0.0
         self.quality = int(quality)
         self.info = dict(info or {})
@@ -248,12 +251,12 @@ class LiveView:
     # -- the inference loop's side ----------------------------------------------------------------
 
     def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool = False,
-                 fps: Optional[float] = None, stats: Any = None) -> None:
+                 fps: Optional[float] = None, stats: Any = None, extras: Optional[dict] = None) -> None:
         """Keep the newest frame (a reference: the loop is done with it) and return at once."""
         now = time.monotonic()
         with self._lock:
             self._frame_seq += 1
-            self._latest = _Latest(self._frame_seq, image, record, annotated, fps)
+            self._latest = _Latest(self._frame_seq, image, record, annotated, fps, extras or {})
             self._done_times.append(now)
             if stats is not None:
                 self._stats_ref = stats
@@ -289,11 +292,12 @@ class LiveView:
 
             cv2 = cv2_module()
             if not latest.annotated:  # drawn here, off the inference loop, and only once
-                from edgeapp.core.overlay import draw_result
+                from edgeapp.tasks.base import Result, annotate_frame
 
                 rec = latest.record
-                draw_result(latest.image, rec, rec.get("latency_ms"), latest.fps,
-                            str(rec.get("device", self.info.get("device", ""))))
+                annotate_frame(self.kind, latest.image, Result(rec, latest.extras),
+                               rec.get("latency_ms"), latest.fps,
+                               str(rec.get("device", self.info.get("device", ""))))
                 latest.annotated = True
             ok, buf = cv2.imencode(".jpg", latest.image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
             if not ok:
@@ -370,9 +374,10 @@ class LiveView:
             rec = latest.record
             out["frame"] = rec.get("frame")
             out["latency_ms"] = rec.get("latency_ms")
-            for key in ("classes", "objects"):
-                if key in rec:
-                    out[key] = rec[key]
+            if self.kind is not None:  # the task's own field, and its results as lines of text
+                out[self.kind.field] = rec.get(self.kind.field)
+                out["results"] = [self.kind.item_text(it) for it in self.kind.items(rec)]
+                out["results_title"] = self.kind.field
         if self.extra is not None:
             out.update(self.extra())
         return out

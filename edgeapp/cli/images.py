@@ -1,0 +1,142 @@
+"""The one body of the image commands (classify, detect, pose, segment, and any task to come).
+
+Each command module declares its Typer signature (the shared options of cli/options.py plus
+its task's own) and calls `run_images` with its task's name and options; everything else is
+here, the same for every task: inputs, --annotate, local or --cluster, --device lists/all,
+the results writer, progress, the summary line and the exit code.
+"""
+
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+import typer
+
+from edgeapp.cli.options import check_common, decode_workers, placement, progress_bar, results_format, say
+from edgeapp.errors import ExitCode, UsageError
+
+# A command's own per-image hook: (path, prepared, result) -> fields to add to the record.
+OnResult = Callable[[Any, Any, Any], Optional[dict]]
+
+
+class Folders:
+    """The image folders a run writes into, checked before any work: --annotate, and a task's
+    own (segment's --mask); their drawings are never taken as inputs."""
+
+    def __init__(self, annotate: Optional[Path], extra: Optional[dict] = None) -> None:
+        from edgeapp.cli.annotate import ImageFolder
+
+        self.annotate = ImageFolder(annotate) if annotate is not None else None
+        self.extra = {option: ImageFolder(folder, option)
+                      for option, folder in (extra or {}).items() if folder is not None}
+        self.paths = {"--annotate": annotate, **(extra or {})}
+
+    def all(self) -> list:
+        return ([self.annotate] if self.annotate else []) + list(self.extra.values())
+
+    def exclude_own(self, paths: List[str]) -> List[str]:
+        for folder in self.all():
+            paths = folder.exclude_own(paths)
+        return paths
+
+    def summary(self, ok: int) -> List[str]:
+        names = {"--annotate": "annotated images", "--mask": "class maps"}
+        return [f"{names.get(option, option)} in {folder}"
+                for option, folder in self.paths.items() if folder is not None and ok]
+
+
+def run_images(ctx: typer.Context, task: str, options: dict, *,
+               extra_folders: Optional[dict] = None,
+               on_result: Optional[Callable[[Folders], OnResult]] = None) -> None:
+    """Run `task` with `options` over the command's inputs, as its shared options say.
+
+    `ctx.params` holds the shared options by name (model, inputs, labels, fmt, output, resume,
+    mean, std, workers, fast_decode, device, cpu_model, threads, cpu_kernels, runtime,
+    no_probe, cluster, ship_bytes, chunk_size, annotate). `extra_folders` {option: folder}
+    are a task's own output folders; `on_result(folders)` makes its per-image hook.
+    """
+    from edgeapp.flows.inputs import expand_inputs
+    from edgeapp.tasks import kind as task_kind
+
+    p = ctx.params
+    kind = task_kind(task)
+    check_common(p, options)
+    fmt = results_format(p.get("fmt"), p.get("output"))
+    if p.get("cluster") and (p.get("annotate") or extra_folders and any(extra_folders.values())):
+        raise UsageError("--annotate and --mask write files where the images are processed: not "
+                         "with --cluster")
+    folders = Folders(p.get("annotate"), extra_folders)  # OpenCV and the folders checked first
+    paths = folders.exclude_own(expand_inputs(p["inputs"]))
+    hook = _hook(kind, folders, on_result)
+    if p.get("cluster"):
+        stats, where = _on_cluster(ctx, task, options, paths, fmt)
+    else:
+        stats, where = _locally(ctx, task, options, paths, fmt, hook)
+    parts = stats.summary(where, p.get("output")) + folders.summary(stats.ok)
+    say("; ".join(parts))
+    if stats.failed:
+        raise typer.Exit(int(ExitCode.INPUTS_FAILED))
+
+
+def _hook(kind: Any, folders: Folders, on_result) -> Optional[OnResult]:
+    own = on_result(folders) if on_result is not None else None
+    if folders.annotate is None:
+        return own
+
+    def annotate_and_more(path, prepared, result) -> Optional[dict]:
+        folders.annotate.annotate(path, prepared.image,
+                                  lambda bgr: kind.draw(bgr, result.fields, result.extras))
+        return own(path, prepared, result) if own is not None else None
+
+    return annotate_and_more
+
+
+def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt, hook) -> tuple:
+    from edgeapp.cli.options import resolve_model
+    from edgeapp.flows.batch import run_batch
+    from edgeapp.flows.open_task import open_task
+    from edgeapp.hw.hostinfo import usable_cores
+    from edgeapp.sinks.records import Layout
+
+    p = ctx.params
+    with open_task(p["model"], task, placement(ctx), options=options, labels_file=p.get("labels"),
+                   mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
+                   on_notice=say, resolve=resolve_model, cpu_replicas=usable_cores()) as opened:
+        for note in opened.task.kind.warnings(opened.model, p.get("labels")):
+            say(f"warning: {note}")
+        engine = opened.engine
+        writer = _writer(Layout(opened.task.kind), fmt, p, (engine.model_path, engine.requested_model))
+        with writer, progress_bar(len(paths), task) as advance:
+            stats = run_batch(paths, opened.runner, opened.task, writer,
+                              workers=decode_workers(p.get("workers")), progress=advance,
+                              on_result=hook)
+        return stats, opened.where
+
+
+def _on_cluster(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt) -> tuple:
+    from edgeapp.cli.options import resolve_model
+    from edgeapp.core.labels import read_labels
+    from edgeapp.flows.cluster import Job, run_cluster
+    from edgeapp.sinks.records import Layout
+    from edgeapp.tasks import kind
+
+    p = ctx.params
+    model, _ = resolve_model(p["model"], "all")  # a Coral model's name: both files, the workers choose
+    place = placement(ctx)
+    job = Job(task, str(model), place, labels=read_labels(p["labels"]) if p.get("labels") else None,
+              mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
+              options=kind(task).options(options), decode_workers=decode_workers(p.get("workers")))
+    writer = _writer(Layout(kind(task)), fmt, p, (job.model, place.cpu_model))
+    with writer, progress_bar(len(paths), task) as advance:
+        stats = run_cluster(paths, job, writer, p["cluster"], p.get("ship_bytes", False),
+                            p.get("chunk_size", 16), advance)
+    return stats, f"the cluster {p['cluster']}"
+
+
+def _writer(layout: Any, fmt, p: dict, models: tuple):
+    """The results (stdout or --output): --resume appends only to results of `models` (the
+    paths this run's records name; a compiled model and its CPU twin count as one)."""
+    from edgeapp.flows.batch import check_resumed_model
+
+    ours = [str(m) for m in models if m]
+    return layout.writer(fmt, p.get("output"), p.get("resume", False),
+                         check_models=lambda recorded: check_resumed_model(recorded, *ours))

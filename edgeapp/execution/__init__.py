@@ -1,0 +1,1 @@
+"""How inferences are scheduled: one device, several Edge TPUs, segment pipelines, decoding ahead."""

@@ -1,0 +1,153 @@
+"""Opening a model for a task: the one way the CLI, the camera, the cluster's workers and the
+Python API do it.
+
+A MODEL that names one of Coral's published models is pulled first; the model opens where
+--device says (one device, several Edge TPUs, a segment pipeline, the CPU twin as a fallback);
+labels and normalization come from the arguments, else the model's sidecar or metadata; the
+task is the one asked for, else the model's metadata's, else what its outputs are for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from edgeapp.errors import InvalidModel
+from edgeapp.execution.parallel import Runner
+from edgeapp.tasks.base import BoundTask
+from edgeapp.tasks.model import ImageModel
+
+Notice = Callable[[str], None]
+
+
+@dataclass
+class OpenTask:
+    """An opened model, where it runs, and the task bound to it. Close it (or use `with`) to
+    end the runner's threads."""
+
+    runner: Runner
+    model: ImageModel
+    task: BoundTask
+
+    @property
+    def engine(self) -> Any:
+        return self.runner.engine
+
+    @property
+    def where(self) -> str:
+        """Where it runs, for summaries ("cpu", "usb:0, usb:1", "usb:0, then cpu")."""
+        return self.runner.label
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def __enter__(self) -> "OpenTask":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and how to run: what --device, --cpu-model, --runtime, --threads, --cpu-kernels
+    and --no-probe say (plain data: the cluster ships it to its workers)."""
+
+    device: str = "auto"
+    cpu_model: Optional[str] = None
+    runtime: Optional[str] = None
+    threads: Optional[int] = None
+    probe: bool = True
+    cpu_kernels: str = "fast"
+
+
+def open_task(model: Any, task: Optional[str] = None, place: Placement = Placement(), *,
+              options: Optional[dict] = None, labels_file: Any = None,
+              labels: Optional[dict] = None, mean: Optional[float] = None,
+              std: Optional[float] = None, fast_decode: bool = False,
+              on_notice: Optional[Notice] = None, resolve: Optional[Callable] = None,
+              frames: bool = False, cpu_replicas: int = 1, strict_options: bool = True) -> OpenTask:
+    """Open `model` on `place` and bind `task` (None: the model's own) with `options`.
+
+    `resolve(name, device)` turns a registry name into (path, notice) (the CLI's shows download
+    progress; default: flows.models.resolve, quiet). `frames`: the runner takes camera frames
+    and each device's thread runs the whole task on its frame (prepare, invoke, interpret),
+    one frame per device in flight; else it takes prepared tensors (batches).
+    `cpu_replicas`: one-thread CPU interpreters side by side when the run lands on the CPU.
+    `strict_options` False: options the task does not take are dropped (the camera's options
+    are for whichever task the model turns out to be), not refused.
+    """
+    from edgeapp.core.segments import find_segment_files
+    from edgeapp.execution.runners import open_runner
+    from edgeapp.tasks import kind, task_for
+    from edgeapp.tasks.base import bind
+    from edgeapp.tasks.model import image_model
+
+    say = on_notice or (lambda _text: None)
+    path, name_notice = Path(str(model)), None
+    if find_segment_files(path) is None:
+        path, name_notice = (resolve or _resolve_quietly)(path, place.device)
+        if name_notice:
+            say(name_notice)
+    holder: dict = {}
+    kw: dict = {}
+    if frames:
+        kw = {"work": lambda engine, frame: holder["task"].on(engine).run_frame(frame), "depth": 1}
+    try:
+        runner = open_runner(path, place.device, cpu_model=place.cpu_model, runtime=place.runtime,
+                             threads=place.threads, probe=place.probe,
+                             on_notice=_once_per_fallback(say, name_notice),
+                             cpu_kernels=place.cpu_kernels, cpu_replicas=cpu_replicas, **kw)
+    except InvalidModel:
+        _refuse_posenet(path)
+        raise
+    try:
+        loaded = image_model(runner.engine, runner.meta_path, labels_file, mean, std, fast_decode,
+                             labels)
+        name = task or task_for(runner.engine, loaded.meta.task)
+        if not strict_options:
+            takes = kind(name).defaults
+            options = {k: v for k, v in (options or {}).items() if k in takes}
+        bound = holder["task"] = bind(name, loaded, options)
+    except BaseException:
+        runner.close()
+        raise
+    return OpenTask(runner, loaded, bound)
+
+
+def _resolve_quietly(path: Path, device: str) -> tuple:
+    if path.exists():
+        return path, None
+    from edgeapp.flows.models import resolve
+
+    found = resolve(str(path), device)
+    return (found.path, found.notice) if found is not None else (path, None)
+
+
+def _once_per_fallback(say: Notice, name_notice: Optional[str]) -> Notice:
+    """A registry name that already said it runs Coral's CPU build on the CPU needs no second
+    line saying the CPU model is not compiled for the Edge TPU."""
+    if not name_notice:
+        return say
+
+    def notice(text: str) -> None:
+        if "not compiled for the Edge TPU" not in text:
+            say(text)
+
+    return notice
+
+
+def _refuse_posenet(path: Path) -> None:
+    """A PoseNet model the runtime cannot open (it lacks Coral's op): say why in one line."""
+    from edgeapp.core.pose import POSENET_OP, posenet_refusal
+    from edgeapp.core.tflite.model import load_model
+
+    if not path.is_file():
+        return
+    try:
+        parsed = load_model(path)
+    except InvalidModel:
+        return
+    if POSENET_OP in {op.op for op in parsed.operators}:
+        raise InvalidModel(posenet_refusal(str(path))) from None

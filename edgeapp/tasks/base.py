@@ -1,0 +1,261 @@
+"""What a task is: one definition that every path asks, and the same task bound to a model.
+
+A `TaskKind` (one per module in tasks/, listed in tasks/__init__.py) says everything the paths
+need of a task: which models it takes (`plan`), how an image or a camera frame becomes the
+input (`prepare`, `prepare_frame`), how the raw outputs become record fields (`interpret`),
+the record of a failed image (`empty`), its results-file rows and table text, its overlay, and
+what an event is for MQTT. Batch, camera, cluster, the API, results files, the live view and
+MQTT go through it; none of them tells tasks apart by the keys of a record.
+
+A `BoundTask` is a kind with its options, bound to an opened model: what actually runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from edgeapp.core.boxes import Fit, ResizeMode, make_fit
+from edgeapp.errors import InvalidModel, UsageError
+from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs
+
+
+@dataclass
+class Prepared:
+    """What interpreting needs of the input besides the outputs."""
+
+    fit: Fit  # how the image went into the input tensor (to map results back)
+    image: Any = None  # the decoded image when something draws on it (Pillow; BGR for frames)
+    source: Any = None  # the path (or bytes) it came from
+
+
+@dataclass
+class Result:
+    """One image's results: the record's task fields, and what is not for the record (a
+    segmentation's class map at the image's size, "mask") but for overlays and files."""
+
+    fields: dict
+    extras: dict = field(default_factory=dict)
+
+
+def item_name(item: dict) -> str:
+    label = item.get("label")
+    return str(label) if label is not None else str(item.get("id"))
+
+
+def use(task: str) -> str:
+    """How to run a model as `task`: its command, or the camera's --task."""
+    return f"use `edgeapp {task}` (camera: --task {task})"
+
+
+def event_name(item: dict) -> Any:
+    """What an event calls an item: its label, else its class id."""
+    return item.get("label") if item.get("label") is not None else item.get("id")
+
+
+class TaskKind:
+    """One task. Subclasses set the class attributes and override what differs."""
+
+    name: ClassVar[str] = ""  # the command, --task value and registry key
+    field: ClassVar[str] = ""  # the record key holding the results
+    noun: ClassVar[str] = ""  # "a classifier", for messages that name the task a model is for
+    wanted: ClassVar[str] = ""  # what the outputs should be, for refusals
+    columns: ClassVar[Tuple[str, ...]] = ()  # results-file columns of one row (`rows`)
+    defaults: ClassVar[Dict[str, Any]] = {}  # option defaults (every option the task takes)
+    resample: ClassVar[str] = "lanczos"  # how images are resized: lanczos (Pillow) or bilinear
+    events: ClassVar[Optional[str]] = None  # MQTT events: "top" (top result changes), "presence"
+    nothing: ClassVar[str] = "(nothing above threshold)"
+    guess_rank: ClassVar[int] = 5  # guess_task asks kinds in this order (specific shapes first)
+
+    # -- the model --------------------------------------------------------------------------------
+
+    def claims(self, shapes: Sequence[Sequence[int]], ops: Sequence[str]) -> bool:
+        """Whether a model with these output shapes and operators is for this task (guessing)."""
+        return False
+
+    def plan(self, engine: Any, options: dict) -> Any:
+        """Check that `engine`'s model is for this task (InvalidModel naming the task it is for,
+        if not) and work out what `interpret` needs of it (layout, quantization)."""
+        return None
+
+    def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:
+        """What to tell the user before running (labels that do not fit the model)."""
+        return []
+
+    def refuse(self, engine: Any) -> InvalidModel:
+        """The refusal of another task's model, naming the command that fits it."""
+        from edgeapp.tasks import guess_task, kind
+
+        found = guess_task(engine)
+        fits = f"; it looks like {kind(found).noun}: {use(found)}" if found else ""
+        return InvalidModel(f"{engine.model_path}: outputs {describe_outputs(engine)} are not "
+                            f"{self.wanted}{fits}")
+
+    # -- one image --------------------------------------------------------------------------------
+
+    def prepare(self, source: Any, spec: InputSpec, options: dict,
+                keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
+        """Load an image (path, bytes, Pillow image, array) and fit it into the input tensor."""
+        return prepare_image(source, spec, options.get("resize", "stretch"), self.resample,
+                             keep_image)
+
+    def prepare_frame(self, frame: np.ndarray, spec: InputSpec,
+                      options: dict) -> tuple[np.ndarray, Prepared]:
+        """Fit a BGR camera frame into the input tensor (with OpenCV)."""
+        from edgeapp.core.frames import fit_frame
+        from edgeapp.core.preprocess import quantize_input
+
+        pixels, fit = fit_frame(frame, spec.size, spec.channels, options.get("resize", "stretch"))
+        tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
+        return tensor[None], Prepared(fit)
+
+    def interpret(self, outputs: List[np.ndarray], prepared: Prepared, plan: Any, options: dict,
+                  labels: Optional[dict]) -> Result:
+        raise NotImplementedError
+
+    def empty(self) -> dict:
+        """The task fields of a record whose image failed."""
+        return {self.field: []}
+
+    # -- results ----------------------------------------------------------------------------------
+
+    def items(self, fields: dict) -> list:
+        return list(fields.get(self.field) or [])
+
+    def rows(self, fields: dict) -> List[dict]:
+        """Results-file rows (CSV) with `columns` as keys: one per item, ranked."""
+        return [{"rank": r, **it} for r, it in enumerate(self.items(fields), 1)]
+
+    def item_text(self, item: dict) -> str:
+        return f"{item_name(item)} {item['score']:.3f}"
+
+    def summary_text(self, fields: dict) -> str:
+        """The table format's text for one image (items apart with ` | `: labels hold commas)."""
+        return " | ".join(self.item_text(it) for it in self.items(fields)) or self.nothing
+
+    def draw(self, img: np.ndarray, fields: dict, extras: dict) -> None:
+        """Draw the results on a BGR image in place (annotated files, camera overlay)."""
+
+    # -- events (MQTT) ----------------------------------------------------------------------------
+
+    def top(self, fields: dict) -> Optional[tuple]:
+        """events "top": (label, score) of the result that counts, or None."""
+        return None
+
+    def present(self, fields: dict) -> Dict[Any, tuple]:
+        """events "presence": label -> (count, best score) of what is in the image."""
+        return {}
+
+    # -- options ----------------------------------------------------------------------------------
+
+    def options(self, given: Optional[dict] = None) -> dict:
+        """The defaults, overridden by the options given (None: the default)."""
+        given = {k: v for k, v in (given or {}).items() if v is not None}
+        unknown = sorted(set(given) - set(self.defaults))
+        if unknown:
+            raise UsageError(f"{self.name}: unknown option(s) {', '.join(unknown)} (it takes "
+                             f"{', '.join(sorted(self.defaults)) or 'none'})")
+        return {**self.defaults, **given}
+
+
+def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanczos",
+                  keep_image: bool = False, fill: int = 0) -> tuple[np.ndarray, Prepared]:
+    """Load, fit (stretch or letterbox, padded with `fill`), resize and quantize one image.
+
+    LANCZOS as Coral's classification and detection examples, or libcoral's bilinear (what
+    Coral's pose references were made with). --fast-decode decodes JPEGs at a reduced scale."""
+    from edgeapp.core.preprocess import load_image, quantize_input, resize, resize_bilinear
+
+    img = load_image(source, spec.channels, spec.size if spec.fast_decode else None)
+    fit = make_fit(mode, img.size, spec.size)
+    content = (fit.content_w, fit.content_h)
+    if resample == "bilinear":
+        pixels = np.asarray(img, dtype=np.uint8)
+        pixels = resize_bilinear(pixels[:, :, None] if pixels.ndim == 2 else pixels, content)
+    else:
+        pixels = np.asarray(resize(img, content), dtype=np.uint8)
+    if pixels.ndim == 2:
+        pixels = pixels[:, :, None]
+    if content != spec.size:
+        canvas = np.full((spec.height, spec.width, pixels.shape[2]), fill, np.uint8)
+        canvas[fit.pad_y:fit.pad_y + fit.content_h, fit.pad_x:fit.pad_x + fit.content_w] = pixels
+        pixels = canvas
+    tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
+    return tensor[None], Prepared(fit, img if keep_image else None, source)
+
+
+def bind(name: str, model: ImageModel, options: Optional[dict] = None) -> "BoundTask":
+    """Task `name` (tasks/__init__.py) with `options` on an opened ImageModel."""
+    from edgeapp.tasks import kind
+
+    return BoundTask(kind(name), model, options)
+
+
+class BoundTask:
+    """A task kind with its options, bound to an opened model: what batch, camera, cluster and
+    the API run. `on(engine)` gives the same task for another engine of the model (each TPU's
+    thread in the camera, a CPU twin) with its own plan."""
+
+    def __init__(self, kind: TaskKind, model: ImageModel, options: Optional[dict] = None,
+                 engine: Any = None) -> None:
+        self.kind, self.model = kind, model
+        self.options = kind.options(options)
+        self.engine = engine if engine is not None else model.engine
+        self.plan = kind.plan(self.engine, self.options)
+        self._others: dict = {}
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    def on(self, engine: Any) -> "BoundTask":
+        if engine is self.engine:
+            return self
+        bound = self._others.get(id(engine))
+        if bound is None:
+            bound = self._others.setdefault(id(engine),
+                                            BoundTask(self.kind, self.model, self.options, engine))
+        return bound
+
+    def prepare(self, source: Any, keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
+        return self.kind.prepare(source, self.model.spec, self.options, keep_image)
+
+    def prepare_frame(self, frame: np.ndarray) -> tuple[np.ndarray, Prepared]:
+        return self.kind.prepare_frame(frame, self.model.spec, self.options)
+
+    def interpret(self, outputs: List[np.ndarray], prepared: Prepared) -> Result:
+        return self.kind.interpret(outputs, prepared, self.plan, self.options, self.model.labels)
+
+    def empty(self) -> dict:
+        return self.kind.empty()
+
+    def run(self, image: Any) -> Result:
+        """One image on this task's engine, in the caller's thread."""
+        tensor, prepared = self.prepare(image)
+        return self.interpret(self.engine.run(tensor), prepared)
+
+    def run_frame(self, frame: np.ndarray) -> tuple[Result, float]:
+        """One camera frame: (result, inference milliseconds)."""
+        tensor, prepared = self.prepare_frame(frame)
+        t0 = time.perf_counter()
+        outputs = self.engine.run(tensor)
+        latency = (time.perf_counter() - t0) * 1000.0
+        return self.interpret(outputs, prepared), latency
+
+
+def annotate_frame(kind: Optional[TaskKind], img: np.ndarray, result: Result,
+                   latency_ms: Optional[float], fps: Optional[float], device: str) -> np.ndarray:
+    """A camera frame's overlay: the task's drawing, then the status line."""
+    from edgeapp.core.overlay import draw_status
+
+    if kind is not None:
+        kind.draw(img, result.fields, result.extras)
+    return draw_status(img, latency_ms, fps, device)
+
+
+def resize_mode(value: Any) -> str:
+    """A --resize value as its string (stretch, letterbox)."""
+    return ResizeMode(value).value

@@ -1,0 +1,107 @@
+"""An opened image model and what every task needs of it besides its graph: labels, input layout.
+
+`image_model` reads labels and normalization from the flags, else the model's sidecar or
+metadata; `InputSpec` is how an image becomes this model's input tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from edgeapp.core.meta import ModelMeta
+from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, prepare_image
+from edgeapp.errors import InvalidModel
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How to turn an image into this model's input tensor."""
+
+    width: int
+    height: int
+    channels: int
+    dtype: np.dtype
+    scale: float
+    zero_point: int
+    mean: float
+    std: float
+    fast_decode: bool = False
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.width, self.height
+
+    def prepare(self, source) -> np.ndarray:
+        return prepare_image(source, (self.width, self.height), self.channels, self.dtype,
+                             self.scale, self.zero_point, self.mean, self.std, self.fast_decode)
+
+
+def input_spec(engine: Any, meta: ModelMeta, mean: Optional[float] = None,
+               std: Optional[float] = None, fast_decode: bool = False) -> InputSpec:
+    """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128."""
+    if len(engine.inputs) != 1:
+        raise InvalidModel(f"{engine.model_path} has {len(engine.inputs)} inputs; an image model "
+                           "has one")
+    shape = engine.input_shape
+    if len(shape) != 4 or shape[0] != 1 or shape[3] not in (1, 3):
+        raise InvalidModel(f"{engine.model_path}: input shape {list(shape)} is not an image tensor "
+                           "[1, height, width, 1 or 3]")
+    if engine.input_dtype not in (np.uint8, np.int8, np.float32):
+        raise InvalidModel(f"{engine.model_path}: input type {engine.input_dtype} is not supported "
+                           "(uint8, int8 or float32)")
+    scale, zero = engine.input_quantization
+    return InputSpec(width=shape[2], height=shape[1], channels=shape[3], dtype=engine.input_dtype,
+                     scale=scale, zero_point=zero,
+                     mean=_first(mean, meta.mean, CORAL_MEAN), std=_first(std, meta.std, CORAL_STD),
+                     fast_decode=fast_decode)
+
+
+@dataclass(frozen=True)
+class ImageModel:
+    """An opened image model and what it needs besides its graph: labels and input layout."""
+
+    engine: Any  # hw.runtime.Engine, or a pipeline's view of its segments
+    meta: ModelMeta
+    labels: Optional[dict[int, str]]
+    spec: InputSpec
+
+
+def image_model(engine: Any, model_path, labels_file=None, mean: Optional[float] = None,
+                std: Optional[float] = None, fast_decode: bool = False,
+                labels: Optional[dict] = None) -> ImageModel:
+    """Labels from `labels` or the file given, else the model's metadata; normalization likewise.
+
+    The metadata is that of the file the engine opened, which for a model given by name
+    (`edgeapp classify mobilenet_v2`) is the pulled file, not `model_path`."""
+    from edgeapp.core.labels import read_labels
+    from edgeapp.core.meta import read_meta
+
+    meta = read_meta(engine.requested_model or model_path)
+    if labels is None:
+        labels = read_labels(labels_file) if labels_file else meta.labels
+    return ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, fast_decode))
+
+
+def output_shapes(engine: Any) -> list[tuple[int, ...]]:
+    return [tuple(int(d) for d in o["shape"]) for o in engine.outputs]
+
+
+def output_quantization(engine: Any, index: int = 0) -> tuple[float, int]:
+    """(scale, zero point) of one output; (0.0, 0) for a float output."""
+    scale, zero = engine.outputs[index].get("quantization", (0.0, 0))
+    return float(scale), int(zero)
+
+
+def op_names(engine: Any) -> list[str]:
+    return [op.op for op in engine.model.operators]
+
+
+def describe_outputs(engine: Any) -> str:
+    return ", ".join(str(list(s)) for s in output_shapes(engine))
+
+
+def _first(*values):
+    return next(v for v in values if v is not None)

@@ -1,0 +1,71 @@
+"""segment: the class of every pixel; records list the classes present with their share of the
+image ({"classes": [{"id", "label", "share"}], "mask": where --mask wrote the map, or None}).
+
+DeepLab-style outputs: class scores [1, H, W, C] (the argmax that compiled models leave out is
+taken here) or a class map [1, H, W]. The map is brought back to the image's size (nearest);
+it travels beside the record (Result.extras["mask"]) for overlays and --mask files.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from edgeapp.core.segment import class_map, class_shares, is_segmentation_output, to_original
+from edgeapp.tasks.base import Prepared, Result, TaskKind, event_name, item_name
+from edgeapp.tasks.model import output_quantization
+
+EVENT_SHARE = 0.05  # events: a class counts as present from this share of the image
+
+
+class Segment(TaskKind):
+    name = "segment"
+    field = "classes"
+    noun = "a segmentation model"
+    wanted = "segmentation outputs ([1, H, W, C] class scores or a [1, H, W] class map)"
+    columns = ("rank", "id", "label", "share", "mask")
+    defaults = {"resize": "stretch"}
+    events = "presence"
+    nothing = "(no class)"
+    guess_rank = 2
+
+    def claims(self, shapes, ops) -> bool:
+        return len(shapes) == 1 and is_segmentation_output(shapes[0])
+
+    def plan(self, engine: Any, options: dict) -> tuple:
+        if not (len(engine.outputs) == 1 and is_segmentation_output(engine.outputs[0]["shape"])):
+            raise self.refuse(engine)
+        return output_quantization(engine)
+
+    def interpret(self, outputs, prepared: Prepared, plan: tuple, options: dict,
+                  labels: Optional[dict]) -> Result:
+        full = to_original(class_map(outputs[0], *plan), prepared.fit)
+        return Result({"classes": class_shares(full, labels), "mask": None}, {"mask": full})
+
+    def empty(self) -> dict:
+        return {"classes": [], "mask": None}
+
+    def rows(self, fields: dict):
+        return [{"rank": r, **c, "mask": fields.get("mask")}
+                for r, c in enumerate(fields["classes"], 1)] or [{"mask": fields.get("mask")}]
+
+    def item_text(self, item: dict) -> str:
+        return f"{item_name(item)} {item['share'] * 100:.1f}%"
+
+    def summary_text(self, fields: dict) -> str:
+        where = f"  [mask {fields['mask']}]" if fields.get("mask") else ""
+        return super().summary_text(fields) + where
+
+    def draw(self, img, fields: dict, extras: dict) -> None:
+        from edgeapp.core.overlay import draw_classes, draw_mask
+
+        if extras.get("mask") is not None:
+            draw_mask(img, extras["mask"], fields["classes"])
+        else:  # a record without its map (another process's): the classes at least
+            draw_classes(img, [{**c, "score": c["share"]} for c in fields["classes"]])
+
+    def present(self, fields: dict) -> Dict[Any, tuple]:
+        return {event_name(c): (1, c["share"]) for c in fields.get("classes") or []
+                if c["share"] >= EVENT_SHARE}
+
+
+KIND = Segment()

@@ -1,0 +1,59 @@
+"""House habits a reader relies on, checked: ruff's rules (pyproject.toml: pyflakes, pycodestyle,
+import order, complexity), and sizes a newcomer can hold in their head: no module in edgeapp/
+over 500 lines, no function over 80.
+"""
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "edgeapp"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+# Data tables may run longer than code: module -> why (none today).
+SIZE_EXEMPT: dict = {}
+
+
+def _ruff() -> list:
+    try:
+        import ruff  # noqa: F401  (the PyPI package carries the binary)
+
+        return [sys.executable, "-m", "ruff"]
+    except ImportError:
+        found = shutil.which("ruff")
+        if found is None:
+            pytest.skip("ruff is not installed: pip install ruff (it is in the dev extra)")
+        return [found]
+
+
+def test_ruff_passes():
+    proc = subprocess.run(_ruff() + ["check", "--no-cache", "--output-format", "concise",
+                                     "edgeapp", "tests", "scripts"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _modules():
+    return sorted(p for p in PKG.rglob("*.py") if str(p.relative_to(PKG)) not in SIZE_EXEMPT)
+
+
+def test_no_module_over_500_lines():
+    sizes = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in _modules()}
+    long = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by idea): {long}"
+
+
+def test_no_function_over_80_lines():
+    long = []
+    for p in _modules():
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{p.relative_to(PKG)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
