@@ -1,0 +1,255 @@
+"""Every task through every path, parametrized over the task registry (edgeapp/tasks/).
+
+A task added to the registry is run here through batch and camera records (the same keys),
+its results files, its wording and drawing on empty and full results, the live view, MQTT
+frames and events, `--device all` on stand-in Edge TPUs, `--cluster local:2` and the Python
+API, on tiny models the suite builds. The KeyErrors issue 20 found (segment in the live view,
+events of pose and segment) were exactly such a task taken down a path by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import posesegment_models as pm
+from camera_proc import CameraProc
+from conftest import color_pixels, make_edgetpu_stand_in
+from standin import standin_lib, tpus  # noqa: F401 - fixtures
+
+import detection_models
+from edgeapp import tasks
+from edgeapp.sinks.records import BATCH_FIELDS, FRAME_FIELDS, Layout
+from edgeapp.tasks.base import Result
+
+TASKS = tasks.names()
+BATCH_KEYS = set(BATCH_FIELDS[0] + BATCH_FIELDS[1])
+FRAME_KEYS = set(FRAME_FIELDS[0] + FRAME_FIELDS[1])
+
+
+@dataclass
+class Case:
+    model: Path  # the CPU model
+    options: list  # CLI options it needs (labels)
+    images: list  # image files the model finds something in
+    video: Path  # those images as a video, for the camera
+
+
+def _save(folder: Path, name: str, pixels: np.ndarray) -> Path:
+    from PIL import Image
+
+    path = folder / name
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+def _square(channel: int, cell: int, size: int = 64) -> np.ndarray:
+    """The detection models' world: black, with one pure-colour cell of their 4x4 grid."""
+    a = np.zeros((size, size, 3), np.uint8)
+    r, c = divmod(cell, 4)
+    step = size // 4
+    a[r * step:(r + 1) * step, c * step:(c + 1) * step, channel] = 255
+    return a
+
+
+def _video(path: Path, image: Path, frames: int = 12) -> Path:
+    import cv2
+
+    bgr = cv2.resize(cv2.imread(str(image)), (320, 240), interpolation=cv2.INTER_NEAREST)
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 15, (320, 240))
+    for _ in range(frames):
+        writer.write(bgr)
+    writer.release()
+    return path
+
+
+@pytest.fixture(scope="module")
+def cases(tiny_model, tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("contract")
+    det = detection_models.build(tmp_path_factory)
+    ps = pm.build(tmp_path_factory)
+    rng = np.random.default_rng(5)
+    images = {
+        "classify": [_save(folder, f"c{i}.png", color_pixels(i % 3, rng, 32)) for i in range(3)],
+        "detect": [_save(folder, f"d{i}.png", _square(i % 3, 5 + i)) for i in range(3)],
+        "pose": [_save(folder, f"p{i}.png", pm.uniform_image(rgb, (96, 64)))
+                 for i, rgb in enumerate([(200, 60, 230), (120, 200, 250), (30, 90, 240)])],
+        "segment": [_save(folder, f"s{i}.png", pm.quadrants((120 + 8 * i, 90))) for i in range(3)],
+    }
+    # plain_tf2 ends in plain TF ops (static output shapes), so its stand-in build keeps them
+    models = {"classify": (tiny_model, []), "detect": (det["plain_tf2"], ["--labels", det["labels"]]),
+              "pose": (ps["pose"], []), "segment": (ps["seg"], [])}
+    return {t: Case(models[t][0], [str(o) for o in models[t][1]], images[t],
+                    _video(folder / f"{t}.avi", images[t][0])) for t in TASKS}
+
+
+def records(text: str) -> list:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def comparable(recs: list) -> list:
+    """Records without what legitimately differs between runs: where and how fast."""
+    return [{k: v for k, v in r.items() if k not in ("device", "model", "latency_ms")} for r in recs]
+
+
+def test_the_registry_knows_every_task_module():
+    on_disk = {p.stem for p in Path(tasks.__file__).parent.glob("*.py")} - {"__init__", "base", "model"}
+    assert set(TASKS) == on_disk
+    for name in TASKS:
+        kind = tasks.kind(name)
+        assert kind.name == name and kind.field and kind.columns and kind.events in ("top", "presence")
+        assert set(kind.defaults) == set(kind.options())
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_results_are_worded_counted_and_drawn_empty_or_full(task, cases):
+    import edgeapp
+
+    case = cases[task]
+    with edgeapp.open_model(case.model, "cpu", task=task) as model:
+        full = model._task(None, {}).run(case.images[0])  # a real result, with its extras
+    kind = tasks.kind(task)
+    empty = Result(kind.empty())
+    assert set(empty.fields) == set(full.fields) and kind.items(full.fields)
+    layout = Layout(kind)
+    for result in (empty, full, Result(full.fields)):  # full without its extras: another process's
+        record = {"path": "x.png", "device": "cpu", "model": "m", **result.fields, "latency_ms": 1.0,
+                  "error": None}
+        assert isinstance(kind.summary_text(result.fields), str)
+        for row in layout.rows(record):
+            assert set(row) <= set(layout.columns)
+        assert layout.table_line(record).startswith("x.png  ")
+        img = np.zeros((90, 120, 3), np.uint8)
+        kind.draw(img, result.fields, result.extras)
+        assert img.any() or not kind.items(result.fields), "a result is drawn"
+        kind.top(result.fields) if kind.events == "top" else kind.present(result.fields)
+    if kind.events == "presence":
+        assert kind.present(full.fields) and not kind.present(empty.fields)
+    else:
+        assert kind.top(full.fields) is not None and kind.top(empty.fields) is None
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_batch_and_camera_records_have_the_same_fields(task, cases, cli):
+    case = cases[task]
+    batch = cli(task, case.model, case.images[0], "-f", "jsonl", *case.options)
+    assert batch.exit_code == 0, batch.stderr
+    cam = cli("camera", case.model, "--source", case.video, "--no-display", "--max-frames", "2",
+              "-f", "jsonl", *case.options)
+    assert cam.exit_code == 0, cam.stderr
+    (b,), c = records(batch.stdout), records(cam.stdout)
+    assert len(c) == 2
+    assert set(b) - BATCH_KEYS == set(c[0]) - FRAME_KEYS == set(tasks.kind(task).empty())
+    batch_csv = cli(task, case.model, case.images[0], "-f", "csv", *case.options)
+    cam_csv = cli("camera", case.model, "--source", case.video, "--no-display", "--max-frames", "1",
+                  "-f", "csv", *case.options)
+    b_cols = next(csv.reader(io.StringIO(batch_csv.stdout)))
+    c_cols = next(csv.reader(io.StringIO(cam_csv.stdout)))
+    assert [x for x in b_cols if x not in BATCH_KEYS] == [x for x in c_cols if x not in FRAME_KEYS]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_live_view_serves_each_tasks_overlay(task, cases):
+    case = cases[task]
+    with CameraProc(case.model, "--source", case.video, "--drop-frames", "--no-display",
+                    "--serve", "127.0.0.1:0", "--duration", "60", *case.options) as cam:
+        url = cam.url()
+        end, jpeg = time.monotonic() + 30, b""
+        while not jpeg.startswith(b"\xff\xd8") and time.monotonic() < end:
+            try:
+                jpeg = urllib.request.urlopen(url + "snapshot.jpg", timeout=10).read()
+            except OSError:  # 503 until the first frame
+                time.sleep(0.1)
+        stats = json.loads(urllib.request.urlopen(url + "stats", timeout=10).read())
+        cam.stop()
+    assert jpeg.startswith(b"\xff\xd8"), cam.stderr
+    assert stats["task"] == task and stats["results"] and "Traceback" not in cam.stderr
+    assert "Exception in thread" not in cam.stderr
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_mqtt_events_mean_something_for_each_task(task, cases, cli, tmp_path):
+    from test_mqtt import Broker, Subscriber
+
+    case = cases[task]
+    broker = Broker(tmp_path).start()
+    sub = Subscriber(broker.port, f"{task}/#")
+    try:
+        r = cli("camera", case.model, "--source", case.video, "--no-display", "--mqtt",
+                broker.url(task), "--mqtt-mode", "events", "--mqtt-debounce", "0", "--summary",
+                "json", *case.options)
+        assert r.exit_code == 0, r.stderr
+        summary = json.loads(r.stderr.strip().splitlines()[-1])
+        assert summary["mqtt"]["events"] >= 1  # a constant scene: its content appears once
+        sub.wait(lambda: sub.on(f"{task}/events"), 20, "an event")
+        event = sub.json_on(f"{task}/events")[0]
+        assert event["event"] in ("change", "appear") and event["label"] is not None
+    finally:
+        sub.close()
+        broker.kill()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_way_of_running_gives_the_same_records(task, cases, cli, tpus, tmp_path):
+    import edgeapp
+
+    case = cases[task]
+    paths = [str(p) for p in case.images]
+    plain = cli(task, case.model, *paths, "-f", "jsonl", "--device", "cpu", *case.options)
+    assert plain.exit_code == 0, plain.stderr
+    expected = comparable(records(plain.stdout))
+    assert len(expected) == len(paths) and all(r["error"] is None for r in expected)
+    labels = {"labels": case.options[1]} if case.options else {}
+    with edgeapp.open_model(case.model, "cpu", task=task, **labels) as model:
+        assert comparable(list(model.batch(paths))) == expected
+    cluster = cli(task, case.model, *paths, "-f", "jsonl", "--device", "cpu", "--cluster", "local:2",
+                  "--chunk-size", "1", *case.options)
+    assert cluster.exit_code == 0, cluster.stderr
+    assert comparable(records(cluster.stdout)) == expected
+
+    # on stand-in Edge TPUs: one, every one, and through the API
+    tpus("usb,usb")
+    twin = tmp_path / f"{task}.tflite"
+    twin.write_bytes(Path(case.model).read_bytes())
+    sidecar = Path(case.model).with_suffix(".json")
+    if sidecar.is_file():
+        twin.with_suffix(".json").write_bytes(sidecar.read_bytes())
+    compiled = make_edgetpu_stand_in(twin, tmp_path / f"{task}_edgetpu.tflite")
+    one = cli(task, compiled, *paths, "-f", "jsonl", "--device", "usb:0", *case.options)
+    assert one.exit_code == 0, one.stderr
+    on_one = comparable(records(one.stdout))
+    every = cli(task, compiled, *paths, "-f", "jsonl", "--device", "all", *case.options)
+    assert every.exit_code == 0, every.stderr
+    assert comparable(records(every.stdout)) == on_one
+    assert {r["device"] for r in records(every.stdout)} <= {"usb:0", "usb:1"}
+    with edgeapp.open_model(compiled, "all", task=task, **labels) as model:
+        assert model.where == "usb:0, usb:1"
+        assert comparable(list(model.batch(paths))) == on_one
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_fast_decode_for_every_task(task, cases, cli, tmp_path):
+    """--fast-decode (JPEGs decoded at a reduced scale) is one of the shared options: every task
+    takes it and finds the same things in a large photo of the same scene."""
+    from PIL import Image
+
+    case = cases[task]
+    small = Image.open(case.images[0]).convert("RGB")
+    big = tmp_path / "big.jpg"
+    small.resize((small.width * 8, small.height * 8), Image.NEAREST).save(big, quality=95)
+    full = cli(task, case.model, big, "-f", "jsonl", *case.options)
+    fast = cli(task, case.model, big, "-f", "jsonl", "--fast-decode", *case.options)
+    assert full.exit_code == 0 and fast.exit_code == 0, full.stderr + fast.stderr
+    (a,), (b,) = records(full.stdout), records(fast.stdout)
+    kind = tasks.kind(task)
+    if kind.events == "top":
+        assert kind.top(a)[0] == kind.top(b)[0]
+    else:
+        assert set(kind.present(a)) == set(kind.present(b)) != set()
