@@ -17,14 +17,14 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import detection_models
 import numpy as np
-import pytest
 import posesegment_models as pm
+import pytest
 from camera_proc import CameraProc
 from conftest import color_pixels, make_edgetpu_stand_in
 from standin import standin_lib, tpus  # noqa: F401 - fixtures
 
-import detection_models
 from edgeapp import tasks
 from edgeapp.sinks.records import BATCH_FIELDS, FRAME_FIELDS, Layout
 from edgeapp.tasks.base import Result
