@@ -129,15 +129,14 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
     report["edgetpu_verdict"] = verdict_line(checked)
     compiled = None
     if compile_:
-        from edgeapp.hw.compiler import compile_model, find_compiler
+        from edgeapp.flows.compile import compile_file
 
-        try:
-            exe = find_compiler(compiler)
+        try:  # the same use case as `edgeapp compile`, with its checks
+            compiled = compile_file(output, out_dir=output.parent, compiler=compiler, log=say)
         except MissingDependency as e:
             say(f"--compile skipped: {e}")
             report["compile"] = {"skipped": str(e)}
         else:
-            compiled = compile_model(output, exe, output.parent, log=say)
             report["compile"] = compiled.to_json()
     if fmt == ReportFormat.json.value:
         typer.echo(json.dumps(report, indent=2))
