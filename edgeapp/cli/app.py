@@ -12,7 +12,7 @@ from typing_extensions import Annotated
 from edgeapp import __version__
 from edgeapp.cli.options import Globals, RuntimeName
 from edgeapp.cli import bench, camera, check, classify, compile, convert, detect, devices, doctor
-from edgeapp.cli import models, pose, segment
+from edgeapp.cli import models, pose, retrain, segment
 
 app = typer.Typer(
     name="edgeapp",
@@ -25,7 +25,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 for module in (convert, check, compile, classify, detect, pose, segment, camera, bench, devices,
-               doctor):
+               doctor, retrain):
     app.add_typer(module.app)
 app.add_typer(models.app)  # a group: models list | pull | path
 
