@@ -71,8 +71,9 @@ keras.Model(m.inputs, pool.output).save(sys.argv[2])
 def keras_extractor(tiny_keras: Path, calibration: Path, out: Path, io: str = "uint8") -> Path:
     """conftest's colour CNN up to its global average pool, converted by `edgeapp convert`
     (`io`: its input/output type)."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",  # not ~/.cache, not ~/.keras
-           "EDGEAPP_CACHE_DIR": str(out.parent / ".cache"), "KERAS_HOME": str(out.parent / ".keras")}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",  # not ~/.cache, ~/.keras, ~/.config
+           "EDGEAPP_CACHE_DIR": str(out.parent / ".cache"), "KERAS_HOME": str(out.parent / ".keras"),
+           "MPLCONFIGDIR": str(out.parent / ".matplotlib")}
     cut = out.with_suffix(".keras")
     subprocess.run([sys.executable, "-c", KERAS_CUT, str(tiny_keras), str(cut)], check=True,
                    cwd=ROOT, env=env)

@@ -40,7 +40,8 @@ def test_imprinting_is_the_scaled_normalized_mean_of_normalized_embeddings():
     assert np.all(b == 0)
     # logits are IMPRINT_SCALE x cosine
     q = np.array([[2.0, 0.0]])
-    assert np.allclose(dense(l2_normalize(q), w, b), IMPRINT_SCALE * np.array([[1 / np.sqrt(2), c1[0] / np.linalg.norm(c1)]]))
+    cosines = np.array([[1 / np.sqrt(2), c1[0] / np.linalg.norm(c1)]])
+    assert np.allclose(dense(l2_normalize(q), w, b), IMPRINT_SCALE * cosines)
 
 
 def test_imprinting_refuses_an_empty_class():

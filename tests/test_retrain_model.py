@@ -96,11 +96,15 @@ def test_coral_extractors_are_recognised_and_its_classifiers_refused():
 
 def run_all(path: Path, image: np.ndarray) -> dict:
     """Every tensor of one invoke, by name (the runtime edgeapp picks, all tensors kept)."""
+    import warnings
+
     from edgeapp.hw.runtime import find_runtime
 
     try:
-        it = find_runtime().module.Interpreter(model_path=str(path),
-                                               experimental_preserve_all_tensors=True)
+        with warnings.catch_warnings():  # "intended for debugging purposes only": it is
+            warnings.simplefilter("ignore")
+            it = find_runtime().module.Interpreter(model_path=str(path),
+                                                   experimental_preserve_all_tensors=True)
     except TypeError:
         pytest.skip("this TFLite runtime cannot keep intermediate tensors")
     it.allocate_tensors()
