@@ -132,7 +132,7 @@ def train_softmax(embeddings: np.ndarray, labels: np.ndarray, classes: int,
         yv = np.asarray(val_labels, dtype=np.int64)
     w, b = np.zeros((classes, depth)), np.zeros(classes)
     best = (np.inf, w.copy(), b.copy(), 0)
-    rng = np.random.default_rng(options.seed)
+    rng = np.random.RandomState(options.seed)  # not default_rng: numpy 1.16 (Dev Board) lacks it
     batch = max(1, min(options.batch_size, n))
     fit = Fit(w, b, 0, 0)
     for epoch in range(1, options.epochs + 1):

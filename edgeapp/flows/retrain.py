@@ -270,6 +270,7 @@ def _write(base: Path, target: Path, head: Head) -> str:
 def _write_atomic(target: Path, data: bytes) -> None:
     tmp = target.with_name(f".{target.name}.part")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(data)
         os.replace(tmp, target)
     except OSError as e:
