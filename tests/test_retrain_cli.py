@@ -76,6 +76,17 @@ def test_retrained_model_classifies_new_photos(cli, extractor, photos, tmp_path,
         assert doc["training"]["epochs"] >= doc["training"]["best_epoch"] >= 1
 
 
+def test_the_python_api_takes_a_retrained_model(cli, extractor, photos, tmp_path):
+    import edgeapp
+
+    retrain(cli, photos["train"], extractor, tmp_path / "mine.tflite", "-m", "softmax")
+    model = edgeapp.open_model(tmp_path / "mine.tflite", device="cpu")
+    assert model.labels == dict(enumerate(CLASSES))
+    for name in CLASSES:
+        image = next((photos["new"] / name).iterdir())
+        assert model.classify(image, top_k=1)[0]["label"] == name
+
+
 def test_retraining_is_deterministic(cli, extractor, photos, tmp_path):
     """The same photos give the same bytes: from fresh embeddings, from cached ones, with SGD."""
     for method in ("imprint", "softmax"):
