@@ -124,13 +124,16 @@ def train_softmax(embeddings: np.ndarray, labels: np.ndarray, classes: int,
     start is needed; the seed only orders the batches). `normalize=False` trains on the rows as
     given (tests compare with reference solvers so)."""
     labels = _check(labels, classes)
-    x = l2_normalize(embeddings) if normalize else np.asarray(embeddings, dtype=np.float64)
+    # float32 on unit-length embeddings (about 40 % faster, far finer than the int8 weights
+    # written); float64 on rows as given, for exact comparisons
+    kind = np.float32 if normalize else np.float64
+    x = (l2_normalize(embeddings) if normalize else np.asarray(embeddings)).astype(kind)
     n, depth = x.shape
     has_val = val_embeddings is not None and val_labels is not None and len(val_labels) > 0
     if has_val:
-        xv = l2_normalize(val_embeddings) if normalize else np.asarray(val_embeddings, np.float64)
+        xv = (l2_normalize(val_embeddings) if normalize else np.asarray(val_embeddings)).astype(kind)
         yv = np.asarray(val_labels, dtype=np.int64)
-    w, b = np.zeros((classes, depth)), np.zeros(classes)
+    w, b = np.zeros((classes, depth), kind), np.zeros(classes, kind)
     best = (np.inf, w.copy(), b.copy(), 0)
     rng = np.random.RandomState(options.seed)  # not default_rng: numpy 1.16 (Dev Board) lacks it
     batch = max(1, min(options.batch_size, n))
@@ -151,9 +154,10 @@ def train_softmax(embeddings: np.ndarray, labels: np.ndarray, classes: int,
         elif epoch - best[3] >= options.patience:
             break
     if has_val:
-        fit.weights, fit.bias, fit.best_epoch = best[1], best[2], best[3]
+        w, b, fit.best_epoch = best[1], best[2], best[3]
     else:
-        fit.weights, fit.bias, fit.best_epoch = w, b, fit.epochs
+        fit.best_epoch = fit.epochs
+    fit.weights, fit.bias = w.astype(np.float64), b.astype(np.float64)
     return fit
 
 
