@@ -94,6 +94,19 @@ MODELS = {
     "deeplab_slim_cityscapes": ("segment", None, "deeplab_mobilenet_edgetpu_slim_cityscapes_quant",
                                 "cityscapes_segmentation_labels.txt", "raw",
                                 "Cityscapes, DeepLab EdgeTPU-slim"),
+    # Embedding extractors: the ImageNet classifiers cut before their last layer, the bases of
+    # `edgeapp retrain` (their feature vector is what a new head learns from); no labels.
+    "mobilenet_v1_embedding": ("embed", [224, 224], "mobilenet_v1_1.0_224_quant_embedding_extractor",
+                               None, CLASSIFY_NORM, "1024-d image embedding, MobileNet v1 1.0"),
+    "efficientnet_s_embedding": ("embed", [224, 224],
+                                 "efficientnet-edgetpu-S_quant_embedding_extractor", None,
+                                 EFFICIENTNET_NORM, "image embedding, EfficientNet-EdgeTPU S"),
+    "efficientnet_m_embedding": ("embed", [240, 240],
+                                 "efficientnet-edgetpu-M_quant_embedding_extractor", None,
+                                 EFFICIENTNET_NORM, "image embedding, EfficientNet-EdgeTPU M"),
+    "efficientnet_l_embedding": ("embed", [300, 300],
+                                 "efficientnet-edgetpu-L_quant_embedding_extractor", None,
+                                 EFFICIENTNET_NORM, "image embedding, EfficientNet-EdgeTPU L"),
 }
 
 # Pipelined models: compiled into N segments for N Edge TPUs (no CPU model).

@@ -83,7 +83,9 @@ acc = m.evaluate(x, y, verbose=0)[1]
 assert acc > 0.95, acc
 m.save({str(out)!r})
 """
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
+                   env={**os.environ, "KERAS_HOME": str(tiny_data / ".keras"),  # not ~/.keras
+                        "MPLCONFIGDIR": str(tiny_data / ".matplotlib")})
     return out
 
 
@@ -95,7 +97,10 @@ def converted(tiny_data: Path, tiny_keras: Path) -> dict:
         [sys.executable, "-m", "edgeapp", "convert", str(tiny_keras), "-o", str(out),
          "--calibration", str(tiny_data / "train"), "--samples", "100",
          "--eval", str(tiny_data / "test"), "--format", "json"],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+                                                       "EDGEAPP_CACHE_DIR": str(tiny_data / ".cache"),
+                                                       "KERAS_HOME": str(tiny_data / ".keras"),
+                                                       "MPLCONFIGDIR": str(tiny_data / ".matplotlib")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     report["path"] = out

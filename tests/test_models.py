@@ -509,8 +509,8 @@ def test_shipped_registry():
             assert e.cpu is None and all(s.path.startswith("pipeline/") for s in e.segments)
         else:
             assert e.edgetpu.path == e.cpu.path[: -len(".tflite")] + "_edgetpu.tflite"
-        assert (e.labels is not None) == (e.task != "pose")
-    assert {e.task for e in reg.models.values()} == {"classify", "detect", "pose", "segment"}
+        assert (e.labels is not None) == (e.task not in ("pose", "embed"))
+    assert {e.task for e in reg.models.values()} == {"classify", "detect", "pose", "segment", "embed"}
 
 
 def test_git_object_id_is_gits(tmp_path):

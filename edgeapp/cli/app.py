@@ -22,6 +22,7 @@ from edgeapp.cli import (
     doctor,
     models,
     pose,
+    retrain,
     segment,
 )
 from edgeapp.cli.options import Globals, RuntimeName
@@ -37,7 +38,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 for module in (convert, check, compile, classify, detect, pose, segment, camera, bench, devices,
-               doctor):
+               doctor, retrain):
     app.add_typer(module.app)
 app.add_typer(models.app)  # a group: models list | pull | path
 

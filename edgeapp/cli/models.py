@@ -22,6 +22,7 @@ class TaskName(str, Enum):
     detect = "detect"
     pose = "pose"
     segment = "segment"
+    embed = "embed"
 
 
 NamesArg = Annotated[List[str], typer.Argument(help="Model names (see `edgeapp models list`).",

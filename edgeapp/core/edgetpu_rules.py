@@ -140,8 +140,8 @@ class OpPrediction:
     mapped: bool
     reason: Optional[str]
     # causes: version, dynamic, float, float_io, dtype, batch, rank, unsupported_op, limit,
-    # precision (a resize the compiler keeps off), depends_on_cpu or blocked (the compiler
-    # refuses the whole model)
+    # precision (a resize the compiler keeps off), depends_on_cpu, blocked (the compiler
+    # refuses the whole model) or compiled (a builtin op of an already compiled model: CPU)
     causes: tuple[str, ...] = ()
     problems: tuple[tuple[str, str], ...] = ()  # (cause, text) of the op's own problems
     inputs: tuple[str, ...] = ()  # "int8[1,16,16,3]" of the non-constant inputs
@@ -396,6 +396,9 @@ def op_problems(model: Model, op: Operator, read: Optional[ConstantReader] = Non
     """(cause, text) for every rule `op` breaks on its own; empty when it can be mapped."""
     if op.op == EDGETPU_CUSTOM_OP:
         return []
+    if model.is_edgetpu_compiled:  # e.g. a head `retrain` appended after the compiled part
+        return [("compiled", "the model is already compiled: only edgetpu-custom-op runs on the "
+                             "Edge TPU, this operator runs on the CPU")]
     problems: list[tuple[str, str]] = []
     known = MAX_KNOWN_VERSION.get(op.op)
     if known is not None and op.version > known:

@@ -21,7 +21,7 @@ from edgeapp.errors import UsageError
 
 REGISTRY_FILE = Path(__file__).with_name("coral_models.json")
 REGISTRY_FORMAT = 1
-TASKS = ("classify", "detect", "pose", "segment")
+TASKS = ("classify", "detect", "pose", "segment", "embed")  # embed: extractors for retrain
 _HEX = {"sha256": re.compile(r"^[0-9a-f]{64}$"), "git_blob_sha1": re.compile(r"^[0-9a-f]{40}$")}
 _CHUNK = 1 << 20
 

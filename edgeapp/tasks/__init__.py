@@ -18,6 +18,11 @@ _MODULES = {
     "pose": "edgeapp.tasks.pose",
     "segment": "edgeapp.tasks.segment",
 }
+# Tasks that run inside other commands only (retrain extracts embeddings): no command, camera
+# mode or MQTT events of their own.
+_INTERNAL = {
+    "embed": "edgeapp.tasks.embed",
+}
 _kinds: dict = {}
 
 
@@ -26,11 +31,15 @@ def names() -> Tuple[str, ...]:
     return tuple(_MODULES)
 
 
+def internal_names() -> Tuple[str, ...]:
+    return tuple(_INTERNAL)
+
+
 def kind(name: str) -> Any:
     """The TaskKind called `name` (UsageError for an unknown one)."""
     found = _kinds.get(name)
     if found is None:
-        module = _MODULES.get(name)
+        module = _MODULES.get(name) or _INTERNAL.get(name)
         if module is None:
             from edgeapp.errors import UsageError
 
