@@ -117,6 +117,7 @@ def draw_shapes(rng: np.random.Generator, w: int, h: int, noise: float, most: in
 
 
 def make_data(work: Path, out: Path, n_train: int = 400, n_val: int = 80) -> Path:
+    """The training set: 256x256 JPEGs with 1-4 shapes each, labels in YOLO's text format."""
     import cv2
 
     rng = np.random.default_rng(21)
@@ -134,15 +135,24 @@ def make_data(work: Path, out: Path, n_train: int = 400, n_val: int = 80) -> Pat
     data = work / "shapes.yaml"
     data.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n"
                     + "".join(f"  {k}: {v}\n" for k, v in NAMES.items()))
+    return data
+
+
+def make_held_out(work: Path, out: Path) -> None:
+    """A few images of other sizes (odd ones exercise the padding split), 3-7 shapes each."""
+    import cv2
+
+    rng = np.random.default_rng(2121)
     (out / "images").mkdir(parents=True, exist_ok=True)
     truth = {}
     for name, w, h in HELD_OUT:  # PNG: lossless, so every decoder sees the same pixels
-        img, boxes = draw_shapes(rng, w, h, 4.0, most=7)
+        boxes = []
+        while len(boxes) < 3:
+            img, boxes = draw_shapes(rng, w, h, 4.0, most=7)
         cv2.imwrite(str(out / "images" / f"{name}.png"), img[:, :, ::-1],
                     [cv2.IMWRITE_PNG_COMPRESSION, 9])
         truth[name] = [{"class": c, "box": list(b)} for c, *b in boxes]
     (work / "held_out_truth.json").write_text(json.dumps(truth, indent=1))
-    return data
 
 
 # ----------------------------------------------------------------------------- train
@@ -240,7 +250,7 @@ def make_dfl_module(net, torch):
     return SplitDFL().eval()
 
 
-def make_classic_v5_module(net, torch, imgsz: int):
+def make_classic_v5_module(net, torch):
     """The classic YOLOv5 layout (1, 3N, 5 + nc) made from a trained anchor-free net (NOT a real
     anchor-based YOLOv5): per level three slots per cell like YOLOv5's anchors, slot k holding
     the cell's box with objectness = best class score x 0.5**k and class scores divided by the
@@ -254,7 +264,7 @@ def make_classic_v5_module(net, torch, imgsz: int):
         def forward(self, x):
             head, feats = run_trunk(self.net, x)
             y = head._inference(head.forward_head(feats, **head.one2many))  # (1, 4 + nc, N)
-            box, cls = y[:, :4] / imgsz, y[:, 4:]
+            box, cls = y[:, :4], y[:, 4:]  # boxes normalized by tf_wrapper's decode
             obj = cls.amax(1, keepdim=True)
             rows = torch.cat((box, obj, cls / obj.clamp(min=1e-3)), 1).permute(0, 2, 1)
             out, start = [], 0
@@ -267,6 +277,11 @@ def make_classic_v5_module(net, torch, imgsz: int):
                 start += n
             return torch.cat(out, 1)
 
+    from ultralytics.utils.export.tensorflow import tf_wrapper
+
+    tf_wrapper(net)  # the normalized box decode of Ultralytics' TFLite exports (onnx2tf breaks
+    head = net.model[-1]  # the plain one: its boxes came out as zeros)
+    head.format, head.dynamic, head.shape = "edgetpu", False, None
     return ClassicV5().eval()
 
 
@@ -291,6 +306,10 @@ def export_module(module, torch, imgsz: int, work: Path, name: str, dest: Path,
     im = torch.zeros(1, 3, imgsz, imgsz)
     module(im)  # dry run
     torch2onnx(module, im, onnx_file, opset=17, output_names=output_names)
+    import onnx
+    import onnxslim
+
+    onnx.save(onnxslim.slim(onnx.load(str(onnx_file))), str(onnx_file))  # as Ultralytics does
     images = calibration_images(work / "shapes", imgsz)
     onnx2saved_model(str(onnx_file), folder, quantize=8, images=images,
                      disable_group_convolution=True)
@@ -310,7 +329,7 @@ def export_all(work: Path, out: Path, data: Path, archs: list) -> None:
                       out / "yolov8_dfl_256.tflite", ["boxes", "scores"])
     if "yolov5u" in archs:
         net, torch = load_net(best["yolov5u"])
-        export_module(make_classic_v5_module(net, torch, 256), torch, 256, work,
+        export_module(make_classic_v5_module(net, torch), torch, 256, work,
                       "yolov5_classic_256", out / "yolov5_classic_256.tflite", ["output0"])
 
 
@@ -435,8 +454,8 @@ def record_all(work: Path, out: Path) -> None:
         if not path.exists():
             print("missing", path)
             continue
-        net, _ = load_net(work / "runs" / arch / "weights" / "best.pt")
-        head = net.model[-1]
+        head = load_net(work / "runs" / arch / "weights" / "best.pt")[0].model[-1] \
+            if kind == "dfl" else None  # Ultralytics' own Detect head decodes the DFL outputs
         rec = {"model": name, "layout": kind, "trained": arch, "conf": CONF, "iou": IOU,
                "max_det": MAX_DET, "ultralytics": ultralytics.__version__,
                "torch": torch.__version__, "opencv": cv2.__version__,
@@ -488,6 +507,7 @@ def main() -> None:
     data = work / "shapes.yaml"
     if args.stage in ("all", "data"):
         data = make_data(work, out)
+        make_held_out(work, out)
     if args.stage in ("all", "train"):
         for arch in args.arch:
             print("trained", train(work, data, arch, args.epochs), flush=True)

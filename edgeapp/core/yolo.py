@@ -349,40 +349,79 @@ def decode(outputs: Sequence[np.ndarray], quantization: Sequence[tuple[float, in
 # ----------------------------------------------------------------------------- NMS
 
 
-def iou_one_to_many(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """IoU of one xyxy box with each of `boxes` (no +1 on widths, as torchvision)."""
-    w = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0, None)
-    h = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0, None)
-    inter = w * h
-    area = (box[2] - box[0]) * (box[3] - box[1])
-    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+MAX_WH = 7680  # Ultralytics' class offset: boxes of class c are shifted by c x 7680 pixels
+BLOCK_LIMIT = 1 << 22  # IoUs computed at once (per-class blocks); beyond, one row per kept box
+
+
+def pairwise_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of xyxy boxes a (..., M, 4) with b (..., K, 4) -> (..., M, K), in float32 and in
+    torchvision's operation order (no +1 on widths)."""
+    ax1, ay1, ax2, ay2 = (np.ascontiguousarray(a[..., i])[..., :, None] for i in range(4))
+    bx1, by1, bx2, by2 = (np.ascontiguousarray(b[..., i])[..., None, :] for i in range(4))
+    zero = np.float32(0)
+    w = np.minimum(ax2, bx2)
+    w -= np.maximum(ax1, bx1)
+    np.maximum(w, zero, out=w)
+    h = np.minimum(ay2, by2)
+    h -= np.maximum(ay1, by1)
+    np.maximum(h, zero, out=h)
+    w *= h  # the intersections
+    union = (ax2 - ax1) * (ay2 - ay1) + (bx2 - bx1) * (by2 - by1)
+    union -= w
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(inter > 0, inter / (area + areas - inter), 0)
+        return np.divide(w, union, out=w)
 
 
 def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou: float = IOU,
         max_det: int = MAX_DET, max_nms: int = MAX_NMS) -> np.ndarray:
     """Indices kept by class-aware greedy NMS, best score first (ties: lower index first).
 
-    A box suppresses the later boxes of its class that overlap it with IoU > iou; boxes of other
-    classes never suppress each other (Ultralytics' class offset, done by comparing classes).
+    A box suppresses the later boxes of its class that overlap it with IoU > iou. The IoU is
+    computed as Ultralytics does: on boxes shifted by class x 7680 in float32 (that shift costs
+    precision: a box of class 40 is at ~3e5 px, where float32 steps are 1/32 px), so results
+    are the same as theirs even for overlaps at the limit. Classes never interact, so each
+    class is one block of IoUs, all blocks computed in one go.
     """
-    order = np.argsort(-scores, kind="stable")[:max_nms]
+    order = np.argsort(-np.asarray(scores, dtype=np.float32), kind="stable")[:max_nms]
     if order.size == 0 or max_det <= 0:
         return order[:0]
-    b, c = boxes[order].astype(np.float32), classes[order]
-    alive = np.ones(len(order), dtype=bool)
+    c = np.asarray(classes)[order]
+    b = np.asarray(boxes, dtype=np.float32)[order]
+    b = b + (c.astype(np.float32) * np.float32(MAX_WH))[:, None]
+    limit = np.float64(iou)  # torchvision compares the float IoU with a double
+    by_class = np.argsort(c, kind="stable")  # score order within each class
+    cs = c[by_class]
+    starts = np.flatnonzero(np.concatenate(([True], cs[1:] != cs[:-1])))
+    sizes = np.diff(np.append(starts, len(cs)))
+    k = int(sizes.max())
+    if len(starts) * k * k > BLOCK_LIMIT:
+        return order[_nms_rows(b, c, limit)][:max_det]
+    members = by_class[np.minimum(starts[:, None] + np.arange(k), len(cs) - 1)]  # (G, K)
+    over = pairwise_iou(b[members], b[members]) > limit  # (G, K, K); padding never visited
     kept = []
-    for i in range(len(order)):
-        if not alive[i]:
+    for g, size in enumerate(sizes.tolist()):
+        rows, ids = over[g], members[g].tolist()
+        alive = [True] * size
+        for j in range(size):
+            if alive[j]:
+                kept.append(ids[j])
+                for t in np.flatnonzero(rows[j, j + 1:size]).tolist():
+                    alive[j + 1 + t] = False
+    return order[np.sort(np.array(kept, dtype=np.intp))[:max_det]]
+
+
+def _nms_rows(b: np.ndarray, c: np.ndarray, limit: np.float64) -> np.ndarray:
+    """Greedy NMS in score order computing one row of IoUs per kept box (little memory)."""
+    suppressed = np.zeros(len(b), dtype=bool)
+    kept = []
+    for i in range(len(b)):
+        if suppressed[i]:
             continue
         kept.append(i)
-        if len(kept) == max_det:
-            break
-        rest = np.flatnonzero(alive[i + 1:] & (c[i + 1:] == c[i])) + i + 1
+        rest = np.flatnonzero(~suppressed[i + 1:] & (c[i + 1:] == c[i])) + i + 1
         if rest.size:
-            alive[rest[iou_one_to_many(b[i], b[rest]) > iou]] = False
-    return order[np.array(kept, dtype=np.intp)]
+            suppressed[rest[pairwise_iou(b[i:i + 1], b[rest])[0] > limit]] = True
+    return np.array(kept, dtype=np.intp)
 
 
 # ----------------------------------------------------------------------------- objects
@@ -397,9 +436,9 @@ def get_yolo_objects(outputs: Sequence[np.ndarray], quantization: Sequence[tuple
     keep = nms(found.boxes, found.scores, found.classes, iou, max_det)
     if keep.size == 0:
         return []
-    boxes = to_original_array(found.boxes[keep], fit)
-    return [Object(int(c), float(s), BBox(*map(float, b)))
-            for c, s, b in zip(found.classes[keep], found.scores[keep], boxes)]
+    boxes = to_original_array(found.boxes[keep], fit).tolist()
+    return [Object(c, s, BBox(*b)) for c, s, b in
+            zip(found.classes[keep].tolist(), found.scores[keep].tolist(), boxes)]
 
 
 def prepare_yolo(source, spec, keep_image: bool = False):
