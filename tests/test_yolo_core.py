@@ -22,6 +22,7 @@ import pytest
 from edgeapp.core import yolo
 from edgeapp.core.boxes import letterbox_fit
 from edgeapp.core.classify import dequantize
+from edgeapp.core.meta import metadata_names, ultralytics_metadata
 from edgeapp.errors import InvalidModel, UsageError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "yolo"
@@ -101,9 +102,9 @@ def test_decoding_matches_ultralytics(engines, model):
 
 @pytest.mark.parametrize("model", [m for m in MODELS if record(m)["metadata"]], ids=lambda p: p.stem)
 def test_names_from_ultralytics_metadata(model):
-    meta = yolo.ultralytics_metadata(model.read_bytes())
+    meta = ultralytics_metadata(model.read_bytes())
     assert meta["names"] == record(model)["metadata"]["names"]
-    assert yolo.metadata_names(meta) == {0: "circle", 1: "square", 2: "triangle"}
+    assert metadata_names(meta) == {0: "circle", 1: "square", 2: "triangle"}
 
 
 @pytest.mark.parametrize("image", IMAGES, ids=lambda p: p.stem)
@@ -310,23 +311,23 @@ def zipped(files: dict) -> bytes:
 def test_metadata_json_appended_to_a_flatbuffer():
     data = b"TFL3" + bytes(100) + zipped({"metadata.json": json.dumps({"names": {"0": "a", "1": "b"},
                                                                          "imgsz": [320, 320]})})
-    meta = yolo.ultralytics_metadata(data)
-    assert meta["imgsz"] == [320, 320] and yolo.metadata_names(meta) == {0: "a", 1: "b"}
+    meta = ultralytics_metadata(data)
+    assert meta["imgsz"] == [320, 320] and metadata_names(meta) == {0: "a", 1: "b"}
 
 
 def test_older_metadata_as_a_python_literal():
     data = b"TFL3" + zipped({"temp_meta.txt": "{'names': {0: 'person', 1: 'bicycle'}, 'stride': 32}"})
-    assert yolo.metadata_names(yolo.ultralytics_metadata(data)) == {0: "person", 1: "bicycle"}
+    assert metadata_names(ultralytics_metadata(data)) == {0: "person", 1: "bicycle"}
 
 
 @pytest.mark.parametrize("data", [b"", b"TFL3" + bytes(50), zipped({"labels.txt": "cat\ndog\n"}),
                                   zipped({"metadata.json": "[1, 2]"}), zipped({"metadata.json": "{"})])
 def test_no_or_unreadable_metadata_is_empty(data):
-    assert yolo.ultralytics_metadata(data) == {}
+    assert ultralytics_metadata(data) == {}
 
 
 def test_names_in_other_forms():
-    assert yolo.metadata_names({"names": ["x", "y"]}) == {0: "x", 1: "y"}
-    assert yolo.metadata_names({"names": "{0: 'x'}"}) == {0: "x"}
-    assert yolo.metadata_names({"names": {"a": "x"}}) is None
-    assert yolo.metadata_names({}) is None
+    assert metadata_names({"names": ["x", "y"]}) == {0: "x", 1: "y"}
+    assert metadata_names({"names": "{0: 'x'}"}) == {0: "x"}
+    assert metadata_names({"names": {"a": "x"}}) is None
+    assert metadata_names({}) is None

@@ -20,10 +20,6 @@ suppresses), with Ultralytics' defaults: conf 0.25 (strictly greater), IoU 0.7, 
 
 from __future__ import annotations
 
-import ast
-import io
-import json
-import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional, Sequence
@@ -433,6 +429,9 @@ def get_yolo_objects(outputs: Sequence[np.ndarray], quantization: Sequence[tuple
     """Detections of one frame, best first: decode, NMS in input pixels, then the boxes mapped
     back through the letterbox `fit` to the original image's pixels and clipped to it."""
     found = decode(outputs, quantization, layout, (fit.dst_w, fit.dst_h), conf)
+    finite = np.isfinite(found.boxes).all(axis=1) & np.isfinite(found.scores)
+    if not finite.all():  # a damaged float model: NaN never becomes a box
+        found = Candidates(found.boxes[finite], found.scores[finite], found.classes[finite])
     keep = nms(found.boxes, found.scores, found.classes, iou, max_det)
     if keep.size == 0:
         return []
@@ -455,41 +454,3 @@ def prepare_yolo(source, spec, keep_image: bool = False):
                            (spec.width, spec.height))
     tensor = quantize_input(boxed, spec.dtype, spec.scale, spec.zero_point, YOLO_MEAN, YOLO_STD)
     return tensor[None], {"fit": fit, "image": img if keep_image else None}
-
-
-# ----------------------------------------------------------------------------- metadata
-
-
-def ultralytics_metadata(data: bytes) -> dict:
-    """What Ultralytics appended to a .tflite: a zip holding metadata.json (8.3+), or older,
-    a text file with a Python dict literal. {} when there is none or it cannot be read."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            names = z.namelist()
-            if "metadata.json" in names:
-                meta = json.loads(z.read("metadata.json").decode("utf-8"))
-            else:
-                text = next((z.read(n).decode("utf-8") for n in names if n.endswith(".txt")), "")
-                meta = ast.literal_eval(text) if text.lstrip().startswith("{") else {}
-    except (zipfile.BadZipFile, KeyError, ValueError, SyntaxError, UnicodeDecodeError,
-            RecursionError, MemoryError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
-
-
-def metadata_names(meta: dict) -> Optional[dict[int, str]]:
-    """Class names {id: name} from Ultralytics metadata (keys may be strings, or a list)."""
-    names = meta.get("names")
-    if isinstance(names, str):
-        try:
-            names = ast.literal_eval(names)
-        except (ValueError, SyntaxError):
-            return None
-    if isinstance(names, list):
-        names = dict(enumerate(names))
-    if not isinstance(names, dict):
-        return None
-    try:
-        return {int(k): str(v) for k, v in names.items()} or None
-    except (TypeError, ValueError):
-        return None
