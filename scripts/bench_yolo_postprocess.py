@@ -9,20 +9,27 @@ Runs where both are importable (the fixture venv of scripts/build_yolo_fixtures.
 The outputs are synthetic but shaped like a real YOLOv8 export's (1, 84, N) int8 tensor (80
 classes, N = 2,100 at 320x320 and 8,400 at 640x640): background scores near zero, and for each
 of `--objects` objects a cluster of neighbouring anchors above the threshold with overlapping
-boxes, so NMS has real work. Quantization as the fixtures' exports: scale ~1/255-ish, zero -128.
+boxes, so NMS has real work (int8, scale 1/250, zero -128). A third row times the real 3-class
+fixture export (N = 1,344) on a held-out image.
 Goal (issue 21): <= 1 ms at 320 and <= 3 ms at 640 on the 2-core machine, faster than Ultralytics.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from edgeapp.core import yolo
 from edgeapp.core.boxes import letterbox_fit
 
+os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp())  # Ultralytics writes settings there
+os.environ.setdefault("YOLO_OFFLINE", "1")
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "yolo"
 SCALE, ZERO = 1 / 250.0, -128  # 0..1.02 over the int8 range, as an output of boxes and scores
 
 
@@ -51,15 +58,31 @@ def synthetic_output(size: int, nc: int, objects: int, seed: int = 0) -> np.ndar
     return q[None]
 
 
-def ours(raw, layout, fit):
-    return yolo.get_yolo_objects([raw], [(SCALE, ZERO)], layout, fit)
+def fixture_output(name: str = "yolov8_256_full_integer_quant.tflite",
+                   image: str = "c_200x300.png"):
+    """A real export's raw output on a held-out image: (raw, (scale, zero), image (h, w))."""
+    from ai_edge_litert.interpreter import Interpreter
+    from PIL import Image
+
+    it = Interpreter(model_path=str(FIXTURES / name))
+    it.allocate_tensors()
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    pixels = np.asarray(Image.open(FIXTURES / "images" / image).convert("RGB"))
+    boxed, _ = yolo.letterbox(pixels, tuple(int(d) for d in inp["shape"][2:0:-1]))
+    it.set_tensor(inp["index"], (boxed ^ np.uint8(0x80)).view(np.int8)[None])
+    it.invoke()
+    return it.get_tensor(out["index"]).copy(), tuple(out["quantization"]), pixels.shape[:2]
 
 
-def theirs(raw, size, orig_hw):
+def ours(raw, layout, fit, quant=(SCALE, ZERO)):
+    return yolo.get_yolo_objects([raw], [quant], layout, fit)
+
+
+def theirs(raw, size, orig_hw, quant=(SCALE, ZERO)):
     import torch
     from ultralytics.utils import nms, ops
 
-    x = (raw.astype(np.float32) - ZERO) * SCALE  # Ultralytics' TFLite backends dequantize all
+    x = (raw.astype(np.float32) - quant[1]) * quant[0]  # Ultralytics' TFLite backends dequantize all
     x[:, [0, 2]] *= size
     x[:, [1, 3]] *= size
     det = nms.non_max_suppression(torch.from_numpy(x), 0.25, 0.7, max_det=300)[0]
@@ -91,16 +114,18 @@ def main() -> None:
     torch.set_num_threads(1)  # a camera loop's post-processing runs beside the inference
     print(f"{'input':>8} {'N':>6} {'cand.':>6} {'dets':>5}  {'who':<11} {'p50 ms':>7} {'p90 ms':>7} "
           f"{'p99 ms':>7}")
-    for size in (320, 640):
-        raw = synthetic_output(size, args.classes, args.objects)
+    cases = [(size, synthetic_output(size, args.classes, args.objects), (SCALE, ZERO),
+              (int(size * 0.75), size)) for size in (320, 640)]  # 4:3 frames, letterboxed
+    raw, quant, orig = fixture_output()
+    cases.append((256, raw, quant, orig))  # the real 3-class fixture export
+    for size, raw, quant, orig in cases:
         layout = yolo.find_yolo_layout([raw.shape], (size, size))
-        orig = (int(size * 0.75), size)  # a 4:3 frame letterboxed into the square input
         fit = letterbox_fit((orig[1], orig[0]), (size, size))
-        cand = len(yolo.decode([raw], [(SCALE, ZERO)], layout, (size, size)).scores)
-        a, b = ours(raw, layout, fit), theirs(raw, size, orig)
+        cand = len(yolo.decode([raw], [quant], layout, (size, size)).scores)
+        a, b = ours(raw, layout, fit, quant), theirs(raw, size, orig, quant)
         same = len(a) == len(b) and all(o.id == int(r[5]) for o, r in zip(a, b))
-        for who, fn in (("edgeapp", lambda: ours(raw, layout, fit)),
-                        ("ultralytics", lambda: theirs(raw, size, orig))):
+        for who, fn in (("edgeapp", lambda: ours(raw, layout, fit, quant)),
+                        ("ultralytics", lambda: theirs(raw, size, orig, quant))):
             t = timings(fn, args.runs, args.warmup)
             print(f"{size:>5}px {raw.shape[2]:>6} {cand:>6} {len(a):>5}  {who:<11} "
                   f"{np.percentile(t, 50):7.3f} {np.percentile(t, 90):7.3f} "
