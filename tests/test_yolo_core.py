@@ -80,10 +80,10 @@ def test_decoding_matches_ultralytics(engines, model):
     one output quantization step, for every image; and the same quantized input bytes."""
     rec = record(model)
     engine = engines(model)
-    shapes = [tuple(int(d) for d in o["shape"]) for o in engine.outputs]
-    layout = yolo.find_yolo_layout(shapes, (engine.input_shape[2], engine.input_shape[1]))
+    layout = yolo.engine_yolo_layout(engine)
     assert layout.kind == rec["layout"]
-    quant = [tuple(o["quantization"]) for o in engine.outputs]
+    quant = yolo.output_quantization(engine)
+    assert [list(q) for q in quant] == [[o["scale"], o["zero_point"]] for o in rec["outputs"]]
     step = max(float(o["quantization"][0]) for o in engine.outputs)
     total = 0
     for name, want in rec["images"].items():

@@ -196,6 +196,18 @@ def _dfl_layout(dims: list, w: int, h: int, name: str) -> Optional[YoloLayout]:
                       how="(1, N, 64) + (1, N, nc)")
 
 
+def engine_yolo_layout(engine, force: Optional[str] = None) -> YoloLayout:
+    """The YOLO layout of an opened `runtime.Engine` (its output shapes and input size)."""
+    shapes = [tuple(int(d) for d in o["shape"]) for o in engine.outputs]
+    _, height, width = engine.input_shape[:3]
+    return find_yolo_layout(shapes, (width, height), force, engine.model_path)
+
+
+def output_quantization(engine) -> list[tuple[float, int]]:
+    """(scale, zero point) of each output of an opened Engine, for `get_yolo_objects`."""
+    return [(float(o["quantization"][0]), int(o["quantization"][1])) for o in engine.outputs]
+
+
 def is_yolo_output(shapes: Sequence[Sequence[int]], input_size: tuple[int, int]) -> bool:
     """Whether the outputs read as one of the YOLO layouts (model_task-style sniffing)."""
     try:
