@@ -117,3 +117,16 @@ def to_original(normalized: BBox, fit: Fit) -> BBox:
     content = translate(in_px, -fit.pad_x, -fit.pad_y)
     orig = scale(content, fit.src_w / fit.content_w, fit.src_h / fit.content_h)
     return clip(orig, fit.src_w, fit.src_h)
+
+
+def to_original_array(boxes, fit: Fit):
+    """`to_original` for many boxes at once: (M, 4) xyxy in model-input pixels -> (M, 4) in the
+    original image's pixels, clipped to it (float32; the division by the per-axis gain as
+    Ultralytics' scale_boxes does it, so YOLO boxes match theirs to the last bits)."""
+    import numpy as np
+
+    b = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+    pad = np.array([fit.pad_x, fit.pad_y] * 2, dtype=np.float32)
+    gain = np.array([fit.content_w / fit.src_w, fit.content_h / fit.src_h] * 2, dtype=np.float32)
+    out = (b - pad) / gain
+    return np.clip(out, 0, np.array([fit.src_w, fit.src_h] * 2, dtype=np.float32))

@@ -223,6 +223,12 @@ def apply_log(result: CompileResult, log_text: str) -> None:
 # ----------------------------------------------------------------------------- failures
 
 
+LARGE_ACTIVATIONS_FIX = ("the activations do not fit the Edge TPU's on-chip memory: reduce the "
+                         "input size (a YOLO export: a smaller imgsz, see --help), compile with "
+                         "--search-delegate (as Ultralytics does) to map a shorter first part, "
+                         "or split with --segments N")
+SUBGRAPH_CUT = "More than one subgraph is not supported"
+UNSPECIFIED = "not mapped due to some unspecified limitation"
 _OPCODE = re.compile(r"Didn't find op for builtin opcode '(\w+)' version '(\d+)'")
 
 
@@ -249,15 +255,15 @@ def recognise_failures(text: str) -> list[Failure]:
                                  "--search-delegate, a lower --min-runtime, or --segments N; "
                                  "`edgeapp check` shows the operators it may choke on"))
         elif line.startswith("Compilation timeout"):
-            found.append(Failure("timeout", line, "raise --timeout, or split the model with "
-                                                  "--segments N (large activations)"))
+            found.append(Failure("timeout", line, "raise --timeout, use a smaller input size (a "
+                                                  "YOLO export: a smaller imgsz), or split the "
+                                                  "model with --segments N (large activations)"))
         elif "static-sized tensors" in line and "dynamic-sized" in line:
             found.append(Failure("dynamic_tensors", line.removeprefix("ERROR: "),
                                  "re-convert with a fixed batch of 1 (`edgeapp convert` does) "
                                  "so no tensor size is computed at run time"))
-        elif line.startswith("Compilation failed:") and "large activation" in line:
-            found.append(Failure("large_activations", line,
-                                 "reduce the input size, or split with --segments N"))
+        elif "large activation tensors" in line:
+            found.append(Failure("large_activations", line, LARGE_ACTIVATIONS_FIX))
         elif line.startswith("Model could not be parsed") and not any(
                 f.kind == "op_version" for f in found):
             found.append(Failure("unparsable", _with_previous(lines, i, "Invalid model:"),
@@ -327,6 +333,7 @@ def judge(result: CompileResult, returncode: Optional[int] = 0,
     if result.ops_cpu:
         warnings.append(f"{result.ops_cpu} of {result.total_ops} operation(s) run on the CPU"
                         + _cpu_list(result))
+        warnings += partial_causes(result)
         return Judgement("partially_mapped", int(ExitCode.NOT_MAPPABLE), [], warnings)
     if result.ops_tpu is None:
         warnings.append("the compiler did not report how many operations run on the Edge TPU")
@@ -340,3 +347,45 @@ def _cpu_list(result: CompileResult) -> str:
     return ": " + "; ".join(f"{o.operator}×{o.count} ({o.status})" for o in cpu)
 
 
+
+
+# ----------------------------------------------------------------------------- partial mapping
+
+
+def partial_causes(result: CompileResult) -> list[str]:
+    """Why operations the Edge TPU supports still run on the CPU, from the operator statuses."""
+    statuses = [o.status for o in result.cpu_operators]
+    notes = []
+    if any(SUBGRAPH_CUT in s for s in statuses):
+        notes.append(f'"{SUBGRAPH_CUT}": the Edge TPU runs one part of the graph, up to the first '
+                     "operation it cannot map; every later operation stays on the CPU. Compile "
+                     "with --search-delegate (as Ultralytics' export does), or use a smaller "
+                     "input size (YOLO: a smaller imgsz) if the cut is in the head")
+    if any(UNSPECIFIED in s for s in statuses):
+        notes.append(f'"{UNSPECIFIED}": usually a tensor too large for the on-chip memory; a '
+                     "smaller input size (YOLO: a smaller imgsz) often maps it")
+    return notes
+
+
+IMGSZ_LADDER = (1280, 1024, 640, 512, 480, 416, 384, 352, 320, 288, 256, 224, 192, 160)
+
+
+def suggest_imgsz(imgsz: int, ops_tpu: Optional[int] = None, total_ops: Optional[int] = None,
+                  failed: bool = False) -> Optional[int]:
+    """A smaller YOLO input size to try when a model maps partially (or fails on large
+    activations): on-chip activation memory grows with the input area, so the size is scaled
+    by the square root of the mapped fraction, then taken from Ultralytics' usual sizes (multiples
+    of 32), always at least one step smaller. None when fully mapped or already at 160.
+
+    A heuristic, not a promise: users report YOLOv8n mapping fully only at 320 or below, some
+    exports only at 224.
+    """
+    if not failed and (ops_tpu is None or not total_ops or ops_tpu >= total_ops):
+        return None
+    fraction = 0.5 if failed or not total_ops else max(0.0, min(1.0, (ops_tpu or 0) / total_ops))
+    target = imgsz * fraction ** 0.5
+    smaller = [s for s in IMGSZ_LADDER if s < imgsz]
+    if not smaller:
+        return None
+    fits = [s for s in smaller if s <= target]
+    return fits[0] if fits else smaller[-1]

@@ -2,11 +2,13 @@
 
 `convert` writes a sidecar `X.json` beside `X.tflite`; `X_edgetpu.tflite` shares its twin's.
 Models with TFLite metadata (Coral's, Model Maker's) carry a labels file in the zip appended
-to the flatbuffer; that is read too, so their labels work without --labels.
+to the flatbuffer; that is read too, so their labels work without --labels. Ultralytics' YOLO
+exports append a zip too, holding metadata.json with the class `names` (`ultralytics_metadata`).
 """
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import zipfile
@@ -76,3 +78,38 @@ def embedded_labels(model_path: str | Path) -> Optional[dict[int, str]]:
     except (OSError, zipfile.BadZipFile, KeyError, ValueError):
         return None
     return parse_labels(io.TextIOWrapper(io.BytesIO(text), encoding="utf-8", errors="replace").read()) or None
+
+
+def ultralytics_metadata(data: bytes) -> dict:
+    """What Ultralytics appended to a .tflite: a zip holding metadata.json (8.3+), or older,
+    a text file with a Python dict literal. {} when there is none or it cannot be read."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            names = z.namelist()
+            if "metadata.json" in names:
+                meta = json.loads(z.read("metadata.json").decode("utf-8"))
+            else:
+                text = next((z.read(n).decode("utf-8") for n in names if n.endswith(".txt")), "")
+                meta = ast.literal_eval(text) if text.lstrip().startswith("{") else {}
+    except (zipfile.BadZipFile, KeyError, ValueError, SyntaxError, UnicodeDecodeError,
+            RecursionError, MemoryError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def metadata_names(meta: dict) -> Optional[dict[int, str]]:
+    """Class names {id: name} from Ultralytics metadata (keys may be strings, or a list)."""
+    names = meta.get("names")
+    if isinstance(names, str):
+        try:
+            names = ast.literal_eval(names)
+        except (ValueError, SyntaxError):
+            return None
+    if isinstance(names, list):
+        names = dict(enumerate(names))
+    if not isinstance(names, dict):
+        return None
+    try:
+        return {int(k): str(v) for k, v in names.items()} or None
+    except (TypeError, ValueError):
+        return None
