@@ -443,7 +443,6 @@ def record_all(work: Path, out: Path) -> None:
     import cv2
     import torch
     import ultralytics
-
     from ultralytics.nn.backends.base import BaseBackend
 
     images = sorted((out / "images").glob("*.png"))

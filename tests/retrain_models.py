@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-
 from conftest import ROOT
+
 from edgeapp.core.tflite.writer import ModelWriter, conv_layer, dense_layer, int8_input
 
 IN_SCALE = 1 / 128  # Coral's (pixel - 128) / 128, quantized to int8 with zero point 0

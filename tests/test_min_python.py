@@ -67,6 +67,23 @@ def test_evaluated_annotations_run_on_the_floor():
     assert proc.returncode == 0, f"needs Python > {FLOOR}:\n{proc.stdout}{proc.stderr}"
 
 
+# str methods newer than the floor that vermin cannot see (it does not know a value is a str)
+NEWER_STR_METHODS = {"removeprefix": "3.9", "removesuffix": "3.9"}
+
+
+def newer_str_methods(source: str) -> list:
+    tree = ast.parse(source)
+    return [(n.lineno, n.attr) for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and n.attr in NEWER_STR_METHODS]
+
+
+def test_no_str_methods_newer_than_the_floor():
+    found = [f"{m}:{line} .{name}() needs Python {NEWER_STR_METHODS[name]}"
+             for m in floor_modules() for line, name in newer_str_methods((ROOT / m).read_text())]
+    assert not found, "\n".join(found)
+    assert newer_str_methods("x = 'ab'.removeprefix('a')\n") == [(1, "removeprefix")]
+
+
 def test_cli_annotations_are_evaluated():
     """On Python < 3.10 Typer does not evaluate string annotations: under the __future__ import
     every Annotated[..., typer.Option(...)] of a command would be silently ignored."""

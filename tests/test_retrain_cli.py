@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import CLASSES, SHARED, color_pixels, make_edgetpu_stand_in, write_color_folders
-from edgeapp.core.registry import digests
-from edgeapp.errors import ExitCode
 from retrain_models import keras_extractor
 from standin import standin_lib, tpus  # noqa: F401 - fixtures
+
+from edgeapp.core.registry import digests
+from edgeapp.errors import ExitCode
 
 
 @pytest.fixture(autouse=True)

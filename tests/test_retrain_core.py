@@ -6,10 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeapp.core.learn import (IMPRINT_SCALE, SgdOptions, dense, head_scores, imprint,
-                                l2_normalize, objective, softmax, train_softmax)
-from edgeapp.core.learn_eval import (confusion_matrix, overall_accuracy, per_class_accuracy,
-                                     stratified_split)
+from edgeapp.core.learn import (
+    IMPRINT_SCALE,
+    SgdOptions,
+    dense,
+    head_scores,
+    imprint,
+    l2_normalize,
+    objective,
+    softmax,
+    train_softmax,
+)
+from edgeapp.core.learn_eval import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
 from edgeapp.errors import UsageError
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import SHARED, color_pixels, make_edgetpu_stand_in, tflite_schema
+from retrain_models import keras_extractor, writer_extractor, writer_model
+
 from edgeapp.core.embedding import require_extractor
 from edgeapp.core.head import NORM_SCALE, SCORE_SCALE, head_tensors, logit_range
 from edgeapp.core.learn import dense, imprint, l2_normalize, softmax, train_softmax
@@ -18,7 +19,6 @@ from edgeapp.core.tflite.append import NewOperator, NewTensor, append_operators
 from edgeapp.core.tflite.model import load_model, parse_model
 from edgeapp.errors import InvalidModel
 from edgeapp.tasks import guess_from
-from retrain_models import keras_extractor, writer_extractor, writer_model
 
 CORAL_EXTRACTOR = SHARED / "mobilenet_v1_1.0_224_quant_embedding_extractor.tflite"
 CORAL_EXTRACTOR_TPU = SHARED / "mobilenet_v1_1.0_224_quant_embedding_extractor_edgetpu.tflite"

@@ -99,7 +99,8 @@ _FIELDS = [
     (re.compile(r"^Output model: (.+)$"), "output_model", str),
     (re.compile(r"^Output size: (.+)$"), "output_size_bytes", parse_size),
     (re.compile(r"^On-chip memory used for caching model parameters: (.+)$"), "on_chip_used_bytes", parse_size),
-    (re.compile(r"^On-chip memory remaining for caching model parameters: (.+)$"), "on_chip_remaining_bytes", parse_size),
+    (re.compile(r"^On-chip memory remaining for caching model parameters: (.+)$"), "on_chip_remaining_bytes",
+     parse_size),
     (re.compile(r"^Off-chip memory used for streaming uncached model parameters: (.+)$"), "off_chip_bytes", parse_size),
     (re.compile(r"^Number of Edge TPU subgraphs: (\d+)"), "subgraphs", int),
     (re.compile(r"^Total number of operations: (\d+)"), "total_ops", int),
@@ -147,26 +148,8 @@ def parse_stdout(text: str) -> CompileResult:
             result.compiled = True
             current = CompileResult()
             blocks.append(current)
-        for pattern, name, conv in _FIELDS:
-            m = pattern.match(line)
-            if not m:
-                continue
-            if name in _PER_MODEL:
-                if current is None or (name == "input_model" and current.input_model is not None):
-                    current = CompileResult()
-                    blocks.append(current)
-                setattr(current, name, conv(m.group(1).strip()))
-            else:
-                setattr(result, name, conv(m.group(1).strip()))
-            break
-        if line.startswith("Compilation succeeded"):
-            result.succeeded = True
-        elif line.startswith("Compilation failed!"):
-            result.succeeded = False
-        elif "not all operations are supported by the Edge TPU" in line:
-            result.partial_notice = True
-            if current is not None:
-                current.partial_notice = True
+        current = _read_field(line, result, current, blocks)
+        _read_status(line, result, current)
     result.failures = recognise_failures(text)
     if result.failures and result.succeeded is None and not result.compiled:
         result.succeeded = False
@@ -186,6 +169,36 @@ def parse_stdout(text: str) -> CompileResult:
         _derive_counts(b)
     _derive_counts(result)
     return result
+
+
+def _read_field(line: str, result: CompileResult, current: Optional[CompileResult],
+                blocks: list) -> Optional[CompileResult]:
+    """One `Name: value` line into the result, or into the current model's block (a new block
+    when a second "Input model:" starts one); returns the current block."""
+    for pattern, name, conv in _FIELDS:
+        m = pattern.match(line)
+        if not m:
+            continue
+        if name in _PER_MODEL:
+            if current is None or (name == "input_model" and current.input_model is not None):
+                current = CompileResult()
+                blocks.append(current)
+            setattr(current, name, conv(m.group(1).strip()))
+        else:
+            setattr(result, name, conv(m.group(1).strip()))
+        break
+    return current
+
+
+def _read_status(line: str, result: CompileResult, current: Optional[CompileResult]) -> None:
+    if line.startswith("Compilation succeeded"):
+        result.succeeded = True
+    elif line.startswith("Compilation failed!"):
+        result.succeeded = False
+    elif "not all operations are supported by the Edge TPU" in line:
+        result.partial_notice = True
+        if current is not None:
+            current.partial_notice = True
 
 
 def _merge(into: CompileResult, block: CompileResult) -> None:
@@ -242,7 +255,7 @@ def recognise_failures(text: str) -> list[Failure]:
             op, version = m.group(1), m.group(2)
             fix = VERSION_WORKAROUND.get(op, "convert with an older TensorFlow, or replace that "
                                              "layer")
-            found.append(Failure("op_version", line.removeprefix("ERROR: "),
+            found.append(Failure("op_version", _after(line, "ERROR: "),
                                  f"the converter wrote {op} version {version}, newer than this "
                                  f"compiler knows: {fix}"))
         elif line.startswith("Model not quantized"):
@@ -259,7 +272,7 @@ def recognise_failures(text: str) -> list[Failure]:
                                                   "YOLO export: a smaller imgsz), or split the "
                                                   "model with --segments N (large activations)"))
         elif "static-sized tensors" in line and "dynamic-sized" in line:
-            found.append(Failure("dynamic_tensors", line.removeprefix("ERROR: "),
+            found.append(Failure("dynamic_tensors", _after(line, "ERROR: "),
                                  "re-convert with a fixed batch of 1 (`edgeapp convert` does) "
                                  "so no tensor size is computed at run time"))
         elif "large activation tensors" in line:
@@ -389,3 +402,8 @@ def suggest_imgsz(imgsz: int, ops_tpu: Optional[int] = None, total_ops: Optional
         return None
     fits = [s for s in smaller if s <= target]
     return fits[0] if fits else smaller[-1]
+
+
+def _after(text: str, prefix: str) -> str:
+    """`text` without `prefix` (str.removeprefix is Python 3.9+)."""
+    return text[len(prefix):] if text.startswith(prefix) else text

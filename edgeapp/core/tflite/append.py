@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from edgeapp.core.tflite.model import _Corrupt, _Table, parse_model
-from edgeapp.core.tflite.schema import BUILTIN_OPS, TENSOR_TYPES, options_type, option_slot
+from edgeapp.core.tflite.schema import BUILTIN_OPS, TENSOR_TYPES, option_slot, options_type
 from edgeapp.errors import InvalidModel
 
 _ALIGN = 16
