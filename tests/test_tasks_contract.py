@@ -30,6 +30,13 @@ from edgeapp.sinks.records import BATCH_FIELDS, FRAME_FIELDS, Layout
 from edgeapp.tasks.base import Result
 
 TASKS = tasks.names()
+# each task's tiny model, plus a YOLO export for detect's second family (tests/fixtures/yolo)
+CASES = list(TASKS) + ["detect:yolo"]
+YOLO = Path(__file__).resolve().parent / "fixtures" / "yolo"
+
+
+def task_of(case: str) -> str:
+    return case.split(":")[0]
 BATCH_KEYS = set(BATCH_FIELDS[0] + BATCH_FIELDS[1])
 FRAME_KEYS = set(FRAME_FIELDS[0] + FRAME_FIELDS[1])
 
@@ -86,8 +93,10 @@ def cases(tiny_model, tmp_path_factory) -> dict:
     # plain_tf2 ends in plain TF ops (static output shapes), so its stand-in build keeps them
     models = {"classify": (tiny_model, []), "detect": (det["plain_tf2"], ["--labels", det["labels"]]),
               "pose": (ps["pose"], []), "segment": (ps["seg"], [])}
-    return {t: Case(models[t][0], [str(o) for o in models[t][1]], images[t],
-                    _video(folder / f"{t}.avi", images[t][0])) for t in TASKS}
+    models["detect:yolo"] = (YOLO / "yolov8_256_full_integer_quant.tflite", [])
+    images["detect:yolo"] = sorted((YOLO / "images").glob("*.png"))[:3]
+    return {c: Case(models[c][0], [str(o) for o in models[c][1]], images[c],
+                    _video(folder / f"{c.replace(':', '_')}.avi", images[c][0])) for c in CASES}
 
 
 def records(text: str) -> list:
@@ -108,11 +117,11 @@ def test_the_registry_knows_every_task_module():
         assert set(kind.defaults) == set(kind.options())
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_results_are_worded_counted_and_drawn_empty_or_full(task, cases):
+@pytest.mark.parametrize("case", CASES)
+def test_results_are_worded_counted_and_drawn_empty_or_full(case, cases):
     import edgeapp
 
-    case = cases[task]
+    task, case = task_of(case), cases[case]
     with edgeapp.open_model(case.model, "cpu", task=task) as model:
         full = model._task(None, {}).run(case.images[0])  # a real result, with its extras
     kind = tasks.kind(task)
@@ -136,9 +145,9 @@ def test_results_are_worded_counted_and_drawn_empty_or_full(task, cases):
         assert kind.top(full.fields) is not None and kind.top(empty.fields) is None
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_batch_and_camera_records_have_the_same_fields(task, cases, cli):
-    case = cases[task]
+@pytest.mark.parametrize("case", CASES)
+def test_batch_and_camera_records_have_the_same_fields(case, cases, cli):
+    task, case = task_of(case), cases[case]
     batch = cli(task, case.model, case.images[0], "-f", "jsonl", *case.options)
     assert batch.exit_code == 0, batch.stderr
     cam = cli("camera", case.model, "--source", case.video, "--no-display", "--max-frames", "2",
@@ -155,9 +164,9 @@ def test_batch_and_camera_records_have_the_same_fields(task, cases, cli):
     assert [x for x in b_cols if x not in BATCH_KEYS] == [x for x in c_cols if x not in FRAME_KEYS]
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_live_view_serves_each_tasks_overlay(task, cases):
-    case = cases[task]
+@pytest.mark.parametrize("case", CASES)
+def test_live_view_serves_each_tasks_overlay(case, cases):
+    task, case = task_of(case), cases[case]
     with CameraProc(case.model, "--source", case.video, "--drop-frames", "--no-display",
                     "--serve", "127.0.0.1:0", "--duration", "60", *case.options) as cam:
         url = cam.url()
@@ -174,11 +183,11 @@ def test_live_view_serves_each_tasks_overlay(task, cases):
     assert "Exception in thread" not in cam.stderr
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_mqtt_events_mean_something_for_each_task(task, cases, cli, tmp_path):
+@pytest.mark.parametrize("case", CASES)
+def test_mqtt_events_mean_something_for_each_task(case, cases, cli, tmp_path):
     from test_mqtt import Broker, Subscriber
 
-    case = cases[task]
+    task, case = task_of(case), cases[case]
     broker = Broker(tmp_path).start()
     sub = Subscriber(broker.port, f"{task}/#")
     try:
@@ -196,11 +205,11 @@ def test_mqtt_events_mean_something_for_each_task(task, cases, cli, tmp_path):
         broker.kill()
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_every_way_of_running_gives_the_same_records(task, cases, cli, tpus, tmp_path):
+@pytest.mark.parametrize("case", CASES)
+def test_every_way_of_running_gives_the_same_records(case, cases, cli, tpus, tmp_path):
     import edgeapp
 
-    case = cases[task]
+    task, case = task_of(case), cases[case]
     paths = [str(p) for p in case.images]
     plain = cli(task, case.model, *paths, "-f", "jsonl", "--device", "cpu", *case.options)
     assert plain.exit_code == 0, plain.stderr
@@ -234,13 +243,13 @@ def test_every_way_of_running_gives_the_same_records(task, cases, cli, tpus, tmp
         assert comparable(list(model.batch(paths))) == on_one
 
 
-@pytest.mark.parametrize("task", TASKS)
-def test_fast_decode_for_every_task(task, cases, cli, tmp_path):
+@pytest.mark.parametrize("case", CASES)
+def test_fast_decode_for_every_task(case, cases, cli, tmp_path):
     """--fast-decode (JPEGs decoded at a reduced scale) is one of the shared options: every task
     takes it and finds the same things in a large photo of the same scene."""
     from PIL import Image
 
-    case = cases[task]
+    task, case = task_of(case), cases[case]
     small = Image.open(case.images[0]).convert("RGB")
     big = tmp_path / "big.jpg"
     small.resize((small.width * 8, small.height * 8), Image.NEAREST).save(big, quality=95)

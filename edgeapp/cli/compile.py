@@ -37,7 +37,12 @@ def compile_command(
                                            help="Seconds before the compilation is stopped.")] = 180,
     search_delegate: Annotated[bool, typer.Option(
         "--search-delegate", help="Retry with earlier stopping points when the compiler fails "
-                                  "on an unsupported operation.")] = False,
+                                  "on an unsupported operation (what Ultralytics' YOLO export "
+                                  "does).")] = False,
+    search_step: Annotated[Optional[int], typer.Option(
+        "--delegate-search-step", min=1, metavar="N",
+        help="With --search-delegate: move the stopping point by N operations per try (the "
+             "compiler's default 1; Ultralytics uses 30).", show_default=False)] = None,
     fmt: ReportFormatOpt = ReportFormat.table,
     compiler: CompilerOpt = None,
 ) -> None:
@@ -49,9 +54,13 @@ def compile_command(
     """
     from edgeapp.flows.compile import compile_file
 
+    if search_step is not None and not search_delegate:
+        from edgeapp.errors import UsageError
+
+        raise UsageError("--delegate-search-step goes with --search-delegate")
     report = compile_file(model, out_dir=out_dir, segments=segments, min_runtime=min_runtime,
-                          timeout=timeout, search_delegate=search_delegate, compiler=compiler,
-                          log=say)
+                          timeout=timeout, search_delegate=search_delegate, search_step=search_step,
+                          compiler=compiler, log=say)
     emit(report, fmt.value)
     finish(report)
 

@@ -13,6 +13,7 @@ from edgeapp.cli.options import (
     CpuKernels,
     CpuKernelsOpt,
     CpuModelOpt,
+    DecoderOpt,
     DeviceOpt,
     FastDecodeOpt,
     FormatOpt,
@@ -43,12 +44,19 @@ def detect_command(
     model: ModelArg,
     inputs: InputsArg,
     labels: LabelsOpt = None,
-    threshold: Annotated[float, typer.Option("--threshold", "-t",
-                                             help="Minimum score of an object.")] = 0.4,
+    threshold: Annotated[Optional[float], typer.Option(
+        "--threshold", "-t", help="Minimum score of an object (default: 0.4 for SSD models, 0.25 "
+                                  "for YOLO, as Ultralytics).", show_default=False)] = None,
     top_k: Annotated[Optional[int], typer.Option(
         "--top-k", "-k", min=1, help="At most this many objects per image, best first "
                                      "(default: all above the threshold).", show_default=False)] = None,
     resize: ResizeOpt = ResizeMode.stretch,
+    decoder: DecoderOpt = "auto",
+    iou: Annotated[float, typer.Option(
+        "--iou", min=0.0, max=1.0, help="YOLO: boxes of a class overlapping a better one by more "
+                                        "than this (IoU) are dropped (NMS).")] = 0.7,
+    max_det: Annotated[int, typer.Option(
+        "--max-det", min=1, help="YOLO: at most this many objects per image after NMS.")] = 300,
     annotate: AnnotateOpt = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -70,8 +78,11 @@ def detect_command(
     """Detect objects in images on the Edge TPU, or on the CPU when none is usable.
 
     MODEL: a detection model ending in the TFLite detection post-process op (SSD MobileNet,
-    EfficientDet-Lite...). Boxes are [xmin, ymin, xmax, ymax] in the original image's pixels.
+    EfficientDet-Lite...), or a YOLO export (Ultralytics YOLOv8/11/v5u `*_full_integer_quant`
+    and its `_edgetpu` build, classic YOLOv5, split DFL), decoded and NMS'd as Ultralytics does.
+    Boxes are [xmin, ymin, xmax, ymax] in the original image's pixels.
     Results stream to stdout (or --output) as they are produced; a bad image gives an error
     record and the batch goes on (exit code 3 at the end).
     """
-    run_images(ctx, "detect", {"threshold": threshold, "top_k": top_k, "resize": resize.value})
+    run_images(ctx, "detect", {"threshold": threshold, "top_k": top_k, "resize": resize.value,
+                               "decoder": decoder, "iou": iou, "max_det": max_det})

@@ -98,6 +98,11 @@ ResizeOpt = Annotated[ResizeMode, typer.Option(
     "--resize", help="How images are fitted to the model input: stretch (what most models are "
                      "trained with) or letterbox (keep the aspect ratio, pad). Results are mapped "
                      "back to the original image either way.")]
+DecoderOpt = Annotated[str, typer.Option(
+    "--decoder", metavar="auto|ssd|yolov8|yolov5|dfl",
+    help="How detection outputs are read: auto (from their shapes), ssd (the TFLite post-process "
+         "op), yolov8 (Ultralytics v8/11/v5u, also transposed), yolov5 (classic, with "
+         "objectness) or dfl (split box logits and class scores).")]
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Output format: table, jsonl or csv. Default: what the --output "
                            "file's extension says (.csv, .jsonl), else table.", show_default=False)]

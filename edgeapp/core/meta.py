@@ -48,8 +48,24 @@ def read_meta(model_path: str | Path) -> ModelMeta:
         meta = _read_sidecar(candidate)
         if meta is not None:
             return meta
+    ultra = _ultralytics_file(model_path)
+    if ultra:  # a YOLO export: its class names, pixels / 255, and its task
+        return ModelMeta(labels=metadata_names(ultra), mean=0.0, std=255.0,
+                         task="detect" if ultra.get("task", "detect") == "detect" else None,
+                         source=f"{model_path} (Ultralytics metadata)")
     labels = embedded_labels(model_path)
     return ModelMeta(labels=labels, source=f"{model_path} (embedded)" if labels else None)
+
+
+def _ultralytics_file(model_path: str | Path) -> dict:
+    """Ultralytics' metadata appended to the file, when it is there ({} otherwise)."""
+    try:
+        with open(model_path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return {}
+    meta = ultralytics_metadata(data)
+    return meta if "names" in meta else {}
 
 
 def _read_sidecar(path: Path) -> Optional[ModelMeta]:

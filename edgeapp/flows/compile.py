@@ -12,7 +12,8 @@ from edgeapp.hw.compiler import CompileReport, compile_model, find_compiler
 
 def compile_file(model: Union[str, Path], *, out_dir=None, segments: Optional[int] = None,
                  min_runtime: Optional[int] = None, timeout: float = 180.0,
-                 search_delegate: bool = False, compiler: Optional[str] = None,
+                 search_delegate: bool = False, search_step: Optional[int] = None,
+                 compiler: Optional[str] = None,
                  log: Optional[Callable[[str], None]] = None) -> CompileReport:
     """A compiled model is refused up front: the compiler's own message for it is cryptic."""
     m = load_model(model)
@@ -21,4 +22,5 @@ def compile_file(model: Union[str, Path], *, out_dir=None, segments: Optional[in
                          "compile its CPU model instead")
     exe = find_compiler(compiler)
     return compile_model(model, exe, out_dir, segments=segments, min_runtime=min_runtime,
-                         timeout=timeout, search_delegate=search_delegate, log=log)
+                         timeout=timeout, search_delegate=search_delegate, search_step=search_step,
+                         log=log)

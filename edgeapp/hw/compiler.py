@@ -91,7 +91,7 @@ def find_compiler(explicit: Optional[str | Path] = None, env: Optional[Mapping[s
 def build_argv(compiler: str, model: str | Path, out_dir: str | Path, *,
                segments: Optional[int] = None, min_runtime: Optional[int] = None,
                timeout: Optional[float] = None, search_delegate: bool = False,
-               show_operations: bool = True) -> list[str]:
+               search_step: Optional[int] = None, show_operations: bool = True) -> list[str]:
     """The compiler's command line, as a list (it is never run through a shell)."""
     argv = [compiler, "--out_dir", str(out_dir)]
     if show_operations:
@@ -104,6 +104,8 @@ def build_argv(compiler: str, model: str | Path, out_dir: str | Path, *,
         argv += ["--timeout_sec", str(int(max(1, round(timeout))))]
     if search_delegate:
         argv.append("--search_delegate")
+        if search_step:  # Ultralytics' YOLO export passes 30
+            argv += ["--delegate_search_step", str(int(search_step))]
     argv.append(str(model))
     return argv
 
@@ -183,6 +185,7 @@ class CompileReport:
 def compile_model(model: str | Path, compiler: str, out_dir: Optional[str | Path] = None, *,
                   segments: Optional[int] = None, min_runtime: Optional[int] = None,
                   timeout: float = DEFAULT_TIMEOUT_S, search_delegate: bool = False,
+                  search_step: Optional[int] = None,
                   log: Optional[Callable[[str], None]] = None) -> CompileReport:
     """Run the compiler on `model` (already validated), parse and judge what it did.
 
@@ -196,7 +199,7 @@ def compile_model(model: str | Path, compiler: str, out_dir: Optional[str | Path
         raise UsageError(f"-o {out} is a file; pass a folder for the compiled model")
     out.mkdir(parents=True, exist_ok=True)
     argv = build_argv(compiler, model, out, segments=segments, min_runtime=min_runtime,
-                      timeout=timeout, search_delegate=search_delegate)
+                      timeout=timeout, search_delegate=search_delegate, search_step=search_step)
     if log is not None:
         log("running: " + " ".join(shlex.quote(a) for a in argv))
     ran = run(argv, timeout)

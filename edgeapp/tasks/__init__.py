@@ -50,17 +50,17 @@ def kind(name: str) -> Any:
 
 def guess_task(engine: Any) -> Optional[str]:
     """The task an opened model's outputs are for, or None when none claims it."""
-    from edgeapp.tasks.model import op_names, output_shapes
+    from edgeapp.tasks.model import input_size, op_names, output_shapes
 
-    shapes, ops = output_shapes(engine), op_names(engine)
-    return guess_from(shapes, ops)
+    return guess_from(output_shapes(engine), op_names(engine), input_size(engine))
 
 
-def guess_from(shapes: Any, ops: Any = ()) -> Optional[str]:
-    """The task these output shapes (and operator names) are for; the most specific kinds are
-    asked first (`TaskKind.guess_rank`), the classifier, which takes any one vector, last."""
+def guess_from(shapes: Any, ops: Any = (), input_size: Any = None) -> Optional[str]:
+    """The task these output shapes (and operator names, and the input (width, height)) are
+    for; the most specific kinds are asked first (`TaskKind.guess_rank`), the classifier, which
+    takes any one vector, last."""
     for n in sorted(names(), key=lambda n: kind(n).guess_rank):
-        if kind(n).claims(shapes, ops):
+        if kind(n).claims(shapes, ops, input_size):
             return n
     return None
 

@@ -72,8 +72,10 @@ class TaskKind:
 
     # -- the model --------------------------------------------------------------------------------
 
-    def claims(self, shapes: Sequence[Sequence[int]], ops: Sequence[str]) -> bool:
-        """Whether a model with these output shapes and operators is for this task (guessing)."""
+    def claims(self, shapes: Sequence[Sequence[int]], ops: Sequence[str],
+               input_size: Optional[Tuple[int, int]] = None) -> bool:
+        """Whether a model with these output shapes and operators (and this input (width,
+        height), when known) is for this task (guessing)."""
         return False
 
     def plan(self, engine: Any, options: dict) -> Any:
@@ -96,14 +98,14 @@ class TaskKind:
 
     # -- one image --------------------------------------------------------------------------------
 
-    def prepare(self, source: Any, spec: InputSpec, options: dict,
+    def prepare(self, source: Any, spec: InputSpec, options: dict, plan: Any = None,
                 keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
         """Load an image (path, bytes, Pillow image, array) and fit it into the input tensor."""
         return prepare_image(source, spec, options.get("resize", "stretch"), self.resample,
                              keep_image)
 
-    def prepare_frame(self, frame: np.ndarray, spec: InputSpec,
-                      options: dict) -> tuple[np.ndarray, Prepared]:
+    def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
+                      plan: Any = None) -> tuple[np.ndarray, Prepared]:
         """Fit a BGR camera frame into the input tensor (with OpenCV)."""
         from edgeapp.core.frames import fit_frame
         from edgeapp.core.preprocess import quantize_input
@@ -221,10 +223,10 @@ class BoundTask:
         return bound
 
     def prepare(self, source: Any, keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
-        return self.kind.prepare(source, self.model.spec, self.options, keep_image)
+        return self.kind.prepare(source, self.model.spec, self.options, self.plan, keep_image)
 
     def prepare_frame(self, frame: np.ndarray) -> tuple[np.ndarray, Prepared]:
-        return self.kind.prepare_frame(frame, self.model.spec, self.options)
+        return self.kind.prepare_frame(frame, self.model.spec, self.options, self.plan)
 
     def interpret(self, outputs: List[np.ndarray], prepared: Prepared) -> Result:
         return self.kind.interpret(outputs, prepared, self.plan, self.options, self.model.labels)

@@ -23,7 +23,7 @@ class Classify(TaskKind):
     nothing = "(no class above threshold)"
     guess_rank = 9  # any one output: asked last
 
-    def claims(self, shapes, ops) -> bool:
+    def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1
 
     def plan(self, engine: Any, options: dict) -> tuple:

@@ -1,41 +1,108 @@
 """detect: objects as boxes in the original image's pixels ({"objects": [{"id", "label", "score",
 "bbox": [xmin, ymin, xmax, ymax]}]}), best first.
 
-Models ending in TFLite's detection post-process op (SSD MobileNet, EfficientDet-Lite) give four
-outputs; core/detect.py recognises which is which and reads them.
+Two families of models, told apart by their outputs (or named with the `decoder` option):
+- ssd: models ending in TFLite's detection post-process op (SSD MobileNet, EfficientDet-Lite),
+  four outputs that core/detect.py recognises and reads; images stretched (or letterboxed)
+  with LANCZOS, as Coral's examples do;
+- yolov8, yolov5, dfl: YOLO exports (Ultralytics v8/11/v5u, classic v5, split DFL), decoded
+  and NMS'd on the host by core/yolo.py exactly as Ultralytics' predictor does, on images
+  letterboxed as Ultralytics letterboxes them (grey 114, centred, linear resize).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+import numpy as np
+
 from edgeapp.core.detect import engine_layout, get_objects, object_fields
+from edgeapp.core.yolo import CONF, IOU, LAYOUTS, MAX_DET, YOLO_MEAN, YOLO_STD
+from edgeapp.errors import UsageError
 from edgeapp.tasks.base import Prepared, Result, TaskKind, event_name, item_name
+from edgeapp.tasks.model import InputSpec, input_size
+
+DECODERS = ("auto", "ssd") + LAYOUTS
+SSD_THRESHOLD = 0.4
+
+
+@dataclass(frozen=True)
+class Plan:
+    decoder: str  # "ssd" or a YOLO layout name
+    layout: Any  # core.detect.Layout or core.yolo.YoloLayout
+    quantization: list  # (scale, zero point) per output
+    threshold: float  # the option, else this decoder's default
 
 
 class Detect(TaskKind):
     name = "detect"
     field = "objects"
     noun = "a detection model"
-    wanted = "a detection model's four outputs (boxes, classes, scores, count)"
+    wanted = ("a detection model's outputs (the TFLite detection post-process op's four, or a "
+              "YOLO export's)")
     columns = ("rank", "id", "label", "score", "xmin", "ymin", "xmax", "ymax")
-    defaults = {"threshold": 0.4, "top_k": None, "resize": "stretch"}
+    defaults = {"threshold": None, "top_k": None, "resize": "stretch", "decoder": "auto",
+                "iou": IOU, "max_det": MAX_DET}
     events = "presence"
     nothing = "(no object above threshold)"
     guess_rank = 1
 
-    def claims(self, shapes, ops) -> bool:
-        return len(shapes) == 4
+    def claims(self, shapes, ops, input_size=None) -> bool:
+        from edgeapp.core.yolo import is_yolo_output
 
-    def plan(self, engine: Any, options: dict) -> tuple:
-        layout = engine_layout(engine)  # InvalidModel when these are no detection outputs
-        return layout, [o.get("quantization", (0.0, 0)) for o in engine.outputs]
+        return len(shapes) == 4 or (input_size is not None and is_yolo_output(shapes, input_size))
 
-    def interpret(self, outputs, prepared: Prepared, plan: tuple, options: dict,
+    def plan(self, engine: Any, options: dict) -> Plan:
+        decoder = options["decoder"]
+        if decoder not in DECODERS:
+            raise UsageError(f"--decoder {decoder}: one of {', '.join(DECODERS)}")
+        quant = [(float(o.get("quantization", (0.0, 0))[0]), int(o.get("quantization", (0.0, 0))[1]))
+                 for o in engine.outputs]
+        if decoder == "auto":
+            decoder = "ssd" if len(engine.outputs) == 4 else _yolo_or_none(engine)
+            if decoder is None:
+                raise self.refuse(engine)
+        if decoder == "ssd":
+            return Plan("ssd", engine_layout(engine), quant, _or(options["threshold"], SSD_THRESHOLD))
+        from edgeapp.core.yolo import engine_yolo_layout
+
+        layout = engine_yolo_layout(engine, None if options["decoder"] == "auto" else decoder)
+        return Plan(layout.kind, layout, quant, _or(options["threshold"], CONF))
+
+    def prepare(self, source: Any, spec: InputSpec, options: dict, plan: Any = None,
+                keep_image: bool = False) -> tuple:
+        if plan is None or plan.decoder == "ssd":
+            return super().prepare(source, spec, options, plan, keep_image)
+        from edgeapp.core.preprocess import load_image
+
+        img = load_image(source, spec.channels, spec.size if spec.fast_decode else None)
+        pixels = np.asarray(img, dtype=np.uint8)
+        tensor, fit = _yolo_input(pixels if pixels.ndim == 3 else pixels[:, :, None], spec)
+        return tensor, Prepared(fit, img if keep_image else None, source)
+
+    def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
+                      plan: Any = None) -> tuple:
+        if plan is None or plan.decoder == "ssd":
+            return super().prepare_frame(frame, spec, options, plan)
+        rgb = frame[:, :, 2::-1] if frame.ndim == 3 and frame.shape[2] >= 3 else frame
+        if spec.channels == 1 and rgb.ndim == 3:
+            rgb = np.rint(rgb.astype(np.float32) @ np.float32([0.299, 0.587, 0.114])).astype(np.uint8)
+        tensor, fit = _yolo_input(rgb if rgb.ndim == 3 else rgb[:, :, None], spec)
+        return tensor, Prepared(fit)
+
+    def interpret(self, outputs, prepared: Prepared, plan: Plan, options: dict,
                   labels: Optional[dict]) -> Result:
-        layout, quant = plan
-        objects = get_objects(outputs, layout, prepared.fit, quant, options["threshold"],
-                              options["top_k"])
+        if plan.decoder == "ssd":
+            objects = get_objects(outputs, plan.layout, prepared.fit, plan.quantization,
+                                  plan.threshold, options["top_k"])
+        else:
+            from edgeapp.core.yolo import get_yolo_objects
+
+            objects = get_yolo_objects(outputs, plan.quantization, plan.layout, prepared.fit,
+                                       plan.threshold, options["iou"], options["max_det"])
+            if options["top_k"] is not None:
+                objects = objects[:options["top_k"]]
         return Result({"objects": object_fields(objects, labels)})
 
     def rows(self, fields: dict) -> List[dict]:
@@ -69,3 +136,27 @@ class Detect(TaskKind):
 
 
 KIND = Detect()
+
+
+def _yolo_or_none(engine: Any) -> Optional[str]:
+    from edgeapp.core.yolo import is_yolo_output
+    from edgeapp.tasks.model import output_shapes
+
+    size = input_size(engine)
+    return "yolo" if size is not None and is_yolo_output(output_shapes(engine), size) else None
+
+
+def _yolo_input(pixels: np.ndarray, spec: InputSpec) -> tuple:
+    """Ultralytics' letterbox (grey 114), then pixel / 255 unless the flags or the model's
+    metadata say otherwise, quantized by round to nearest."""
+    from edgeapp.core.preprocess import quantize_input
+    from edgeapp.core.yolo import letterbox
+
+    boxed, fit = letterbox(pixels, spec.size)
+    mean, std = (spec.mean, spec.std) if spec.normalization_given else (YOLO_MEAN, YOLO_STD)
+    return quantize_input(boxed, spec.dtype, spec.scale, spec.zero_point, mean, std)[None], fit
+
+
+def _or(value: Optional[float], default: float) -> float:
+    return default if value is None else float(value)
+

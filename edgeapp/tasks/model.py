@@ -29,6 +29,7 @@ class InputSpec:
     mean: float
     std: float
     fast_decode: bool = False
+    normalization_given: bool = True  # mean/std from the flags or the model's metadata
 
     @property
     def size(self) -> tuple[int, int]:
@@ -56,7 +57,8 @@ def input_spec(engine: Any, meta: ModelMeta, mean: Optional[float] = None,
     return InputSpec(width=shape[2], height=shape[1], channels=shape[3], dtype=engine.input_dtype,
                      scale=scale, zero_point=zero,
                      mean=_first(mean, meta.mean, CORAL_MEAN), std=_first(std, meta.std, CORAL_STD),
-                     fast_decode=fast_decode)
+                     fast_decode=fast_decode,
+                     normalization_given=(mean, std, meta.mean, meta.std) != (None,) * 4)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,12 @@ def output_quantization(engine: Any, index: int = 0) -> tuple[float, int]:
     """(scale, zero point) of one output; (0.0, 0) for a float output."""
     scale, zero = engine.outputs[index].get("quantization", (0.0, 0))
     return float(scale), int(zero)
+
+
+def input_size(engine: Any) -> Optional[tuple[int, int]]:
+    """(width, height) of an image model's input, or None when it is not [1, H, W, C]."""
+    shape = tuple(int(d) for d in engine.input_shape)
+    return (shape[2], shape[1]) if len(shape) == 4 else None
 
 
 def op_names(engine: Any) -> list[str]:

@@ -28,7 +28,7 @@ class Pose(TaskKind):
     nothing = "(no keypoint above threshold)"
     guess_rank = 0
 
-    def claims(self, shapes, ops) -> bool:
+    def claims(self, shapes, ops, input_size=None) -> bool:
         return POSENET_OP in ops or (len(shapes) == 1 and is_pose_output(shapes[0]))
 
     def plan(self, engine: Any, options: dict) -> tuple:

@@ -28,7 +28,7 @@ class Segment(TaskKind):
     nothing = "(no class)"
     guess_rank = 2
 
-    def claims(self, shapes, ops) -> bool:
+    def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_segmentation_output(shapes[0])
 
     def plan(self, engine: Any, options: dict) -> tuple:
