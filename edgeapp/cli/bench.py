@@ -92,7 +92,7 @@ def bench_command(
     finite("--duration", duration)
 
     from edgeapp.flows.bench import BenchOptions, run_bench, save_peaks
-    from edgeapp.hw.runtime import parse_devices
+    from edgeapp.hw.device_choice import parse_devices
 
     dev = resolve_device(ctx, device)
     if synthetic and device is None and dev == "auto":

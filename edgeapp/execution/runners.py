@@ -30,7 +30,8 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
     one-thread interpreters side by side instead of one (see `cpu_runner`).
     """
     from edgeapp.core.segments import find_segment_files
-    from edgeapp.hw.runtime import open_model, parse_devices
+    from edgeapp.hw.device_choice import parse_devices
+    from edgeapp.hw.runtime import open_model
 
     choice = parse_devices(device)
     segments = find_segment_files(model)
@@ -98,7 +99,8 @@ def open_tpus(model, choice, *, runtime: Optional[str] = None, probe: bool = Tru
     process) is skipped and said; with `auto` in the list, so is any. No engine at all is an
     error unless `auto` allows the CPU twin (then the list comes back empty).
     """
-    from edgeapp.hw.runtime import open_model, resolve_tpus
+    from edgeapp.hw.device_choice import resolve_tpus
+    from edgeapp.hw.runtime import open_model
 
     names = resolve_tpus(choice)
     engines, skipped = [], []

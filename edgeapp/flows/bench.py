@@ -277,7 +277,7 @@ def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
 def devices_for(device: str) -> list[str]:
     """What to measure one by one. `all`: the CPU and every Edge TPU found (one `edgetpu`
     entry, reported unavailable with the reason, when none is); a list: those TPUs."""
-    from edgeapp.hw.runtime import find_tpus, parse_devices, resolve_tpus
+    from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
 
     if device == "all":
         return ["cpu"] + (find_tpus() or ["edgetpu"])

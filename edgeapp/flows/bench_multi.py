@@ -96,7 +96,8 @@ def bench_pipeline(paths: list, device: str, opts, make_input: Callable,
     from edgeapp.core.segments import check_chain, set_label
     from edgeapp.core.tflite.model import load_model
     from edgeapp.execution.pipeline import SegmentPipeline
-    from edgeapp.hw.runtime import find_tpus, open_model, parse_devices, resolve_tpus
+    from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
+    from edgeapp.hw.runtime import open_model
 
     chain = check_chain([load_model(p) for p in paths])
     n = len(paths)

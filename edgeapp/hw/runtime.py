@@ -11,7 +11,6 @@ import contextlib
 import importlib
 import importlib.util
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -26,6 +25,7 @@ from edgeapp.core.compat import metadata
 from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
+from edgeapp.hw.device_choice import DeviceSpec, parse_device
 from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
 from edgeapp.hw.runtime_errors import NATIVE_NOISE, runtime_error_text
 
@@ -41,7 +41,6 @@ RUNTIME_MODULES = {  # runtime name -> (module to import, attribute holding Inte
 }
 _DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tflite-runtime",),
                   "tensorflow": ("tensorflow", "tensorflow-cpu")}
-_DEVICE_RE = re.compile(r"^(auto|cpu|edgetpu|usb|pci|usb:\d+|pci:\d+|:\d+)$")
 # CPU kernels: "fast" is the runtime's default (ai-edge-litert applies XNNPACK); "reference" is
 # the builtin op resolver without default delegates, whose int8 rounding is TFLite's reference
 # rounding, as tflite-runtime and Coral's published CPU results have it (see README).
@@ -147,95 +146,6 @@ def runtime_version(name: str) -> str:
         except metadata.PackageNotFoundError:
             continue
     return "unknown"
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """A parsed --device string: kind is auto, cpu or edgetpu; `option` is libedgetpu's."""
-
-    text: str
-    kind: str
-    option: Optional[str]  # "usb", "usb:0", "pci", "pci:1", ":0", or None for any TPU
-
-
-def parse_device(text: str) -> DeviceSpec:
-    t = (text or "auto").strip().lower()
-    if not _DEVICE_RE.match(t):
-        raise UsageError(f"invalid device {text!r}: use auto, cpu, edgetpu, usb, usb:N, pci, pci:N or :N")
-    if t in ("auto", "cpu"):
-        return DeviceSpec(t, t, None)
-    return DeviceSpec(t, "edgetpu", None if t == "edgetpu" else t)
-
-
-_NAMED_TPU_RE = re.compile(r"^(usb:\d+|pci:\d+|:\d+)$")
-
-
-@dataclass(frozen=True)
-class DeviceChoice:
-    """A parsed --device: one device, or several Edge TPUs for a data-parallel or pipelined run.
-
-    `single` is set for one device (auto, cpu, edgetpu, usb:1...). Otherwise `tpus` names the
-    TPUs of a list (`usb:0,pci:0`), or `every` stands for `all` (every Edge TPU found); the CPU
-    is never one of them. `auto` in a list (`all,auto`) lets the CPU twin take over when no TPU
-    is left.
-    """
-
-    text: str
-    single: Optional[DeviceSpec] = None
-    tpus: tuple = ()
-    every: bool = False
-    fallback: bool = False
-
-    @property
-    def several(self) -> bool:
-        return self.single is None
-
-
-def parse_devices(text: Optional[str]) -> DeviceChoice:
-    """--device as the inference commands take it: one device, a list of TPUs, or all."""
-    t = (text or "auto").strip().lower()
-    parts = [p.strip() for p in t.split(",")]
-    if len(parts) == 1 and parts[0] != "all":
-        return DeviceChoice(t, single=parse_device(t))
-    if not all(parts):
-        raise UsageError(f"invalid device list {text!r}: an entry is empty")
-    fallback = "auto" in parts
-    tpus = [p for p in parts if p != "auto"]
-    if "cpu" in tpus:
-        raise UsageError(f"invalid device list {text!r}: the CPU is never mixed into a multi-TPU run; "
-                         "add auto to let the CPU twin take over when no Edge TPU is left")
-    if "all" in tpus:
-        if len(tpus) > 1:
-            raise UsageError(f"invalid device list {text!r}: all already names every Edge TPU")
-        return DeviceChoice(t, every=True, fallback=fallback)
-    for p in tpus:
-        if not _NAMED_TPU_RE.match(p):
-            parse_device(p)  # the usual message for a bad name
-            raise UsageError(f"invalid device list {text!r}: name each Edge TPU (usb:N, pci:N or :N), "
-                             f"not {p!r}")
-    if not tpus:
-        raise UsageError(f"invalid device list {text!r}: no Edge TPU named")
-    if len(set(tpus)) != len(tpus):
-        raise UsageError(f"invalid device list {text!r}: a TPU is named twice")
-    return DeviceChoice(t, tpus=tuple(tpus), fallback=fallback)
-
-
-def find_tpus(root: str = "/") -> list[str]:
-    """The --device names of every Edge TPU found (libedgetpu's list, else sysfs)."""
-    from edgeapp.hw.devices import list_edge_tpus
-
-    return [t.device for t in list_edge_tpus(root, library=edgetpu_library())]
-
-
-def resolve_tpus(choice: DeviceChoice, root: str = "/") -> list[str]:
-    """The TPU names a multi-device choice stands for; `all` enumerates them now."""
-    if not choice.every:
-        return list(choice.tpus)
-    found = find_tpus(root)
-    if not found and not choice.fallback:
-        raise DeviceUnavailable("--device all: no Edge TPU found; plug one in and check "
-                                "`edgeapp devices` (or add auto: all,auto runs the CPU twin then)")
-    return found
 
 
 def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
