@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
+from edgeapp.core.thermal import is_sensor_fault
 from edgeapp.hw.libedgetpu import list_devices, open_library
 from edgeapp.hw.sysroot import Root, read_text, under
 
@@ -65,8 +66,10 @@ def apex_nodes(root: Root = None) -> list[str]:
 
 
 def apex_temperature(root: Root, node: str) -> Optional[float]:
-    """Die temperature in °C from /sys/class/apex/apex_N/temp (millidegrees), if readable."""
-    return apex_thermal(root, node).get("temp")
+    """Die temperature in °C from /sys/class/apex/apex_N/temp (millidegrees), if readable and
+    not the sensor-fault reading (core/thermal.py)."""
+    temp = apex_thermal(root, node).get("temp")
+    return None if is_sensor_fault(temp) else temp
 
 
 # The apex driver's thermal files (gasket-driver apex_driver.c), millidegrees C except *_en (0/1).

@@ -80,6 +80,14 @@ def max_mhz(root: Root = None) -> Optional[float]:
         return None
 
 
+def usb_link(speed_mbps: Optional[float]) -> Optional[str]:
+    """`USB 3 (5 Gb/s)` for a sysfs link speed in Mb/s."""
+    if speed_mbps is None:
+        return None
+    text = f"{speed_mbps:g}"
+    return _USB_SPEEDS.get(text, f"{text} Mb/s")
+
+
 def usb_accelerators(root: Root = None) -> list[dict]:
     """Coral USB Accelerators seen in sysfs (devices.usb_accelerators), with their link speed."""
     from edgeapp.hw.devices import USB_IDS

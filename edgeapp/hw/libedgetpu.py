@@ -177,6 +177,20 @@ def identify_build(lib: ctypes.CDLL, path: str, root: str = "/"):
     return identify(dpkg_owner(path, root), build_label(lib))
 
 
+def clock_mode(library: str, root=None) -> Tuple[Optional[str], str]:
+    """(`std`, `max` or None, how we know) of the Edge TPU library `library` (core/clock.py):
+    its Debian package under the sysroot, else its folder, else its build label."""
+    from edgeapp.core.clock import build_mode
+    from edgeapp.hw.sysroot import sysroot
+
+    try:
+        lib, path = open_library(library)
+    except OSError:
+        return None, f"{library} does not load"
+    owner = dpkg_owner(path, str(sysroot(root)))
+    return build_mode(owner[0] if owner else None, path, build_label(lib))
+
+
 def known_crash(lib: ctypes.CDLL, path: str, runtime: str, runtime_version: str,
                 root: str = "/") -> Optional[str]:
     """One line naming both versions and this platform's fix when the pair is known to crash, else None."""
