@@ -19,6 +19,7 @@ from edgeapp.cli.options import (
     LabelsOpt,
     MeanOpt,
     NoProbeOpt,
+    PerformanceOpt,
     ResizeOpt,
     RuntimeOpt,
     StdOpt,
@@ -138,7 +139,7 @@ def camera_command(
     summary: SummaryOpt = SummaryFormat.text, mean: MeanOpt = None, std: StdOpt = None,
     device: DeviceOpt = None, cpu_model: CpuModelOpt = None, threads: ThreadsOneOpt = None,
     cpu_kernels: CpuKernelsOpt = CpuKernels.fast, runtime: RuntimeOpt = None,
-    no_probe: NoProbeOpt = False,
+    no_probe: NoProbeOpt = False, performance: PerformanceOpt = None,
 ) -> None:
     """Run a model on live frames: overlay, headless JSON lines, recording, summary.
 

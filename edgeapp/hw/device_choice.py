@@ -134,3 +134,30 @@ def device_type(name: Optional[str], root: Root = None) -> Optional[str]:
         index = int(name[1:])
         return found[index][:3] if index < len(found) else None
     return None
+
+
+def tuned(spec: DeviceSpec, performance: Optional[str] = None, usb_queue: Optional[int] = None,
+          root: Root = None) -> tuple[DeviceSpec, dict]:
+    """(the device to open, the delegate options) for --performance and the USB queue length.
+
+    The device becomes indexed (libedgetpu ignores options otherwise). `max` on a USB
+    Accelerator driven by the std build is refused with one line naming libedgetpu1-max: that
+    build would drop it to `high` without a word."""
+    from edgeapp.core.clock import PERFORMANCE_LEVELS, check_usb_queue, delegate_options, refusal
+
+    if performance is None and usb_queue is None:
+        return spec, {}
+    if performance is not None and performance not in PERFORMANCE_LEVELS:
+        raise UsageError(f"--performance {performance}: choose one of {', '.join(PERFORMANCE_LEVELS)}")
+    problem = check_usb_queue(usb_queue)
+    if problem:
+        raise UsageError(problem)
+    spec = indexed(spec, root)
+    if performance == "max" and device_type(spec.option, root) == "usb":
+        from edgeapp.hw.libedgetpu import clock_mode
+
+        mode, evidence = clock_mode(edgetpu_library(), root)
+        why = refusal(mode, performance, evidence)
+        if why:
+            raise UsageError(why)
+    return spec, delegate_options(performance, usb_queue)

@@ -25,7 +25,7 @@ from edgeapp.core.compat import metadata
 from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
-from edgeapp.hw.device_choice import DeviceSpec, parse_device
+from edgeapp.hw.device_choice import DeviceSpec, parse_device, tuned
 from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
 from edgeapp.hw.runtime_errors import NATIVE_NOISE, runtime_error_text
 
@@ -148,10 +148,12 @@ def runtime_version(name: str) -> str:
     return "unknown"
 
 
-def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
-    """Load the Edge TPU delegate or raise DeviceUnavailable with a short reason and the fix."""
+def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec, extra: Optional[dict] = None) -> Any:
+    """Load the Edge TPU delegate or raise DeviceUnavailable with a short reason and the fix.
+    `extra`: more libedgetpu options (`Performance`, ...: device_choice.tuned)."""
     library = edgetpu_library()
     options = {"device": spec.option} if spec.option else {}
+    options.update(extra or {})
     try:
         if runtime.name == "tflite-runtime" and not os.environ.get(EDGETPU_LIB_ENV):
             try:  # Google's pycoral, when installed, knows its own library
@@ -253,6 +255,14 @@ class Engine:
         self.invoke()
         return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
 
+    def release(self) -> None:
+        """Let go of the interpreter and its delegate, so libedgetpu closes the device: an engine
+        whose Edge TPU failed, before the same device is opened again (execution/reconnect.py)."""
+        import gc
+
+        self.interpreter = None
+        gc.collect()
+
     def _refusal(self, error: BaseException) -> InvalidModel:
         return InvalidModel(f"{self.runtime.name} {self.runtime.version} cannot run "
                             f"{self.model.path}: {runtime_error_text(error)}")
@@ -261,7 +271,8 @@ class Engine:
 def open_model(path: str | Path | Model, device: str = "auto", *,
                cpu_model: Optional[str | Path] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
-               probe: bool = True, cpu_kernels: str = "fast", trust_model: bool = False) -> Engine:
+               probe: bool = True, cpu_kernels: str = "fast", trust_model: bool = False,
+               performance: Optional[str] = None, usb_queue: Optional[int] = None) -> Engine:
     """Validate the model, pick the device, and return an allocated Engine.
 
     auto: Edge TPU when a compiled model and a TPU are there, else the CPU (the CPU twin for a
@@ -274,18 +285,21 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
     A parsed `Model` may be passed instead of a path, so callers that already read it don't
     read it again.
     cpu_kernels: "fast" (the runtime's default) or "reference" (see CPU_KERNELS).
+    performance (low|medium|high|max) and usb_queue (Usb.MaxBulkInQueueLength) go to libedgetpu
+    with the device indexed (device_choice.tuned); max with a std build on USB is refused.
     """
     spec = parse_device(device)
     model = path if isinstance(path, Model) else load_model(path)
     path = model.path if isinstance(path, Model) else path
     rt = find_runtime(runtime)
     if spec.kind != "cpu" and model.is_edgetpu_compiled:
+        spec, extra = tuned(spec, performance, usb_queue)
         try:
             if probe:
                 from edgeapp.hw.probe import ensure_probed
-                ensure_probed(rt, spec, model.path, lambda: load_edgetpu_delegate(rt, spec),
+                ensure_probed(rt, spec, model.path, lambda: load_edgetpu_delegate(rt, spec, extra),
                               check_model=not trust_model)
-            delegate = load_edgetpu_delegate(rt, spec)
+            delegate = load_edgetpu_delegate(rt, spec, extra)
             interpreter = _interpreter(rt, model, [delegate], threads, cpu_kernels)
         except DeviceUnavailable as e:
             if spec.kind == "edgetpu":
