@@ -268,3 +268,55 @@ def test_without_reconnect_the_failure_path_is_unchanged(tpus, cli, compiled_pai
 
 def test_stand_in_environment_is_clean_between_tests():
     assert not any(k.startswith("FAKE_EDGETPU_UNPLUG") for k in os.environ)
+
+
+# -- bench: clock, heat and throttling -------------------------------------------------------------
+
+@pytest.fixture()
+def bench_root(tmp_path, monkeypatch):
+    """An empty system tree (no power sensors), a private cache, no compiler."""
+    root = tmp_path / "root"
+    root.mkdir()
+    monkeypatch.setenv("EDGEAPP_SYSROOT", str(root))
+    monkeypatch.setenv("EDGEAPP_CACHE_DIR", str(tmp_path / "cache"))
+    return root
+
+
+def test_a_long_bench_whose_latency_grows_is_flagged_throttling(tpus, cli, compiled_pair, bench_root,
+                                                                  tmp_path):
+    tpus("usb", delay_ms=1, delay_step_ms=0.2)  # each invoke 0.2 ms slower than the one before
+    plot = tmp_path / "bench.png"
+    r = cli("bench", compiled_pair[0], "-d", "usb", "--duration", "1.5", "--warmup", "0", "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    [res] = json.loads(r.stdout)["results"]
+    assert len(res["windows"]) >= 2 and res["drift"] > thermal.DRIFT_LIMIT
+    assert res["throttling"] and "rose" in res["throttling_reasons"][0]
+    first, last = res["windows"][0], res["windows"][-1]
+    assert last["p50_ms"] > first["p50_ms"] and sum(w["runs"] for w in res["windows"]) == res["runs"]
+    table = cli("bench", compiled_pair[0], "-d", "usb", "--duration", "1", "--warmup", "0",
+                "--plot", plot)
+    assert table.exit_code == 0, table.stderr
+    assert "usb: THROTTLING: warm latency rose" in table.stdout and plot.stat().st_size > 0
+
+
+def test_bench_on_a_card_past_trip_point_0_reports_heat_and_throttling(tpus, cli, compiled_pair, bench_root):
+    tpus("pci")
+    hot_card(bench_root, 0, 87000)
+    r = cli("bench", compiled_pair[0], "-d", "pci:0", "--runs", "5", "--warmup", "0", "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    [res] = json.loads(r.stdout)["results"]
+    tpu = res["edgetpu"]
+    assert (tpu["temperature_before_c"], tpu["temperature_after_c"], tpu["trip_point0_c"]) == (87.0, 87.0, 85.0)
+    assert tpu["clock_mhz"] == 250.0 and res["throttling"] and "windows" not in res
+    assert any("past trip point 0" in why for why in res["throttling_reasons"])
+    table = cli("bench", compiled_pair[0], "-d", "pci:0", "--runs", "5", "--warmup", "0").stdout
+    assert "pci:0: libedgetpu build unknown, 250 MHz, 87.0 °C -> 87.0 °C" in table
+    assert "pci:0: THROTTLING:" in table
+
+
+def test_a_cool_card_and_no_duration_is_not_throttling(tpus, cli, compiled_pair, bench_root):
+    tpus("pci")
+    hot_card(bench_root, 0, 45000)
+    res = json.loads(cli("bench", compiled_pair[0], "-d", "pci:0", "--runs", "5", "--warmup", "0",
+                         "-f", "json").stdout)["results"][0]
+    assert res["throttling"] is False and res["edgetpu"]["clock_mhz"] == 500.0
