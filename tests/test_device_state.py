@@ -320,3 +320,89 @@ def test_a_cool_card_and_no_duration_is_not_throttling(tpus, cli, compiled_pair,
     res = json.loads(cli("bench", compiled_pair[0], "-d", "pci:0", "--runs", "5", "--warmup", "0",
                          "-f", "json").stdout)["results"][0]
     assert res["throttling"] is False and res["edgetpu"]["clock_mhz"] == 500.0
+
+
+# -- camera: the live view and MQTT carry the temperature and the throttling flag ------------------
+
+def test_health_summary_flags_drift_and_heat():
+    from edgeapp.flows.tpu_health import WINDOW, summarize
+
+    cool = {"usb:0": {"temperature_c": None, "clock_mhz": 500.0, "throttling": None, "thermal": None}}
+    steady = summarize(cool, [10.0] * WINDOW, [10.5] * WINDOW)
+    assert steady["throttling"] is False and steady["temperature_c"] is None
+    slower = summarize(cool, [10.0] * WINDOW, [12.0] * WINDOW)
+    assert slower["throttling"] and slower["latency_drift"] == 0.2
+    hot = {"pci:0": {"temperature_c": 91.0, "clock_mhz": 125.0, "throttling": True,
+                     "thermal": {"sensor_fault": False}}}
+    assert summarize(hot, [], [])["throttling"] and summarize(hot, [], [])["temperature_c"] == 91.0
+
+
+def test_home_assistant_discovery_has_a_temperature_sensor_only_where_there_is_one():
+    from edgeapp.sinks.mqtt import health_discovery
+
+    usb = dict(health_discovery("garage/cam", temperature=False))
+    assert list(usb) == ["homeassistant/binary_sensor/garage_cam/edgetpu_throttling/config"]
+    pcie = dict(health_discovery("garage/cam", temperature=True))
+    sensor = pcie["homeassistant/sensor/garage_cam/edgetpu_temperature/config"]
+    assert sensor["state_topic"] == "garage/cam/edgetpu" and sensor["unit_of_measurement"] == "°C"
+    assert sensor["device_class"] == "temperature" and sensor["availability_topic"] == "garage/cam/status"
+
+
+@pytest.fixture()
+def camera_video(tmp_path):
+    import numpy as np
+    from camera_proc import color_frame, write_video
+
+    rng = np.random.default_rng(3)
+    frames = [color_frame(("blue", "green", "red")[(i // 10) % 3], i, rng) for i in range(90)]
+    return write_video(tmp_path / "cam.avi", frames, 30)
+
+
+def test_the_live_view_stats_carry_the_temperature_and_throttling(standin_lib, compiled_pair, camera_video,
+                                                                 tmp_path):
+    from camera_proc import CameraProc
+    from standin import standin_env
+    from test_live_view import stats, wait_for
+
+    root = tmp_path / "root"
+    hot_card(root, 0, 91000)
+    env = {**standin_env(standin_lib, "pci", delay_ms=5), "EDGEAPP_SYSROOT": str(root),
+           "EDGEAPP_CACHE_DIR": str(tmp_path / "cache")}
+    with CameraProc(compiled_pair[0], "--source", camera_video, "--drop-frames", "--serve", "127.0.0.1:0",
+                    "--duration", "30", "--summary", "json", env=env) as cam:
+        base = cam.url()
+        got = wait_for(lambda: stats(base).get("edgetpu"), what="the Edge TPU's health in /stats")
+        assert got["temperature_c"] == 91.0 and got["clock_mhz"] == 125.0 and got["throttling"]
+        [device] = got["devices"].values()  # the one card ("edgetpu": --device auto)
+        assert device["clock_mode"] is None and device["temperature_c"] == 91.0  # no package database
+        assert any("trip point 0" in why for why in got["throttling_reasons"])
+        cam.stop()
+
+
+def test_mqtt_publishes_the_health_and_home_assistant_discovery(tpus, cli, compiled_pair, camera_video,
+                                                                tmp_path, monkeypatch):
+    from test_mqtt import Broker, Subscriber, retained
+
+    tpus("pci", delay_ms=2)
+    root = tmp_path / "root"
+    hot_card(root, 0, 86500)
+    monkeypatch.setenv("EDGEAPP_SYSROOT", str(root))
+    broker = Broker(tmp_path).start()
+    try:
+        sub = Subscriber(broker.port, "#")
+        try:
+            r = cli("camera", compiled_pair[0], "--source", camera_video, "--mqtt", broker.url("cam9"),
+                    "--output", tmp_path / "records.jsonl")
+            assert r.exit_code == 0, r.stderr
+            config = "homeassistant/sensor/cam9/edgetpu_temperature/config"
+            sub.wait(lambda: sub.on(config) and sub.on("cam9/edgetpu"), what="health and discovery")
+            health = sub.json_on("cam9/edgetpu")[0]
+            assert health["temperature_c"] == 86.5 and health["throttling"] is True
+            assert sub.json_on(config)[0]["value_template"] == "{{ value_json.temperature_c }}"
+            assert sub.on("homeassistant/binary_sensor/cam9/edgetpu_throttling/config")
+        finally:
+            sub.close()
+        payload, flag = retained(broker.port, "cam9/edgetpu")
+        assert flag and json.loads(payload)["temperature_c"] == 86.5
+    finally:
+        broker.kill()
