@@ -4,7 +4,8 @@ the plan (core/install_plan.py): the commands that give this platform a working 
 Every check reads files under `root` and tools on the PATH of `env`, so tests run it against
 fake system trees. Python packages are looked up without importing them (a TFLite runtime is
 imported in a child process, TensorFlow not at all), so doctor stays fast and cannot be killed
-by a broken native wheel.
+by a broken native wheel. The checks of the devices themselves (their state, udev rules,
+containers, kernel modules, a Raspberry Pi 5's PCIe settings) are in flows/doctor_devices.py.
 """
 
 from __future__ import annotations
