@@ -1,8 +1,9 @@
 """The stand-in Edge TPU and compiled-looking models, for tests and scripts without hardware.
 
 `build_standin` compiles tests/fake_edgetpu/fake_edgetpu.c (see its header: N devices, the
-`edgetpu-custom-op` computed deterministically from its input bytes, a delay per invoke,
-failure on demand). edgeapp loads it through EDGEAPP_EDGETPU_LIB exactly as it loads
+`edgetpu-custom-op` computed deterministically from its input bytes, a delay per invoke that
+may grow, failure on demand, an unplug that comes back after re-enumeration, and a log of the
+options each delegate was given). edgeapp loads it through EDGEAPP_EDGETPU_LIB exactly as it loads
 libedgetpu, so everything above the delegate is the real code path: the TFLite runtime, the
 delegate loading, device listing through the C API, interpreters, threads and queues.
 
@@ -13,6 +14,7 @@ the last segment, as SSD's post-process is), with a tensor that skips a segment.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -23,7 +25,9 @@ from typing import Optional, Sequence
 import pytest
 
 SOURCE = Path(__file__).resolve().parent / "fake_edgetpu" / "fake_edgetpu.c"
-ENV_KEYS = ("FAKE_EDGETPU_DEVICES", "FAKE_EDGETPU_DELAY_MS", "FAKE_EDGETPU_FAIL", "FAKE_EDGETPU_LOG")
+ENV_KEYS = ("FAKE_EDGETPU_DEVICES", "FAKE_EDGETPU_DELAY_MS", "FAKE_EDGETPU_FAIL", "FAKE_EDGETPU_LOG",
+            "FAKE_EDGETPU_OPTIONS", "FAKE_EDGETPU_DELAY_STEP_MS", "FAKE_EDGETPU_UNPLUG")
+_configurations = itertools.count()  # an unplug happens once per configuration
 
 
 def c_compiler() -> Optional[str]:
@@ -42,12 +46,24 @@ def build_standin(folder: Path) -> Path:
 
 
 def standin_env(library: Path, devices: str = "usb,usb", delay_ms: float = 0.0,
-                fail: Optional[str] = None) -> dict:
-    """The environment that points edgeapp at the stand-in with these devices."""
+                fail: Optional[str] = None, *, delay_step_ms: float = 0.0, unplug: Optional[str] = None,
+                options_log: Optional[Path] = None) -> dict:
+    """The environment that points edgeapp at the stand-in with these devices.
+
+    `fail` "usb:1@3": that device fails every invoke after its first 3. `unplug` "usb:0@3/2":
+    it is unplugged after 3 invokes and back after 2 attempts to open it ("/-1": never).
+    `delay_step_ms`: each invoke of a delegate takes that much longer than the one before.
+    `options_log`: each delegate appends "<device> key=value ..." (the options it was given)."""
     env = {"EDGEAPP_EDGETPU_LIB": str(library), "FAKE_EDGETPU_DEVICES": devices,
            "FAKE_EDGETPU_DELAY_MS": str(delay_ms), "EDGEAPP_NO_PROBE": "1"}
     if fail:
         env["FAKE_EDGETPU_FAIL"] = fail
+    if delay_step_ms:
+        env["FAKE_EDGETPU_DELAY_STEP_MS"] = str(delay_step_ms)
+    if unplug:
+        env["FAKE_EDGETPU_UNPLUG"] = f"{unplug}#{os.getpid()}-{next(_configurations)}"
+    if options_log is not None:
+        env["FAKE_EDGETPU_OPTIONS"] = str(options_log)
     return env
 
 
@@ -61,17 +77,20 @@ def standin_lib(tmp_path_factory) -> Path:
 
 @pytest.fixture()
 def tpus(standin_lib, monkeypatch, tmp_path):
-    """tpus("usb,usb,pci", delay_ms=..., fail=...): this process sees those stand-in TPUs."""
+    """tpus("usb,usb,pci", delay_ms=..., fail=..., unplug=..., ...): this process sees those
+    stand-in TPUs (standin_env's keywords)."""
     monkeypatch.setenv("EDGEAPP_CACHE_DIR", str(tmp_path / "cache"))
     for key in ENV_KEYS:
         monkeypatch.delenv(key, raising=False)
 
-    def configure(devices: str = "usb,usb", delay_ms: float = 0.0, fail: Optional[str] = None) -> dict:
-        env = standin_env(standin_lib, devices, delay_ms, fail)
+    def configure(devices: str = "usb,usb", delay_ms: float = 0.0, fail: Optional[str] = None,
+                  **more) -> dict:
+        env = standin_env(standin_lib, devices, delay_ms, fail, **more)
+        for key in ENV_KEYS:
+            if key not in env and key != "FAKE_EDGETPU_LOG":
+                monkeypatch.delenv(key, raising=False)
         for key, value in env.items():
             monkeypatch.setenv(key, value)
-        if not fail:
-            monkeypatch.delenv("FAKE_EDGETPU_FAIL", raising=False)
         return env
 
     return configure

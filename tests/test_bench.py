@@ -90,7 +90,7 @@ def test_thread_counts():
 @pytest.fixture()
 def bench_env(tmp_path, monkeypatch):
     """No power sensors (empty sysfs root), no Edge TPU library, a private peak cache."""
-    monkeypatch.setenv("EDGEAPP_SYSFS_ROOT", str(tmp_path / "sysfs"))
+    monkeypatch.setenv("EDGEAPP_SYSROOT", str(tmp_path / "sysfs"))
     monkeypatch.setenv("EDGEAPP_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("EDGEAPP_EDGETPU_LIB", str(tmp_path / "no-libedgetpu.so.1"))
     monkeypatch.setenv("PATH", str(tmp_path / "nobin"))  # no vcgencmd, no edgetpu_compiler

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import default_runtime
+from standin import standin_lib  # noqa: F401 - fixture
 from test_devices import add_apex, two_accelerators_and_a_mouse
 
 from edgeapp.errors import ExitCode
@@ -68,7 +69,7 @@ def test_healthy_system_with_usb_and_pcie(tmp_path):
     access = by_name(checks, "usb access")[0]
     assert (access.status, access.detail) == (OK, "alice is in group plugdev")
     apex = by_name(checks, "pcie edge tpu")[0]
-    assert (apex.status, apex.detail) == (OK, "/dev/apex_0, 52.3 °C")
+    assert (apex.status, apex.detail) == (OK, "/dev/apex_0, 52.3 °C, 500 MHz")
     assert by_name(checks, "pcie driver")[0].status == OK
     compiler = by_name(checks, "edgetpu_compiler")[0]
     assert compiler.status == OK and compiler.detail.startswith("16.0.384591198 at ")
@@ -206,3 +207,115 @@ def test_doctor_command_on_a_broken_fake_system(cli, tmp_path, monkeypatch):
     assert "usb access" in result.stderr
     line = next(ln for ln in result.stdout.splitlines() if "usb access" in ln)
     assert line.startswith("fail") and "-> sudo usermod -aG plugdev alice" in line
+
+
+# -- the accelerator's state, kernels, a Raspberry Pi 5, containers (issue 23) -----------------------
+
+def _file(root: Path, path: str, text: str) -> Path:
+    p = root / path.lstrip("/")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def pi5(root: Path, config: str, release: str = "6.6.51+rpt-rpi-2712") -> Path:
+    _file(root, "/proc/device-tree/model", "Raspberry Pi 5 Model B Rev 1.0\x00")
+    _file(root, "/boot/firmware/config.txt", config)
+    _file(root, "/proc/sys/kernel/osrelease", release + "\n")
+    return root
+
+
+def test_pi5_without_the_pcie_overlay_and_with_16k_pages_prints_the_lines_to_add(tmp_path):
+    root = pi5(tmp_path / "root", "[all]\ndtparam=audio=on\n[pi4]\ndtoverlay=pciex1-compat-pi5,no-mip\n")
+    checks = run_checks(root, env_for(tmp_path))
+    pcie = by_name(checks, "pi 5 pcie")[0]
+    assert pcie.status == WARN and "/boot/firmware/config.txt" in pcie.detail
+    assert pcie.fix == ("add under [all] in /boot/firmware/config.txt: dtparam=pciex1 / "
+                        "dtoverlay=pciex1-compat-pi5,no-mip; then reboot")
+    page = by_name(checks, "page size")[0]
+    assert page.status == WARN and "16K" in page.detail and "kernel=kernel8.img" in page.fix
+    fixed = pi5(tmp_path / "fixed", "# Coral\n[all]\ndtparam=pciex1\ndtoverlay=pciex1-compat-pi5,no-mip\n"
+                "kernel=kernel8.img\n", "6.6.51+rpt-rpi-v8")
+    checks = run_checks(fixed, env_for(tmp_path))
+    assert by_name(checks, "pi 5 pcie")[0].status == OK and by_name(checks, "page size")[0].status == OK
+
+
+def test_the_smaps_page_size_wins_and_a_seen_card_makes_16k_a_failure(tmp_path):
+    root = pi5(tmp_path / "root", "dtparam=pciex1\ndtoverlay=pciex1-compat-pi5,no-mip\n", "6.6.51+rpt-rpi-v8")
+    _file(root, "/proc/self/smaps", "Size: 4 kB\nKernelPageSize:       16 kB\n")
+    card = root / "sys/bus/pci/devices/0001:01:00.0"
+    _file(root, str(card.relative_to(root) / "vendor"), "0x1ac1\n")
+    _file(root, str(card.relative_to(root) / "device"), "0x089a\n")
+    page = by_name(run_checks(root, env_for(tmp_path)), "page size")[0]
+    assert page.status == FAIL and "16K" in page.detail
+
+
+def test_an_apex_module_built_for_another_kernel_names_the_community_build(tmp_path):
+    root = tmp_path / "root"
+    _file(root, "/proc/sys/kernel/osrelease", "6.8.0-45-generic\n")
+    _file(root, "/lib/modules/6.5.0-44-generic/modules.dep",
+          "updates/dkms/apex.ko.zst: updates/dkms/gasket.ko.zst\nupdates/dkms/gasket.ko.zst:\n")
+    _file(root, "/lib/modules/6.8.0-45-generic/modules.dep", "kernel/drivers/usb/core/usbcore.ko.zst:\n")
+    for name, value in (("vendor", "0x1ac1"), ("device", "0x089a")):
+        _file(root, f"/sys/bus/pci/devices/0000:03:00.0/{name}", value + "\n")
+    module = by_name(run_checks(root, env_for(tmp_path)), "kernel module")[0]
+    assert module.status == FAIL and "6.5.0-44-generic" in module.detail and "6.8.0-45-generic" in module.detail
+    assert "github.com/feranick/gasket-driver" in module.fix and "Linux 6.8" in module.fix
+    _file(root, "/lib/modules/6.8.0-45-generic/updates/dkms/apex.ko.zst", "")
+    module = by_name(run_checks(root, env_for(tmp_path)), "kernel module")[0]
+    assert module.status == WARN and "not loaded" in module.detail  # built now; modprobe it
+
+
+def test_no_card_and_no_module_says_nothing_about_kernels(tmp_path):
+    root = tmp_path / "root"
+    _file(root, "/proc/sys/kernel/osrelease", "6.8.0-45-generic\n")
+    assert not [c for c in run_checks(root, env_for(tmp_path)) if c.name == "kernel module"]
+
+
+def test_a_udev_rule_for_one_usb_id_only_loses_the_other_state(tmp_path):
+    root = system(tmp_path / "root", rules=False)
+    _file(root, "/etc/udev/rules.d/99-coral.rules", 'SUBSYSTEM=="usb",ATTRS{idVendor}=="18d1",MODE="0666"\n')
+    rule = by_name(run_checks(root, env_for(tmp_path)), "udev rule")[0]
+    assert rule.status == FAIL and "1a6e:089a (bootloader)" in rule.detail
+    assert 'ATTRS{idVendor}=="1a6e",ATTRS{idProduct}=="089a",GROUP="plugdev"' in rule.fix
+
+
+@pytest.mark.parametrize("nodes, status", [(["004"], WARN), ([], FAIL), (["001", "004"], OK)])
+def test_a_container_must_map_the_whole_usb_bus(tmp_path, nodes, status):
+    from test_devices import add_usb
+
+    root = tmp_path / "root"
+    add_usb(root, "2-1", "1a6e:089a", "5000", 2, 4)
+    add_usb(root, "usb2", "1d6b:0003", "5000", 2, 1)  # the bus's root hub
+    _file(root, "/.dockerenv", "")
+    for n in nodes:
+        _file(root, f"/dev/bus/usb/002/{n}", "")
+    check = by_name(run_checks(root, env_for(tmp_path)), "container usb")[0]
+    assert check.status == status, check
+    if status != OK:
+        assert "/dev/bus/usb" in check.fix and "docker:" in check.detail
+
+
+def test_doctor_shows_heat_trip_points_and_the_sensor_fault(tmp_path):
+    from test_device_state import hot_card
+
+    root = tmp_path / "root"
+    hot_card(root, 0, 91000)
+    hot_card(root, 1, -87900)
+    cards = {c.detail.split(",")[0]: c for c in by_name(run_checks(root, env_for(tmp_path)), "pcie edge tpu")}
+    hot, broken = cards["/dev/apex_0"], cards["/dev/apex_1"]
+    assert hot.status == WARN and "91.0 °C, 125 MHz (trip points 85/90/95 °C" in hot.detail
+    assert "shutdown 100 °C" in hot.detail and "warning 100 °C (off)" in hot.detail
+    assert broken.status == WARN and "sensor fault (reads -87.9 °C)" in broken.detail and "#843" in broken.fix
+
+
+def test_doctor_names_the_clock_mode_of_the_installed_build(tmp_path, standin_lib):
+    from test_device_state import dpkg_owns
+
+    root = system(tmp_path / "root")
+    dpkg_owns(root, "libedgetpu1-std", standin_lib)
+    checks = run_checks(root, env_for(tmp_path, EDGEAPP_EDGETPU_LIB=str(standin_lib)))
+    mode = by_name(checks, "clock mode")[0]
+    assert "std build" in mode.detail and "libedgetpu1-max" in mode.fix
+    usb = {c.detail.split()[0]: c for c in by_name(checks, "usb accelerator")}
+    assert "(bootloader)" in usb["1a6e:089a"].detail and "(running)" in usb["18d1:9302"].detail

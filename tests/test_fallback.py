@@ -8,7 +8,8 @@ from conftest import ROOT
 from edgeapp.core.naming import cpu_twin_path
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import ExitCode
-from edgeapp.hw.runtime import open_model, parse_device
+from edgeapp.hw.device_choice import parse_device
+from edgeapp.hw.runtime import open_model
 
 
 def classes(stdout: str) -> list:

@@ -20,7 +20,8 @@ from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceUnavailable, ExitCode, InvalidModel, UsageError
 from edgeapp.execution.parallel import DevicePool
 from edgeapp.execution.runners import open_runner
-from edgeapp.hw.runtime import find_tpus, open_model, parse_devices, resolve_tpus
+from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
+from edgeapp.hw.runtime import open_model
 
 THREE = "usb,usb,pci"  # usb:0, usb:1, pci:0
 

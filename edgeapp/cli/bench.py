@@ -13,6 +13,7 @@ from edgeapp.cli.options import (
     CpuKernelsOpt,
     CpuModelOpt,
     NoProbeOpt,
+    PerformanceOpt,
     ReportFormat,
     ReportFormatOpt,
     RuntimeOpt,
@@ -31,74 +32,87 @@ app = typer.Typer()
 
 
 PowerMode = choices("PowerMode", POWER_MODES)
-
+BenchModelArg = Annotated[Optional[Path], typer.Argument(
+    help="A .tflite model, or its *_edgetpu.tflite build, or a Coral model's name (omit "
+         "with --synthetic).",
+    show_default=False)]
+BenchDeviceOpt = Annotated[Optional[str], typer.Option(
+    "--device", "-d", metavar="DEVICE",
+    help="auto, cpu, edgetpu, usb[:N], pci[:N]; a list of Edge TPUs (usb:0,usb:1: each alone, "
+         "then together); or all (the CPU and every Edge TPU found, each alone, then the TPUs "
+         "together). A segment set runs as a pipeline. Default: the global --device, else auto "
+         "(all with --synthetic).",
+    show_default=False)]
+RunsOpt = Annotated[int, typer.Option("--runs", "-n", min=1, help="Timed inferences.")]
+WarmupOpt = Annotated[int, typer.Option("--warmup", min=0,
+                                        help="Untimed inferences after the first (cold) one.")]
+DurationOpt = Annotated[Optional[float], typer.Option(
+    "--duration", min=0.01, help="Run the timed loop for S seconds instead of --runs; the warm "
+                                 "latency is also reported per time window (drift: throttling).",
+    show_default=False)]
+SweepOpt = Annotated[Optional[str], typer.Option(
+    "--threads", metavar="N|auto",
+    help="CPU interpreter threads; auto sweeps 1..cores and marks the best. "
+         "Default: the runtime's.", show_default=False)]
+PowerOpt = Annotated[PowerMode, typer.Option(
+    "--power", help="Power source: auto tries rapl, hwmon, vcgencmd (Edge TPU: nominal 2 W).")]
+WattsOpt = Annotated[Optional[float], typer.Option(
+    "--watts", min=0.001, max=100000.0, help="Power draw you measured (e.g. a USB power meter); used for "
+                                             "TOPS/W instead of any sensor.", show_default=False)]
+AppendOpt = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", help="Also append the JSON document, one line per run, to FILE.",
+    show_default=False)]
+SyntheticOpt = Annotated[bool, typer.Option(
+    "--synthetic", help="Benchmark a generated int8 CONV_2D stack that fits the Edge TPU "
+                        "cache: the achievable int8 TOPS of each device (remembered as the "
+                        "CPU's peak).")]
+PlotOpt = Annotated[Optional[Path], typer.Option(
+    "--plot", metavar="FILE.png",
+    help="Also draw the thread sweep, the latency distributions, the latency per window of a "
+         "--duration run and the multi-TPU scaling or per-segment times (needs matplotlib: pip "
+         "install 'edgeapp[plot]').",
+    show_default=False)]
+UsbQueueOpt = Annotated[Optional[int], typer.Option(
+    "--usb-queue", metavar="N", help="libedgetpu's Usb.MaxBulkInQueueLength (0-255; its default "
+                                     "is 32): USB bulk-in transfers kept queued.",
+    show_default=False)]
 
 
 @app.command("bench")
 @cli_errors
 def bench_command(
     ctx: typer.Context,
-    model: Annotated[Optional[Path], typer.Argument(
-        help="A .tflite model, or its *_edgetpu.tflite build, or a Coral model's name (omit "
-             "with --synthetic).",
-        show_default=False)] = None,
-    device: Annotated[Optional[str], typer.Option(
-        "--device", "-d", metavar="DEVICE",
-        help="auto, cpu, edgetpu, usb[:N], pci[:N]; a list of Edge TPUs (usb:0,usb:1: each alone, "
-             "then together); or all (the CPU and every Edge TPU found, each alone, then the TPUs "
-             "together). A segment set runs as a pipeline. Default: the global --device, else auto "
-             "(all with --synthetic).",
-        show_default=False)] = None,
-    runs: Annotated[int, typer.Option("--runs", "-n", min=1, help="Timed inferences.")] = 100,
-    warmup: Annotated[int, typer.Option("--warmup", min=0,
-                                        help="Untimed inferences after the first (cold) one.")] = 10,
-    duration: Annotated[Optional[float], typer.Option(
-        "--duration", min=0.01, help="Run the timed loop for S seconds instead of --runs.",
-        show_default=False)] = None,
-    threads: Annotated[Optional[str], typer.Option(
-        "--threads", metavar="N|auto",
-        help="CPU interpreter threads; auto sweeps 1..cores and marks the best. "
-             "Default: the runtime's.", show_default=False)] = None,
-    power_mode: Annotated[PowerMode, typer.Option(
-        "--power", help="Power source: auto tries rapl, hwmon, vcgencmd (Edge TPU: nominal 2 W).")
-    ] = PowerMode.auto,
-    watts: Annotated[Optional[float], typer.Option(
-        "--watts", min=0.001, max=100000.0, help="Power draw you measured (e.g. a USB power meter); used for "
-                                   "TOPS/W instead of any sensor.", show_default=False)] = None,
+    model: BenchModelArg = None,
+    device: BenchDeviceOpt = None,
+    runs: RunsOpt = 100,
+    warmup: WarmupOpt = 10,
+    duration: DurationOpt = None,
+    threads: SweepOpt = None,
+    power_mode: PowerOpt = PowerMode.auto,
+    watts: WattsOpt = None,
     fmt: ReportFormatOpt = ReportFormat.table,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", help="Also append the JSON document, one line per run, to FILE.",
-        show_default=False)] = None,
-    synthetic: Annotated[bool, typer.Option(
-        "--synthetic", help="Benchmark a generated int8 CONV_2D stack that fits the Edge TPU "
-                            "cache: the achievable int8 TOPS of each device (remembered as the "
-                            "CPU's peak).")] = False,
-    plot: Annotated[Optional[Path], typer.Option(
-        "--plot", metavar="FILE.png",
-        help="Also draw the thread sweep, the latency distributions and the multi-TPU scaling or "
-             "per-segment times (needs matplotlib: pip install 'edgeapp[plot]').",
-        show_default=False)] = None,
+    output: AppendOpt = None,
+    synthetic: SyntheticOpt = False,
+    plot: PlotOpt = None,
     cpu_model: CpuModelOpt = None,
     cpu_kernels: CpuKernelsOpt = CpuKernels.fast,
     runtime: RuntimeOpt = None,
     no_probe: NoProbeOpt = False,
+    performance: PerformanceOpt = None,
+    usb_queue: UsbQueueOpt = None,
 ) -> None:
     """Benchmark a model: cold and warm latency, throughput, achieved TOPS, TOPS per watt.
 
     Also load time, ops per inference and power (with its source named), CPU and Edge TPU side
-    by side, with the context needed to trust the numbers.
+    by side, with the context needed to trust the numbers: the Edge TPU's clock mode and
+    temperature before and after; with --duration, the warm latency per time window, and
+    "throttling" when it drifts up by more than 15% or the card passes its first trip point.
     """
     finite("--watts", watts)
     finite("--duration", duration)
+    from edgeapp.flows.bench import run_bench, save_peaks
 
-    from edgeapp.flows.bench import BenchOptions, run_bench, save_peaks
-    from edgeapp.hw.runtime import parse_devices
-
-    dev = resolve_device(ctx, device)
-    if synthetic and device is None and dev == "auto":
-        dev = "all"
-    if dev.strip().lower() != "all":
-        parse_devices(dev)  # UsageError for a bad device string or list
+    dev = _device(ctx, device, synthetic)
     if plot is not None:
         from edgeapp.sinks.plots import check_plot_target
 
@@ -107,40 +121,10 @@ def bench_command(
         raise UsageError("give a MODEL or --synthetic, not both")
     if not synthetic and model is None:
         raise UsageError("missing MODEL (or use --synthetic)")
-    opts = BenchOptions(runs=runs, warmup=warmup, duration=duration, power_mode=power_mode.value,
-                        watts=watts, runtime=resolve_runtime(ctx, runtime),
-                        cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
-                        probe=not no_probe, cpu_kernels=cpu_kernels.value,
-                        samples={} if plot is not None else None)
+    opts = _options(ctx)
     progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
-
     if synthetic:
-        import tempfile
-
-        from edgeapp.errors import CompileError, MissingDependency
-        from edgeapp.flows.synthetic import (
-            DEFAULT_SPEC,
-            compile_for_edgetpu,
-            edge_tpu_present,
-            write_synthetic,
-        )
-
-        with tempfile.TemporaryDirectory(prefix="edgeapp-synthetic-") as tmp:
-            path = write_synthetic(Path(tmp) / "synthetic_int8.tflite", DEFAULT_SPEC)
-            say(DEFAULT_SPEC.describe())
-            reason = None
-            if dev in ("all", "auto") and not edge_tpu_present():
-                reason = "no Edge TPU found, so edgetpu_compiler was not run on the synthetic model"
-            elif dev != "cpu":
-                try:
-                    compile_for_edgetpu(path)
-                except (MissingDependency, CompileError) as e:
-                    if dev not in ("all", "auto"):
-                        raise  # an Edge TPU was asked for explicitly
-                    reason = str(e)
-            doc = run_bench(str(path), dev, threads, opts, progress, no_tpu_reason=reason)
-        doc["model"] = {"synthetic": True, "description": DEFAULT_SPEC.describe(),
-                        "macs": DEFAULT_SPEC.macs, "parameter_bytes": DEFAULT_SPEC.parameter_bytes}
+        doc = _run_synthetic(dev, threads, opts, progress)
         note = save_peaks(doc["results"])
         if note:
             doc.setdefault("notes", []).append(note)
@@ -149,26 +133,90 @@ def bench_command(
         if notice:
             say(notice)
         doc = run_bench(str(model), dev, threads, opts, progress)
-
-    if fmt == ReportFormat.json:
-        typer.echo(json.dumps(doc, indent=2))
-    else:
-        typer.echo(format_table(doc))
-    if output is not None:
-        line = json.dumps(doc, separators=(",", ":")) + "\n"
-        try:
-            append_line(output, line)
-        except OSError as e:  # a full disk must not lose the measurement
-            if fmt != ReportFormat.json:
-                typer.echo(line, nl=False)
-            raise UsageError(f"cannot append to {output}: {e.strerror or e}; the JSON document is on "
-                             "stdout instead") from None
-        say(f"appended to {output}")
+    _report(doc, fmt, output)
     if plot is not None:
         from edgeapp.sinks.plots import plot_bench
 
         plot_bench(doc, opts.samples or {}, plot)
         say(f"plot written to {plot}")
+
+
+def _device(ctx: typer.Context, device: Optional[str], synthetic: bool) -> str:
+    """--device, else the global one; --synthetic measures everything by default."""
+    from edgeapp.hw.device_choice import parse_devices
+
+    dev = resolve_device(ctx, device)
+    if synthetic and device is None and dev == "auto":
+        dev = "all"
+    if dev.strip().lower() != "all":
+        parse_devices(dev)  # UsageError for a bad device string or list
+    return dev
+
+
+def _options(ctx: typer.Context):
+    """BenchOptions from the command's options (ctx.params)."""
+    from edgeapp.core.clock import check_usb_queue
+    from edgeapp.flows.bench import BenchOptions
+
+    p = ctx.params
+    problem = check_usb_queue(p.get("usb_queue"))
+    if problem:
+        raise UsageError(problem)
+    return BenchOptions(runs=p["runs"], warmup=p["warmup"], duration=p.get("duration"),
+                        power_mode=p["power_mode"].value, watts=p.get("watts"),
+                        runtime=resolve_runtime(ctx, p.get("runtime")),
+                        cpu_model=str(p["cpu_model"]) if p.get("cpu_model") else None,
+                        synthetic=p["synthetic"], probe=not p["no_probe"],
+                        cpu_kernels=p["cpu_kernels"].value,
+                        samples={} if p.get("plot") is not None else None,
+                        performance=p["performance"].value if p.get("performance") else None,
+                        usb_queue=p.get("usb_queue"))
+
+
+def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
+    """The generated int8 model, compiled for the Edge TPU when one is asked for and there."""
+    import tempfile
+
+    from edgeapp.errors import CompileError, MissingDependency
+    from edgeapp.flows.bench import run_bench
+    from edgeapp.flows.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
+
+    with tempfile.TemporaryDirectory(prefix="edgeapp-synthetic-") as tmp:
+        path = write_synthetic(Path(tmp) / "synthetic_int8.tflite", DEFAULT_SPEC)
+        say(DEFAULT_SPEC.describe())
+        reason = None
+        if dev in ("all", "auto") and not edge_tpu_present():
+            reason = "no Edge TPU found, so edgetpu_compiler was not run on the synthetic model"
+        elif dev != "cpu":
+            try:
+                compile_for_edgetpu(path)
+            except (MissingDependency, CompileError) as e:
+                if dev not in ("all", "auto"):
+                    raise  # an Edge TPU was asked for explicitly
+                reason = str(e)
+        doc = run_bench(str(path), dev, threads, opts, progress, no_tpu_reason=reason)
+    doc["model"] = {"synthetic": True, "description": DEFAULT_SPEC.describe(),
+                    "macs": DEFAULT_SPEC.macs, "parameter_bytes": DEFAULT_SPEC.parameter_bytes}
+    return doc
+
+
+def _report(doc: dict, fmt: ReportFormat, output: Optional[Path]) -> None:
+    """The document on stdout (table or JSON), and appended to --output as one line."""
+    if fmt == ReportFormat.json:
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        typer.echo(format_table(doc))
+    if output is None:
+        return
+    line = json.dumps(doc, separators=(",", ":")) + "\n"
+    try:
+        append_line(output, line)
+    except OSError as e:  # a full disk must not lose the measurement
+        if fmt != ReportFormat.json:
+            typer.echo(line, nl=False)
+        raise UsageError(f"cannot append to {output}: {e.strerror or e}; the JSON document is on "
+                         "stdout instead") from None
+    say(f"appended to {output}")
 
 
 def append_line(path: Path, line: str) -> None:
@@ -247,6 +295,7 @@ def format_table(doc: dict) -> str:
         lines.append(f"{dev} speed-up over CPU: cold {_fmt(c['cold_speedup'])}×, "
                      f"warm {_fmt(c['warm_speedup'])}×")
     lines += multi_tpu_lines(doc, notes)
+    lines += _clock_lines(doc)
     if host.get("governor_warning"):
         notes.insert(0, "warning: " + host["governor_warning"])
     notes += doc.get("notes", [])
@@ -254,6 +303,13 @@ def format_table(doc: dict) -> str:
         lines.append("")
         lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
+
+
+def _clock_lines(doc: dict) -> list:
+    from edgeapp.flows.bench_thermal import table_lines
+
+    found = table_lines(doc["results"])
+    return [""] + found if found else []
 
 
 def multi_tpu_lines(doc: dict, notes: list) -> list:

@@ -19,6 +19,7 @@ from edgeapp.cli.options import (
     LabelsOpt,
     MeanOpt,
     NoProbeOpt,
+    PerformanceOpt,
     ResizeOpt,
     RuntimeOpt,
     StdOpt,
@@ -138,7 +139,7 @@ def camera_command(
     summary: SummaryOpt = SummaryFormat.text, mean: MeanOpt = None, std: StdOpt = None,
     device: DeviceOpt = None, cpu_model: CpuModelOpt = None, threads: ThreadsOneOpt = None,
     cpu_kernels: CpuKernelsOpt = CpuKernels.fast, runtime: RuntimeOpt = None,
-    no_probe: NoProbeOpt = False,
+    no_probe: NoProbeOpt = False, performance: PerformanceOpt = None,
 ) -> None:
     """Run a model on live frames: overlay, headless JSON lines, recording, summary.
 
@@ -174,7 +175,7 @@ class _CameraRun:
     def __init__(self, ctx: typer.Context, options: dict) -> None:
         self.p, self.ctx, self.options = ctx.params, ctx, options
         self.address = self.target = None
-        self.live = self.publisher = self.writer = self.opened = None
+        self.live = self.publisher = self.writer = self.opened = self.health = None
         self.output_error: List[EdgeappError] = []
         self.stop = threading.Event()
         self._network()  # the addresses and paho checked before a model is opened
@@ -250,13 +251,19 @@ class _CameraRun:
 
     def _outputs(self, kind: Any, source: str) -> list:
         engine = self.opened.engine
+        if self.address is not None or self.target is not None:  # the Edge TPU's heat (issue 23)
+            from edgeapp.flows.tpu_health import TpuHealth
+
+            perf = self.p.get("performance")
+            self.health = TpuHealth(perf.value if perf is not None else None).start()
         if self.address is not None:  # first: a port in use fails before anything connects
             from edgeapp.sinks.live_view import LiveView, exposure_warning
 
             note = engine.notice or ("the Edge TPU" if engine.device == "edgetpu" else "--device cpu")
             self.live = LiveView(self.address, fps=self.p["serve_fps"], kind=kind,
-                                 extra=lambda: {"mqtt": self.publisher.summary()}
-                                 if self.publisher is not None else {},
+                                 extra=lambda: {**({"mqtt": self.publisher.summary()}
+                                                   if self.publisher is not None else {}),
+                                                **self.health.stats()},
                                  info={"model": Path(engine.model_path).name, "task": kind.name,
                                        "device": engine.device, "device_note": note,
                                        "source": source}).start()
@@ -270,10 +277,11 @@ class _CameraRun:
             self.publisher = MqttOut(self.target, kind=kind, mode=self.p["mqtt_mode"].value,
                                      debounce=self.p["mqtt_debounce"],
                                      queue_size=self.p["mqtt_queue"], on_notice=say).start()
-        return [o for o in (self.live, self.publisher) if o is not None]
+            self.health.publish_to(self.publisher)
+        return [o for o in (self.live, self.publisher, self.health) if o is not None]
 
     def close(self) -> None:
-        for part in (self.opened, self.live, self.publisher, self.writer):
+        for part in (self.opened, self.live, self.publisher, self.writer, self.health):
             if part is not None:
                 part.close()
 

@@ -1,4 +1,4 @@
-"""`edgeapp devices`: the Edge TPUs on this machine and the --device string for each."""
+"""`edgeapp devices`: the Edge TPUs on this machine, the --device string for each, and their state."""
 
 import json
 
@@ -6,12 +6,13 @@ import typer
 from typing_extensions import Annotated
 
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+from edgeapp.hw.sysroot import SYSROOT_ENV
 
 app = typer.Typer()
 
 RootOpt = Annotated[str, typer.Option(
-    "--root", envvar="EDGEAPP_SYSROOT", hidden=True,
-    help="Read /sys, /dev, /proc and /etc under this folder (tests, containers).")]
+    "--root", envvar=SYSROOT_ENV, hidden=True,
+    help="Read /sys, /dev, /proc, /boot and /etc under this folder (tests, containers).")]
 
 
 @app.command("devices")
@@ -22,25 +23,22 @@ def devices_command(
 ) -> None:
     """List Edge TPUs without creating an interpreter (libedgetpu's C API, else sysfs).
 
-    Exit 0 also when there is none: it says so.
+    Per Edge TPU: the libedgetpu build (std or max clock), a USB Accelerator's link speed and
+    firmware state (1a6e:089a bootloader, 18d1:9302 running), a PCIe card's temperature, trip
+    points and the clock its driver runs it at. Exit 0 also when there is none: it says so.
     """
-    from edgeapp.hw.devices import list_edge_tpus
-    from edgeapp.hw.libedgetpu import edgetpu_library
+    from edgeapp.hw.tpu_state import tpu_states
 
-    tpus = list_edge_tpus(root, edgetpu_library())
+    states = tpu_states(root)
     if fmt is ReportFormat.json:
-        typer.echo(json.dumps({"devices": [t.to_dict() for t in tpus]}, indent=2))
+        typer.echo(json.dumps({"devices": states}, indent=2))
     else:
-        for t in tpus:
-            typer.echo(f"{t.device:<7} {t.name:<42} {t.path}{_extra(t)}")
-    if not tpus:
+        from edgeapp.core.thermal import state_text
+
+        for s in states:
+            details = state_text(s)
+            typer.echo(f"{s['device']:<7} {s['name']:<42} {s['path']}" + (f"  {details}" if details else ""))
+            for warning in s["warnings"]:
+                typer.echo(f"{'':<7} warning: {warning}")
+    if not states:
         say("no Edge TPU found (USB or PCIe/M.2); `edgeapp doctor` checks the install")
-
-
-def _extra(t) -> str:
-    parts = [t.usb_id] if t.usb_id else []
-    if t.speed_mbps is not None:
-        parts.append(f"{t.speed_mbps:g} Mb/s" + (" (USB 2: 3-4x slower)" if t.speed_mbps <= 480 else ""))
-    if t.temperature_c is not None:
-        parts.append(f"{t.temperature_c:.1f} °C")
-    return "  " + ", ".join(parts) if parts else ""

@@ -80,6 +80,17 @@ NoProbeOpt = Annotated[bool, typer.Option(
     help="Load the Edge TPU delegate without first trying it in a child process (the probe "
          "that turns a runtime/libedgetpu build mismatch crash into a message).")]
 
+Performance = choices("Performance", ("low", "medium", "high", "max"))  # core/clock.PERFORMANCE_LEVELS
+PerformanceOpt = Annotated[Optional[Performance], typer.Option(
+    "--performance", help="Edge TPU clock (libedgetpu's Performance option): max 500 MHz, high "
+                          "250, medium 125, low 62.5. Default: the libedgetpu build's (max "
+                          "build: max; std build: high on USB). max needs libedgetpu1-max on USB.",
+    show_default=False)]
+TpuReconnectOpt = Annotated[float, typer.Option(
+    "--reconnect", min=0.0, metavar="SECONDS",
+    help="An Edge TPU that vanishes mid-run (a USB Accelerator re-enumerating) is waited for this "
+         "long, then its work goes to the other TPUs or, with auto, the CPU twin. 0: at once.")]
+
 
 LabelsOpt = Annotated[Optional[Path], typer.Option(
     "--labels", "-l", help="Labels file (`0 cat`, `0:cat` or one label per line). "
@@ -173,9 +184,12 @@ def placement(ctx: typer.Context):
 
     p = ctx.params
     cpu_model = p.get("cpu_model")
+    performance = p.get("performance")
     return Placement(resolve_device(ctx, p.get("device")), str(cpu_model) if cpu_model else None,
                      resolve_runtime(ctx, p.get("runtime")), p.get("threads"),
-                     not p.get("no_probe", False), CpuKernels(p.get("cpu_kernels") or "fast").value)
+                     not p.get("no_probe", False), CpuKernels(p.get("cpu_kernels") or "fast").value,
+                     performance=Performance(performance).value if performance else None,
+                     reconnect=float(p.get("tpu_reconnect") or 0.0))
 
 
 def check_common(params: dict, options: dict) -> None:

@@ -9,7 +9,9 @@ GIL while it invokes, so N TPUs really work at once. A TPU that fails mid-run (u
 delegate error) puts the item it held back at the head of the queue, is reported once, and
 takes nothing with it. When no TPU is left, the CPU twin takes the rest if the user allowed it
 (`auto`); otherwise the run stops with DeviceUnavailable once every result before the lost
-items has been handed back, so `--resume` finishes the job.
+items has been handed back, so `--resume` finishes the job. With a `Reconnect`
+(execution/reconnect.py, `--reconnect SECONDS`), a failed TPU is first waited for: the others
+go on meanwhile, and only when it does not come back is it lost as above.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError
+from edgeapp.execution.reconnect import Reconnect
 
 Notice = Callable[[str], None]
 
@@ -135,9 +138,11 @@ class SingleRunner(Runner):
     that fails hands the rest of the run, the failed item first, to the CPU twin."""
 
     def __init__(self, member, *, work: Callable = _invoke, fallback: Optional[Callable] = None,
-                 on_notice: Optional[Notice] = None, meta_path: Optional[str] = None) -> None:
+                 on_notice: Optional[Notice] = None, meta_path: Optional[str] = None,
+                 reconnect: Optional[Reconnect] = None) -> None:
         super().__init__()
         self.member, self._work, self._fallback, self._say = member, work, fallback, on_notice
+        self._reconnect = reconnect
         self.engine = engine = _engine(member)
         self.label = engine.name
         self.model_path = engine.model_path
@@ -150,6 +155,10 @@ class SingleRunner(Runner):
             try:
                 out = self._work(self.member, payload)
             except DeviceFailed as e:
+                back = self._reconnect.wait(self.engine.name, e, self.member) if self._reconnect else None
+                if back is not None:
+                    self.member, self.engine = back, _engine(back)
+                    continue
                 if self._fallback is None:
                     raise
                 self.failures.append((e.device, str(e)))
@@ -163,6 +172,8 @@ class SingleRunner(Runner):
             done = Done(out, self.engine.name, (time.perf_counter() - t0) * 1000.0,
                         self.engine.model_path)
             self.counts[done.device] += 1
+            if self._reconnect is not None:
+                self._reconnect.succeeded(done.device)
             return done
 
     @property
@@ -210,8 +221,10 @@ class DevicePool(Runner):
 
     def __init__(self, members: list, *, work: Callable = _invoke, fallback: Optional[Callable] = None,
                  on_notice: Optional[Notice] = None, depth: int = 2,
-                 meta_path: Optional[str] = None, label: Optional[str] = None) -> None:
+                 meta_path: Optional[str] = None, label: Optional[str] = None,
+                 reconnect: Optional[Reconnect] = None) -> None:
         super().__init__()
+        self._reconnect = reconnect
         if not members:
             raise ValueError("DevicePool needs at least one member")
         self.engine = _engine(members[0])
@@ -251,11 +264,17 @@ class DevicePool(Runner):
                 out = self._work(member, payload)
             except DeviceFailed as e:
                 self._jobs.put(job, front=True)  # the others take it: nothing lost
+                back = self._reconnect.wait(name, e, member) if self._reconnect else None
+                if back is not None:  # the same device, opened again: this thread goes on with it
+                    member = back
+                    continue
                 self._lost(name, e)
                 return
             except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
                 self._results.put((seq, _Raised(e)))
                 continue
+            if self._reconnect is not None:
+                self._reconnect.succeeded(name)
             self._results.put((seq, Done(out, name, (time.perf_counter() - t0) * 1000.0, model)))
 
     def _lost(self, name: str, error: DeviceFailed) -> None:
@@ -324,6 +343,8 @@ class DevicePool(Runner):
         return key, done
 
     def close(self) -> None:
+        if self._reconnect is not None:
+            self._reconnect.cancel()
         self._jobs.close()
         for t in self._threads:
             t.join(timeout=5.0)  # a worker inside a hung invoke is a daemon: it cannot block exit

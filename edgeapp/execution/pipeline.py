@@ -218,7 +218,8 @@ def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str]
     from edgeapp.core.naming import segment_source
     from edgeapp.core.segments import check_chain, set_label
     from edgeapp.core.tflite.model import load_model
-    from edgeapp.hw.runtime import find_tpus, open_model, resolve_tpus
+    from edgeapp.hw.device_choice import find_tpus, resolve_tpus
+    from edgeapp.hw.runtime import open_model
 
     say = on_notice or (lambda _text: None)
     n = len(paths)

@@ -12,13 +12,15 @@ from typing import Callable, Optional
 from edgeapp.errors import DeviceUnavailable
 from edgeapp.execution.parallel import DevicePool, Notice, Runner, SingleRunner, _engine, _invoke
 from edgeapp.execution.pipeline import open_pipeline
+from edgeapp.execution.reconnect import Reconnect
 
 
 def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[str | Path] = None,
                 runtime: Optional[str] = None, threads: Optional[int] = None, probe: bool = True,
                 on_notice: Optional[Notice] = None, work: Callable = _invoke,
                 wrap: Callable = lambda engine: engine, depth: int = 2,
-                cpu_replicas: int = 1, cpu_kernels: str = "fast") -> Runner:
+                cpu_replicas: int = 1, cpu_kernels: str = "fast", performance: Optional[str] = None,
+                usb_queue: Optional[int] = None, reconnect: float = 0.0) -> Runner:
     """Open `model` on `device` (one device, a TPU list, `all`), or a segment set as a pipeline.
 
     One device: `runtime.open_model` as always, with `auto` also covering a TPU that fails
@@ -28,9 +30,13 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
     `depth` items per TPU are in flight (2 keeps a batch's TPUs busy, 1 keeps frames fresh).
     `cpu_replicas`: when the run lands on the CPU and `threads` is not given, that many
     one-thread interpreters side by side instead of one (see `cpu_runner`).
+    `performance`/`usb_queue`: libedgetpu's options for every TPU opened (hw/device_choice.tuned).
+    `reconnect` seconds: an Edge TPU that fails mid-run is waited for that long before its work
+    goes to the others or the CPU twin (execution/reconnect.py); 0 gives up at once.
     """
     from edgeapp.core.segments import find_segment_files
-    from edgeapp.hw.runtime import open_model, parse_devices
+    from edgeapp.hw.device_choice import parse_devices
+    from edgeapp.hw.runtime import open_model
 
     choice = parse_devices(device)
     segments = find_segment_files(model)
@@ -46,9 +52,17 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
         engine.notice = f"running {Path(engine.model_path).name} (CPU twin) on CPU"
         return wrap(engine)
 
+    tpu_options = {"performance": performance, "usb_queue": usb_queue}
+    waiter = None
+    if reconnect > 0:
+        def reopen(name: str):
+            return wrap(open_model(model, name, cpu_model=cpu_model, runtime=runtime, threads=threads,
+                                   probe=False, cpu_kernels=cpu_kernels, **tpu_options))
+
+        waiter = Reconnect(reopen, reconnect, on_notice=say)
     if not choice.several:
         engine = open_model(model, choice.text, cpu_model=cpu_model, runtime=runtime, threads=threads,
-                            probe=probe, cpu_kernels=cpu_kernels)
+                            probe=probe, cpu_kernels=cpu_kernels, **tpu_options)
         if engine.notice:
             say(engine.notice)
         if engine.device == "cpu" and threads is None and cpu_replicas > 1:
@@ -57,15 +71,16 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
                               on_notice=on_notice, meta_path=str(model), depth=depth)
         auto = choice.single.kind == "auto" and engine.device == "edgetpu"
         return SingleRunner(wrap(engine), work=work, fallback=twin if auto else None,
-                            on_notice=on_notice, meta_path=str(model))
+                            on_notice=on_notice, meta_path=str(model),
+                            reconnect=waiter if engine.device == "edgetpu" else None)
     engines = open_tpus(model, choice, runtime=runtime, probe=probe, on_notice=say,
-                        cpu_kernels=cpu_kernels)
+                        cpu_kernels=cpu_kernels, **tpu_options)
     if not engines:  # `auto` in the list and no TPU usable: the CPU twin, said once
         member = twin()
         say(f"no Edge TPU usable: {_engine(member).notice or 'running on CPU'}")
         return SingleRunner(member, work=work, on_notice=on_notice, meta_path=str(model))
     return DevicePool([wrap(e) for e in engines], work=work, fallback=twin if choice.fallback else None,
-                      on_notice=on_notice, meta_path=str(model), depth=depth)
+                      on_notice=on_notice, meta_path=str(model), depth=depth, reconnect=waiter)
 
 
 def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kernels: str = "fast",
@@ -91,20 +106,23 @@ def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kern
 
 
 def open_tpus(model, choice, *, runtime: Optional[str] = None, probe: bool = True,
-              on_notice: Notice = lambda _t: None, cpu_kernels: str = "fast") -> list:
+              on_notice: Notice = lambda _t: None, cpu_kernels: str = "fast",
+              performance: Optional[str] = None, usb_queue: Optional[int] = None) -> list:
     """One engine per TPU of a multi-device choice.
 
     TPUs the user named must all open. With `all`, a TPU found but unusable (busy in another
     process) is skipped and said; with `auto` in the list, so is any. No engine at all is an
     error unless `auto` allows the CPU twin (then the list comes back empty).
     """
-    from edgeapp.hw.runtime import open_model, resolve_tpus
+    from edgeapp.hw.device_choice import resolve_tpus
+    from edgeapp.hw.runtime import open_model
 
     names = resolve_tpus(choice)
     engines, skipped = [], []
     for name in names:
         try:
-            engine = open_model(model, name, runtime=runtime, probe=probe, cpu_kernels=cpu_kernels)
+            engine = open_model(model, name, runtime=runtime, probe=probe, cpu_kernels=cpu_kernels,
+                                performance=performance, usb_queue=usb_queue)
         except DeviceUnavailable as e:
             if not (choice.every or choice.fallback):
                 raise

@@ -25,10 +25,10 @@ from edgeapp.core.opcount import OpCount, count_ops
 from edgeapp.core.tflite.model import Model, load_model
 from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
+from edgeapp.flows import bench_thermal
 from edgeapp.hw import hostinfo, power
 
 SCHEMA = "edgeapp.bench/1"
-SYSFS_ROOT_ENV = "EDGEAPP_SYSFS_ROOT"  # read power sensors under this root instead of / (tests)
 
 
 @dataclass
@@ -40,13 +40,14 @@ class BenchOptions:
     watts: Optional[float] = None
     runtime: Optional[str] = None
     cpu_model: Optional[str] = None
-    power_root: str = field(default_factory=lambda: os.environ.get(SYSFS_ROOT_ENV) or "/")
     synthetic: bool = False
     probe: bool = True  # try the Edge TPU delegate in a child process first (probe.py)
     cpu_kernels: str = "fast"  # runtime.CPU_KERNELS
     seed: int = 0
     extra_notes: list[str] = field(default_factory=list)
     samples: Optional[dict] = None  # label -> latencies (ms), kept for --plot when a dict
+    performance: Optional[str] = None  # libedgetpu's Performance (core/clock.py)
+    usb_queue: Optional[int] = None  # libedgetpu's Usb.MaxBulkInQueueLength
 
 
 def random_input(shape: tuple[int, ...], dtype: np.dtype, seed: int = 0) -> np.ndarray:
@@ -62,8 +63,10 @@ def random_input(shape: tuple[int, ...], dtype: np.dtype, seed: int = 0) -> np.n
     return rng.standard_normal(size=shape).astype(dtype)
 
 
-def time_invocations(invoke, runs: int, duration: Optional[float]) -> tuple[np.ndarray, float]:
-    """Per-call latencies (ms) of `invoke()` and the wall-clock window (s) they took."""
+def time_invocations(invoke, runs: int, duration: Optional[float],
+                     starts: Optional[list] = None) -> tuple[np.ndarray, float]:
+    """Per-call latencies (ms) of `invoke()` and the wall-clock window (s) they took; each
+    call's start time (s) is appended to `starts` when given (for per-window latency)."""
     latencies: list[float] = []
     clock = time.perf_counter
     start = clock()
@@ -72,6 +75,8 @@ def time_invocations(invoke, runs: int, duration: Optional[float]) -> tuple[np.n
         t = clock()
         invoke()
         latencies.append((clock() - t) * 1000.0)
+        if starts is not None:
+            starts.append(t - start)
         if deadline is not None:
             if clock() >= deadline:
                 break
@@ -88,47 +93,75 @@ def bench_device(model: Union[str, Model], device: str, threads: Optional[int], 
                  strict: bool = True) -> dict:
     """Benchmark one device. An unusable Edge TPU raises (strict) or gives an
     `available: false` result with the reason (for `--device all`)."""
-    from edgeapp.hw.runtime import find_runtime, open_model
-
-    find_runtime(opts.runtime)  # import the runtime first: load_ms is the model's, not Python's
-    t0 = time.perf_counter()
-    try:
-        engine = open_model(model, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
-                            threads=threads, probe=opts.probe, cpu_kernels=opts.cpu_kernels)
-    except (DeviceUnavailable, UsageError) as e:
-        if strict or device in ("cpu", "auto"):
-            raise
-        return {**unavailable(_kind(device), str(e), getattr(model, "path", str(model))),
-                "device_name": device}
-    load_ms = (time.perf_counter() - t0) * 1000.0
-    notes = list(opts.extra_notes)
-    if engine.notice:
-        notes.append(engine.notice)
+    opened = _open(model, device, threads, opts, strict)
+    if isinstance(opened, dict):
+        return opened
+    engine, load_ms = opened
+    notes = list(opts.extra_notes) + ([engine.notice] if engine.notice else [])
     engine.set_input(random_input(engine.input_shape, engine.input_dtype, opts.seed))
     t = time.perf_counter()
     engine.invoke()  # cold: on the Edge TPU this uploads the model into its memory
     first_ms = (time.perf_counter() - t) * 1000.0
     for _ in range(opts.warmup):
         engine.invoke()
+    before = bench_thermal.tpu_state(engine, opts.performance)
+    latencies, starts, window, watts, meter = _timed(engine, opts, notes)
+    after = bench_thermal.tpu_state(engine, opts.performance)
+    if opts.samples is not None:
+        opts.samples[f"{engine.name}" + (f" ({threads} threads)" if threads else "")] = list(latencies)
+    result = _figures(engine, threads, opts, latencies, window, watts, meter, notes)
+    result.update(load_ms=round(load_ms, 3), first_ms=round(first_ms, 3))
+    if opts.duration:
+        result.update(bench_thermal.windows_section(starts, list(latencies)))
+    if engine.device == "edgetpu":
+        result["edgetpu"] = _edgetpu(device, before, after, notes)
+    result.update(bench_thermal.throttling(result))
+    result["notes"] = notes
+    return result
 
-    meter = power.open_meter(opts.power_mode, engine.device, watts=opts.watts, root=opts.power_root)
+
+def _open(model, device: str, threads: Optional[int], opts: BenchOptions, strict: bool):
+    """(engine, load ms), or an `available: false` result when the TPU cannot be used."""
+    from edgeapp.hw.runtime import find_runtime, open_model
+
+    find_runtime(opts.runtime)  # import the runtime first: load_ms is the model's, not Python's
+    t0 = time.perf_counter()
+    try:
+        engine = open_model(model, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
+                            threads=threads, probe=opts.probe, cpu_kernels=opts.cpu_kernels,
+                            performance=opts.performance, usb_queue=opts.usb_queue)
+    except (DeviceUnavailable, UsageError) as e:
+        if strict or device in ("cpu", "auto"):
+            raise
+        return {**unavailable(_kind(device), str(e), getattr(model, "path", str(model))),
+                "device_name": device}
+    return engine, (time.perf_counter() - t0) * 1000.0
+
+
+def _timed(engine, opts: BenchOptions, notes: list) -> tuple:
+    """The timed runs under the power meter: (latencies, start times, window s, watts, meter)."""
+    meter = power.open_meter(opts.power_mode, engine.device, watts=opts.watts)
     notes.extend(meter.notes)
     try:
         meter.start()
     except power.SensorUnavailable as e:
         notes.append(f"{meter.source}: {e}")
         meter = power.PowerMeter("none")
-    latencies, window = time_invocations(engine.invoke, opts.runs, opts.duration)
+    starts: list[float] = []
+    latencies, window = time_invocations(engine.invoke, opts.runs, opts.duration, starts)
     try:
         watts = meter.stop()
     except power.SensorUnavailable as e:  # a sensor that vanished mid-run: no figure, no error
         notes.append(f"{meter.source}: {e}")
         watts = None
+    return latencies, starts, window, watts, meter
 
+
+def _figures(engine, threads: Optional[int], opts: BenchOptions, latencies, window: float,
+             watts: Optional[float], meter, notes: list) -> dict:
+    """Latency, throughput, ops, TOPS, power and energy of one measured device."""
     lat = stats.latency_stats(latencies)
     ips = stats.throughput(len(latencies), window)
-    if opts.samples is not None:
-        opts.samples[f"{engine.name}" + (f" ({threads} threads)" if threads else "")] = list(latencies)
     counted, count_note = _ops_for(engine)
     if count_note:
         notes.append(count_note)
@@ -136,46 +169,35 @@ def bench_device(model: Union[str, Model], device: str, threads: Optional[int], 
     tops = stats.achieved_tops(ops, ips)
     peak, peak_source = _peak(engine, threads, opts)
     result = {
-        "device": engine.device,
-        "device_name": engine.name,
-        "available": True,
-        "model": engine.model_path,
-        "requested_model": engine.requested_model,
-        "runtime": engine.runtime.name,
-        "runtime_version": engine.runtime.version,
-        "threads": threads,
-        "cpu_kernels": engine.cpu_kernels,
-        "load_ms": round(load_ms, 3),
-        "first_ms": round(first_ms, 3),
-        "warmup": opts.warmup,
-        "runs": int(lat.count),
-        "window_s": round(window, 4),
-        "latency_ms": lat.to_dict(),
+        "device": engine.device, "device_name": engine.name, "available": True,
+        "model": engine.model_path, "requested_model": engine.requested_model,
+        "runtime": engine.runtime.name, "runtime_version": engine.runtime.version,
+        "threads": threads, "cpu_kernels": engine.cpu_kernels, "warmup": opts.warmup,
+        "runs": int(lat.count), "window_s": round(window, 4), "latency_ms": lat.to_dict(),
         "throughput_ips": round(ips, 3),
-        "macs_per_inference": counted.macs if counted else None,
-        "ops_per_inference": ops,
-        "other_ops": counted.other_ops if counted else None,
-        "tops": _round(tops, 6),
-        "peak_tops": peak,
-        "peak_source": peak_source,
+        "macs_per_inference": counted.macs if counted else None, "ops_per_inference": ops,
+        "other_ops": counted.other_ops if counted else None, "tops": _round(tops, 6),
+        "peak_tops": peak, "peak_source": peak_source,
         "share_of_peak": _round(tops / peak, 4) if tops and peak else None,
-        "power_w": _round(watts, 3),
-        "power_source": meter.source if watts is not None else "none",
+        "power_w": _round(watts, 3), "power_source": meter.source if watts is not None else "none",
         "power_detail": meter.detail,
     }
     energy = stats.energy_figures(tops, ips, watts)
     result.update({k: _round(v, 6) for k, v in energy.items()})
-    if engine.device == "edgetpu":
-        from edgeapp.hw.libedgetpu import edgetpu_library
-
-        result["edgetpu"] = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
-                             "device": device,
-                             "usb": hostinfo.usb_accelerators()}
-        if any(u.get("speed_mbps") == "480" for u in result["edgetpu"]["usb"]):
-            notes.append("the USB Accelerator is on a USB 2 link: expect 3–4× slower inference; "
-                         "use a USB 3 port and cable")
-    result["notes"] = notes
     return result
+
+
+def _edgetpu(device: str, before: Optional[dict], after: Optional[dict], notes: list) -> dict:
+    """The `edgetpu` object: library version, USB links, clock mode, heat before and after."""
+    from edgeapp.hw.libedgetpu import edgetpu_library
+
+    section = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
+               "device": device, "usb": hostinfo.usb_accelerators(),
+               **bench_thermal.edgetpu_section(before, after)}
+    if any(u.get("speed_mbps") == "480" for u in section["usb"]):
+        notes.append("the USB Accelerator is on a USB 2 link: expect 3–4× slower inference; "
+                     "use a USB 3 port and cable")
+    return section
 
 
 def _kind(device: str) -> str:
@@ -277,7 +299,7 @@ def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
 def devices_for(device: str) -> list[str]:
     """What to measure one by one. `all`: the CPU and every Edge TPU found (one `edgetpu`
     entry, reported unavailable with the reason, when none is); a list: those TPUs."""
-    from edgeapp.hw.runtime import find_tpus, parse_devices, resolve_tpus
+    from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
 
     if device == "all":
         return ["cpu"] + (find_tpus() or ["edgetpu"])

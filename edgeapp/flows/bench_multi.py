@@ -57,7 +57,8 @@ def bench_parallel(model_path: str, names: list, opts, make_input: Callable,
     for name in names:
         try:
             engines.append(open_model(model_path, name, runtime=opts.runtime, probe=opts.probe,
-                                      cpu_kernels=opts.cpu_kernels))
+                                      cpu_kernels=opts.cpu_kernels, performance=opts.performance,
+                                      usb_queue=opts.usb_queue))
         except DeviceUnavailable as e:
             skipped.append(f"{name}: {e}")
     section = {"mode": "data-parallel", "model": model_path, "devices": [e.name for e in engines]}
@@ -96,7 +97,8 @@ def bench_pipeline(paths: list, device: str, opts, make_input: Callable,
     from edgeapp.core.segments import check_chain, set_label
     from edgeapp.core.tflite.model import load_model
     from edgeapp.execution.pipeline import SegmentPipeline
-    from edgeapp.hw.runtime import find_tpus, open_model, parse_devices, resolve_tpus
+    from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
+    from edgeapp.hw.runtime import open_model
 
     chain = check_chain([load_model(p) for p in paths])
     n = len(paths)
@@ -112,7 +114,8 @@ def bench_pipeline(paths: list, device: str, opts, make_input: Callable,
                 "reason": f"{n} segments need {n} Edge TPUs, {len(names)} found"}
     try:
         engines = [open_model(p, name, runtime=opts.runtime, probe=opts.probe,
-                              cpu_kernels=opts.cpu_kernels)
+                              cpu_kernels=opts.cpu_kernels, performance=opts.performance,
+                              usb_queue=opts.usb_queue)
                    for p, name in zip(paths, names)]
     except DeviceUnavailable as e:
         return {**section, "available": False, "reason": str(e)}

@@ -303,7 +303,7 @@ def _model_files(path: str) -> dict:
 def _needs_tpu(device: str) -> bool:
     """Only workers with an Edge TPU may take the chunks: an explicit TPU, a list or `all`
     without `auto` (which lets a worker without one run the CPU twin)."""
-    from edgeapp.hw.runtime import parse_devices
+    from edgeapp.hw.device_choice import parse_devices
 
     choice = parse_devices(device)
     if choice.single is not None:

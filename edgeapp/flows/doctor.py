@@ -4,7 +4,8 @@ the plan (core/install_plan.py): the commands that give this platform a working 
 Every check reads files under `root` and tools on the PATH of `env`, so tests run it against
 fake system trees. Python packages are looked up without importing them (a TFLite runtime is
 imported in a child process, TensorFlow not at all), so doctor stays fast and cannot be killed
-by a broken native wheel.
+by a broken native wheel. The checks of the devices themselves (their state, udev rules,
+containers, kernel modules, a Raspberry Pi 5's PCIe settings) are in flows/doctor_devices.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import platform
 import re
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -24,16 +24,7 @@ from edgeapp.core.debian import parse_os_release
 from edgeapp.core.install_plan import Plan, plan_for
 from edgeapp.core.pairing import CRASH, UNIDENTIFIED, WORKS, Build, decide, identify
 from edgeapp.core.userdirs import cache_dir
-from edgeapp.hw.devices import (
-    USB2_MBPS,
-    USB_VENDORS,
-    apex_nodes,
-    apex_temperature,
-    pci_cards,
-    read_text,
-    under,
-    usb_accelerators,
-)
+from edgeapp.flows.doctor_devices import FAIL, OK, WARN, Check, device_checks
 from edgeapp.hw.libedgetpu import (
     build_label,
     dpkg_owner,
@@ -46,23 +37,10 @@ from edgeapp.hw.libedgetpu import (
 from edgeapp.hw.osinfo import read_platform
 from edgeapp.hw.proc import isolated_python, log_command
 from edgeapp.hw.runtime import available_runtimes, runtime_import_code, runtime_version
+from edgeapp.hw.sysroot import read_text, under
 from edgeapp.hw.verdicts import Pair, VerdictCache
 
-OK, WARN, FAIL = "ok", "warn", "fail"
-HOT_C = 85.0  # the apex driver's first thermal trip point: it starts throttling here
-RULE_DIRS = ("/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
 PLAN_FIX = "see the plan below (`edgeapp doctor` prints the commands for this platform)"
-
-
-@dataclass
-class Check:
-    name: str
-    status: str  # ok, warn, fail
-    detail: str
-    fix: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def run_checks(root: str | Path = "/", env: Optional[Mapping[str, str]] = None,
@@ -257,115 +235,6 @@ def probe_cache_check(env: Mapping[str, str]) -> Check:
     return Check("probe cache", OK, f"{len(statuses)} verdict(s) ({counts}) in {cache.path}")
 
 
-# --- devices, udev, drivers ----------------------------------------------------------------
-
-def device_checks(root: str | Path, env: Mapping[str, str]) -> list[Check]:
-    checks = []
-    usb = usb_accelerators(root)
-    for path, ident, speed in usb:
-        if speed is None:
-            checks.append(Check("usb accelerator", OK, f"{ident} at {path}, link speed unknown"))
-        elif speed <= USB2_MBPS:
-            checks.append(Check("usb accelerator", WARN, f"{ident} at {path} on USB 2 ({speed:g} Mb/s): "
-                                "3-4x slower", "plug it into a USB 3 port (blue) with a USB 3 cable"))
-        else:
-            checks.append(Check("usb accelerator", OK, f"{ident} at {path}, {speed:g} Mb/s"))
-    nodes, cards = apex_nodes(root), pci_cards(root)
-    for node in nodes:
-        temp = apex_temperature(root, node)
-        shown = f", {temp:.1f} °C" if temp is not None else ""
-        hot = temp is not None and temp >= HOT_C
-        checks.append(Check("pcie edge tpu", WARN if hot else OK, f"{node}{shown}",
-                            "improve cooling: the driver throttles the Edge TPU from 85 °C" if hot else ""))
-    if not usb and not nodes and not cards:
-        checks.append(Check("edge tpu", WARN, "none found (USB or PCIe/M.2): edgeapp runs on the CPU",
-                            "plug in a Coral USB Accelerator, or see README for PCIe/M.2 drivers"))
-    if platform.system() == "Linux" or Path(root) != Path("/"):
-        checks += udev_checks(root, env, present=bool(usb))
-        checks.append(driver_check(root, nodes, cards))
-    return checks
-
-
-def udev_rules(root: str | Path) -> list[tuple[str, str]]:
-    """(file, line) of every udev rule that names a Coral USB vendor id."""
-    found = []
-    for d in RULE_DIRS:
-        base = under(root, d)
-        for f in sorted(base.glob("*.rules")) if base.is_dir() else []:
-            for line in (read_text(f) or "").splitlines():
-                if not line.lstrip().startswith("#") and any(v in line.lower() for v in USB_VENDORS):
-                    found.append((f"{d}/{f.name}", line.strip()))
-    return found
-
-
-def udev_checks(root: str | Path, env: Mapping[str, str], present: bool) -> list[Check]:
-    bad = FAIL if present else WARN  # only blocking when an accelerator is plugged in
-    rules = udev_rules(root)
-    if not rules:
-        return [Check("udev rule", bad, "no udev rule for the Coral USB Accelerator (1a6e/18d1): "
-                      "only root can use it",
-                      "sudo apt-get install libedgetpu1-std as the plan below says (the package installs "
-                      "the rule), then unplug and replug")]
-    files = sorted({f for f, _ in rules})
-    checks = [Check("udev rule", OK, ", ".join(files))]
-    text = " ".join(line for _, line in rules)
-    groups = sorted(set(re.findall(r'GROUP\s*:?=\s*"([^"]+)"', text)))
-    if re.search(r'MODE\s*:?=\s*"0?666"', text) or "uaccess" in text:
-        return checks + [Check("usb access", OK, "the rule lets every local user open the device")]
-    user = env.get("USER") or env.get("LOGNAME") or (_login() if Path(root) == Path("/") else "")
-    if not groups:
-        return checks
-    if user == "root":
-        return checks + [Check("usb access", OK, "running as root")]
-    members = group_members(root, user)
-    inside = [g for g in groups if g in members]
-    if not inside:
-        return checks + [Check("usb access", bad, f"user {user or '?'} is not in group {groups[0]}, "
-                               "which the rule grants the device to",
-                               f"sudo usermod -aG {groups[0]} {user or '$USER'}, then log out and in")]
-    if Path(root) == Path("/") and user == _login() and not _session_groups() & set(inside):
-        return checks + [Check("usb access", WARN, f"{user} was added to {inside[0]} after logging in",
-                               f"log out and in again (or run `newgrp {inside[0]}`)")]
-    return checks + [Check("usb access", OK, f"{user} is in group {inside[0]}")]
-
-
-def group_members(root: str | Path, user: str) -> set[str]:
-    """Groups of `user` by /etc/group membership and by the primary gid in /etc/passwd."""
-    if not user:
-        return set()
-    primary = None
-    for line in (read_text(under(root, "/etc/passwd")) or "").splitlines():
-        parts = line.split(":")
-        if len(parts) > 3 and parts[0] == user:
-            primary = parts[3]
-    groups = set()
-    for line in (read_text(under(root, "/etc/group")) or "").splitlines():
-        parts = line.split(":")
-        if len(parts) > 3 and (user in parts[3].split(",") or parts[2] == primary):
-            groups.add(parts[0])
-    return groups
-
-
-def loaded_modules(root: str | Path) -> set[str]:
-    names = {line.split()[0] for line in (read_text(under(root, "/proc/modules")) or "").splitlines()
-             if line.strip()}
-    return names | {m for m in ("apex", "gasket") if under(root, f"/sys/module/{m}").is_dir()}
-
-
-def driver_check(root: str | Path, nodes: list[str], cards: list[tuple[str, Optional[str]]]) -> Check:
-    """PCIe/M.2 cards need the gasket and apex kernel modules (gasket-dkms) to get /dev/apex_N."""
-    loaded = sorted({"apex", "gasket"} & loaded_modules(root))
-    if loaded == ["apex", "gasket"]:
-        return Check("pcie driver", OK, "apex and gasket modules loaded")
-    if cards or nodes:
-        what = ", ".join(f"{addr} (driver: {drv or 'none'})" for addr, drv in cards) or ", ".join(nodes)
-        return Check("pcie driver", FAIL if not nodes else WARN,
-                     f"PCIe Edge TPU {what} but modules {', '.join(loaded) or 'apex/gasket'} "
-                     f"{'loaded' if loaded else 'not loaded'}",
-                     "sudo apt install gasket-dkms (or build gasket-driver for your kernel), then reboot")
-    return Check("pcie driver", OK, "apex/gasket not loaded (only needed for PCIe/M.2 cards)")
-
-
 # --- compiler ------------------------------------------------------------------------------
 
 def compiler_check(env: Mapping[str, str], machine: str) -> Check:
@@ -408,22 +277,3 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 def _major(version: str) -> int:
     return (_version_tuple(version) or (0,))[0]
-
-
-def _login() -> str:
-    import getpass
-
-    return getpass.getuser()
-
-
-def _session_groups() -> set[str]:
-    """Groups of this process: a group added by usermod counts only after a new login."""
-    import grp
-
-    names = set()
-    for gid in os.getgroups():
-        try:
-            names.add(grp.getgrgid(gid).gr_name)
-        except KeyError:
-            continue
-    return names

@@ -39,9 +39,9 @@ from edgeapp.hw.download import (
     timeout_from_env,
     write_error,
 )
+from edgeapp.hw.sysroot import sysroot  # where to look for Edge TPUs ($EDGEAPP_SYSROOT)
 
 REGISTRY_ENV = "EDGEAPP_MODELS_REGISTRY"  # another registry file (own models, tests)
-SYSROOT_ENV = "EDGEAPP_SYSROOT"  # where to look for Edge TPUs (as `edgeapp devices --root`)
 MANIFEST = ".verified.json"
 
 
@@ -283,7 +283,7 @@ def edgetpu_visible(env: Mapping[str, str] = os.environ) -> bool:
     from edgeapp.hw.devices import list_edge_tpus
     from edgeapp.hw.libedgetpu import edgetpu_library
 
-    return bool(list_edge_tpus(env.get(SYSROOT_ENV) or "/", edgetpu_library()))
+    return bool(list_edge_tpus(sysroot(None, env), edgetpu_library()))
 
 
 def resolve(arg: str, device: str = "auto", reporter: Optional[Reporter] = None,
@@ -296,7 +296,7 @@ def resolve(arg: str, device: str = "auto", reporter: Optional[Reporter] = None,
     keeps today's fallback to the CPU twin; with no Edge TPU attached, auto takes the CPU model
     and says so.
     """
-    from edgeapp.hw.runtime import parse_devices
+    from edgeapp.hw.device_choice import parse_devices
 
     if Path(arg).exists():
         return None

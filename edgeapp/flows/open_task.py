@@ -51,8 +51,9 @@ class OpenTask:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where and how to run: what --device, --cpu-model, --runtime, --threads, --cpu-kernels
-    and --no-probe say (plain data: the cluster ships it to its workers)."""
+    """Where and how to run: what --device, --cpu-model, --runtime, --threads, --cpu-kernels,
+    --no-probe, --performance and --reconnect say (plain data: the cluster ships it to its
+    workers)."""
 
     device: str = "auto"
     cpu_model: Optional[str] = None
@@ -60,6 +61,8 @@ class Placement:
     threads: Optional[int] = None
     probe: bool = True
     cpu_kernels: str = "fast"
+    performance: Optional[str] = None  # libedgetpu's Performance: low, medium, high, max
+    reconnect: float = 0.0  # seconds to wait for an Edge TPU that vanished mid-run
 
 
 def open_task(model: Any, task: Optional[str] = None, place: Placement = Placement(), *,
@@ -98,7 +101,8 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
         runner = open_runner(path, place.device, cpu_model=place.cpu_model, runtime=place.runtime,
                              threads=place.threads, probe=place.probe,
                              on_notice=_once_per_fallback(say, name_notice),
-                             cpu_kernels=place.cpu_kernels, cpu_replicas=cpu_replicas, **kw)
+                             cpu_kernels=place.cpu_kernels, cpu_replicas=cpu_replicas,
+                             performance=place.performance, reconnect=place.reconnect, **kw)
     except InvalidModel:
         _refuse_posenet(path)
         raise

@@ -2,8 +2,8 @@
 
 Two sources: libedgetpu's C API (`edgetpu_list_devices`, through hw/libedgetpu.py) when the
 library is installed, else the kernel's files: USB accelerators in /sys/bus/usb/devices by
-vendor:product, PCIe/M.2 cards as /dev/apex_N. Every file path is read under `root`, so tests
-(and containers) can point this at a fake tree.
+vendor:product, PCIe/M.2 cards as /dev/apex_N. Every file path is read under `root` (default:
+the one sysroot, hw/sysroot.py), so tests (and containers) can point this at a fake tree.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
+from edgeapp.core.thermal import is_sensor_fault
 from edgeapp.hw.libedgetpu import list_devices, open_library
+from edgeapp.hw.sysroot import Root, read_text, under
 
 # The one owner of Coral's device ids. The USB accelerator shows 1a6e:089a (Global Unichip) until
 # libedgetpu uploads its firmware on first use, then re-enumerates as 18d1:9302 (Google).
@@ -43,19 +45,7 @@ class EdgeTpu:
         return asdict(self)
 
 
-def under(root: str | Path, path: str) -> Path:
-    """`path` (absolute, as on the real system) inside the tree at `root`."""
-    return Path(root) / path.lstrip("/")
-
-
-def read_text(path: Path) -> Optional[str]:
-    try:
-        return path.read_text(errors="replace").strip()
-    except OSError:
-        return None
-
-
-def usb_accelerators(root: str | Path = "/") -> list[tuple[str, str, Optional[float]]]:
+def usb_accelerators(root: Root = None) -> list[tuple[str, str, Optional[float]]]:
     """(sysfs path, vendor:product, link speed in Mb/s) of each Coral USB device, in bus order."""
     base = under(root, "/sys/bus/usb/devices")
     found = []
@@ -68,20 +58,44 @@ def usb_accelerators(root: str | Path = "/") -> list[tuple[str, str, Optional[fl
     return [(path, ident, speed) for _, path, ident, speed in sorted(found)]
 
 
-def apex_nodes(root: str | Path = "/") -> list[str]:
+def apex_nodes(root: Root = None) -> list[str]:
     """/dev/apex_N device nodes (made by the gasket/apex driver for PCIe/M.2 cards)."""
     dev = under(root, "/dev")
     nodes = [p.name for p in dev.glob("apex_*")] if dev.is_dir() else []
     return [f"/dev/{n}" for n in sorted(nodes, key=lambda n: (_int(n.rpartition("_")[2]), n))]
 
 
-def apex_temperature(root: str | Path, node: str) -> Optional[float]:
-    """Die temperature in °C from /sys/class/apex/apex_N/temp (millidegrees), if readable."""
-    milli = _float(read_text(under(root, f"/sys/class/apex/{Path(node).name}/temp")))
-    return None if milli is None else milli / 1000.0
+def apex_temperature(root: Root, node: str) -> Optional[float]:
+    """Die temperature in °C from /sys/class/apex/apex_N/temp (millidegrees), if readable and
+    not the sensor-fault reading (core/thermal.py)."""
+    temp = apex_thermal(root, node).get("temp")
+    return None if is_sensor_fault(temp) else temp
 
 
-def pci_cards(root: str | Path = "/") -> list[tuple[str, Optional[str]]]:
+# The apex driver's thermal files (gasket-driver apex_driver.c), millidegrees C except *_en (0/1).
+APEX_THERMAL_FILES = ("temp", "trip_point0_temp", "trip_point1_temp", "trip_point2_temp",
+                      "hw_temp_warn1", "hw_temp_warn1_en", "hw_temp_warn2", "hw_temp_warn2_en")
+
+
+def apex_thermal(root: Root, node: str) -> dict[str, Optional[float]]:
+    """What /sys/class/apex/apex_N says about heat: temp, trip points and hardware warnings in
+    °C (the *_en switches as 0/1); a file that is absent or unreadable is None."""
+    folder = f"/sys/class/apex/{Path(node).name}"
+    out: dict[str, Optional[float]] = {}
+    for name in APEX_THERMAL_FILES:
+        value = _float(read_text(under(root, f"{folder}/{name}")))
+        out[name] = value if value is None or name.endswith("_en") else value / 1000.0
+    return out
+
+
+def usb_address(root: Root, path: str) -> Optional[tuple[int, int]]:
+    """(bus, device number) of a USB device's sysfs folder: its /dev/bus/usb/BBB/DDD node."""
+    folder = under(root, path)
+    bus, dev = _int(read_text(folder / "busnum")), _int(read_text(folder / "devnum"))
+    return None if sys.maxsize in (bus, dev) else (bus, dev)
+
+
+def pci_cards(root: Root = None) -> list[tuple[str, Optional[str]]]:
     """(PCI address, bound driver or None) of each Coral PCIe/M.2 card, even without a driver."""
     base = under(root, "/sys/bus/pci/devices")
     cards = []
@@ -92,7 +106,7 @@ def pci_cards(root: str | Path = "/") -> list[tuple[str, Optional[str]]]:
     return cards
 
 
-def scan_sysfs(root: str | Path = "/") -> list[EdgeTpu]:
+def scan_sysfs(root: Root = None) -> list[EdgeTpu]:
     """Edge TPUs as the kernel sees them; numbered as libedgetpu numbers them (usb:N, pci:N)."""
     tpus = [EdgeTpu("usb", path, f"usb:{i}", "sysfs", USB_IDS[tuple(ident.split(":"))], ident, speed)
             for i, (path, ident, speed) in enumerate(usb_accelerators(root))]
@@ -104,7 +118,7 @@ def scan_sysfs(root: str | Path = "/") -> list[EdgeTpu]:
 
 # --- libedgetpu's C API --------------------------------------------------------------------
 
-def library_devices(lib, root: str | Path = "/") -> Optional[list[EdgeTpu]]:
+def library_devices(lib, root: Root = None) -> Optional[list[EdgeTpu]]:
     """Devices from `edgetpu_list_devices` of the opened library, or None when it lacks that API."""
     raw = list_devices(lib)
     if raw is None:
@@ -121,7 +135,7 @@ def library_devices(lib, root: str | Path = "/") -> Optional[list[EdgeTpu]]:
     return tpus
 
 
-def list_edge_tpus(root: str | Path = "/", library: Optional[str] = None) -> list[EdgeTpu]:
+def list_edge_tpus(root: Root = None, library: Optional[str] = None) -> list[EdgeTpu]:
     """Every Edge TPU: through libedgetpu when `library` loads and lists devices, else sysfs."""
     if library:
         try:

@@ -1,7 +1,7 @@
 """What a reader needs to trust benchmark figures: CPU, cores, frequency governor, runtimes.
 
-Reads /proc and /sys under an injectable `root` (tests use fake trees); nothing here fails:
-missing files give None.
+Reads /proc and /sys under an injectable `root` (default: the one sysroot, hw/sysroot.py; tests
+use fake trees); nothing here fails: missing files give None.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import os
 import platform
 from pathlib import Path
 from typing import Optional
+
+from edgeapp.hw.sysroot import Root, sysroot
 
 _USB_SPEEDS = {"1.5": "USB 1 (1.5 Mb/s)", "12": "USB 1 (12 Mb/s)", "480": "USB 2 (480 Mb/s)",
                "5000": "USB 3 (5 Gb/s)", "10000": "USB 3 (10 Gb/s)", "20000": "USB 3 (20 Gb/s)"}
@@ -22,9 +24,9 @@ def _read(path: Path) -> Optional[str]:
         return None
 
 
-def cpu_model(root: Path | str = "/") -> Optional[str]:
+def cpu_model(root: Root = None) -> Optional[str]:
     """`model name` (x86), else the board model (Raspberry Pi), else `Hardware`/`CPU part`."""
-    r = Path(root)
+    r = sysroot(root)
     text = _read(r / "proc/cpuinfo") or ""
     fields: dict[str, str] = {}
     for line in text.splitlines():
@@ -40,9 +42,9 @@ def cpu_model(root: Path | str = "/") -> Optional[str]:
                                       else platform.processor() or None)
 
 
-def cpu_count(root: Path | str = "/") -> Optional[int]:
+def cpu_count(root: Root = None) -> Optional[int]:
     """Logical CPUs listed in /proc/cpuinfo (falls back to os.cpu_count())."""
-    text = _read(Path(root) / "proc/cpuinfo")
+    text = _read(sysroot(root) / "proc/cpuinfo")
     if text:
         n = sum(1 for line in text.splitlines() if line.split(":")[0].strip() == "processor")
         if n:
@@ -58,8 +60,8 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def governor(root: Path | str = "/") -> Optional[str]:
-    return _read(Path(root) / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+def governor(root: Root = None) -> Optional[str]:
+    return _read(sysroot(root) / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
 
 
 def governor_warning(gov: Optional[str]) -> Optional[str]:
@@ -70,15 +72,23 @@ def governor_warning(gov: Optional[str]) -> Optional[str]:
             "changes (sudo cpupower frequency-set -g performance)")
 
 
-def max_mhz(root: Path | str = "/") -> Optional[float]:
-    khz = _read(Path(root) / "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+def max_mhz(root: Root = None) -> Optional[float]:
+    khz = _read(sysroot(root) / "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
     try:
         return int(khz) / 1000 if khz else None
     except ValueError:
         return None
 
 
-def usb_accelerators(root: Path | str = "/") -> list[dict]:
+def usb_link(speed_mbps: Optional[float]) -> Optional[str]:
+    """`USB 3 (5 Gb/s)` for a sysfs link speed in Mb/s."""
+    if speed_mbps is None:
+        return None
+    text = f"{speed_mbps:g}"
+    return _USB_SPEEDS.get(text, f"{text} Mb/s")
+
+
+def usb_accelerators(root: Root = None) -> list[dict]:
     """Coral USB Accelerators seen in sysfs (devices.usb_accelerators), with their link speed."""
     from edgeapp.hw.devices import USB_IDS
     from edgeapp.hw.devices import usb_accelerators as scan
@@ -98,7 +108,7 @@ def edgetpu_runtime_version(library: str) -> Optional[str]:
     return label_of(library)
 
 
-def host_info(root: Path | str = "/") -> dict:
+def host_info(root: Root = None) -> dict:
     """The `host` object of bench's JSON."""
     gov = governor(root)
     return {

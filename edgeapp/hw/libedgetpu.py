@@ -135,15 +135,17 @@ def list_devices(lib: ctypes.CDLL) -> Optional[List[Tuple[str, str]]]:
 
 # --- which build is it ---------------------------------------------------------------------
 
-def dpkg_owner(path: str, root: str = "/") -> Optional[Tuple[str, str]]:
+def dpkg_owner(path: str, root=None) -> Optional[Tuple[str, str]]:
     """(package, version) of the installed Debian package that owns `path` (e.g. libedgetpu1-max, 16.0).
 
     Read from dpkg's database under `root` (info/*.list, status), as `dpkg-query -S` does; only
     packages named like *edgetpu* are searched. /lib and /usr/lib count as one (merged /usr).
+    `root` None: the sysroot (hw/sysroot.py).
     """
     from edgeapp.core.debian import installed_version, parse_dpkg_status
+    from edgeapp.hw.sysroot import sysroot
 
-    base = Path(root) / "var/lib/dpkg"
+    base = sysroot(root) / "var/lib/dpkg"
     info = base / "info"
     wanted = {_unmerged(path)}
     try:
@@ -170,15 +172,28 @@ def _unmerged(path: str) -> str:
     return path[4:] if path.startswith("/usr/") else path
 
 
-def identify_build(lib: ctypes.CDLL, path: str, root: str = "/"):
+def identify_build(lib: ctypes.CDLL, path: str, root=None):
     """core.pairing.Build of the opened library: its Debian package, else its build label."""
     from edgeapp.core.pairing import identify
 
     return identify(dpkg_owner(path, root), build_label(lib))
 
 
+def clock_mode(library: str, root=None) -> Tuple[Optional[str], str]:
+    """(`std`, `max` or None, how we know) of the Edge TPU library `library` (core/clock.py):
+    its Debian package under the sysroot, else its folder, else its build label."""
+    from edgeapp.core.clock import build_mode
+
+    try:
+        lib, path = open_library(library)
+    except OSError:
+        return None, f"{library} does not load"
+    owner = dpkg_owner(path, root)
+    return build_mode(owner[0] if owner else None, path, build_label(lib))
+
+
 def known_crash(lib: ctypes.CDLL, path: str, runtime: str, runtime_version: str,
-                root: str = "/") -> Optional[str]:
+                root=None) -> Optional[str]:
     """One line naming both versions and this platform's fix when the pair is known to crash, else None."""
     from edgeapp.core.pairing import CRASH, decide
 
@@ -187,8 +202,9 @@ def known_crash(lib: ctypes.CDLL, path: str, runtime: str, runtime_version: str,
         return None
     from edgeapp.core.install_plan import plan_for
     from edgeapp.hw.osinfo import read_platform
+    from edgeapp.hw.sysroot import sysroot
 
-    return f"{decision.summary()}; fix: {plan_for(read_platform(root)).fix}"
+    return f"{decision.summary()}; fix: {plan_for(read_platform(sysroot(root))).fix}"
 
 
 # --- where the loader would find the Edge TPU library, without loading it --------------------

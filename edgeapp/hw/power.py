@@ -10,7 +10,8 @@ Edge TPU gets Coral's nominal 2 W at 4 TOPS ("nominal") since no host sensor see
 An unreadable sensor (RAPL needs root on Linux ≥ 5.10) never fails a benchmark: it adds a note
 and the next source is tried; with none left the source is "none" and power is null.
 
-Every reader takes `root` (default "/") so tests can point it at a fake sysfs tree.
+Every reader takes `root` (default: the one sysroot, hw/sysroot.py: $EDGEAPP_SYSROOT, else /)
+so tests can point it at a fake sysfs tree.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Callable, Optional
 
 from edgeapp.core.edgetpu_specs import NOMINAL_WATTS, PEAK_TOPS
 from edgeapp.hw.proc import log_command
+from edgeapp.hw.sysroot import Root, sysroot
 
 POWER_MODES = ("auto", "rapl", "hwmon", "vcgencmd", "none")
 _SAMPLE_INTERVAL_S = 0.1
@@ -53,14 +55,14 @@ def energy_delta_uj(start_uj: int, end_uj: int, max_energy_range_uj: int) -> int
     return max_energy_range_uj - start_uj + end_uj
 
 
-def rapl_zones(root: Path | str = "/") -> list[RaplZone]:
+def rapl_zones(root: Root = None) -> list[RaplZone]:
     """The top-level package zones (intel-rapl:N), whose sum is the CPU's whole energy.
 
     Sub-zones (intel-rapl:N:M: core, uncore, dram) are parts of a package and would count
     twice; a `psys` zone covers the platform and overlaps the packages, so it is used only
     when there is no package zone.
     """
-    base = Path(root) / "sys/class/powercap"
+    base = sysroot(root) / "sys/class/powercap"
     if not base.is_dir():
         raise SensorUnavailable("no powercap/RAPL interface (/sys/class/powercap is absent)")
     zones = []
@@ -98,9 +100,9 @@ class HwmonSensor:
     chip: str  # the hwmon `name` file: ina219, amdgpu, ...
 
 
-def hwmon_power_sensors(root: Path | str = "/") -> list[HwmonSensor]:
+def hwmon_power_sensors(root: Root = None) -> list[HwmonSensor]:
     """power*_input (or power*_average when a chip has no _input) files of every hwmon chip."""
-    base = Path(root) / "sys/class/hwmon"
+    base = sysroot(root) / "sys/class/hwmon"
     if not base.is_dir():
         raise SensorUnavailable("no hwmon interface (/sys/class/hwmon is absent)")
     sensors = []
@@ -282,7 +284,7 @@ _PROBES = {"rapl": _probe_rapl, "hwmon": _probe_hwmon, "vcgencmd": _probe_vcgenc
 
 
 def open_meter(mode: str = "auto", device: str = "cpu", *, watts: Optional[float] = None,
-               root: Path | str = "/") -> PowerMeter:
+               root: Root = None) -> PowerMeter:
     """The power source for benchmarking on `device` ("cpu" or "edgetpu"); never raises for
     an unreadable sensor: the meter's notes say what was tried and why it failed."""
     if mode not in POWER_MODES:
@@ -302,7 +304,7 @@ def open_meter(mode: str = "auto", device: str = "cpu", *, watts: Optional[float
             notes.append("vcgencmd: not run (not a Raspberry Pi)")  # never a PATH tool by chance
             continue
         try:
-            meter = _PROBES[name](Path(root))
+            meter = _PROBES[name](sysroot(root))
         except SensorUnavailable as e:
             notes.append(f"{name}: {e}")
             continue
@@ -312,9 +314,9 @@ def open_meter(mode: str = "auto", device: str = "cpu", *, watts: Optional[float
                       notes=notes)
 
 
-def is_raspberry_pi(root: Path | str = "/") -> bool:
+def is_raspberry_pi(root: Root = None) -> bool:
     """The board's device-tree model says Raspberry Pi (where vcgencmd is the firmware's tool)."""
-    model = _read_text(Path(root) / "proc/device-tree/model") or ""
+    model = _read_text(sysroot(root) / "proc/device-tree/model") or ""
     return "Raspberry Pi" in model
 
 

@@ -20,7 +20,8 @@ def main() -> None:
     if args[:1] == ["--label"]:
         sys.exit(label_child(args[1], _emit))
     model_path, runtime_name, device, library = args[:4]
-    from edgeapp.hw.runtime import find_runtime, load_edgetpu_delegate, parse_device
+    from edgeapp.hw.device_choice import parse_device
+    from edgeapp.hw.runtime import find_runtime, load_edgetpu_delegate
 
     rt = find_runtime(runtime_name)
     load = (lambda: load_edgetpu_delegate(rt, parse_device(device))) if library else None

@@ -11,7 +11,6 @@ import contextlib
 import importlib
 import importlib.util
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -26,6 +25,7 @@ from edgeapp.core.compat import metadata
 from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
+from edgeapp.hw.device_choice import DeviceSpec, parse_device, tuned
 from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
 from edgeapp.hw.runtime_errors import NATIVE_NOISE, runtime_error_text
 
@@ -41,7 +41,6 @@ RUNTIME_MODULES = {  # runtime name -> (module to import, attribute holding Inte
 }
 _DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tflite-runtime",),
                   "tensorflow": ("tensorflow", "tensorflow-cpu")}
-_DEVICE_RE = re.compile(r"^(auto|cpu|edgetpu|usb|pci|usb:\d+|pci:\d+|:\d+)$")
 # CPU kernels: "fast" is the runtime's default (ai-edge-litert applies XNNPACK); "reference" is
 # the builtin op resolver without default delegates, whose int8 rounding is TFLite's reference
 # rounding, as tflite-runtime and Coral's published CPU results have it (see README).
@@ -149,99 +148,12 @@ def runtime_version(name: str) -> str:
     return "unknown"
 
 
-@dataclass(frozen=True)
-class DeviceSpec:
-    """A parsed --device string: kind is auto, cpu or edgetpu; `option` is libedgetpu's."""
-
-    text: str
-    kind: str
-    option: Optional[str]  # "usb", "usb:0", "pci", "pci:1", ":0", or None for any TPU
-
-
-def parse_device(text: str) -> DeviceSpec:
-    t = (text or "auto").strip().lower()
-    if not _DEVICE_RE.match(t):
-        raise UsageError(f"invalid device {text!r}: use auto, cpu, edgetpu, usb, usb:N, pci, pci:N or :N")
-    if t in ("auto", "cpu"):
-        return DeviceSpec(t, t, None)
-    return DeviceSpec(t, "edgetpu", None if t == "edgetpu" else t)
-
-
-_NAMED_TPU_RE = re.compile(r"^(usb:\d+|pci:\d+|:\d+)$")
-
-
-@dataclass(frozen=True)
-class DeviceChoice:
-    """A parsed --device: one device, or several Edge TPUs for a data-parallel or pipelined run.
-
-    `single` is set for one device (auto, cpu, edgetpu, usb:1...). Otherwise `tpus` names the
-    TPUs of a list (`usb:0,pci:0`), or `every` stands for `all` (every Edge TPU found); the CPU
-    is never one of them. `auto` in a list (`all,auto`) lets the CPU twin take over when no TPU
-    is left.
-    """
-
-    text: str
-    single: Optional[DeviceSpec] = None
-    tpus: tuple = ()
-    every: bool = False
-    fallback: bool = False
-
-    @property
-    def several(self) -> bool:
-        return self.single is None
-
-
-def parse_devices(text: Optional[str]) -> DeviceChoice:
-    """--device as the inference commands take it: one device, a list of TPUs, or all."""
-    t = (text or "auto").strip().lower()
-    parts = [p.strip() for p in t.split(",")]
-    if len(parts) == 1 and parts[0] != "all":
-        return DeviceChoice(t, single=parse_device(t))
-    if not all(parts):
-        raise UsageError(f"invalid device list {text!r}: an entry is empty")
-    fallback = "auto" in parts
-    tpus = [p for p in parts if p != "auto"]
-    if "cpu" in tpus:
-        raise UsageError(f"invalid device list {text!r}: the CPU is never mixed into a multi-TPU run; "
-                         "add auto to let the CPU twin take over when no Edge TPU is left")
-    if "all" in tpus:
-        if len(tpus) > 1:
-            raise UsageError(f"invalid device list {text!r}: all already names every Edge TPU")
-        return DeviceChoice(t, every=True, fallback=fallback)
-    for p in tpus:
-        if not _NAMED_TPU_RE.match(p):
-            parse_device(p)  # the usual message for a bad name
-            raise UsageError(f"invalid device list {text!r}: name each Edge TPU (usb:N, pci:N or :N), "
-                             f"not {p!r}")
-    if not tpus:
-        raise UsageError(f"invalid device list {text!r}: no Edge TPU named")
-    if len(set(tpus)) != len(tpus):
-        raise UsageError(f"invalid device list {text!r}: a TPU is named twice")
-    return DeviceChoice(t, tpus=tuple(tpus), fallback=fallback)
-
-
-def find_tpus(root: str = "/") -> list[str]:
-    """The --device names of every Edge TPU found (libedgetpu's list, else sysfs)."""
-    from edgeapp.hw.devices import list_edge_tpus
-
-    return [t.device for t in list_edge_tpus(root, library=edgetpu_library())]
-
-
-def resolve_tpus(choice: DeviceChoice, root: str = "/") -> list[str]:
-    """The TPU names a multi-device choice stands for; `all` enumerates them now."""
-    if not choice.every:
-        return list(choice.tpus)
-    found = find_tpus(root)
-    if not found and not choice.fallback:
-        raise DeviceUnavailable("--device all: no Edge TPU found; plug one in and check "
-                                "`edgeapp devices` (or add auto: all,auto runs the CPU twin then)")
-    return found
-
-
-def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec) -> Any:
-    """Load the Edge TPU delegate or raise DeviceUnavailable with a short reason and the fix."""
+def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec, extra: Optional[dict] = None) -> Any:
+    """Load the Edge TPU delegate or raise DeviceUnavailable with a short reason and the fix.
+    `extra`: more libedgetpu options (`Performance`, ...: device_choice.tuned)."""
     library = edgetpu_library()
     options = {"device": spec.option} if spec.option else {}
+    options.update(extra or {})
     try:
         if runtime.name == "tflite-runtime" and not os.environ.get(EDGETPU_LIB_ENV):
             try:  # Google's pycoral, when installed, knows its own library
@@ -343,6 +255,14 @@ class Engine:
         self.invoke()
         return [self.interpreter.get_tensor(o["index"]) for o in self.outputs]
 
+    def release(self) -> None:
+        """Let go of the interpreter and its delegate, so libedgetpu closes the device: an engine
+        whose Edge TPU failed, before the same device is opened again (execution/reconnect.py)."""
+        import gc
+
+        self.interpreter = None
+        gc.collect()
+
     def _refusal(self, error: BaseException) -> InvalidModel:
         return InvalidModel(f"{self.runtime.name} {self.runtime.version} cannot run "
                             f"{self.model.path}: {runtime_error_text(error)}")
@@ -351,7 +271,8 @@ class Engine:
 def open_model(path: str | Path | Model, device: str = "auto", *,
                cpu_model: Optional[str | Path] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
-               probe: bool = True, cpu_kernels: str = "fast", trust_model: bool = False) -> Engine:
+               probe: bool = True, cpu_kernels: str = "fast", trust_model: bool = False,
+               performance: Optional[str] = None, usb_queue: Optional[int] = None) -> Engine:
     """Validate the model, pick the device, and return an allocated Engine.
 
     auto: Edge TPU when a compiled model and a TPU are there, else the CPU (the CPU twin for a
@@ -364,18 +285,21 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
     A parsed `Model` may be passed instead of a path, so callers that already read it don't
     read it again.
     cpu_kernels: "fast" (the runtime's default) or "reference" (see CPU_KERNELS).
+    performance (low|medium|high|max) and usb_queue (Usb.MaxBulkInQueueLength) go to libedgetpu
+    with the device indexed (device_choice.tuned); max with a std build on USB is refused.
     """
     spec = parse_device(device)
     model = path if isinstance(path, Model) else load_model(path)
     path = model.path if isinstance(path, Model) else path
     rt = find_runtime(runtime)
     if spec.kind != "cpu" and model.is_edgetpu_compiled:
+        spec, extra = tuned(spec, performance, usb_queue)
         try:
             if probe:
                 from edgeapp.hw.probe import ensure_probed
-                ensure_probed(rt, spec, model.path, lambda: load_edgetpu_delegate(rt, spec),
+                ensure_probed(rt, spec, model.path, lambda: load_edgetpu_delegate(rt, spec, extra),
                               check_model=not trust_model)
-            delegate = load_edgetpu_delegate(rt, spec)
+            delegate = load_edgetpu_delegate(rt, spec, extra)
             interpreter = _interpreter(rt, model, [delegate], threads, cpu_kernels)
         except DeviceUnavailable as e:
             if spec.kind == "edgetpu":

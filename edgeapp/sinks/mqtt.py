@@ -386,3 +386,42 @@ class MqttOut:
                 "published": self.published, "dropped": self.dropped, "queued": queued,
                 "events": self.events, "reconnects": max(0, self.connects - 1),
                 "last_error": self.last_error}
+
+
+# ---------------------------------------------------------------------------------------------
+# The Edge TPU's health for Home Assistant (issue 23): a temperature sensor where the device
+# has one (PCIe/M.2 cards), a throttling flag always; state on PREFIX/edgetpu, retained.
+
+HEALTH_TOPIC = "edgetpu"
+HEALTH_DISCOVERY_PREFIX = "homeassistant"  # Home Assistant's default MQTT discovery prefix
+
+
+def health_discovery(prefix: str, temperature: bool) -> list[tuple[str, dict]]:
+    """(config topic, payload) of Home Assistant MQTT discovery for the Edge TPU's health."""
+    import re
+
+    node = re.sub(r"[^A-Za-z0-9_-]", "_", prefix) or DEFAULT_PREFIX
+    common = {"state_topic": f"{prefix}/{HEALTH_TOPIC}", "availability_topic": f"{prefix}/status",
+              "payload_available": "online", "payload_not_available": "offline",
+              "device": {"identifiers": [f"edgeapp_{node}"], "name": f"edgeapp {prefix}",
+                         "manufacturer": "edgeapp"}}
+    configs = [(f"{HEALTH_DISCOVERY_PREFIX}/binary_sensor/{node}/edgetpu_throttling/config",
+                {**common, "name": "Edge TPU throttling", "unique_id": f"edgeapp_{node}_edgetpu_throttling",
+                 "device_class": "problem",
+                 "value_template": "{{ 'ON' if value_json.throttling else 'OFF' }}"})]
+    if temperature:
+        configs.append((f"{HEALTH_DISCOVERY_PREFIX}/sensor/{node}/edgetpu_temperature/config",
+                        {**common, "name": "Edge TPU temperature",
+                         "unique_id": f"edgeapp_{node}_edgetpu_temperature", "device_class": "temperature",
+                         "state_class": "measurement", "unit_of_measurement": "°C",
+                         "value_template": "{{ value_json.temperature_c }}"}))
+    return configs
+
+
+def publish_health(out: MqttOut, health: dict, discovery: bool = False) -> None:
+    """Queue the Edge TPU's health (temperature, throttling) on PREFIX/edgetpu, retained; with
+    `discovery`, first the Home Assistant configs. Never waits, like on_frame."""
+    if discovery:
+        for topic, payload in health_discovery(out.target.prefix, health.get("temperature_c") is not None):
+            out._put(topic, payload, 1, True)
+    out._put(out.topic(HEALTH_TOPIC), health, 0, True)

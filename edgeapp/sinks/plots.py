@@ -57,6 +57,9 @@ def plot_bench(doc: dict, samples: dict, path: Path) -> Path:
         panels.append("scaling")
     if pipe:
         panels.append("segments")
+    drifting = [r for r in doc.get("results", []) if r.get("windows")]
+    if drifting:
+        panels.append("windows")
     if not panels:
         raise UsageError("--plot: nothing was measured that can be drawn")
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
@@ -92,6 +95,8 @@ def plot_bench(doc: dict, samples: dict, path: Path) -> Path:
             ax.set_ylabel("inferences/s")
             ax.set_title("data-parallel scaling (efficiency)")
             ax.legend()
+        elif panel == "windows":
+            _windows_panel(ax, drifting)
         else:
             segs = pipe["per_segment"]
             colors = ["tab:red" if s["bottleneck"] else "tab:blue" for s in segs]
@@ -106,6 +111,17 @@ def plot_bench(doc: dict, samples: dict, path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)
+
+
+def _windows_panel(ax, results: list) -> None:
+    """Warm latency per time window of --duration runs; a throttling run says so (issue 23)."""
+    for r in results:
+        label = _label(r) + (" (throttling)" if r.get("throttling") else "")
+        ax.plot([w["start_s"] for w in r["windows"]], [w["p50_ms"] for w in r["windows"]], "o-", label=label)
+    ax.set_xlabel("seconds into the timed run")
+    ax.set_ylabel("p50 latency per window (ms)")
+    ax.set_title("latency drift (throttling: > 15% or past trip point 0)")
+    ax.legend(fontsize=8)
 
 
 def run_label(doc: dict, index: int) -> str:

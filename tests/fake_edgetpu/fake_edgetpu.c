@@ -15,6 +15,17 @@
      FAKE_EDGETPU_FAIL      "usb:1@3,pci:0@0": a delegate on that device fails every invoke after
                             its first 3 (as an unplugged accelerator does); @0 fails at once.
      FAKE_EDGETPU_LOG       a file to append "create <device> <pid>" lines to.
+     FAKE_EDGETPU_OPTIONS   a file to append one line per delegate created: the device it opened,
+                            then every option it was given as key=value, in the order given
+                            ("usb:0 device=usb:0 Performance=Max"). As libedgetpu does, an invalid
+                            `Performance` (Low|Medium|High|Max) or `Usb.MaxBulkInQueueLength`
+                            (0..255) makes the delegate fail.
+     FAKE_EDGETPU_DELAY_STEP_MS  added to a delegate's delay after each of its invokes (a device
+                            that slows down as it heats up).
+     FAKE_EDGETPU_UNPLUG    "usb:0@3/2": after 3 invokes that device is unplugged once: invokes
+                            fail, it leaves the device list, and the next 2 attempts to open it
+                            fail; then it is back (re-enumerated) for good. "/-1": never back.
+                            Anything after a '#' only tells one configuration from the next.
 
    The structs below are the prefixes of TensorFlow Lite's tensorflow/lite/core/c/common.h that
    a delegate touches; their order is "semi-ABI stable" (fields are only appended). A layout
@@ -160,16 +171,56 @@ static int resolve(const char* option, const int* types, int count) {
   return -1;
 }
 
+/* ------------------------------------------------------------------------------ unplugging */
+
+/* One unplug per configuration string: armed (0), gone (1), back (2). */
+static char unplug_spec[256];
+static char unplug_name[16];
+static long unplug_after_invokes = -1, unplug_absent = 0;
+static int unplug_state = 0;
+
+static void unplug_config(void) {
+  const char* spec = getenv("FAKE_EDGETPU_UNPLUG");
+  if (!spec) spec = "";
+  if (strcmp(spec, unplug_spec) == 0) return;
+  snprintf(unplug_spec, sizeof unplug_spec, "%s", spec);
+  unplug_name[0] = 0;
+  unplug_after_invokes = -1;
+  unplug_absent = 0;
+  __atomic_store_n(&unplug_state, 0, __ATOMIC_SEQ_CST);
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  char* hash = strchr(buf, '#');
+  if (hash) *hash = 0;
+  char* at = strchr(buf, '@');
+  if (!at) return;
+  *at = 0;
+  char* slash = strchr(at + 1, '/');
+  unplug_after_invokes = atol(at + 1);
+  unplug_absent = slash ? atol(slash + 1) : 0;
+  snprintf(unplug_name, sizeof unplug_name, "%s", buf);
+}
+
+static int unplugged(const char* name) {
+  return unplug_name[0] && strcmp(name, unplug_name) == 0 &&
+         __atomic_load_n(&unplug_state, __ATOMIC_SEQ_CST) == 1;
+}
+
 struct edgetpu_device* edgetpu_list_devices(size_t* num_devices) {
   int types[kMaxDevices];
-  int n = read_devices(types), usb = 0, pci = 0;
+  int n = read_devices(types), usb = 0, pci = 0, kept = 0;
+  char name[16];
+  unplug_config();
   for (int i = 0; i < n; i++) {
-    if (types[i] == 1) snprintf(paths[i], sizeof paths[i], "/sys/bus/usb/devices/fake-%d", usb++);
-    else snprintf(paths[i], sizeof paths[i], "/dev/apex_%d", pci++);
-    listed[i].type = types[i];
-    listed[i].path = paths[i];
+    device_name(types, i, name, sizeof name);
+    if (unplugged(name)) continue; /* gone from the bus until it re-enumerates */
+    if (types[i] == 1) snprintf(paths[kept], sizeof paths[kept], "/sys/bus/usb/devices/fake-%d", usb++);
+    else snprintf(paths[kept], sizeof paths[kept], "/dev/apex_%d", pci++);
+    listed[kept].type = types[i];
+    listed[kept].path = paths[kept];
+    kept++;
   }
-  *num_devices = (size_t)n;
+  *num_devices = (size_t)kept;
   return listed;
 }
 
@@ -188,7 +239,10 @@ typedef struct {
   long fail_after; /* -1: never */
   long invokes;    /* by this delegate: a test's count does not depend on earlier tests */
   double delay_ms;
+  double delay_step_ms;
+  long unplug_after; /* -1: not the device to unplug, or already unplugged once */
 } Fake;
+
 
 static long fail_after_for(const char* name) {
   const char* spec = getenv("FAKE_EDGETPU_FAIL");
@@ -255,9 +309,20 @@ static TfLiteStatus kernel_invoke(TfLiteContext* context, TfLiteNode* node) {
     context->ReportError(context, "fake edgetpu %s: device unplugged (failing on demand)", fake->name);
     return 1;
   }
-  if (fake->delay_ms > 0) {
-    struct timespec ts = {(time_t)(fake->delay_ms / 1000.0),
-                          (long)((fake->delay_ms - 1000.0 * (long)(fake->delay_ms / 1000.0)) * 1e6)};
+  if (fake->unplug_after >= 0 && count >= fake->unplug_after) {
+    int armed = 0;
+    __atomic_compare_exchange_n(&unplug_state, &armed, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    fake->unplug_after = -1;
+  }
+  if (unplugged(fake->name) || fake->unplug_after == -2) {
+    fake->unplug_after = -2; /* this delegate's device is gone: it never works again */
+    context->ReportError(context, "fake edgetpu %s: device unplugged (re-enumerating)", fake->name);
+    return 1;
+  }
+  double delay = fake->delay_ms + fake->delay_step_ms * (double)count;
+  if (delay > 0) {
+    struct timespec ts = {(time_t)(delay / 1000.0),
+                          (long)((delay - 1000.0 * (long)(delay / 1000.0)) * 1e6)};
     nanosleep(&ts, NULL);
   }
   uint64_t h = 1469598103934665603ULL; /* FNV-1a over every input byte, in input order */
@@ -310,15 +375,57 @@ static TfLiteStatus delegate_prepare(TfLiteContext* context, TfLiteDelegate* del
   return status;
 }
 
+static int valid_option(const char* key, const char* value) {
+  if (strcmp(key, "Performance") == 0)
+    return strcmp(value, "Low") == 0 || strcmp(value, "Medium") == 0 || strcmp(value, "High") == 0 ||
+           strcmp(value, "Max") == 0;
+  if (strcmp(key, "Usb.MaxBulkInQueueLength") == 0) {
+    char* end;
+    long n = strtol(value, &end, 10);
+    return *value && !*end && n >= 0 && n <= 255;
+  }
+  return 1;
+}
+
+static void log_options(const char* device, char** keys, char** values, size_t n) {
+  const char* path = getenv("FAKE_EDGETPU_OPTIONS");
+  FILE* f = path ? fopen(path, "a") : NULL;
+  if (!f) return;
+  fprintf(f, "%s", device);
+  for (size_t i = 0; i < n; i++) fprintf(f, " %s=%s", keys[i], values[i]);
+  fprintf(f, "\n");
+  fclose(f);
+}
+
+/* While the unplugged device is gone, opening it fails; each attempt counts down to its return. */
+static int absent(const char* name) {
+  if (!unplugged(name)) return 0;
+  long left = __atomic_load_n(&unplug_absent, __ATOMIC_SEQ_CST);
+  if (left == 0) {
+    __atomic_store_n(&unplug_state, 2, __ATOMIC_SEQ_CST);
+    return 0;
+  }
+  if (left > 0) __atomic_fetch_sub(&unplug_absent, 1, __ATOMIC_SEQ_CST);
+  return 1;
+}
+
 void* tflite_plugin_create_delegate(char** keys, char** values, size_t n,
                                     void (*report)(const char*)) {
   const char* option = NULL;
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
     if (strcmp(keys[i], "device") == 0) option = values[i];
+    if (!valid_option(keys[i], values[i])) {
+      if (report) report("fake edgetpu: invalid option value");
+      return NULL;
+    }
+  }
   int types[kMaxDevices];
   int count = read_devices(types);
   int device = resolve(option, types, count);
-  if (device < 0) {
+  char name[16] = "";
+  unplug_config();
+  if (device >= 0) device_name(types, device, name, sizeof name);
+  if (device < 0 || absent(name)) {
     if (report) report("fake edgetpu: no such device");
     return NULL;
   }
@@ -329,10 +436,15 @@ void* tflite_plugin_create_delegate(char** keys, char** values, size_t n,
      included) before asking the delegate, and fails. */
   fake->base.flags = 1; /* kTfLiteDelegateFlagsAllowDynamicTensors */
   fake->device = device;
-  device_name(types, device, fake->name, sizeof fake->name);
+  snprintf(fake->name, sizeof fake->name, "%s", name);
   fake->fail_after = fail_after_for(fake->name);
+  fake->unplug_after = (strcmp(name, unplug_name) == 0 &&
+                        __atomic_load_n(&unplug_state, __ATOMIC_SEQ_CST) == 0) ? unplug_after_invokes : -1;
   const char* delay = getenv("FAKE_EDGETPU_DELAY_MS");
   fake->delay_ms = delay ? atof(delay) : 0.0;
+  const char* step = getenv("FAKE_EDGETPU_DELAY_STEP_MS");
+  fake->delay_step_ms = step ? atof(step) : 0.0;
+  log_options(fake->name, keys, values, n);
   const char* log = getenv("FAKE_EDGETPU_LOG");
   FILE* f = log ? fopen(log, "a") : NULL;
   if (f) { fprintf(f, "create %s %d\n", fake->name, (int)getpid()); fclose(f); }
