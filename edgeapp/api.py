@@ -143,16 +143,18 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
                labels: Optional[PathLike] = None, mean: Optional[float] = None,
                std: Optional[float] = None, cpu_model: Optional[PathLike] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
-               fast_decode: bool = False, cpu_kernels: str = "fast", **options: Any) -> Model:
+               fast_decode: bool = False, cpu_kernels: str = "fast",
+               performance: Optional[str] = None, **options: Any) -> Model:
     """Open an image model as the CLI does: validated, on the Edge TPU when usable (`auto`),
     else on the CPU (a compiled model's CPU twin); `device` may also list several Edge TPUs
     (`usb:0,usb:1`) or say `all`. Labels and normalization come from the arguments, else the
     model's sidecar JSON or metadata; `task` (default: what the model is for) and its
     `options` (top_k, threshold, resize...) are what `run` and `batch` use when not told.
     `path` may also name one of Coral's published models (`edgeapp models list`): it is
-    pulled and verified when not cached."""
+    pulled and verified when not cached. `performance` (low, medium, high, max) is libedgetpu's
+    clock setting for the Edge TPU (see the README, "Keeping the Edge TPU fast and cool")."""
     place = Placement(device, str(cpu_model) if cpu_model else None, runtime, threads, True,
-                      cpu_kernels)
+                      cpu_kernels, performance)
     return Model(open_task(path, task, place, options=options, labels_file=labels, mean=mean,
                            std=std, fast_decode=fast_decode))
 

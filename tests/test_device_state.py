@@ -406,3 +406,16 @@ def test_mqtt_publishes_the_health_and_home_assistant_discovery(tpus, cli, compi
         assert flag and json.loads(payload)["temperature_c"] == 86.5
     finally:
         broker.kill()
+
+
+def test_the_python_api_passes_performance_too(tpus, compiled_pair, images, tmp_path):
+    import edgeapp
+
+    log = tmp_path / "options.log"
+    tpus("usb,usb", options_log=log)
+    with edgeapp.open_model(compiled_pair[0], "all", performance="high") as model:
+        assert len(list(model.batch([str(p) for p in images[:4]]))) == 4
+    # (the delegate probe, in a child, also opens usb:0 once with the same options)
+    assert {tuple(o) for o in _options(log)} == {("usb:0", "device=usb:0", "Performance=High"),
+                                                 ("usb:1", "device=usb:1", "Performance=High")}
+
