@@ -11,16 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from edgeapp.core.edgetpu_rules import (
+from edgeapp.core.edgetpu_ops import (
     EIGHT_BIT_TYPES,
     OP_HINTS,
     RESIZE_MAX_FACTOR,
     RESIZE_RECORDED_FACTOR,
-    OpPrediction,
     constant_reader,
-    predict,
     resize_factor,
 )
+from edgeapp.core.edgetpu_rules import OpPrediction, predict
 from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
 from edgeapp.core.tflite.model import Model, Tensor
 from edgeapp.core.units import format_bytes
@@ -135,11 +134,30 @@ def _warnings(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
 
 
 def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
-    """One concrete piece of advice per cause found."""
-    tips: list[str] = []
+    """One concrete piece of advice per cause found, the model-wide fixes first."""
     causes = s["causes"]
-    for b in s["blockers"]:
-        tips.append(f"the compiler will refuse this model: {b}")
+    tips = [f"the compiler will refuse this model: {b}" for b in s["blockers"]]
+    tips += _type_advice(model, preds, causes)
+    tips += _shape_advice(model, causes)
+    tips += _operator_advice(preds)
+    tips += _limit_advice(preds)
+    tips += _cut_advice(preds)
+    if "precision" in causes:
+        tips.append("resize upscaling too much for the Edge TPU's precision: upscale in steps of "
+                    f"at most x{RESIZE_MAX_FACTOR:g}, or leave the final upscale out of the model "
+                    "and do it on the CPU")
+    segment_tip = _segmentation_advice(model, preds)
+    if segment_tip:
+        tips.append(segment_tip)
+    if s["streamed_bytes_estimate"] > 0:
+        tips.append("too many parameters for the on-chip cache: use a smaller model, or "
+                    "`edgeapp compile --segments N` to pipeline it over N Edge TPUs")
+    return tips
+
+
+def _type_advice(model: Model, preds: list[OpPrediction], causes: list[str]) -> list[str]:
+    """Float, other non-8-bit and batched tensors: fixed by converting again."""
+    tips = []
     if "float" in causes:
         tips.append("float tensors: re-run `edgeapp convert` with full-integer quantization "
                     "(every weight and activation int8)")
@@ -156,6 +174,12 @@ def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
                       for t in _op_tensors(model, p.index) if len(t.shape) == 4 and t.shape[0] > 1})
     if batches:
         tips.append(f"batch is {batches[0]}: re-convert with batch 1")
+    return tips
+
+
+def _shape_advice(model: Model, causes: list[str]) -> list[str]:
+    """Dynamic sizes and too many dimensions."""
+    tips = []
     if any(t.has_dynamic_batch for t in model.input_tensors):
         tips.append("dynamic batch (-1): re-convert with a fixed batch of 1 (`edgeapp convert` "
                     "does)")
@@ -165,11 +189,22 @@ def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
     if "rank" in causes:
         tips.append("tensors with more than 3 dimensions larger than 1: reshape them to at most "
                     "3 (e.g. fold dimensions together)")
-    ops = list(dict.fromkeys(p.op for p in preds if "unsupported_op" in p.causes))
-    for name in ops:
+    return tips
+
+
+def _operator_advice(preds: list[OpPrediction]) -> list[str]:
+    """What to use instead of each unsupported operator, once per operator."""
+    tips = []
+    for name in dict.fromkeys(p.op for p in preds if "unsupported_op" in p.causes):
         hint = OP_HINTS.get(name, "replace it with supported operations (g.co/coral/model-reqs), "
                                   "or move it to the end of the model")
         tips.append(f"{name} is not supported: {hint}")
+    return tips
+
+
+def _limit_advice(preds: list[OpPrediction]) -> list[str]:
+    """The common limits once (fused pooling activation, Softmax), every other one per op."""
+    tips = []
     limits = [p for p in preds if "limit" in p.causes]
     if any("pooling" in (p.reason or "") for p in limits):
         tips.append("fused activation on pooling: apply the activation as its own layer, or "
@@ -181,24 +216,19 @@ def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
         texts = [t for c, t in p.problems if c == "limit"]
         if p.causes == ("limit",) and "pooling" not in texts[0] and p.op != "SOFTMAX":
             tips.append(f"op {p.index} {p.op}: {'; '.join(texts)}")
-    after = [p for p in preds if p.after_tpu and p.causes != ("depends_on_cpu",)]
-    if after and any("depends_on_cpu" in p.causes for p in preds):
-        first = after[0]
-        n_dep = sum(1 for p in preds if "depends_on_cpu" in p.causes)
-        tips.append(f"op {first.index} ({first.op}) cuts the Edge TPU subgraph: {n_dep} supported "
-                    "operation(s) after it also run on the CPU; fix it or move it to the end of "
-                    "the model")
-    if "precision" in causes:
-        tips.append("resize upscaling too much for the Edge TPU's precision: upscale in steps of "
-                    f"at most x{RESIZE_MAX_FACTOR:g}, or leave the final upscale out of the model "
-                    "and do it on the CPU")
-    segment_tip = _segmentation_advice(model, preds)
-    if segment_tip:
-        tips.append(segment_tip)
-    if s["streamed_bytes_estimate"] > 0:
-        tips.append("too many parameters for the on-chip cache: use a smaller model, or "
-                    "`edgeapp compile --segments N` to pipeline it over N Edge TPUs")
     return tips
+
+
+def _cut_advice(preds: list[OpPrediction]) -> list[str]:
+    """The CPU operator that cuts the Edge TPU subgraph, when supported operators follow it."""
+    after = [p for p in preds if p.after_tpu and p.causes != ("depends_on_cpu",)]
+    if not (after and any("depends_on_cpu" in p.causes for p in preds)):
+        return []
+    first = after[0]
+    n_dep = sum(1 for p in preds if "depends_on_cpu" in p.causes)
+    return [f"op {first.index} ({first.op}) cuts the Edge TPU subgraph: {n_dep} supported "
+            "operation(s) after it also run on the CPU; fix it or move it to the end of "
+            "the model"]
 
 
 def _segmentation_advice(model: Model, preds: list[OpPrediction]) -> Optional[str]:

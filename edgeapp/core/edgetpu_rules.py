@@ -4,7 +4,9 @@ Pure functions over `tflite_model.Model` (plus, optionally, the file's bytes to 
 constant tensors such as Mean axes or Pad paddings): no compiler, no runtime, any OS. The
 report a user reads (verdict, summary, warnings, advice) is built by `check_report`.
 
-The rules are those of Coral's model requirements page (g.co/coral/model-reqs, the table for
+The rules one operator breaks on its own are checked in `edgetpu_ops` (its limits are a
+table of per-operator rule functions); this module propagates them over the graph. The rules
+are those of Coral's model requirements page (g.co/coral/model-reqs, the table for
 compiler 16), completed by what compiler 16 is recorded doing:
 
 * every activation tensor is 8-bit (int8/uint8) and quantized; constants are 8-bit weights,
@@ -45,89 +47,43 @@ The mapped set is therefore convex (no path leaves it and comes back), i.e. one 
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
-from edgeapp.core.compat import prod
-from edgeapp.core.tflite.model import EDGETPU_CUSTOM_OP, Model, Operator, Tensor, _Table
-from edgeapp.core.tflite.schema import ACTIVATIONS, options_type
+# The per-operator rules, re-exported: importers (check_report, compiler_output, the tests) read
+# the whole prediction here.
+from edgeapp.core.edgetpu_ops import (
+    ACTIVATION_NAMES,
+    COMPILER_VERSION,
+    EIGHT_BIT_TYPES,
+    LIMIT_RULES,
+    LSTM_CELL_STATE_INPUT,
+    LSTM_OPS,
+    MAX_KNOWN_VERSION,
+    OP_HINTS,
+    RESIZE_MAX_FACTOR,
+    RESIZE_RECORDED_FACTOR,
+    SOFTMAX_MAX_ELEMENTS,
+    SUPPORTED,
+    VERSION_WORKAROUND,
+    ConstantReader,
+    constant_reader,
+    op_problems,
+    resize_factor,
+)
+from edgeapp.core.tflite.model import Model, Tensor
 
-SOFTMAX_MAX_ELEMENTS = 16000
-COMPILER_VERSION = 16
-
-# Operators of the compiler-16 table. TRANSPOSE is listed (runtime 14) but compiler 16 leaves
-# it on the CPU in practice ("otherwise supported, but not mapped"): see _special().
-SUPPORTED = frozenset({
-    "ADD", "AVERAGE_POOL_2D", "CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D", "EXPAND_DIMS",
-    "FULLY_CONNECTED", "L2_NORMALIZATION", "LOGISTIC", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM",
-    "MAXIMUM", "MAX_POOL_2D", "MEAN", "MINIMUM", "MUL", "PACK", "PAD", "PRELU", "QUANTIZE",
-    "REDUCE_MAX", "REDUCE_MIN", "RELU", "RELU6", "RELU_N1_TO_1", "RESHAPE", "RESIZE_BILINEAR",
-    "RESIZE_NEAREST_NEIGHBOR", "RSQRT", "SLICE", "SOFTMAX", "SPACE_TO_DEPTH", "SPLIT",
-    "SQUEEZE", "SQUARED_DIFFERENCE", "STRIDED_SLICE", "SUB", "SUM", "TANH", "TILE",
-    "TRANSPOSE_CONV",
-})
-# TILE is not in the table, but compiler 16 maps it: Coral's compiled DeepLab edgetpu-slim
-# Cityscapes model runs its TILE broadcast on the Edge TPU.
-
-# RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR: "depending on input/output size, this operation
-# might not be mapped to the Edge TPU to avoid loss in precision" (the table's footnote; the
-# compiler says "Image-interpolation layer won't run precisely enough on Edge TPU"). An upscale
-# by f interpolates with weights in steps of 1/f, which the Edge TPU's 8-bit fixed-point
-# arithmetic resolves less precisely the larger f is. Modelled by the largest per-axis factor:
-# compiler 16 maps MoveNet's x2 upscales and leaves DeepLab v3's 1x1 -> 33x33 (x33) on the CPU
-# (Coral's compiled models), and a DeepLab's final x16 upscale is reported not to map; above
-# RESIZE_MAX_FACTOR the resize is predicted on the CPU, and a mapped one above x2 (where nothing
-# is recorded) gets a warning.
-RESIZE_MAX_FACTOR = 8.0
-RESIZE_RECORDED_FACTOR = 2.0
-
-# TFLite's int8 LSTM keeps its cell state in int16 (input 19 of LSTM and
-# UNIDIRECTIONAL_SEQUENCE_LSTM): that tensor alone does not keep the op off the Edge TPU
-# (compiler 16 maps Coral's Keras LSTM MNIST model, keras_lstm_mnist_ptq, entirely).
-LSTM_OPS = ("LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM")
-LSTM_CELL_STATE_INPUT = 19
-
-# Highest builtin version compiler 16 parses, where a newer one is recorded failing with
-# "Didn't find op for builtin opcode 'X' version 'N'" (the whole model is refused).
-MAX_KNOWN_VERSION = {"CONV_2D": 5, "TRANSPOSE_CONV": 3, "QUANTIZE": 2, "EXP": 1}
-VERSION_WORKAROUND = {
-    "CONV_2D": "convert with TensorFlow 2.8 (Coral's advice for CONV_2D version 6)",
-    "TRANSPOSE_CONV": "convert with converter.experimental_new_converter = False, or an older "
-                      "TensorFlow",
-}
-
-# Why a common unsupported operator appears and what to use instead.
-OP_HINTS = {
-    "DEQUANTIZE": "it outputs float; the Edge TPU computes in 8 bits",
-    "LEAKY_RELU": "use ReLU, or PReLU with shared_axes=[1, 2]",
-    "HARD_SWISH": "use ReLU or ReLU6",
-    "GELU": "use ReLU",
-    "ELU": "use ReLU",
-    "TRANSPOSE": "keep the model channels-last (NHWC) so no transpose is needed",
-    "SHAPE": "a dynamic batch adds SHAPE/STRIDED_SLICE/PACK: re-convert with batch 1",
-    "ARG_MAX": "end the model at the class scores and take the argmax on the CPU (for "
-               "segmentation, `edgeapp segment` does)",
-    "ARG_MIN": "take the argmin on the CPU after the model",
-    "CAST": "keep all tensors 8-bit",
-    "DIV": "multiply by a constant reciprocal instead",
-    "EXP": "move it after the model, or approximate it",
-    "BIDIRECTIONAL_SEQUENCE_LSTM": "only unidirectional LSTM is supported",
-    "PADV2": "pad with zeros (PAD)",
-    "MIRROR_PAD": "pad with zeros (PAD)",
-    "BATCH_MATMUL": "use a Dense/FullyConnected layer with constant weights",
-    "GATHER": "move it after the model",
-}
-
-ACTIVATION_NAMES = {v: k for k, v in ACTIVATIONS.items()}
+__all__ = [
+    "ACTIVATION_NAMES", "COMPILER_VERSION", "EIGHT_BIT_TYPES", "LIMIT_RULES", "LSTM_CELL_STATE_INPUT",
+    "LSTM_OPS", "MAX_KNOWN_VERSION", "OP_HINTS", "RESIZE_MAX_FACTOR", "RESIZE_RECORDED_FACTOR",
+    "SOFTMAX_MAX_ELEMENTS", "SUPPORTED", "VERSION_WORKAROUND", "ConstantReader", "constant_reader",
+    "op_problems", "resize_factor", "OpPrediction", "count_macs", "dynamic_tensor_ops", "predict",
+]
 
 # Operators whose output shape depends on a non-constant operand become dynamic-sized.
 _SHAPE_OPERAND = {"RESHAPE": 1, "BROADCAST_TO": 1, "FILL": 0, "RESIZE_BILINEAR": 1,
                   "RESIZE_NEAREST_NEIGHBOR": 1, "STRIDED_SLICE": (1, 2, 3), "SLICE": (1, 2),
                   "TILE": 1, "PAD": 1, "EXPAND_DIMS": 1}
-
-_INT_FORMATS = {"int32": "i", "int64": "q", "int8": "b", "uint8": "B", "int16": "h"}
-EIGHT_BIT_TYPES = ("int8", "uint8")
 
 
 # ----------------------------------------------------------------------------- results
@@ -155,44 +111,6 @@ class OpPrediction:
         return {"index": self.index, "op": self.op, "mapped": self.mapped, "reason": self.reason}
 
 
-# ----------------------------------------------------------------------------- constants
-
-
-ConstantReader = Callable[[Tensor], Optional[bytes]]
-
-
-def constant_reader(data: bytes) -> ConstantReader:
-    """A function giving the raw bytes of a constant tensor of the model file `data`.
-
-    `data` must have been validated by `tflite_model.parse_model` first.
-    """
-    root = _Table(data, struct.unpack_from("<I", data, 0)[0])
-    buffers = root.tables(4)
-
-    def read(tensor: Tensor) -> Optional[bytes]:
-        if not tensor.is_constant or tensor.buffer >= len(buffers):
-            return None
-        b = buffers[tensor.buffer]
-        start, n = b.bytes_span(0)
-        if n:
-            return bytes(data[start:start + n])
-        off, size = b.scalar(1, "Q"), b.scalar(2, "Q")
-        return bytes(data[off:off + size]) if off > 1 else None
-
-    return read
-
-
-def _int_values(tensor: Tensor, read: Optional[ConstantReader]) -> Optional[list[int]]:
-    if read is None or tensor.dtype not in _INT_FORMATS:
-        return None
-    raw = read(tensor)
-    if raw is None:
-        return None
-    fmt = _INT_FORMATS[tensor.dtype]
-    n = len(raw) // struct.calcsize(fmt)
-    return list(struct.unpack_from(f"<{n}{fmt}", raw))
-
-
 # ----------------------------------------------------------------------------- MACs
 
 
@@ -208,239 +126,12 @@ def count_macs(model: Model) -> dict[int, int]:
     return {op.index: per_op.get(op.index, 0) for op in model.operators}
 
 
-# ----------------------------------------------------------------------------- per-op rules
+# ----------------------------------------------------------------------------- graph
 
 
 def _fmt_tensor(t: Tensor) -> str:
     shape = t.shape_signature if t.shape_signature and -1 in t.shape_signature else t.shape
     return f"{t.dtype}[{','.join(str(d) for d in shape)}]"
-
-
-def _label(t: Tensor) -> str:
-    return f"'{t.name}'" if t.name else f"#{t.index}"
-
-
-def _outer_dims_over_1(shape: tuple[int, ...]) -> list[int]:
-    """Sizes > 1 outside the 3 innermost dimensions."""
-    return [d for d in shape[:-3] if d > 1] if len(shape) > 3 else []
-
-
-def _non1(shape: tuple[int, ...]) -> list[int]:
-    return [d for d in shape if d != 1]
-
-
-def _axes(values: list[int], rank: int) -> set[int]:
-    return {a + rank if a < 0 else a for a in values}
-
-
-def _tensor_rules(model: Model, op: Operator) -> list[tuple[str, str]]:
-    """Data type, static size and rank rules, over the op's tensors."""
-    problems: list[tuple[str, str]] = []
-    seen: set[str] = set()
-
-    def add(cause: str, text: str) -> None:
-        if cause not in seen:  # one message per cause is enough
-            seen.add(cause)
-            problems.append((cause, text))
-
-    graph_in, graph_out = set(model.inputs), set(model.outputs)
-    for pos, i in enumerate(op.inputs + op.outputs):
-        if i < 0:
-            continue
-        t = model.tensors[i]
-        is_output = pos >= len(op.inputs)
-        if op.op in LSTM_OPS and pos == LSTM_CELL_STATE_INPUT and t.dtype == "int16":
-            continue  # the int8 LSTM's cell state: see LSTM_CELL_STATE_INPUT
-        if t.is_constant:
-            if t.dtype in ("float32", "float16", "float64"):
-                add("float", f"{t.dtype} constant {_label(t)} (weights are not quantized)")
-            elif t.dtype not in EIGHT_BIT_TYPES + ("int32", "int64"):
-                add("dtype", f"{t.dtype} constant {_label(t)}")
-            continue
-        if t.dtype in EIGHT_BIT_TYPES:
-            if t.quantization is None:
-                add("float", f"{t.dtype} tensor {_label(t)} has no quantization parameters")
-        elif t.dtype in ("float32", "float16", "float64"):
-            if op.op == "QUANTIZE" and not is_output and i in graph_in:
-                add("float_io", "quantizes the float model input (runs on the CPU, before the "
-                                "Edge TPU)")
-            elif op.op == "DEQUANTIZE" and is_output and i in graph_out:
-                add("float_io", "dequantizes to a float model output (runs on the CPU)")
-            else:
-                add("float", f"{t.dtype} tensor {_label(t)}: the Edge TPU computes in 8 bits only")
-        else:
-            add("dtype", f"{t.dtype} tensor {_label(t)}: the Edge TPU computes in 8 bits only")
-        outer = _outer_dims_over_1(t.shape)
-        if outer:
-            if len(t.shape) == 4 and t.shape[0] > 1:
-                add("batch", f"tensor {_label(t)} {list(t.shape)} has batch {t.shape[0]} (only the "
-                             "3 innermost dimensions may be larger than 1)")
-            else:
-                add("rank", f"tensor {_label(t)} {list(t.shape)}: only the 3 innermost "
-                            "dimensions may be larger than 1")
-    return problems
-
-
-def _fused(op: Operator) -> int:
-    return op.option("fused_activation_function", "b")
-
-
-def _limit_rules(model: Model, op: Operator, read: Optional[ConstantReader]) -> list[str]:
-    """The documented per-operator limits of supported operators."""
-    name, ins, T = op.op, op.inputs, model.tensors
-    problems: list[str] = []
-
-    def tensor(k: int) -> Optional[Tensor]:
-        return T[ins[k]] if len(ins) > k and ins[k] >= 0 else None
-
-    def ints(k: int) -> Optional[list[int]]:
-        t = tensor(k)
-        return _int_values(t, read) if t is not None and t.is_constant else None
-
-    x = tensor(0)
-    rank = len(x.shape) if x is not None else 0
-    if name in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
-        act = _fused(op)
-        if act:
-            problems.append(f"fused {_act(act)} activation on pooling is not supported")
-    elif name == "CONCATENATION":
-        act = _fused(op)
-        if act:
-            problems.append(f"fused {_act(act)} activation on concatenation is not supported")
-        consts = [T[i] for i in ins if i >= 0 and T[i].is_constant]
-        if consts:
-            if len(ins) != 2:
-                problems.append("a constant input is only supported in a 2-input concatenation "
-                                "(a zero pad)")
-            elif read is not None:
-                raw = read(consts[0])
-                if raw is not None and not _all_zero_q(consts[0], raw):
-                    problems.append("its constant input is not all zeros (only a zero pad is "
-                                    "supported)")
-    elif name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-        dw, dh = op.option("dilation_w_factor", "i", 1), op.option("dilation_h_factor", "i", 1)
-        if dw != dh:
-            problems.append(f"dilation {dh}x{dw} differs in y and x")
-    elif name == "FULLY_CONNECTED":
-        if op.option("weights_format", "b"):
-            problems.append("only the default weights format is supported (not shuffled)")
-        if op.outputs and op.outputs[0] >= 0 and len(_non1(T[op.outputs[0]].shape)) > 1:
-            problems.append(f"output {list(T[op.outputs[0]].shape)} is not one-dimensional")
-    elif name in ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN") and x is not None:
-        axes = ints(1)
-        if axes is not None:
-            axes_set = _axes(axes, rank)
-            if rank >= 2 and 0 in axes_set:
-                problems.append("reduces along the batch dimension")
-            if name == "MEAN" and rank >= 3 and rank - 1 in axes_set and x.shape[-1] % 4:
-                problems.append(f"reduces along channels ({x.shape[-1]}, must be a multiple of 4)")
-    elif name == "PAD":
-        pads = ints(1)
-        if pads is not None and rank >= 3 and len(pads) >= 2 and (pads[0] or pads[1]):
-            problems.append("pads along the batch dimension")
-    elif name == "SPLIT":
-        axis = ints(0)
-        x = tensor(1)
-        if axis and x is not None and len(x.shape) >= 3 and _axes(axis[:1], len(x.shape)) == {0}:
-            problems.append("splits along the batch dimension")
-    elif name == "PACK":
-        if op.options_type == options_type("PACK") and op.option("axis", "i") == 0 and len(ins) > 1:
-            problems.append("packs along the batch dimension (axis 0)")
-    elif name == "SOFTMAX" and x is not None:
-        if len(_non1(x.shape)) > 1:
-            problems.append(f"input {list(x.shape)} is not 1-D (Softmax runs on a 1-D tensor only)")
-        elif prod(x.shape) > SOFTMAX_MAX_ELEMENTS:
-            problems.append(f"input has {prod(x.shape)} elements (max {SOFTMAX_MAX_ELEMENTS})")
-    elif name in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR") and x is not None:
-        if len(_non1(x.shape[:-3])) or rank > 4:
-            problems.append(f"input {list(x.shape)} is not 3-dimensional")
-    elif name == "STRIDED_SLICE":
-        strides = ints(3)
-        if strides is not None and any(s != 1 for s in strides):
-            problems.append(f"strides {strides} (only strides of 1 are supported)")
-        if op.option("ellipsis_mask", "i") or op.option("new_axis_mask", "i"):
-            problems.append("ellipsis or new-axis mask is not supported")
-    elif name == "PRELU":
-        alpha = tensor(1)
-        if alpha is not None and len(_non1(alpha.shape[:-1])):
-            problems.append(f"alpha {list(alpha.shape)} is not 1-D (use shared_axes=[1, 2])")
-    return problems
-
-
-def _all_zero_q(t: Tensor, raw: bytes) -> bool:
-    """A quantized constant is all zeros when every value equals its zero point."""
-    zero = t.quantization.per_tensor[1] if t.quantization else 0
-    if t.dtype in EIGHT_BIT_TYPES:
-        fmt = "b" if t.dtype == "int8" else "B"
-        return all(v == zero for v in struct.unpack(f"<{len(raw)}{fmt}", raw))
-    return not any(raw)
-
-
-def _act(code: int) -> str:
-    return ACTIVATION_NAMES.get(code, str(code))
-
-
-def _special(op: Operator) -> Optional[tuple[str, str]]:
-    """Operators the table does not cover as plain supported / unsupported."""
-    if op.op == "TRANSPOSE":
-        return ("unsupported_op", "TRANSPOSE is listed for runtime 14 but compiler 16 leaves it "
-                                  "on the CPU ('otherwise supported, but not mapped'); "
-                                  + OP_HINTS["TRANSPOSE"])
-    if op.is_custom:
-        return ("unsupported_op", f"custom operator '{op.op}' is not supported by the Edge TPU")
-    return None
-
-
-def op_problems(model: Model, op: Operator, read: Optional[ConstantReader] = None
-                ) -> list[tuple[str, str]]:
-    """(cause, text) for every rule `op` breaks on its own; empty when it can be mapped."""
-    if op.op == EDGETPU_CUSTOM_OP:
-        return []
-    if model.is_edgetpu_compiled:  # e.g. a head `retrain` appended after the compiled part
-        return [("compiled", "the model is already compiled: only edgetpu-custom-op runs on the "
-                             "Edge TPU, this operator runs on the CPU")]
-    problems: list[tuple[str, str]] = []
-    known = MAX_KNOWN_VERSION.get(op.op)
-    if known is not None and op.version > known:
-        fix = VERSION_WORKAROUND.get(op.op, "convert with an older TensorFlow")
-        problems.append(("version", f"{op.op} version {op.version} is newer than edgetpu_compiler "
-                                    f"{COMPILER_VERSION} knows (up to {known}): {fix}"))
-    special = _special(op)
-    if special:
-        problems.append(special)
-    elif op.op not in SUPPORTED:
-        hint = OP_HINTS.get(op.op)
-        problems.append(("unsupported_op", f"{op.op} is not supported by the Edge TPU"
-                                           + (f" ({hint})" if hint else "")))
-    problems += _tensor_rules(model, op)
-    if op.op in SUPPORTED:
-        problems += [("limit", text) for text in _limit_rules(model, op, read)]
-        factor = resize_factor(model, op)
-        if factor is not None and factor > RESIZE_MAX_FACTOR:
-            problems.append(("precision", _resize_text(model, op, factor) + ": compiler 16 leaves "
-                             f"upscales beyond x{RESIZE_MAX_FACTOR:g} on the CPU to avoid a loss of "
-                             f"precision (interpolation weights in steps of 1/{factor:g} are finer "
-                             "than the Edge TPU's 8-bit arithmetic resolves)"))
-    return problems
-
-
-def resize_factor(model: Model, op: Operator) -> Optional[float]:
-    """The largest per-axis upscale (output/input height or width) of a resize op, else None."""
-    if op.op not in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR") or not op.inputs or \
-            not op.outputs or op.inputs[0] < 0 or op.outputs[0] < 0:
-        return None
-    src, dst = model.tensors[op.inputs[0]].shape, model.tensors[op.outputs[0]].shape
-    if len(src) != 4 or len(dst) != 4 or min(src[1:3]) <= 0:
-        return None
-    return max(dst[1] / src[1], dst[2] / src[2])
-
-
-def _resize_text(model: Model, op: Operator, factor: float) -> str:
-    src, dst = model.tensors[op.inputs[0]].shape, model.tensors[op.outputs[0]].shape
-    return f"upscales {src[1]}x{src[2]} to {dst[1]}x{dst[2]} (x{factor:.3g})"
-
-
-# ----------------------------------------------------------------------------- graph
 
 
 def _producers(model: Model) -> dict[int, int]:

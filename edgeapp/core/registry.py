@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 from urllib.parse import quote
 
 from edgeapp.errors import UsageError
@@ -115,11 +115,22 @@ def load_registry(path: Optional[Union[str, Path]] = None) -> Registry:
     return parse_registry(data, str(p))
 
 
+_Bad = Callable[[str], RegistryError]  # makes the one-line error naming the registry file
+
+
 def parse_registry(data: Any, origin: str = "<registry>") -> Registry:
     """Validate the registry document; every problem is one RegistryError line naming it."""
     def bad(what: str) -> RegistryError:
         return RegistryError(f"model registry {origin}: {what}")
 
+    files_doc, models_doc, template = _check_document(data, bad)
+    files = {path: _file_ref(path, f, bad) for path, f in files_doc.items()}
+    models = {name: _model_entry(name, m, files, bad) for name, m in models_doc.items()}
+    return Registry(str(data.get("source", "")), str(data.get("commit", "")), template, models, origin)
+
+
+def _check_document(data: Any, bad: _Bad) -> tuple[dict, dict, str]:
+    """The "files" and "models" objects and the URL template of a registry document."""
     if not isinstance(data, dict) or data.get("edgeapp_registry") != REGISTRY_FORMAT:
         raise bad(f'not an edgeapp model registry (needs "edgeapp_registry": {REGISTRY_FORMAT})')
     files_doc, models_doc = data.get("files"), data.get("models")
@@ -128,55 +139,58 @@ def parse_registry(data: Any, origin: str = "<registry>") -> Registry:
     template = data.get("url_template")
     if not isinstance(template, str) or "{path}" not in template:
         raise bad('"url_template" must be a string containing {path}')
+    return files_doc, models_doc, template
 
-    files: dict[str, FileRef] = {}
-    for path, f in files_doc.items():
-        if not isinstance(f, dict):
-            raise bad(f"file {path!r} is not an object")
-        _check_path(path, bad)
-        for key, rx in _HEX.items():
-            if key in f and not (isinstance(f[key], str) and rx.match(f[key])):
-                raise bad(f"file {path!r} has a malformed {key}")
-        if "git_blob_sha1" not in f and "sha256" not in f:
-            raise bad(f"file {path!r} has neither sha256 nor git_blob_sha1: it could not be verified")
-        size = f.get("size")
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-            raise bad(f"file {path!r} has a bad size {size!r}")
-        files[path] = FileRef(path, f.get("git_blob_sha1", ""), size, f.get("sha256"))
 
-    def ref(name: str, p: Any, role: str) -> Optional[FileRef]:
+def _file_ref(path: str, f: Any, bad: _Bad) -> FileRef:
+    """One entry of "files": a safe path and at least one well-formed digest."""
+    if not isinstance(f, dict):
+        raise bad(f"file {path!r} is not an object")
+    _check_path(path, bad)
+    for key, rx in _HEX.items():
+        if key in f and not (isinstance(f[key], str) and rx.match(f[key])):
+            raise bad(f"file {path!r} has a malformed {key}")
+    if "git_blob_sha1" not in f and "sha256" not in f:
+        raise bad(f"file {path!r} has neither sha256 nor git_blob_sha1: it could not be verified")
+    size = f.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise bad(f"file {path!r} has a bad size {size!r}")
+    return FileRef(path, f.get("git_blob_sha1", ""), size, f.get("sha256"))
+
+
+def _model_entry(name: str, m: Any, files: dict[str, FileRef], bad: _Bad) -> ModelEntry:
+    """One entry of "models": a known task, a sane input size and preprocessing, listed files."""
+    if not isinstance(m, dict) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+        raise bad(f"bad model entry {name!r}")
+    task = m.get("task")
+    if task not in TASKS:
+        raise bad(f"model {name!r}: task {task!r} is not one of {', '.join(TASKS)}")
+    size = m.get("input")
+    if size is not None and not (isinstance(size, list) and len(size) == 2
+                                 and all(isinstance(v, int) and v > 0 for v in size)):
+        raise bad(f"model {name!r}: input must be [width, height]")
+    pre = m.get("preprocessing", "raw")
+    if pre != "raw" and not (isinstance(pre, dict) and all(
+            isinstance(pre.get(k), (int, float)) for k in ("mean", "std")) and pre["std"] != 0):
+        raise bad(f"model {name!r}: preprocessing must be \"raw\" or {{\"mean\": m, \"std\": s}}")
+
+    def ref(p: Any, role: str) -> Optional[FileRef]:
         if p is None:
             return None
         if not isinstance(p, str) or p not in files:
             raise bad(f"model {name!r}: its {role} file {p!r} is not listed in \"files\"")
         return files[p]
 
-    models: dict[str, ModelEntry] = {}
-    for name, m in models_doc.items():
-        if not isinstance(m, dict) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
-            raise bad(f"bad model entry {name!r}")
-        task = m.get("task")
-        if task not in TASKS:
-            raise bad(f"model {name!r}: task {task!r} is not one of {', '.join(TASKS)}")
-        size = m.get("input")
-        if size is not None and not (isinstance(size, list) and len(size) == 2
-                                     and all(isinstance(v, int) and v > 0 for v in size)):
-            raise bad(f"model {name!r}: input must be [width, height]")
-        pre = m.get("preprocessing", "raw")
-        if pre != "raw" and not (isinstance(pre, dict) and all(
-                isinstance(pre.get(k), (int, float)) for k in ("mean", "std")) and pre["std"] != 0):
-            raise bad(f"model {name!r}: preprocessing must be \"raw\" or {{\"mean\": m, \"std\": s}}")
-        segments = tuple(ref(name, s, "segment") for s in m.get("segments") or ())
-        entry = ModelEntry(name, task, tuple(size) if size else None, str(m.get("description", "")),
-                           ref(name, m.get("cpu"), "cpu"), ref(name, m.get("edgetpu"), "edgetpu"),
-                           ref(name, m.get("labels"), "labels"), segments, pre)  # type: ignore[arg-type]
-        if not (entry.cpu or entry.edgetpu or entry.segments):
-            raise bad(f"model {name!r} has no model file (cpu, edgetpu or segments)")
-        models[name] = entry
-    return Registry(str(data.get("source", "")), str(data.get("commit", "")), template, models, origin)
+    segments = tuple(ref(s, "segment") for s in m.get("segments") or ())
+    entry = ModelEntry(name, task, tuple(size) if size else None, str(m.get("description", "")),
+                       ref(m.get("cpu"), "cpu"), ref(m.get("edgetpu"), "edgetpu"),
+                       ref(m.get("labels"), "labels"), segments, pre)  # type: ignore[arg-type]
+    if not (entry.cpu or entry.edgetpu or entry.segments):
+        raise bad(f"model {name!r} has no model file (cpu, edgetpu or segments)")
+    return entry
 
 
-def _check_path(path: str, bad) -> None:
+def _check_path(path: str, bad: _Bad) -> None:
     """Registry paths stay inside the cache: relative, no '..', no backslashes."""
     p = PurePosixPath(path)
     if not path or "\\" in path or p.is_absolute() or ".." in p.parts or ":" in p.parts[0]:

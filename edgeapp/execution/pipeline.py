@@ -251,17 +251,8 @@ def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str]
     fallback = single is not None or choice.fallback
     lenient = fallback or choice.every  # TPUs found but unusable are skipped, not fatal
     names = find_tpus() if single is not None else resolve_tpus(choice)
-    engines, skipped = [], []
-    for name in names:
-        if len(engines) == n:
-            break
-        try:
-            engines.append(open_model(paths[len(engines)], name, runtime=runtime, probe=probe,
-                                      cpu_kernels=cpu_kernels))
-        except DeviceUnavailable as e:
-            if not lenient:
-                raise
-            skipped.append(f"{name}: {e}")
+    engines, skipped = _open_segments(paths, names, lenient, runtime=runtime, probe=probe,
+                                      cpu_kernels=cpu_kernels)
     for s in skipped:
         say(f"skipping {s}")
     if len(engines) < n:
@@ -278,6 +269,25 @@ def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str]
                            fallback=(lambda: twin("a segment failed"))
                            if fallback and twin_path.exists() else None,
                            on_notice=on_notice)
+
+
+def _open_segments(paths: list, names: list, lenient: bool, **options) -> tuple[list, list[str]]:
+    """Segment i on the i-th usable TPU of `names` (the rest stay idle); an unusable TPU fails,
+    or with `lenient` is skipped and named ("name: why") in the second list."""
+    from edgeapp.hw.runtime import open_model
+
+    engines: list = []
+    skipped: list[str] = []
+    for name in names:
+        if len(engines) == len(paths):
+            break
+        try:
+            engines.append(open_model(paths[len(engines)], name, **options))
+        except DeviceUnavailable as e:
+            if not lenient:
+                raise
+            skipped.append(f"{name}: {e}")
+    return engines, skipped
 
 
 def _check_twin(engine, chain, paths) -> None:

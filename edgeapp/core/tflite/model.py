@@ -280,14 +280,45 @@ def _looks_like_text(data: bytes) -> bool:
 
 
 def _read(buf: bytes, name: str) -> Model:
+    """The model of a flatbuffer, read in the file's order (so the first fault found is reported)."""
     root = _Table(buf, struct.unpack_from("<I", buf, 0)[0])
     version = root.scalar(0, "I")
+    codes = _opcodes(root)
+    buffers = _buffer_sizes(root, buf)
+    subgraphs = root.tables(2)
+    if not subgraphs:
+        raise InvalidModel(f"{name} has no subgraph: not a usable TFLite model")
+    sg = subgraphs[0]
+    tensors = tuple(_tensor(t, i, buffers, name) for i, t in enumerate(sg.tables(0)))
+    nt = len(tensors)
+    operators = tuple(_operator(o, i, codes, nt) for i, o in enumerate(sg.tables(3)))
+    if not operators:
+        raise InvalidModel(f"{name} has no operators: not a usable TFLite model")
+    inputs = _indices(sg.scalars(1, "i"), nt, "subgraph input")
+    outputs = _indices(sg.scalars(2, "i"), nt, "subgraph output")
+    if not inputs or not outputs or -1 in inputs or -1 in outputs:
+        raise InvalidModel(f"{name} has no inputs or outputs: not a usable TFLite model")
+    metadata = _metadata(root, buf, buffers)
+    sig_outputs = _signature_outputs(root)
+    return Model(path=name, size=len(buf), version=version, description=root.string(3) or "",
+                 tensors=tensors, operators=operators, inputs=inputs,
+                 outputs=outputs, subgraph_count=len(subgraphs), metadata=metadata,
+                 signature_outputs=sig_outputs)
+
+
+def _opcodes(root: _Table) -> list[tuple[int, Optional[str], int]]:
+    """(builtin code, custom code, version) of every operator code."""
     codes = []
     for t in root.tables(1):
         deprecated = t.scalar(0, "b")
         builtin = max(t.scalar(3, "i"), deprecated)
         custom = t.string(1)
         codes.append((builtin, custom, t.scalar(2, "i", 1)))
+    return codes
+
+
+def _buffer_sizes(root: _Table, buf: bytes) -> list[int]:
+    """The data size of every buffer, checked to lie inside the file."""
     buffers = []
     for t in root.tables(4):
         _start, n = t.bytes_span(0)
@@ -296,73 +327,72 @@ def _read(buf: bytes, name: str) -> Model:
             _need(buf, off, size)
             n = size
         buffers.append(n)
-    subgraphs = root.tables(2)
-    if not subgraphs:
-        raise InvalidModel(f"{name} has no subgraph: not a usable TFLite model")
-    sg = subgraphs[0]
-    tensors = []
-    for i, t in enumerate(sg.tables(0)):
-        try:
-            tensor_name = t.string(3, strict=True) or ""
-        except UnicodeDecodeError:
-            raise InvalidModel(f"{name}: tensor {i} has a name that is not UTF-8 text; the file is "
-                               "corrupt: re-download or re-convert it") from None
-        ttype = t.scalar(1, "b")
-        if not 0 <= ttype < len(TENSOR_TYPES):
-            raise _Corrupt(f"tensor {i} has unknown type {ttype}")
-        bidx = t.scalar(2, "I")
-        if buffers and bidx >= len(buffers):
-            raise _Corrupt(f"tensor {i} refers to buffer {bidx} of {len(buffers)}")
-        q = t.table(4)
-        quant = None
-        if q is not None:
-            scale = q.scalars(2, "f")
-            if scale:
-                if not all(math.isfinite(v) and v > 0 for v in scale):
-                    raise InvalidModel(f"{name}: tensor {i} ({tensor_name or 'unnamed'}) has an invalid "
-                                       f"quantization scale {_first_bad(scale)}; re-convert the model")
-                quant = Quantization(tuple(scale), tuple(q.scalars(3, "q")), q.scalar(6, "i"))
-        shape = tuple(t.scalars(0, "i"))
-        if any(d < 0 for d in shape):
-            raise InvalidModel(f"{name}: tensor {i} has a negative dimension {list(shape)}")
-        sig = t.scalars(7, "i")
-        tensors.append(Tensor(
-            index=i, name=tensor_name, shape=shape,
-            dtype=TENSOR_TYPES[ttype], buffer=bidx,
-            quantization=quant, data_size=buffers[bidx] if buffers else 0,
-            shape_signature=tuple(sig) if sig else None))
-    nt = len(tensors)
+    return buffers
 
-    def _indices(values: tuple, what: str) -> tuple[int, ...]:
-        for v in values:
-            if not -1 <= v < nt:
-                raise _Corrupt(f"{what} refers to tensor {v} of {nt}")
-        return tuple(values)
 
-    operators = []
-    for i, o in enumerate(sg.tables(3)):
-        ci = o.scalar(0, "I")
-        if ci >= len(codes):
-            raise _Corrupt(f"operator {i} refers to opcode {ci} of {len(codes)}")
-        builtin, custom, ver = codes[ci]
-        if builtin == 32 and custom is not None:  # BuiltinOperator.CUSTOM
-            op_name, code = custom, None
-        else:
-            op_name = BUILTIN_OPS[builtin] if 0 <= builtin < len(BUILTIN_OPS) else f"BUILTIN_{builtin}"
-            code = builtin
-        opts_type = o.scalar(3, "B")
-        operators.append(Operator(
-            index=i, op=op_name, builtin_code=code, version=ver,
-            inputs=_indices(o.scalars(1, "i"), f"operator {i}"),
-            outputs=_indices(o.scalars(2, "i"), f"operator {i}"),
-            options_type=opts_type, _options=o.table(4) if opts_type else None))
-    if not operators:
-        raise InvalidModel(f"{name} has no operators: not a usable TFLite model")
-    inputs = _indices(sg.scalars(1, "i"), "subgraph input")
-    outputs = _indices(sg.scalars(2, "i"), "subgraph output")
-    if not inputs or not outputs or -1 in inputs or -1 in outputs:
-        raise InvalidModel(f"{name} has no inputs or outputs: not a usable TFLite model")
+def _tensor(t: _Table, i: int, buffers: list[int], name: str) -> Tensor:
+    try:
+        tensor_name = t.string(3, strict=True) or ""
+    except UnicodeDecodeError:
+        raise InvalidModel(f"{name}: tensor {i} has a name that is not UTF-8 text; the file is "
+                           "corrupt: re-download or re-convert it") from None
+    ttype = t.scalar(1, "b")
+    if not 0 <= ttype < len(TENSOR_TYPES):
+        raise _Corrupt(f"tensor {i} has unknown type {ttype}")
+    bidx = t.scalar(2, "I")
+    if buffers and bidx >= len(buffers):
+        raise _Corrupt(f"tensor {i} refers to buffer {bidx} of {len(buffers)}")
+    quant = _quantization(t.table(4), f"{name}: tensor {i} ({tensor_name or 'unnamed'})")
+    shape = tuple(t.scalars(0, "i"))
+    if any(d < 0 for d in shape):
+        raise InvalidModel(f"{name}: tensor {i} has a negative dimension {list(shape)}")
+    sig = t.scalars(7, "i")
+    return Tensor(index=i, name=tensor_name, shape=shape, dtype=TENSOR_TYPES[ttype], buffer=bidx,
+                  quantization=quant, data_size=buffers[bidx] if buffers else 0,
+                  shape_signature=tuple(sig) if sig else None)
 
+
+def _quantization(q: Optional[_Table], which: str) -> Optional[Quantization]:
+    """A tensor's quantization; None without scales. A zero, negative or non-finite scale is
+    refused (runtimes divide by it)."""
+    if q is None:
+        return None
+    scale = q.scalars(2, "f")
+    if not scale:
+        return None
+    if not all(math.isfinite(v) and v > 0 for v in scale):
+        raise InvalidModel(f"{which} has an invalid quantization scale {_first_bad(scale)}; "
+                           "re-convert the model")
+    return Quantization(tuple(scale), tuple(q.scalars(3, "q")), q.scalar(6, "i"))
+
+
+def _indices(values: tuple, nt: int, what: str) -> tuple[int, ...]:
+    """Tensor indices, each a tensor of the subgraph or -1 (an optional operand left out)."""
+    for v in values:
+        if not -1 <= v < nt:
+            raise _Corrupt(f"{what} refers to tensor {v} of {nt}")
+    return tuple(values)
+
+
+def _operator(o: _Table, i: int, codes: list[tuple[int, Optional[str], int]], nt: int) -> Operator:
+    ci = o.scalar(0, "I")
+    if ci >= len(codes):
+        raise _Corrupt(f"operator {i} refers to opcode {ci} of {len(codes)}")
+    builtin, custom, ver = codes[ci]
+    if builtin == 32 and custom is not None:  # BuiltinOperator.CUSTOM
+        op_name, code = custom, None
+    else:
+        op_name = BUILTIN_OPS[builtin] if 0 <= builtin < len(BUILTIN_OPS) else f"BUILTIN_{builtin}"
+        code = builtin
+    opts_type = o.scalar(3, "B")
+    return Operator(index=i, op=op_name, builtin_code=code, version=ver,
+                    inputs=_indices(o.scalars(1, "i"), nt, f"operator {i}"),
+                    outputs=_indices(o.scalars(2, "i"), nt, f"operator {i}"),
+                    options_type=opts_type, _options=o.table(4) if opts_type else None)
+
+
+def _metadata(root: _Table, buf: bytes, buffers: list[int]) -> dict[str, bytes]:
+    """Named metadata buffers (labels, TFLite metadata); one pointing past the buffers is skipped."""
     metadata = {}
     buffer_tables = root.tables(4) if buffers else []
     for m in root.tables(6):
@@ -370,14 +400,15 @@ def _read(buf: bytes, name: str) -> Model:
         if bidx < len(buffers):
             start, n = buffer_tables[bidx].bytes_span(0)
             metadata[m.string(0) or ""] = bytes(buf[start:start + n])
-    sig_outputs: tuple[tuple[str, int], ...] = ()
+    return metadata
+
+
+def _signature_outputs(root: _Table) -> tuple[tuple[str, int], ...]:
+    """(name, tensor index) of the first signature's outputs; () without signatures."""
     sigs = root.tables(7)
-    if sigs:
-        sig_outputs = tuple((tm.string(0) or "", tm.scalar(1, "I")) for tm in sigs[0].tables(1))
-    return Model(path=name, size=len(buf), version=version, description=root.string(3) or "",
-                 tensors=tuple(tensors), operators=tuple(operators), inputs=inputs,
-                 outputs=outputs, subgraph_count=len(subgraphs), metadata=metadata,
-                 signature_outputs=sig_outputs)
+    if not sigs:
+        return ()
+    return tuple((tm.string(0) or "", tm.scalar(1, "I")) for tm in sigs[0].tables(1))
 
 
 def _first_bad(values: tuple) -> float:
