@@ -8,11 +8,12 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.cli.command import Group
 from edgeapp.cli.download import DownloadReporter
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
 
 app = typer.Typer(
-    name="models", no_args_is_help=True,
+    name="models", no_args_is_help=True, cls=Group,
     help="Coral's published models (classification, detection, pose, segmentation), each a CPU "
          "model and its Edge TPU build: pulled, verified, usable by name as any command's MODEL.")
 

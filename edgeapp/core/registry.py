@@ -60,6 +60,9 @@ class ModelEntry:
     labels: Optional[FileRef]
     segments: tuple[FileRef, ...]  # pipelined models: one compiled file per Edge TPU
     preprocessing: Union[str, dict]  # "raw" (pixels as they are) or {"mean": m, "std": s}
+    # custom operators the model needs beyond TFLite's builtins and the Edge TPU's own
+    # (PoseNet's PosenetDecoderOp): no stock TFLite runtime has them
+    custom_ops: tuple[str, ...] = ()
 
     @property
     def is_pipeline(self) -> bool:
@@ -128,52 +131,57 @@ def parse_registry(data: Any, origin: str = "<registry>") -> Registry:
     template = data.get("url_template")
     if not isinstance(template, str) or "{path}" not in template:
         raise bad('"url_template" must be a string containing {path}')
+    files = {path: _parse_file(path, f, bad) for path, f in files_doc.items()}
+    models = {name: _parse_model(name, m, files, bad) for name, m in models_doc.items()}
+    return Registry(str(data.get("source", "")), str(data.get("commit", "")), template, models, origin)
 
-    files: dict[str, FileRef] = {}
-    for path, f in files_doc.items():
-        if not isinstance(f, dict):
-            raise bad(f"file {path!r} is not an object")
-        _check_path(path, bad)
-        for key, rx in _HEX.items():
-            if key in f and not (isinstance(f[key], str) and rx.match(f[key])):
-                raise bad(f"file {path!r} has a malformed {key}")
-        if "git_blob_sha1" not in f and "sha256" not in f:
-            raise bad(f"file {path!r} has neither sha256 nor git_blob_sha1: it could not be verified")
-        size = f.get("size")
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-            raise bad(f"file {path!r} has a bad size {size!r}")
-        files[path] = FileRef(path, f.get("git_blob_sha1", ""), size, f.get("sha256"))
 
-    def ref(name: str, p: Any, role: str) -> Optional[FileRef]:
+def _parse_file(path: str, f: Any, bad) -> FileRef:
+    if not isinstance(f, dict):
+        raise bad(f"file {path!r} is not an object")
+    _check_path(path, bad)
+    for key, rx in _HEX.items():
+        if key in f and not (isinstance(f[key], str) and rx.match(f[key])):
+            raise bad(f"file {path!r} has a malformed {key}")
+    if "git_blob_sha1" not in f and "sha256" not in f:
+        raise bad(f"file {path!r} has neither sha256 nor git_blob_sha1: it could not be verified")
+    size = f.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise bad(f"file {path!r} has a bad size {size!r}")
+    return FileRef(path, f.get("git_blob_sha1", ""), size, f.get("sha256"))
+
+
+def _parse_model(name: str, m: Any, files: dict, bad) -> ModelEntry:
+    def ref(p: Any, role: str) -> Optional[FileRef]:
         if p is None:
             return None
         if not isinstance(p, str) or p not in files:
             raise bad(f"model {name!r}: its {role} file {p!r} is not listed in \"files\"")
         return files[p]
 
-    models: dict[str, ModelEntry] = {}
-    for name, m in models_doc.items():
-        if not isinstance(m, dict) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
-            raise bad(f"bad model entry {name!r}")
-        task = m.get("task")
-        if task not in TASKS:
-            raise bad(f"model {name!r}: task {task!r} is not one of {', '.join(TASKS)}")
-        size = m.get("input")
-        if size is not None and not (isinstance(size, list) and len(size) == 2
-                                     and all(isinstance(v, int) and v > 0 for v in size)):
-            raise bad(f"model {name!r}: input must be [width, height]")
-        pre = m.get("preprocessing", "raw")
-        if pre != "raw" and not (isinstance(pre, dict) and all(
-                isinstance(pre.get(k), (int, float)) for k in ("mean", "std")) and pre["std"] != 0):
-            raise bad(f"model {name!r}: preprocessing must be \"raw\" or {{\"mean\": m, \"std\": s}}")
-        segments = tuple(ref(name, s, "segment") for s in m.get("segments") or ())
-        entry = ModelEntry(name, task, tuple(size) if size else None, str(m.get("description", "")),
-                           ref(name, m.get("cpu"), "cpu"), ref(name, m.get("edgetpu"), "edgetpu"),
-                           ref(name, m.get("labels"), "labels"), segments, pre)  # type: ignore[arg-type]
-        if not (entry.cpu or entry.edgetpu or entry.segments):
-            raise bad(f"model {name!r} has no model file (cpu, edgetpu or segments)")
-        models[name] = entry
-    return Registry(str(data.get("source", "")), str(data.get("commit", "")), template, models, origin)
+    if not isinstance(m, dict) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+        raise bad(f"bad model entry {name!r}")
+    task = m.get("task")
+    if task not in TASKS:
+        raise bad(f"model {name!r}: task {task!r} is not one of {', '.join(TASKS)}")
+    size = m.get("input")
+    if size is not None and not (isinstance(size, list) and len(size) == 2
+                                 and all(isinstance(v, int) and v > 0 for v in size)):
+        raise bad(f"model {name!r}: input must be [width, height]")
+    pre = m.get("preprocessing", "raw")
+    if pre != "raw" and not (isinstance(pre, dict) and all(
+            isinstance(pre.get(k), (int, float)) for k in ("mean", "std")) and pre["std"] != 0):
+        raise bad(f"model {name!r}: preprocessing must be \"raw\" or {{\"mean\": m, \"std\": s}}")
+    ops = m.get("custom_ops", [])
+    if not (isinstance(ops, list) and all(isinstance(o, str) and o for o in ops)):
+        raise bad(f"model {name!r}: custom_ops must be a list of operator names")
+    segments = tuple(ref(s, "segment") for s in m.get("segments") or ())
+    entry = ModelEntry(name, task, tuple(size) if size else None, str(m.get("description", "")),
+                       ref(m.get("cpu"), "cpu"), ref(m.get("edgetpu"), "edgetpu"),
+                       ref(m.get("labels"), "labels"), segments, pre, tuple(ops))  # type: ignore[arg-type]
+    if not (entry.cpu or entry.edgetpu or entry.segments):
+        raise bad(f"model {name!r} has no model file (cpu, edgetpu or segments)")
+    return entry
 
 
 def _check_path(path: str, bad) -> None:
