@@ -1,5 +1,7 @@
 """`edgeapp classify`: images, folders and globs through a classification model."""
 
+from typing import List
+
 import typer
 from typing_extensions import Annotated
 
@@ -66,4 +68,13 @@ def classify_command(
     stdout (or --output) as they are produced; a bad image gives an error record and the batch
     goes on (exit code 3 at the end).
     """
-    run_images(ctx, "classify", {"top_k": top_k, "threshold": threshold})
+    run_images(ctx, "classify", {"top_k": top_k, "threshold": threshold}, notes=embedding_notes)
+
+
+def embedding_notes(opened) -> List[str]:
+    """An embedding extractor's outputs are features, not class scores: say so before printing
+    them as classes."""
+    from edgeapp.core.embedding import embedding_note
+
+    note = embedding_note(opened.engine.model)
+    return [note] if note else []

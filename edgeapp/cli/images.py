@@ -54,13 +54,15 @@ class Folders:
 
 def run_images(ctx: typer.Context, task: str, options: dict, *,
                extra_folders: Optional[dict] = None,
-               on_result: Optional[Callable[[Folders], OnResult]] = None) -> None:
+               on_result: Optional[Callable[[Folders], OnResult]] = None,
+               notes: Optional[Callable[[Any], List[str]]] = None) -> None:
     """Run `task` with `options` over the command's inputs, as its shared options say.
 
     `ctx.params` holds the shared options by name (model, inputs, labels, fmt, output, resume,
     mean, std, workers, fast_decode, device, cpu_model, threads, cpu_kernels, runtime,
     no_probe, cluster, ship_bytes, chunk_size, annotate). `extra_folders` {option: folder}
-    are a task's own output folders; `on_result(folders)` makes its per-image hook.
+    are a task's own output folders; `on_result(folders)` makes its per-image hook;
+    `notes(opened)` are a command's own warnings about the opened model (local runs).
     """
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.tasks import kind as task_kind
@@ -78,7 +80,7 @@ def run_images(ctx: typer.Context, task: str, options: dict, *,
     if p.get("cluster"):
         stats, where = _on_cluster(ctx, task, options, paths, fmt)
     else:
-        stats, where = _locally(ctx, task, options, paths, fmt, hook)
+        stats, where = _locally(ctx, task, options, paths, fmt, hook, notes)
     parts = stats.summary(where, p.get("output")) + folders.summary(stats.ok)
     say("; ".join(parts))
     if stats.failed:
@@ -98,7 +100,8 @@ def _hook(kind: Any, folders: Folders, on_result) -> Optional[OnResult]:
     return annotate_and_more
 
 
-def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt, hook) -> tuple:
+def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt, hook,
+             notes: Optional[Callable[[Any], List[str]]] = None) -> tuple:
     from edgeapp.cli.options import resolve_model
     from edgeapp.flows.batch import run_batch
     from edgeapp.flows.open_task import open_task
@@ -109,7 +112,8 @@ def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt
     with open_task(p["model"], task, placement(ctx), options=options, labels_file=p.get("labels"),
                    mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
                    on_notice=say, resolve=resolve_model, cpu_replicas=usable_cores()) as opened:
-        for note in opened.task.kind.warnings(opened.model, p.get("labels")):
+        own = notes(opened) if notes is not None else []
+        for note in opened.task.kind.warnings(opened.model, p.get("labels")) + own:
             say(f"warning: {note}")
         engine = opened.engine
         writer = _writer(Layout(opened.task.kind), fmt, p, (engine.model_path, engine.requested_model))

@@ -49,14 +49,19 @@ def list_command(
                                "models": rows}, indent=2))
         return
     table = [("NAME", "TASK", "INPUT", "SIZE", "CACHED", "VERIFIED BY", "FILES")]
-    for r in rows:
+    for e, r in zip(entries, rows):
         w_h = r["input"]
         table.append((r["name"], r["task"], f"{w_h[0]}x{w_h[1]}" if w_h else "?",
-                      format_bytes(r["size"]), r["cached"], _verification(r["files"]),
+                      format_bytes(r["size"]), m.cached_text(e), _verification(r["files"]),
                       _files_text([f["path"] for f in r["files"]])))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     for row in table:
         typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+    lacking = [r["name"] for r in rows if r["needs_ops"]]
+    if lacking:
+        ops = sorted({op for r in rows for op in r["needs_ops"]})
+        say(f"note: {', '.join(lacking)} need(s) the custom operator(s) {', '.join(ops)}, which the "
+            f"installed TFLite runtime ({', '.join(_runtimes()) or 'none'}) lacks: they will not run here")
     say(f"{len(rows)} model(s) from {reg.source}@{reg.commit[:12]}; cache: {m.models_dir()}; "
         "`edgeapp models pull NAME` fetches one, or name it as MODEL in any command")
 
@@ -84,6 +89,9 @@ def pull_command(
     for entry in entries:
         with DownloadReporter() as rep:
             pulled = m.pull(entry, reg, edgetpu=edgetpu, reporter=rep)
+        lacking = m.missing_ops(entry)
+        if lacking:
+            say("warning: " + m.missing_ops_note(entry, lacking, _runtimes()))
         files = [{"role": f.role, "path": str(f.path), "how": f.how, "verified_by": f.ref.verified_by}
                  for f in pulled.files]
         docs.append({"name": entry.name, "task": entry.task, "files": files,
@@ -154,9 +162,18 @@ def _model_doc(entry, reg) -> dict:
     size = entry.size
     if size is None and all(f["cached"] for f in files):
         size = sum(Path(f["local"]).stat().st_size for f in files)
+    roles = m.cached_roles(entry)
     return {"name": entry.name, "task": entry.task, "description": entry.description,
             "input": list(entry.input) if entry.input else _cached_input(entry),
-            "size": size, "cached": _cached_text(entry, files), "files": files}
+            "size": size, "cached": m.cached_text(entry) == "yes", "cached_models": roles,
+            "needs_ops": m.missing_ops(entry), "files": files}
+
+
+def _runtimes() -> List[str]:
+    """The installed TFLite runtimes, named with their versions (none is imported)."""
+    from edgeapp.hw.runtime import available_runtimes, runtime_version
+
+    return [f"{name} {runtime_version(name)}" for name in available_runtimes()]
 
 
 def _cached_input(entry) -> Optional[List[int]]:
@@ -174,18 +191,6 @@ def _cached_input(entry) -> Optional[List[int]]:
     except (InvalidModel, IndexError):
         return None
     return [int(shape[2]), int(shape[1])] if len(shape) == 4 else None
-
-
-def _cached_text(entry, files: List[dict]) -> str:
-    have = {f["role"] for f in files if f["cached"]}
-    if not have:
-        return "-"
-    if len(have) == len(files):
-        return "yes"
-    models = have - {"labels"}
-    if len(models) == 1 and (not entry.labels or "labels" in have):
-        return models.pop()  # "cpu" after --cpu-only, "edgetpu" after --device edgetpu
-    return "partial"
 
 
 def _verification(files: List[dict]) -> str:
