@@ -60,8 +60,10 @@ def list_command(
     lacking = [r["name"] for r in rows if r["needs_ops"]]
     if lacking:
         ops = sorted({op for r in rows for op in r["needs_ops"]})
-        say(f"note: {', '.join(lacking)} need(s) the custom operator(s) {', '.join(ops)}, which the "
-            f"installed TFLite runtime ({', '.join(_runtimes()) or 'none'}) lacks: they will not run here")
+        several = len(lacking) > 1
+        say(f"note: {', '.join(lacking)} need{'' if several else 's'} the custom operator(s) "
+            f"{', '.join(ops)}, which the installed TFLite runtime ({', '.join(_runtimes()) or 'none'}) "
+            f"lacks: {'they' if several else 'it'} will not run here")
     say(f"{len(rows)} model(s) from {reg.source}@{reg.commit[:12]}; cache: {m.models_dir()}; "
         "`edgeapp models pull NAME` fetches one, or name it as MODEL in any command")
 
