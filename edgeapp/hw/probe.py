@@ -13,7 +13,9 @@ check costs once per file:
   the library's SHA-256 ("pass", "crash", "hang", or "invalid" with the runtime's message);
 - a pair verdict (runtime, Edge TPU library) by the library's SHA-256: a library that crashes
   whatever the model makes the Edge TPU unavailable ("pass", "crash", "hang").
-A clean failure that depends on the machine (no Edge TPU plugged in) is never cached.
+A clean failure that depends on the machine (no Edge TPU plugged in) is never cached, and
+neither is a crash or hang that edgeapp's own known-good model (known_good.py) suffers too: then
+the runtime is broken on this machine, said as such, and no file is blamed.
 
 The child is a fork of this process when no other Python thread runs (Linux; no imports to
 repeat), else `python -I` (isolated: the working directory is not on sys.path) with edgeapp's
