@@ -272,7 +272,8 @@ def embedding_model(path: Path) -> Path:
         codes.append(code)
     m.operatorCodes = codes
     tensors = []
-    for name, dims, kind, buffer in (("x", (1, 16, 16, 3), "FLOAT32", 0), ("pooled", (1, 1, 1, 3), "FLOAT32", 0),
+    for name, dims, kind, buffer in (("x", (1, 16, 16, 3), "FLOAT32", 0),
+                                     ("pooled", (1, 1, 1, 3), "FLOAT32", 0),
                                      ("shape", (2,), "INT32", 1), ("features", (1, 3), "FLOAT32", 0)):
         t = schema.TensorT()
         t.name, t.shape, t.type, t.buffer = name, list(dims), getattr(schema.TensorType, kind), buffer
@@ -347,7 +348,8 @@ def test_classify_folder_script_errors_are_one_line_with_the_clis_codes(tiny_mod
     folder = color_images["red"].parent
     r = classify_folder(tmp_path / "missing.tflite", folder, tmp_path / "a.csv")
     assert r.returncode == ExitCode.MODEL_INVALID and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines() == [f"classify_folder: error: model not found: {tmp_path / 'missing.tflite'}"]
+    missing = tmp_path / "missing.tflite"
+    assert r.stderr.strip().splitlines() == [f"classify_folder: error: model not found: {missing}"]
     r = classify_folder(tiny_model, tmp_path / "nowhere", tmp_path / "b.csv")
     assert r.returncode == ExitCode.USAGE and "no such folder" in r.stderr
     assert not (tmp_path / "b.csv").exists()
@@ -368,7 +370,8 @@ def test_empty_device_is_a_usage_error(cli, tiny_model, color_images):
     assert r.exit_code == ExitCode.USAGE and "--device is empty" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("threshold, outcome", [("2", "nothing will pass it"), ("-0.5", "everything passes it")])
+@pytest.mark.parametrize("threshold, outcome",
+                         [("2", "nothing will pass it"), ("-0.5", "everything passes it")])
 def test_a_threshold_outside_0_to_1_is_warned_about(cli, tiny_model, color_images, threshold, outcome):
     r = cli("classify", tiny_model, color_images["red"], "--threshold", threshold)
     assert r.exit_code == 0, r.stderr
@@ -436,7 +439,8 @@ def interrupted(tiny_model, image: Path, listing: Path, *args) -> tuple[str, Pat
 
 def test_ctrl_c_in_a_batch_says_how_many_results_and_how_to_resume(tiny_model, color_images, tmp_path):
     last, _ = interrupted(tiny_model, color_images["red"], tmp_path / "a.txt", "-f", "jsonl")
-    assert re.match(r"edgeapp: interrupted: \d+ result\(s\) written to stdout; .*--output .*--resume", last), last
+    assert re.match(r"edgeapp: interrupted: \d+ result\(s\) written to stdout; .*--output .*--resume",
+                    last), last
 
     last, out = interrupted(tiny_model, color_images["red"], tmp_path / "b.txt", "-o", tmp_path / "r.jsonl")
     n = int(re.match(r"edgeapp: interrupted: (\d+) result\(s\) written to (\S+);", last).group(1))
@@ -465,7 +469,8 @@ def test_output_under_a_file_says_it_is_not_a_folder(cli, tiny_model, color_imag
     for out in (photo / "out.jsonl", photo / "deeper" / "out.jsonl"):
         r = cli("classify", tiny_model, color_images["red"], "-o", out)
         assert r.exit_code == ExitCode.USAGE
-        assert error_lines(r.stderr) == [f"edgeapp: error: cannot write {out}: {photo} is a file, not a folder"]
+        assert error_lines(r.stderr) == [
+            f"edgeapp: error: cannot write {out}: {photo} is a file, not a folder"]
 
 
 # --- 22: NaN in a float image ----------------------------------------------------------------------
@@ -561,8 +566,8 @@ def test_a_runtime_dying_on_every_model_is_blamed_and_nothing_is_cached(
     assert "the TFLite runtime tflite-runtime 2.14.0 dies on every model here" in line
     assert f"so {tiny_model} is not to blame" in line and "edgeapp doctor" in line
     assert "pip install --force-reinstall tflite-runtime" in line
-    models = json.loads((cache / "probe.json").read_text())["models"] if (cache / "probe.json").exists() else {}
-    assert models == {}
+    if (cache / "probe.json").exists():
+        assert json.loads((cache / "probe.json").read_text())["models"] == {}
 
     r = edgeapp("classify", "--runtime", "tflite-runtime", tiny_model, color_images["red"],
                 env={**environ, "FAKE_RUNTIME_CRASH": "user"})  # the known-good model runs: the file

@@ -67,8 +67,9 @@ RuntimeOpt = Annotated[Optional[RuntimeName], typer.Option(
     "--runtime", help="Force a TFLite runtime (default: the global --runtime, else the best installed).",
     show_default=False)]
 CpuModelOpt = Annotated[Optional[Path], typer.Option(
-    "--cpu-model", metavar="FILE", help="CPU twin to run when a *_edgetpu.tflite model cannot use the Edge TPU "
-                        "(default: X.tflite beside X_edgetpu.tflite).", show_default=False)]
+    "--cpu-model", metavar="FILE",
+    help="CPU twin to run when a *_edgetpu.tflite model cannot use the Edge TPU (default: "
+         "X.tflite beside X_edgetpu.tflite).", show_default=False)]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", min=1, max=MAX_THREADS,
     help="Interpreter threads for CPU inference. Default: one single-thread interpreter per usable "
@@ -83,9 +84,9 @@ NoProbeOpt = Annotated[bool, typer.Option(
 
 
 LabelsOpt = Annotated[Optional[Path], typer.Option(
-    "--labels", "-l", metavar="FILE", help="Labels file (`0 cat`, `0:cat` or one label per line). "
-                           "Default: the model's sidecar JSON or embedded metadata.",
-    show_default=False)]
+    "--labels", "-l", metavar="FILE",
+    help="Labels file (`0 cat`, `0:cat` or one label per line). Default: the model's sidecar "
+         "JSON or embedded metadata.", show_default=False)]
 MeanOpt = Annotated[Optional[float], typer.Option(
     "--mean", help="Input normalization: the float model takes (pixel − mean)/std. "
                    "Default: the model's metadata, else 128.", show_default=False)]

@@ -195,8 +195,9 @@ def _probe_delegate(runtime: Any, spec: Any, model_path: str, load_delegate: Cal
             p.cache.put(pair, Verdict(verdict.status, verdict.message, result.edgetpu_version,
                                       verdict.model, verdict.probed_at, verdict.stage))
         else:
-            verdict = Verdict(verdict.status, _model_crash_message(runtime, model_path, result, delegate=True),
-                              verdict.edgetpu_version, verdict.model, verdict.probed_at, verdict.stage)
+            message = _model_crash_message(runtime, model_path, result, delegate=True)
+            verdict = Verdict(verdict.status, message, verdict.edgetpu_version, verdict.model,
+                              verdict.probed_at, verdict.stage)
         if p.key is not None and (verdict.status == "pass" or model_fault):
             p.cache.put_model(p.key, verdict, model_path)
     if model_fault:
