@@ -122,6 +122,10 @@ PIPELINES = {
 }
 
 
+# Custom operators a model needs that no stock TFLite runtime has (`edgeapp models list` says so).
+CUSTOM_OPS = {name: ["PosenetDecoderOp"] for name in MODELS if name.startswith("posenet_")}
+
+
 def build(index: dict) -> dict:
     known = {f["path"]: f for f in index["files"]}
     files: dict = {}
@@ -138,6 +142,8 @@ def build(index: dict) -> dict:
         models[name] = {"task": task, "input": size, "description": note,
                         "cpu": use(stem + ".tflite"), "edgetpu": use(stem + "_edgetpu.tflite"),
                         "labels": use(labels) if labels else None, "preprocessing": pre}
+        if name in CUSTOM_OPS:
+            models[name]["custom_ops"] = CUSTOM_OPS[name]
     for base, (task, size, stem, labels, pre) in PIPELINES.items():
         for n in (2, 3, 4):
             segs = [use(f"pipeline/{stem}_segment_{i}_of_{n}_edgetpu.tflite") for i in range(n)]

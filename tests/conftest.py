@@ -45,6 +45,27 @@ def write_color_folders(root: Path, per_class: int, seed: int, size: int = SIZE)
     return root
 
 
+# What the suite would otherwise write into the user's home: edgeapp's cache (probe verdicts,
+# pulled models, bench peaks) and Keras' home (keras.json, datasets).
+PRIVATE_HOMES = {"EDGEAPP_CACHE_DIR": "edgeapp-cache", "KERAS_HOME": "keras-home"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_homes(tmp_path_factory) -> dict:
+    """Every test, and every process a test starts (they inherit os.environ), uses a temporary
+    edgeapp cache and Keras home; tests that need their own still set EDGEAPP_CACHE_DIR."""
+    root = tmp_path_factory.mktemp("homes")
+    saved = {k: os.environ.get(k) for k in PRIVATE_HOMES}
+    homes = {k: str(root / folder) for k, folder in PRIVATE_HOMES.items()}
+    os.environ.update(homes)
+    yield homes
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> Path:
     """Folders train/ and test/, one sub-folder per colour class, of PNG images."""

@@ -244,7 +244,7 @@ def test_list_shows_verification_size_and_cache(cli, env):
     colors = models["colors"]
     assert {f["role"]: f["verified_by"] for f in colors["files"]} == {
         "cpu": "sha256", "edgetpu": "git", "labels": "sha256"}
-    assert colors["size"] is None and colors["cached"] == "-" and colors["input"] == [16, 16]
+    assert colors["size"] is None and colors["cached"] is False and colors["input"] == [16, 16]
     assert cli("models", "pull", "colors", "--cpu-only").exit_code == 0
     table = cli("models", "list").stdout
     row = next(line for line in table.splitlines() if line.startswith("colors "))
@@ -575,7 +575,7 @@ def test_coral_twin_pair_by_sha256_and_fallback(cli, coral_env, tmp_path):
     assert "running mobilenet_v1_0.25_128_quant.tflite on CPU" in r.stderr
     doc = json.loads(cli("models", "list", "-f", "json", "--task", "classify").stdout)
     m = next(m for m in doc["models"] if m["name"] == "mobilenet_v1_0.25_128")
-    assert m["cached"] == "yes" and {f["verified_by"] for f in m["files"]} == {"sha256"}
+    assert m["cached"] is True and {f["verified_by"] for f in m["files"]} == {"sha256"}
 
 
 @pytest.mark.shared

@@ -25,6 +25,7 @@ from edgeapp.cli import (
     retrain,
     segment,
 )
+from edgeapp.cli.command import Group, use_everywhere
 from edgeapp.cli.options import Globals, RuntimeName
 
 app = typer.Typer(
@@ -32,6 +33,7 @@ app = typer.Typer(
     help="From a Keras model to fast inference on the Google Coral Edge TPU "
          "(with CPU fallback when no Edge TPU is usable).",
     no_args_is_help=True,
+    cls=Group,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -41,6 +43,7 @@ for module in (convert, check, compile, classify, detect, pose, segment, camera,
                doctor, retrain):
     app.add_typer(module.app)
 app.add_typer(models.app)  # a group: models list | pull | path
+use_everywhere(app)  # usage lines, argument rows and choice errors as a reader expects (cli/command.py)
 
 
 def _version(value: bool) -> None:

@@ -93,11 +93,12 @@ ReconnectOpt = Annotated[float, typer.Option(
     help="When the source stops giving frames, reopen it with backoff for up to this long, then "
          "stop (0: stop at once).")]
 ServeOpt = Annotated[Optional[str], typer.Option(
-    "--serve", metavar="[HOST:]PORT",
+    "--serve", metavar="ADDRESS",
     help="Live view in a browser: the annotated video, results, FPS, latency and device at "
-         "http://HOST:PORT/ (also /stream.mjpg, /stats, /snapshot.jpg). HOST defaults to "
-         "127.0.0.1 (this machine only; 0.0.0.0 for every interface, with a warning), PORT to "
-         "8080 (0: any free port).", show_default=False)]
+         "http://HOST:PORT/ (also /stream.mjpg, /stats, /snapshot.jpg). ADDRESS is required: "
+         "PORT (e.g. 8080), HOST (port 8080) or HOST:PORT. HOST defaults to 127.0.0.1 (this "
+         "machine only; 0.0.0.0 for every interface, with a warning); PORT 0: any free port.",
+    show_default=False)]
 ServeFpsOpt = Annotated[float, typer.Option(
     "--serve-fps", min=0.1, max=120.0,
     help="At most this many frames per second to viewers; JPEG encoding happens only while "

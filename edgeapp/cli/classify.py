@@ -1,5 +1,6 @@
 """`edgeapp classify`: images, folders and globs through a classification model."""
 
+
 import typer
 from typing_extensions import Annotated
 

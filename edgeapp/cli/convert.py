@@ -21,14 +21,13 @@ class IOType(str, Enum):
     float32 = "float32"
 
 
-
 @app.command("convert")
 @cli_errors
 def convert_command(
     model: Annotated[Path, typer.Argument(help="Keras model: .keras, .h5, or a SavedModel folder.",
-                                          show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The .tflite file to write.",
-                                         show_default=False)],
+                                          metavar="MODEL", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="OUT.tflite",
+                                         help="The .tflite file to write.", show_default=False)],
     calibration: Annotated[Path, typer.Option(
         "--calibration", "-c", help="Calibration images: a folder (sub-folders = classes) or an "
         ".npy array (N,H,W,C) of uint8 pixels, or of float model inputs.", show_default=False)],
@@ -59,25 +58,10 @@ def convert_command(
     float vs int8 agreement, size, operators and the `edgeapp check` verdict (what will run on
     the Edge TPU). Needs TensorFlow: pip install 'edgeapp[convert]'.
     """
-    finite("--mean", mean)
-    finite("--std", std)
-
-    from edgeapp.core.labels import label_count_warning, read_labels
     from edgeapp.core.meta import ModelMeta, write_sidecar
-    from edgeapp.errors import UsageError
     from edgeapp.flows import convert as converter
-    from edgeapp.tasks import guess_from
 
-    if std == 0:
-        raise UsageError("--std must not be 0")
-    if output.suffix.lower() != ".tflite":
-        raise UsageError(f"--output {output}: use a .tflite file name")
-    # everything that can be checked without TensorFlow, before its seconds of loading
-    converter.check_output(output)
-    converter.check_dataset_source(calibration, "--calibration")
-    if eval_dir is not None:
-        converter.check_dataset_source(eval_dir, "--eval")
-    given_labels = read_labels(labels) if labels else None
+    given_labels = _check_before_tensorflow(output, calibration, eval_dir, labels, mean, std)
     say(f"loading {model} (TensorFlow)")
     float_model = converter.load_float_model(model)
     h, w, c = float_model.input_shape
@@ -90,16 +74,7 @@ def convert_command(
 
     names = evaluation.class_names or cal.class_names
     label_map = given_labels or ({i: n for i, n in enumerate(names)} if names else None)
-    task = guess_from([t.shape for t in tflite.output_tensors],
-                       [op.op for op in tflite.operators]) or "classify"
-    if task == "classify":  # keypoints and pixel maps have no one-label-per-output rule
-        classes = 1
-        for d in tflite.output_tensors[0].shape:
-            classes *= int(d)
-        warning = label_count_warning(label_map, classes, f"--labels {labels}" if labels
-                                      else "the class folders")
-        if warning:
-            say(f"warning: {warning}")
+    task = _task_of(tflite, label_map, labels)
     sidecar = write_sidecar(output, ModelMeta(labels=label_map, mean=mean, std=std, task=task,
                                               extra={"source": str(model)}))
     report = converter.evaluate(output, float_model, evaluation, mean, std)
@@ -114,6 +89,47 @@ def convert_command(
     code = finish_report(output, report, fmt.value, compile_, compiler)
     if code:
         raise typer.Exit(code)
+
+
+def _check_before_tensorflow(output: Path, calibration: Path, eval_dir: Optional[Path],
+                             labels: Optional[Path], mean: float, std: float) -> Optional[dict]:
+    """Everything that can be checked without TensorFlow, before its seconds of loading; the
+    labels given with --labels."""
+    from edgeapp.core.labels import read_labels
+    from edgeapp.errors import UsageError
+    from edgeapp.flows import convert as converter
+
+    finite("--mean", mean)
+    finite("--std", std)
+    if std <= 0:
+        raise UsageError(f"--std must be greater than 0, not {std:g} (the model takes "
+                         "(pixel - mean) / std)")
+    if output.suffix.lower() != ".tflite":
+        raise UsageError(f"--output {output}: use a .tflite file name")
+    converter.check_output(output)
+    converter.check_dataset_source(calibration, "--calibration")
+    if eval_dir is not None:
+        converter.check_dataset_source(eval_dir, "--eval")
+    return read_labels(labels) if labels else None
+
+
+def _task_of(tflite, label_map: Optional[dict], labels: Optional[Path]) -> str:
+    """The converted model's task by its outputs; for a classifier, labels that do not fit its
+    class vector are said."""
+    from edgeapp.core.labels import label_count_warning
+    from edgeapp.tasks import guess_from
+
+    task = guess_from([t.shape for t in tflite.output_tensors],
+                      [op.op for op in tflite.operators]) or "classify"
+    if task == "classify":  # keypoints and pixel maps have no one-label-per-output rule
+        classes = 1
+        for d in tflite.output_tensors[0].shape:
+            classes *= int(d)
+        warning = label_count_warning(label_map, classes, f"--labels {labels}" if labels
+                                      else "the class folders")
+        if warning:
+            say(f"warning: {warning}")
+    return task
 
 
 def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,

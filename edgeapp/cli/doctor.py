@@ -40,6 +40,7 @@ def doctor_command(
         summary = {s: sum(c.status == s for c in checks) for s in ("ok", "warn", "fail")}
         typer.echo(json.dumps({"checks": [c.to_dict() for c in checks], "summary": summary,
                                "probe_verdicts": list(cache.entries().values()),
+                               "model_verdicts": list(cache.model_entries().values()),
                                "plan": plan.to_dict()}, indent=2))
     else:
         width = max(len(c.name) for c in checks)

@@ -11,7 +11,15 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from edgeapp.cli.options import check_common, decode_workers, placement, progress_bar, results_format, say
+from edgeapp.cli.options import (
+    check_common,
+    decode_workers,
+    placement,
+    progress_bar,
+    results_format,
+    resumable,
+    say,
+)
 from edgeapp.errors import ExitCode, UsageError
 
 # A command's own per-image hook: (path, prepared, result) -> fields to add to the record.
@@ -46,13 +54,14 @@ class Folders:
 
 def run_images(ctx: typer.Context, task: str, options: dict, *,
                extra_folders: Optional[dict] = None,
-               on_result: Optional[Callable[[Folders], OnResult]] = None) -> None:
+               on_result: Optional[Callable[[Folders], OnResult]] = None,
+) -> None:
     """Run `task` with `options` over the command's inputs, as its shared options say.
 
     `ctx.params` holds the shared options by name (model, inputs, labels, fmt, output, resume,
     mean, std, workers, fast_decode, device, cpu_model, threads, cpu_kernels, runtime,
     no_probe, cluster, ship_bytes, chunk_size, annotate). `extra_folders` {option: folder}
-    are a task's own output folders; `on_result(folders)` makes its per-image hook.
+    are a task's own output folders; `on_result(folders)` makes its per-image hook;
     """
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.tasks import kind as task_kind
@@ -105,7 +114,7 @@ def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt
             say(f"warning: {note}")
         engine = opened.engine
         writer = _writer(Layout(opened.task.kind), fmt, p, (engine.model_path, engine.requested_model))
-        with writer, progress_bar(len(paths), task) as advance:
+        with writer, resumable(writer, p), progress_bar(len(paths), task) as advance:
             stats = run_batch(paths, opened.runner, opened.task, writer,
                               workers=decode_workers(p.get("workers")), progress=advance,
                               on_result=hook)
@@ -126,7 +135,7 @@ def _on_cluster(ctx: typer.Context, task: str, options: dict, paths: List[str], 
               mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
               options=kind(task).options(options), decode_workers=decode_workers(p.get("workers")))
     writer = _writer(Layout(kind(task)), fmt, p, (job.model, place.cpu_model))
-    with writer, progress_bar(len(paths), task) as advance:
+    with writer, resumable(writer, p), progress_bar(len(paths), task) as advance:
         stats = run_cluster(paths, job, writer, p["cluster"], p.get("ship_bytes", False),
                             p.get("chunk_size", 16), advance)
     return stats, f"the cluster {p['cluster']}"

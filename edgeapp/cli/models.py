@@ -8,11 +8,12 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.cli.command import Group
 from edgeapp.cli.download import DownloadReporter
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
 
 app = typer.Typer(
-    name="models", no_args_is_help=True,
+    name="models", no_args_is_help=True, cls=Group,
     help="Coral's published models (classification, detection, pose, segmentation), each a CPU "
          "model and its Edge TPU build: pulled, verified, usable by name as any command's MODEL.")
 
@@ -49,14 +50,21 @@ def list_command(
                                "models": rows}, indent=2))
         return
     table = [("NAME", "TASK", "INPUT", "SIZE", "CACHED", "VERIFIED BY", "FILES")]
-    for r in rows:
+    for e, r in zip(entries, rows):
         w_h = r["input"]
         table.append((r["name"], r["task"], f"{w_h[0]}x{w_h[1]}" if w_h else "?",
-                      format_bytes(r["size"]), r["cached"], _verification(r["files"]),
+                      format_bytes(r["size"]), m.cached_text(e), _verification(r["files"]),
                       _files_text([f["path"] for f in r["files"]])))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     for row in table:
         typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+    lacking = [r["name"] for r in rows if r["needs_ops"]]
+    if lacking:
+        ops = sorted({op for r in rows for op in r["needs_ops"]})
+        several = len(lacking) > 1
+        say(f"note: {', '.join(lacking)} need{'' if several else 's'} the custom operator(s) "
+            f"{', '.join(ops)}, which the installed TFLite runtime ({', '.join(_runtimes()) or 'none'}) "
+            f"lacks: {'they' if several else 'it'} will not run here")
     say(f"{len(rows)} model(s) from {reg.source}@{reg.commit[:12]}; cache: {m.models_dir()}; "
         "`edgeapp models pull NAME` fetches one, or name it as MODEL in any command")
 
@@ -84,6 +92,9 @@ def pull_command(
     for entry in entries:
         with DownloadReporter() as rep:
             pulled = m.pull(entry, reg, edgetpu=edgetpu, reporter=rep)
+        lacking = m.missing_ops(entry)
+        if lacking:
+            say("warning: " + m.missing_ops_note(entry, lacking, _runtimes()))
         files = [{"role": f.role, "path": str(f.path), "how": f.how, "verified_by": f.ref.verified_by}
                  for f in pulled.files]
         docs.append({"name": entry.name, "task": entry.task, "files": files,
@@ -154,9 +165,18 @@ def _model_doc(entry, reg) -> dict:
     size = entry.size
     if size is None and all(f["cached"] for f in files):
         size = sum(Path(f["local"]).stat().st_size for f in files)
+    roles = m.cached_roles(entry)
     return {"name": entry.name, "task": entry.task, "description": entry.description,
             "input": list(entry.input) if entry.input else _cached_input(entry),
-            "size": size, "cached": _cached_text(entry, files), "files": files}
+            "size": size, "cached": m.cached_text(entry) == "yes", "cached_models": roles,
+            "needs_ops": m.missing_ops(entry), "files": files}
+
+
+def _runtimes() -> List[str]:
+    """The installed TFLite runtimes, named with their versions (none is imported)."""
+    from edgeapp.hw.runtime import available_runtimes, runtime_version
+
+    return [f"{name} {runtime_version(name)}" for name in available_runtimes()]
 
 
 def _cached_input(entry) -> Optional[List[int]]:
@@ -174,18 +194,6 @@ def _cached_input(entry) -> Optional[List[int]]:
     except (InvalidModel, IndexError):
         return None
     return [int(shape[2]), int(shape[1])] if len(shape) == 4 else None
-
-
-def _cached_text(entry, files: List[dict]) -> str:
-    have = {f["role"] for f in files if f["cached"]}
-    if not have:
-        return "-"
-    if len(have) == len(files):
-        return "yes"
-    models = have - {"labels"}
-    if len(models) == 1 and (not entry.labels or "labels" in have):
-        return models.pop()  # "cpu" after --cpu-only, "edgetpu" after --device edgetpu
-    return "partial"
 
 
 def _verification(files: List[dict]) -> str:

@@ -1,5 +1,6 @@
 """Options shared by several commands, and the one place errors become exit codes."""
 
+import contextlib
 import functools
 import os
 import sys
@@ -7,7 +8,7 @@ import traceback
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Iterator, List, Optional, Tuple, TypeVar
 
 import typer
 from typing_extensions import Annotated
@@ -66,8 +67,9 @@ RuntimeOpt = Annotated[Optional[RuntimeName], typer.Option(
     "--runtime", help="Force a TFLite runtime (default: the global --runtime, else the best installed).",
     show_default=False)]
 CpuModelOpt = Annotated[Optional[Path], typer.Option(
-    "--cpu-model", help="CPU twin to run when a *_edgetpu.tflite model cannot use the Edge TPU "
-                        "(default: X.tflite beside X_edgetpu.tflite).", show_default=False)]
+    "--cpu-model", metavar="FILE",
+    help="CPU twin to run when a *_edgetpu.tflite model cannot use the Edge TPU (default: "
+         "X.tflite beside X_edgetpu.tflite).", show_default=False)]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", min=1, max=MAX_THREADS,
     help="Interpreter threads for CPU inference. Default: one single-thread interpreter per usable "
@@ -93,16 +95,17 @@ TpuReconnectOpt = Annotated[float, typer.Option(
 
 
 LabelsOpt = Annotated[Optional[Path], typer.Option(
-    "--labels", "-l", help="Labels file (`0 cat`, `0:cat` or one label per line). "
-                           "Default: the model's sidecar JSON or embedded metadata.",
-    show_default=False)]
+    "--labels", "-l", metavar="FILE",
+    help="Labels file (`0 cat`, `0:cat` or one label per line). Default: the model's sidecar "
+         "JSON or embedded metadata.", show_default=False)]
 MeanOpt = Annotated[Optional[float], typer.Option(
     "--mean", help="Input normalization: the float model takes (pixel − mean)/std. "
                    "Default: the model's metadata, else 128.", show_default=False)]
 StdOpt = Annotated[Optional[float], typer.Option(
     "--std", help="See --mean. Default: the model's metadata, else 128.", show_default=False)]
 OutputOpt = Annotated[Optional[Path], typer.Option(
-    "--output", "-o", help="Write results to FILE instead of stdout.", show_default=False)]
+    "--output", "-o", metavar="FILE", help="Write results to FILE instead of stdout.",
+    show_default=False)]
 ResumeOpt = Annotated[bool, typer.Option(
     "--resume", help="Skip inputs already in --output (after a killed or failed run).")]
 ResizeOpt = Annotated[ResizeMode, typer.Option(
@@ -185,8 +188,11 @@ def placement(ctx: typer.Context):
     p = ctx.params
     cpu_model = p.get("cpu_model")
     performance = p.get("performance")
+    runtime = resolve_runtime(ctx, p.get("runtime"))
+    if runtime == "tensorflow":  # imported here, its native start-up lines filtered
+        quiet_import_runtime(runtime)
     return Placement(resolve_device(ctx, p.get("device")), str(cpu_model) if cpu_model else None,
-                     resolve_runtime(ctx, p.get("runtime")), p.get("threads"),
+                     runtime, p.get("threads"),
                      not p.get("no_probe", False), CpuKernels(p.get("cpu_kernels") or "fast").value,
                      performance=Performance(performance).value if performance else None,
                      reconnect=float(p.get("tpu_reconnect") or 0.0))
@@ -208,6 +214,59 @@ def check_common(params: dict, options: dict) -> None:
             + ("nothing will pass it" if threshold > 1 else "everything passes it"))
     if params.get("device") is not None and not str(params["device"]).strip():
         raise UsageError("--device is empty: give auto, cpu, edgetpu, usb, usb:N, pci:N, a list or all")
+    ignored = ignored_cpu_model(params.get("model"), params.get("cpu_model"))
+    if ignored:
+        say(f"warning: {ignored}")
+
+
+def quiet_import_runtime(name: str) -> None:
+    """Import runtime `name` once with its native start-up lines (TensorFlow's absl and oneDNN
+    notices, written straight to fd 2) filtered out; later imports find it loaded."""
+    from edgeapp.hw.native_stderr import filtered_native_stderr
+    from edgeapp.hw.runtime import import_runtime
+
+    try:
+        with filtered_native_stderr():
+            import_runtime(name)
+    except ImportError:
+        pass  # said properly where the runtime is opened
+
+
+def ignored_cpu_model(model: Optional[Path], cpu_model: Optional[Path]) -> Optional[str]:
+    """--cpu-model is the CPU twin of a compiled model: given with a model that is not compiled
+    for the Edge TPU it changes nothing, which the user should hear."""
+    if cpu_model is None or model is None or not Path(model).is_file():
+        return None  # a Coral model's name: its twin is pulled with it
+    from edgeapp.core.tflite.model import load_model
+
+    try:
+        compiled = load_model(model).is_edgetpu_compiled
+    except EdgeappError:
+        return None  # said when it is opened
+    if compiled:
+        return None
+    return (f"--cpu-model {cpu_model} is ignored: {model} is not compiled for the Edge TPU, so "
+            "it runs itself on the CPU (--cpu-model is the CPU twin of a *_edgetpu.tflite model)")
+
+
+def check_exclusive(ctx: typer.Context, first: str, second: str, why: str) -> None:
+    """A usage error when both options were typed (a default is no contradiction), e.g. bench's
+    `check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of --runs")`."""
+    from edgeapp.errors import UsageError
+
+    if given(ctx, first) and given(ctx, second):
+        raise UsageError(f"{_flag(first)} and {_flag(second)} contradict each other ({why}): "
+                         "give one")
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave option `name` (command line or environment), not its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def results_format(fmt, output: Optional[Path]):
@@ -242,6 +301,36 @@ def say(message: str) -> None:
     typer.echo(f"edgeapp: {message}", err=True)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what the user needs to hear: what was kept and how to go on."""
+
+
+@contextlib.contextmanager
+def resumable(writer: Any, params: dict) -> Iterator[None]:
+    """A batch writing through `writer`: Ctrl-C says how many results it wrote, and where, and
+    how to go on without redoing them."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(resume_hint(writer.written, params.get("output"), writer.fmt,
+                                      writer.kept)) from None
+
+
+def resume_hint(written: int, output: Optional[Path], fmt: Any, kept: int = 0) -> str:
+    """`12 result(s) written to out.jsonl; run the same command with --resume to go on`."""
+    from edgeapp.sinks.records import Format
+
+    if output is None:
+        return (f"{written} result(s) written to stdout; to be able to resume a batch, write its "
+                "results to a file: --output results.jsonl (or .csv), then run the same command "
+                "with --resume")
+    where = f"{written} result(s) written to {output}" + (f" ({kept} from before)" if kept else "")
+    if Format(fmt) == Format.table:
+        return (f"{where}; the table format cannot be resumed: next time use --output with a "
+                ".jsonl or .csv name (or --format jsonl), then --resume goes on where it stopped")
+    return f"{where}; run the same command with --resume to go on without redoing them"
+
+
 def cli_errors(fn: F) -> F:
     """Map library errors to a one-line message and the documented exit code."""
 
@@ -252,8 +341,8 @@ def cli_errors(fn: F) -> F:
         except EdgeappError as e:
             say(f"error: {e}")
             raise typer.Exit(int(e.exit_code)) from None
-        except KeyboardInterrupt:
-            say("interrupted")
+        except KeyboardInterrupt as e:
+            say(f"interrupted: {e}" if isinstance(e, Interrupted) and str(e) else "interrupted")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:  # `edgeapp classify ... | head`
             _silence_stdout()

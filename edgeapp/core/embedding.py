@@ -95,3 +95,22 @@ def require_extractor(model: Model, label_count: Optional[int] = None,
     if why:
         raise InvalidModel(f"{name} outputs class scores, not an embedding ({why}): {_HINT}")
     return depth
+
+
+POOLING = frozenset({"AVERAGE_POOL_2D", "MEAN", "L2_NORMALIZATION"})
+
+
+def embedding_note(model: Model) -> Optional[str]:
+    """Why a one-output model's values are no class scores (it ends in a global pooling, as an
+    embedding extractor does), or None when they may be."""
+    if len(model.outputs) != 1:
+        return None
+    source = output_source(model, model.outputs[0])
+    if source is None or source.op not in POOLING:
+        return None
+    size = 1
+    for d in model.output_tensors[0].shape:
+        size *= max(int(d), 1)
+    return (f"{model.path} looks like an embedding model: its output ({size} values) comes from "
+            f"{source.op}, not from a classifier layer, so the 'scores' below are feature values, "
+            "not class probabilities; `edgeapp retrain` puts a classifier on it")

@@ -40,6 +40,26 @@ def max_pixels() -> int:
     return value
 
 
+def allow_pixels(limit: int) -> int:
+    """Pillow refuses images over its own MAX_IMAGE_PIXELS (89 megapixels, an error at twice
+    that) before edgeapp could say anything: raise Pillow's limit to ours, never lower it (a
+    program using the API may have raised it further), so EDGEAPP_MAX_PIXELS decides and the
+    refusal is edgeapp's."""
+    from PIL import Image
+
+    if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < limit:
+        Image.MAX_IMAGE_PIXELS = limit
+    return limit
+
+
+def _pixels_in(pillow_message: str) -> str:
+    """"Image size (400000000 pixels) exceeds ..." -> "a 400-megapixel image "."""
+    import re
+
+    m = re.search(r"\((\d+) pixels\)", pillow_message)
+    return f"a {int(m.group(1)) / 1e6:.0f}-megapixel image " if m else "the image "
+
+
 def _quiet_pillow() -> None:
     """Pillow's warnings (decompression bomb, odd EXIF or palettes) never reach stderr: the
     pixel limit above makes the bomb a record error, the rest change nothing we output.
@@ -64,7 +84,7 @@ def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, in
     if not isinstance(source, (str, bytes, os.PathLike)):  # already decoded (Python API callers)
         return to_mode(_decoded(source), "RGB" if channels == 3 else "L")
     _quiet_pillow()
-    limit = max_pixels()
+    limit = allow_pixels(max_pixels())
     name = "<bytes>" if isinstance(source, bytes) else str(source)
     if not isinstance(source, bytes) and os.path.exists(source) and not os.path.isfile(source):
         # a FIFO or device would block the reader thread in open(), beyond Ctrl-C's reach
@@ -79,15 +99,21 @@ def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, in
             img.draft("RGB" if channels == 3 else "L", draft_size)
         img.load()
         img = ImageOps.exif_transpose(img)
-        return to_mode(img, "RGB" if channels == 3 else "L")
+    except Image.DecompressionBombError as e:  # only past twice the limit: Pillow's own check
+        raise InputError(f"{name}: {_pixels_in(str(e))}is over the {limit / 1e6:g}-megapixel limit; "
+                         f"set {MAX_PIXELS_ENV} to allow it") from None
     except FileNotFoundError:
         raise InputError(f"{name}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{name}: is a folder") from None
     except UnidentifiedImageError:
         raise InputError(f"{name}: not an image (or a format Pillow cannot read)") from None
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+    except (OSError, SyntaxError, ValueError) as e:
         raise InputError(f"{name}: cannot decode image ({e})") from None
+    try:
+        return to_mode(img, "RGB" if channels == 3 else "L")
+    except InputError as e:  # pixels no image has (NaN)
+        raise InputError(f"{name}: {e}") from None
 
 
 def to_mode(img, mode: str):
@@ -101,6 +127,10 @@ def to_mode(img, mode: str):
         img = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), "L")
     elif img.mode == "F":
         a = np.asarray(img, dtype=np.float64)
+        if not np.isfinite(a).all():  # casting NaN to uint8 is undefined (numpy warns)
+            bad = int(np.count_nonzero(~np.isfinite(a)))
+            raise InputError(f"float image with {bad} NaN or infinite pixel value(s): no pixels "
+                             "to classify")
         if a.max(initial=0) <= 1.0:
             a = a * 255.0
         img = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), "L")

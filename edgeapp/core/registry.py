@@ -60,6 +60,9 @@ class ModelEntry:
     labels: Optional[FileRef]
     segments: tuple[FileRef, ...]  # pipelined models: one compiled file per Edge TPU
     preprocessing: Union[str, dict]  # "raw" (pixels as they are) or {"mean": m, "std": s}
+    # custom operators the model needs beyond TFLite's builtins and the Edge TPU's own
+    # (PoseNet's PosenetDecoderOp): no stock TFLite runtime has them
+    custom_ops: tuple[str, ...] = ()
 
     @property
     def is_pipeline(self) -> bool:
@@ -173,6 +176,9 @@ def _model_entry(name: str, m: Any, files: dict[str, FileRef], bad: _Bad) -> Mod
     if pre != "raw" and not (isinstance(pre, dict) and all(
             isinstance(pre.get(k), (int, float)) for k in ("mean", "std")) and pre["std"] != 0):
         raise bad(f"model {name!r}: preprocessing must be \"raw\" or {{\"mean\": m, \"std\": s}}")
+    ops = m.get("custom_ops", [])
+    if not (isinstance(ops, list) and all(isinstance(o, str) and o for o in ops)):
+        raise bad(f"model {name!r}: custom_ops must be a list of operator names")
 
     def ref(p: Any, role: str) -> Optional[FileRef]:
         if p is None:
@@ -184,7 +190,7 @@ def _model_entry(name: str, m: Any, files: dict[str, FileRef], bad: _Bad) -> Mod
     segments = tuple(ref(s, "segment") for s in m.get("segments") or ())
     entry = ModelEntry(name, task, tuple(size) if size else None, str(m.get("description", "")),
                        ref(m.get("cpu"), "cpu"), ref(m.get("edgetpu"), "edgetpu"),
-                       ref(m.get("labels"), "labels"), segments, pre)  # type: ignore[arg-type]
+                       ref(m.get("labels"), "labels"), segments, pre, tuple(ops))  # type: ignore[arg-type]
     if not (entry.cpu or entry.edgetpu or entry.segments):
         raise bad(f"model {name!r} has no model file (cpu, edgetpu or segments)")
     return entry

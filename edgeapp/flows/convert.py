@@ -7,11 +7,8 @@ cannot run) and calibration images go through `preprocess`, exactly as `classify
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import re
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +33,12 @@ class Dataset:
 
 
 def _tf():
+    from edgeapp.hw.native_stderr import filtered_native_stderr
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        import tensorflow as tf
+        with filtered_native_stderr():  # absl's and oneDNN's start-up lines, past the log level
+            import tensorflow as tf
     except ImportError:
         raise MissingDependency("convert needs TensorFlow: pip install 'edgeapp[convert]'") from None
     return tf
@@ -190,42 +190,6 @@ def check_dataset_source(source: Path, option: str) -> None:
         raise UsageError(f"{option} {source}: not found (a folder of images or an .npy file)")
 
 
-_NATIVE_NOISE = ("fully_quantize:", "WARNING: All log messages before absl::InitializeLog()",
-                 "Estimated count of arithmetic ops")
-
-
-@contextlib.contextmanager
-def _native_stderr_filtered():
-    """TensorFlow's C++ converter writes `fully_quantize: 0, inference_type: 6 ...` straight to
-    fd 2. Capture fd 2 around the call and echo only what is not routine; Python's sys.stderr
-    (our messages, the progress bar) keeps the real stderr meanwhile."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    with tempfile.TemporaryFile() as tmp:
-        sys.stderr.flush()
-        python_stderr = sys.stderr
-        direct = os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace")
-        os.dup2(tmp.fileno(), 2)
-        sys.stderr = direct
-        try:
-            yield
-        finally:
-            direct.flush()
-            sys.stderr = python_stderr
-            direct.close()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            text = tmp.read().decode("utf-8", "replace")
-            for line in text.splitlines():
-                if line.strip() and not line.lstrip().startswith(_NATIVE_NOISE) and \
-                        not re.match(r"^[IW]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\]", line):
-                    sys.stderr.write(line + "\n")
-
-
 def quantize(model: FloatModel, calibration: np.ndarray, out: Path, io_type: str = "uint8",
              progress: Optional[Callable[[], None]] = None) -> Model:
     """Full-integer post-training quantization; returns the validated TFLite graph.
@@ -234,6 +198,8 @@ def quantize(model: FloatModel, calibration: np.ndarray, out: Path, io_type: str
     rename), so a failed conversion leaves no float model behind and an older model intact.
     `progress` is called once per calibration sample.
     """
+    from edgeapp.hw.native_stderr import filtered_native_stderr
+
     tf = _tf()
     dtypes = {"uint8": tf.uint8, "int8": tf.int8, "float32": tf.float32}
 
@@ -252,7 +218,7 @@ def quantize(model: FloatModel, calibration: np.ndarray, out: Path, io_type: str
         converter.inference_input_type = dtypes[io_type]
         converter.inference_output_type = dtypes[io_type]
         try:
-            with _native_stderr_filtered():
+            with filtered_native_stderr():
                 flatbuffer = converter.convert()
         except Exception as e:  # the converter raises ConverterError and friends
             raise ConvertError(f"TFLite converter failed: {_first_line(e)}") from None
@@ -266,10 +232,13 @@ def quantize(model: FloatModel, calibration: np.ndarray, out: Path, io_type: str
 
 
 def _write_atomic(out: Path, data: bytes) -> None:
+    """Through a temporary file and a rename; the model gets the mode any new file gets (the
+    user's umask), not mkstemp's private 0600."""
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".partial")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, out)
     except OSError as e:
         try:
@@ -277,6 +246,13 @@ def _write_atomic(out: Path, data: bytes) -> None:
         except OSError:
             pass
         raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+
+
+def current_umask() -> int:
+    """The process umask (there is no way to read it without setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def non_integer_ops(model: Model, io_type: str = "uint8") -> list[str]:

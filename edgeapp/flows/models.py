@@ -271,6 +271,55 @@ def _write_sidecar(entry: ModelEntry, reg: Registry, pulled: Pulled,
         raise write_error(target, e) from None
 
 
+# --- what is cached, and what will run ----------------------------------------------------------
+
+def cached_roles(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> list[str]:
+    """The model files (cpu, edgetpu, segmentN) present in the cache: a labels file, which
+    several models share, makes no model cached."""
+    return [role for role, ref in entry.files() if role != "labels" and local_path(ref, env).is_file()]
+
+
+def cached_text(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> str:
+    """`models list`'s CACHED column: yes, -, cpu or edgetpu (one of the pair), partial."""
+    have = cached_roles(entry, env)
+    wanted = [role for role, _ in entry.files() if role != "labels"]
+    if not have:
+        return "-"
+    if len(have) == len(wanted):
+        return "yes"
+    return have[0] if len(have) == 1 and not entry.is_pipeline else "partial"
+
+
+# Custom operators the TFLite runtimes edgeapp uses provide (or the Edge TPU delegate runs).
+PROVIDED_OPS = frozenset({"TFLite_Detection_PostProcess", "edgetpu-custom-op"})
+
+
+def missing_ops(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> list[str]:
+    """Custom operators the model needs that no TFLite runtime edgeapp uses has (PoseNet's
+    decoder): what the registry says, and what its cached files hold."""
+    from edgeapp.core.tflite.model import load_model
+
+    ops = list(entry.custom_ops)
+    for role, ref in entry.files():
+        path = local_path(ref, env)
+        if role == "labels" or not path.is_file():
+            continue
+        try:
+            ops += [op.op for op in load_model(path).operators if op.is_custom]
+        except InvalidModel:
+            continue  # said when it is used
+    return sorted(set(ops) - PROVIDED_OPS)
+
+
+def missing_ops_note(entry: ModelEntry, ops: list[str], runtimes: list[str]) -> str:
+    """One line: which model needs what that the installed runtime lacks, and what to use."""
+    have = ", ".join(runtimes) or "no TFLite runtime"
+    alternative = "; MoveNet models (movenet_lightning, movenet_thunder) run everywhere" \
+        if entry.task == "pose" else ""
+    return (f"{entry.name} needs the custom operator(s) {', '.join(ops)}, which the installed "
+            f"TFLite runtime ({have}) lacks: `edgeapp {entry.task}` will refuse it{alternative}")
+
+
 # --- MODEL arguments that name a registry model ------------------------------------------------
 
 def looks_like_name(text: str) -> bool:

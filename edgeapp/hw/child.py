@@ -193,18 +193,8 @@ def _collect(pid: int, fd: int, timeout: float, ready_timeout: float,
                 break
             if line is None:
                 break
-            if not line.startswith(MARK):
-                continue
-            word, _, rest = line[len(MARK):].partition(" ")
-            if word == "ready":
-                out.ready, deadline = True, time.monotonic() + timeout
-            elif word == "stage":
-                out.stage = rest
-            elif word == "library":
-                info = json.loads(rest)
-                out.library, out.edgetpu_version = info.get("path"), info.get("version")
-            elif word == "result":
-                out.result = json.loads(rest)
+            if _take(out, line) == "ready":
+                deadline = time.monotonic() + timeout
     except BaseException:  # Ctrl-C while waiting: the child goes too
         _kill(pid, proc)
         reader.join(timeout=5)
@@ -214,6 +204,23 @@ def _collect(pid: int, fd: int, timeout: float, ready_timeout: float,
     out.returncode = proc.wait() if proc is not None else _reap(pid)
     reader.join(timeout=5)
     return out
+
+
+def _take(out: ChildResult, line: str) -> Optional[str]:
+    """Record one of the child's lines in `out`; return its word (None: not the child's)."""
+    if not line.startswith(MARK):
+        return None
+    word, _, rest = line[len(MARK):].partition(" ")
+    if word == "ready":
+        out.ready = True
+    elif word == "stage":
+        out.stage = rest
+    elif word == "library":
+        info = json.loads(rest)
+        out.library, out.edgetpu_version = info.get("path"), info.get("version")
+    elif word == "result":
+        out.result = json.loads(rest)
+    return word
 
 
 def _kill(pid: int, proc: Optional[subprocess.Popen]) -> None:

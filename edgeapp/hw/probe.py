@@ -13,7 +13,9 @@ check costs once per file:
   the library's SHA-256 ("pass", "crash", "hang", or "invalid" with the runtime's message);
 - a pair verdict (runtime, Edge TPU library) by the library's SHA-256: a library that crashes
   whatever the model makes the Edge TPU unavailable ("pass", "crash", "hang").
-A clean failure that depends on the machine (no Edge TPU plugged in) is never cached.
+A clean failure that depends on the machine (no Edge TPU plugged in) is never cached, and
+neither is a crash or hang that edgeapp's own known-good model (known_good.py) suffers too: then
+the runtime is broken on this machine, said as such, and no file is blamed.
 
 The child is a fork of this process when no other Python thread runs (Linux; no imports to
 repeat), else `python -I` (isolated: the working directory is not on sys.path) with edgeapp's
@@ -61,7 +63,8 @@ def trusted() -> bool:
 
 
 def ensure_model_runs(runtime: Any, model_path: str) -> None:
-    """Return when `model_path` may be run on the CPU in this process; raise InvalidModel if not."""
+    """Return when `model_path` may be run on the CPU in this process; raise InvalidModel if not
+    (MissingDependency when the runtime itself dies on every model)."""
     from edgeapp.errors import InvalidModel
 
     if trusted():
@@ -73,10 +76,32 @@ def ensure_model_runs(runtime: Any, model_path: str) -> None:
         verdict = verdict.cached()
     else:
         verdict = _judge_model(runtime, model_path, probe(runtime, model_path))
+        if verdict.status in ("crash", "hang"):
+            blame_a_broken_runtime(runtime, model_path)
         if verdict.cacheable:
             cache.put_model(key, verdict, model_path)
     if verdict.status != "pass":
         raise InvalidModel(verdict.message)
+
+
+def blame_a_broken_runtime(runtime: Any, model_path: str) -> None:
+    """`model_path` crashed (or hung) the runtime: raise MissingDependency, caching nothing,
+    when edgeapp's own known-good model does the same, for then the runtime is at fault."""
+    from edgeapp.errors import MissingDependency
+    from edgeapp.hw.known_good import known_good_file
+
+    with known_good_file() as good:
+        r = probe(runtime, good)
+    if not (r.hung or r.died):
+        return  # the runtime runs a good model: the file is to blame
+    how = f"no answer in {r.timeout:g} s" if r.hung else r.how
+    stage = f" while {r.stage}" if r.stage else ""
+    raise MissingDependency(
+        f"the TFLite runtime {runtime.name} {runtime.version} dies on every model here, also on "
+        f"edgeapp's own known-good one ({how}{stage}), so {model_path} is not to blame and no "
+        "verdict was cached against it; the runtime does not work on this machine (seen when the "
+        "CPU it detects is not the one it runs on): `edgeapp doctor` checks the install; "
+        f"reinstall it (pip install --force-reinstall {runtime.name}) or try another with --runtime")
 
 
 def ensure_probed(runtime: Any, spec: Any, model_path: str, load_delegate: Callable[[], Any], *,
@@ -103,21 +128,7 @@ def ensure_probed(runtime: Any, spec: Any, model_path: str, load_delegate: Calla
     if known is not None and known.status != "pass":
         raise DeviceUnavailable(known.cached().message)
     if known is None:  # the pairing table, before any delegate is created (a cached pass outranks it)
-        label = read_label(runtime, name)
-        if label.hung or label.died:
-            how = f"hung: no answer in {label.timeout:g} s" if label.hung else f"killed by {label.how}"
-            target = pair or Pair(runtime.name, runtime.version, label.library or name, "")
-            verdict = Verdict("hang" if label.hung else "crash",
-                              crash_message(target, None, f"{how} while loading it"), None, None,
-                              label.probed_at, label.stage)
-            if pair is not None:
-                cache.put(pair, verdict)
-            raise DeviceUnavailable(verdict.message)
-        if label.result is None or label.result.get("status") != "pass":
-            raise DeviceUnavailable((label.result or {}).get("message") or f"cannot load {name}")
-        refusal = known_crash(path or label.library or name, label.edgetpu_version, runtime)
-        if refusal:
-            raise DeviceUnavailable(refusal)
+        _check_pairing(runtime, name, path, pair, cache)
     key = None
     if pair is not None and check_model and not trusted():
         key = ModelKey(cache.sha256(model_path), runtime.name, runtime.version, pair.sha256)
@@ -128,23 +139,69 @@ def ensure_probed(runtime: Any, spec: Any, model_path: str, load_delegate: Calla
             return
     elif known is not None:  # pair passed; this model is not to be checked
         return
+    _probe_delegate(runtime, spec, model_path, load_delegate, _Probing(name, cache, pair, known, key))
+
+
+class _Probing:
+    """What ensure_probed knows when it has to run the delegate probe."""
+
+    def __init__(self, library: str, cache: VerdictCache, pair: Optional[Pair], known: Optional[Verdict],
+                 key: Optional[ModelKey]) -> None:
+        self.library, self.cache, self.pair, self.known, self.key = library, cache, pair, known, key
+
+
+def _check_pairing(runtime: Any, name: str, path: Optional[str], pair: Optional[Pair],
+                   cache: VerdictCache) -> None:
+    """The library's build label read in a child, then the pairing table: DeviceUnavailable when
+    the library dies while loading, fails to load, or is a build known to crash this runtime."""
+    from edgeapp.errors import DeviceUnavailable
+
+    label = read_label(runtime, name)
+    if label.hung or label.died:
+        how = f"hung: no answer in {label.timeout:g} s" if label.hung else f"killed by {label.how}"
+        target = pair or Pair(runtime.name, runtime.version, label.library or name, "")
+        verdict = Verdict("hang" if label.hung else "crash",
+                          crash_message(target, None, f"{how} while loading it"), None, None,
+                          label.probed_at, label.stage)
+        if pair is not None:
+            cache.put(pair, verdict)
+        raise DeviceUnavailable(verdict.message)
+    if label.result is None or label.result.get("status") != "pass":
+        raise DeviceUnavailable((label.result or {}).get("message") or f"cannot load {name}")
+    refusal = known_crash(path or label.library or name, label.edgetpu_version, runtime)
+    if refusal:
+        raise DeviceUnavailable(refusal)
+
+
+def _probe_delegate(runtime: Any, spec: Any, model_path: str, load_delegate: Callable[[], Any],
+                    p: _Probing) -> None:
+    """Run the model with the delegate in a child; cache what that proved (of the pair, of this
+    model), and raise what it means for this run."""
+    from edgeapp.errors import DeviceUnavailable, InvalidModel
+
     device = spec.text if spec.kind == "edgetpu" else "edgetpu"
-    result = probe(runtime, model_path, device, library=name, load_delegate=load_delegate)
+    result = probe(runtime, model_path, device, library=p.library, load_delegate=load_delegate)
+    pair = p.pair
     if pair is None and result.library:  # the loader found it where we could not: key it now
         pair = Pair.of(runtime.name, runtime.version, result.library)
-    verdict = _judge_delegate(runtime, model_path, result, pair, known)
+    verdict = _judge_delegate(runtime, model_path, result, pair, p.known)
+    if verdict.status in ("crash", "hang") and pair is not None:
+        blame_a_broken_runtime(runtime, model_path)  # dies without the delegate too: not the pair
+    model_fault = False
     if verdict.status in ("pass", "crash", "hang") and pair is not None:
-        is_pair_fault = verdict.status != "pass" and (known is None or result.stage in _LIBRARY_STAGES)
-        if verdict.status == "pass" or is_pair_fault:
-            cache.put(pair, Verdict(verdict.status, verdict.message, result.edgetpu_version,
-                                    verdict.model, verdict.probed_at, verdict.stage))
-        if verdict.status != "pass" and not is_pair_fault:
-            verdict = Verdict(verdict.status, _model_crash_message(runtime, model_path, result, delegate=True),
-                              verdict.edgetpu_version, verdict.model, verdict.probed_at, verdict.stage)
-        if key is not None and (verdict.status == "pass" or not is_pair_fault):
-            cache.put_model(key, verdict, model_path)
-        if verdict.status != "pass" and not is_pair_fault:
-            raise InvalidModel(verdict.message)
+        model_fault = verdict.status != "pass" and p.known is not None and \
+            result.stage not in _LIBRARY_STAGES
+        if not model_fault:  # a pass, or the pair's fault whatever the model
+            p.cache.put(pair, Verdict(verdict.status, verdict.message, result.edgetpu_version,
+                                      verdict.model, verdict.probed_at, verdict.stage))
+        else:
+            message = _model_crash_message(runtime, model_path, result, delegate=True)
+            verdict = Verdict(verdict.status, message, verdict.edgetpu_version, verdict.model,
+                              verdict.probed_at, verdict.stage)
+        if p.key is not None and (verdict.status == "pass" or model_fault):
+            p.cache.put_model(p.key, verdict, model_path)
+    if model_fault:
+        raise InvalidModel(verdict.message)
     if verdict.status != "pass":
         raise DeviceUnavailable(verdict.message)
 

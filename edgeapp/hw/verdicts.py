@@ -132,6 +132,31 @@ class VerdictCache:
     def model_entries(self) -> dict[str, dict]:
         return self._load()["models"]
 
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Cached verdicts by kind and status: {"pairs": {"pass": 1}, "models": {"crash": 5}}."""
+        data = self._load()
+        out: dict[str, dict[str, int]] = {}
+        for kind, field in (("pairs", "verdicts"), ("models", "models")):
+            statuses = [str(e.get("status")) for e in data[field].values() if isinstance(e, dict)]
+            out[kind] = {s: statuses.count(s) for s in sorted(set(statuses))}
+        return out
+
+    def describe(self) -> str:
+        """Every cached verdict edgeapp acts on, in one phrase (doctor's probe-cache line):
+        `6 cached verdict(s): Edge TPU pairs pass 1; model files crash 5 (refused until
+        `edgeapp doctor --forget-probes`) in PATH`."""
+        counts = self.counts()
+        total = sum(sum(c.values()) for c in counts.values())
+        if not total:
+            return f"no cached probe or model-check verdicts in {self.path}"
+        parts = []
+        for kind, label in (("pairs", "Edge TPU pairs"), ("models", "model files")):
+            if counts[kind]:
+                parts.append(f"{label} " + ", ".join(f"{s} {n}" for s, n in counts[kind].items()))
+        refused = total - sum(c.get("pass", 0) for c in counts.values())
+        note = f" ({refused} refused until `edgeapp doctor --forget-probes`)" if refused else ""
+        return f"{total} cached verdict(s): {'; '.join(parts)}{note} in {self.path}"
+
     def get(self, pair: Pair) -> Optional[Verdict]:
         return _verdict(self.entries().get(pair.key))
 

@@ -77,6 +77,7 @@ class RecordWriter:
         self.fmt, self.columns, self.rows, self.table = fmt, columns, rows, table
         self.output = output
         self.done: set[str] = set()
+        self.written = 0  # records written by this run
         self._fd: Optional[int] = None
         self._stream = stream or sys.stdout
         if resume and output is None:
@@ -86,10 +87,7 @@ class RecordWriter:
         if output is not None:
             if resume and output.exists():
                 self.done = prepare_resume(output, fmt, columns, check_models)
-            try:  # `-o results/today.csv` into a folder not made yet
-                output.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise UsageError(f"cannot create the folder of {output}: {e.strerror or e}") from None
+            make_parent_folder(output)
             flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if resume else os.O_TRUNC)
             try:
                 self._fd = os.open(output, flags, 0o644)
@@ -116,6 +114,12 @@ class RecordWriter:
                                for r in self.rows(record)))
         else:
             self._emit(self.table(record) + "\n")
+        self.written += 1
+
+    @property
+    def kept(self) -> int:
+        """Images already in the file when --resume opened it."""
+        return len({os.path.abspath(p) for p in self.done})
 
     def _emit(self, text: str | bytes) -> None:
         """One write per record (whole lines only, even if killed); file names that are not
@@ -149,6 +153,18 @@ class RecordWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def make_parent_folder(output: Path) -> None:
+    """`-o results/today.csv` into a folder not made yet; a file where a folder should be
+    (`-o photo.png/out.jsonl`) is said as such, not as mkdir's "File exists"."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        blocker = next((a for a in reversed(output.parents) if a.exists() and not a.is_dir()), None)
+        if blocker is not None:
+            raise UsageError(f"cannot write {output}: {blocker} is a file, not a folder") from None
+        raise UsageError(f"cannot create the folder of {output}: {e.strerror or e}") from None
 
 
 # CSV float formats by column: a Unix timestamp needs its 10 integer digits and milliseconds

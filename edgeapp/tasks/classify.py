@@ -39,13 +39,16 @@ class Classify(TaskKind):
         return output_quantization(engine)
 
     def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:
-        """Labels that do not fit the class vector."""
+        """An embedding extractor (its values are features, not class scores); labels that do
+        not fit the class vector."""
+        from edgeapp.core.embedding import embedding_note
         from edgeapp.core.labels import label_count_warning
 
         classes = int(np.prod(model.engine.outputs[0]["shape"]))
         source = f"--labels {labels_file}" if labels_file else "the model's labels"
-        note = label_count_warning(model.labels, classes, source)
-        return [note] if note else []
+        notes = [embedding_note(model.engine.model),
+                 label_count_warning(model.labels, classes, source)]
+        return [n for n in notes if n]
 
     def interpret(self, outputs, prepared: Prepared, plan: tuple, options: dict,
                   labels: Optional[dict]) -> Result:

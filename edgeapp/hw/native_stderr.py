@@ -1,0 +1,60 @@
+"""Native libraries' routine chatter kept off the user's terminal.
+
+TensorFlow writes straight to file descriptor 2 from C++, past Python's sys.stderr and past
+TF_CPP_MIN_LOG_LEVEL for what it logs before absl is initialised: `WARNING: All log messages
+before absl::InitializeLog() is called are written to STDERR`, then `I0000 ... port.cc:153]
+oneDNN custom operations are on ...` (twice per import), and the converter's `fully_quantize:
+0, inference_type: 6 ...`. `filtered_native_stderr` captures fd 2 around such a call and echoes
+only the lines that are not routine, so warnings and errors still reach the user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from typing import Iterator
+
+ROUTINE_PREFIXES = ("fully_quantize:", "WARNING: All log messages before absl::InitializeLog()",
+                    "Estimated count of arithmetic ops",
+                    "To enable the following instructions:")  # cpu_feature_guard's 2nd line
+# absl/glog lines of severity I(nfo) or W(arning): `I0000 00:00:1795463749.232396  5526 port.cc:153] `
+_ABSL_ROUTINE = re.compile(r"^[IW]\d{4} [\d:.]+ +\d+ \S+\.(?:cc|h):\d+\]")
+
+
+def is_routine(line: str) -> bool:
+    text = line.strip()
+    return not text or text.startswith(ROUTINE_PREFIXES) or bool(_ABSL_ROUTINE.match(text))
+
+
+@contextlib.contextmanager
+def filtered_native_stderr() -> Iterator[None]:
+    """Capture fd 2 for the block and echo its non-routine lines afterwards; Python's
+    sys.stderr (our messages, a progress bar) keeps writing to the real stderr meanwhile."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to protect
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        sys.stderr.flush()
+        python_stderr = sys.stderr
+        direct = os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace")
+        os.dup2(tmp.fileno(), 2)
+        sys.stderr = direct
+        try:
+            yield
+        finally:
+            direct.flush()
+            sys.stderr = python_stderr
+            direct.close()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+            for line in text.splitlines():
+                if not is_routine(line):
+                    sys.stderr.write(line + "\n")
+            sys.stderr.flush()
