@@ -319,3 +319,26 @@ def test_doctor_names_the_clock_mode_of_the_installed_build(tmp_path, standin_li
     assert "std build" in mode.detail and "libedgetpu1-max" in mode.fix
     usb = {c.detail.split()[0]: c for c in by_name(checks, "usb accelerator")}
     assert "(bootloader)" in usb["1a6e:089a"].detail and "(running)" in usb["18d1:9302"].detail
+
+
+def test_probe_cache_line_counts_the_model_verdicts_it_acts_on(tmp_path):
+    """Five crash verdicts on model files block those files: doctor says so (it used to count
+    only the delegate-probe pairs and report "no verdicts")."""
+    from edgeapp.flows.doctor import probe_cache_check
+    from edgeapp.hw.verdicts import ModelKey, Verdict, VerdictCache
+
+    cache_dir = tmp_path / "cache"
+    env = {"EDGEAPP_CACHE_DIR": str(cache_dir)}
+    assert probe_cache_check(env).status == OK
+    cache = VerdictCache(cache_dir)
+    for i in range(5):
+        cache.put_model(ModelKey(f"{i:064x}", "ai-edge-litert", "2.3.0"),
+                        Verdict("crash", f"m{i}.tflite crashes the runtime"), f"m{i}.tflite")
+    check = probe_cache_check(env)
+    assert check.status == WARN and "5 cached verdict(s)" in check.detail and "crash 5" in check.detail
+    assert "--forget-probes" in check.detail + (check.fix or "")
+
+
+def test_bench_refuses_runs_and_duration_together(cli, tiny_model):
+    r = cli("bench", tiny_model, "--runs", "5", "--duration", "0.5")
+    assert r.exit_code == ExitCode.USAGE and "--runs" in r.stderr and "--duration" in r.stderr

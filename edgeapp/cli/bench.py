@@ -17,6 +17,7 @@ from edgeapp.cli.options import (
     ReportFormat,
     ReportFormatOpt,
     RuntimeOpt,
+    check_exclusive,
     choices,
     cli_errors,
     finite,
@@ -110,6 +111,7 @@ def bench_command(
     """
     finite("--watts", watts)
     finite("--duration", duration)
+    check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of counting --runs")
     from edgeapp.flows.bench import run_bench, save_peaks
 
     dev = _device(ctx, device, synthetic)

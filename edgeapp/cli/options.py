@@ -189,8 +189,6 @@ def placement(ctx: typer.Context):
     cpu_model = p.get("cpu_model")
     performance = p.get("performance")
     runtime = resolve_runtime(ctx, p.get("runtime"))
-    if runtime == "tensorflow":  # imported here, its native start-up lines filtered
-        quiet_import_runtime(runtime)
     return Placement(resolve_device(ctx, p.get("device")), str(cpu_model) if cpu_model else None,
                      runtime, p.get("threads"),
                      not p.get("no_probe", False), CpuKernels(p.get("cpu_kernels") or "fast").value,
@@ -217,19 +215,6 @@ def check_common(params: dict, options: dict) -> None:
     ignored = ignored_cpu_model(params.get("model"), params.get("cpu_model"))
     if ignored:
         say(f"warning: {ignored}")
-
-
-def quiet_import_runtime(name: str) -> None:
-    """Import runtime `name` once with its native start-up lines (TensorFlow's absl and oneDNN
-    notices, written straight to fd 2) filtered out; later imports find it loaded."""
-    from edgeapp.hw.native_stderr import filtered_native_stderr
-    from edgeapp.hw.runtime import import_runtime
-
-    try:
-        with filtered_native_stderr():
-            import_runtime(name)
-    except ImportError:
-        pass  # said properly where the runtime is opened
 
 
 def ignored_cpu_model(model: Optional[Path], cpu_model: Optional[Path]) -> Optional[str]:

@@ -226,13 +226,15 @@ def pair_check(pair: Pair, build: Build, cache: VerdictCache, fix: str = PLAN_FI
 
 
 def probe_cache_check(env: Mapping[str, str]) -> Check:
-    """Every cached verdict, also of pairs no longer installed (`--format json` lists them)."""
+    """Every cached verdict edgeapp acts on: delegate-probe pairs and model-file checks, also of
+    pairs no longer installed (`--format json` lists them); a warning while any refuses."""
     cache = VerdictCache(cache_dir(env))
-    statuses = [e.get("status") for e in cache.entries().values()]
-    if not statuses:
-        return Check("probe cache", OK, f"no delegate-probe verdicts in {cache.path}")
-    counts = ", ".join(f"{s}: {statuses.count(s)}" for s in sorted(set(statuses)))
-    return Check("probe cache", OK, f"{len(statuses)} verdict(s) ({counts}) in {cache.path}")
+    counts = cache.counts()
+    refused = sum(n for c in counts.values() for s, n in c.items() if s != "pass")
+    if refused:
+        return Check("probe cache", WARN, cache.describe(),
+                     "`edgeapp doctor --forget-probes` after fixing the runtime or the files")
+    return Check("probe cache", OK, cache.describe())
 
 
 # --- compiler ------------------------------------------------------------------------------

@@ -97,8 +97,12 @@ def available_runtimes() -> list[str]:
 def import_runtime(name: str) -> Any:
     """The module object holding `Interpreter` for runtime `name`; ImportError when it has none."""
     module_name, attribute = RUNTIME_MODULES[name]
-    if name == "tensorflow":
+    if name == "tensorflow" and module_name not in sys.modules:
+        from edgeapp.hw.native_stderr import filtered_native_stderr
+
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # its start-up chatter is not ours
+        with filtered_native_stderr():  # what it writes to fd 2 before absl starts, too
+            importlib.import_module(module_name)
     module = importlib.import_module(module_name)
     for part in filter(None, attribute.split(".")):
         module = getattr(module, part, None)
