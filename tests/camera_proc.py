@@ -1,9 +1,14 @@
-"""Helpers for the live view and MQTT tests: real OpenCV test videos and `edgeapp camera` run as a
-user runs it (a subprocess), with its stderr read as it comes so a test can wait for a line.
+"""Helpers for the live view and MQTT tests: real OpenCV test videos, an endless camera stream,
+and `edgeapp camera` run as a user runs it (a subprocess), with its stderr read as it comes so
+a test can wait for a line.
 
 Videos: MJPG in AVI, like tests/test_camera.py. Every frame carries a gray bar at its right edge
 whose length tells its index (`marker_index`; no model sees gray as a class or an object), so
 a test can tell which frame an encoded JPEG shows.
+
+`StreamServer`: what an IP camera serves, MJPEG over HTTP, without end. A camera reading it
+runs until the test stops it, however slow the machine: a video file would end after its
+length in real time whatever the tests still had to do.
 """
 
 from __future__ import annotations
@@ -15,11 +20,12 @@ import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-from conftest import ROOT
+from conftest import CLASSES, ROOT
 
 W, H = 320, 240
 BGR = {"blue": 0, "green": 1, "red": 2}
@@ -69,6 +75,58 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path:
     return path
 
 
+class StreamServer:
+    """An endless MJPEG stream on 127.0.0.1 at `fps`: `frame(i)` makes frame i (default: the
+    colour classes in turn, a second each, with the index marker). Each connection starts at
+    frame 0; `served` counts the frames sent."""
+
+    def __init__(self, fps: float = 15.0, frame: Optional[Callable[[int], np.ndarray]] = None) -> None:
+        import cv2
+
+        rng = np.random.default_rng(11)
+        make = frame or (lambda i: color_frame(CLASSES[(i // 15) % 3], i, rng))
+        stop = self._stop = threading.Event()
+        owner = self
+        self.served = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+                self.end_headers()
+                i, start = 0, time.monotonic()
+                try:
+                    while not stop.is_set():
+                        jpeg = cv2.imencode(".jpg", make(i))[1].tobytes()
+                        self.wfile.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
+                                         + str(len(jpeg)).encode() + b"\r\n\r\n" + jpeg + b"\r\n")
+                        owner.served += 1
+                        i += 1
+                        stop.wait(max(0.0, start + i / fps - time.monotonic()))
+                except OSError:  # the camera went away
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/camera.mjpg"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
+                         daemon=True).start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> "StreamServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class CameraProc:
     """`python -m edgeapp camera ...` in the background; stderr lines collected as they come."""
 
@@ -108,8 +166,9 @@ class CameraProc:
                 self._cond.wait(min(left, 0.2))
 
     def url(self) -> str:
+        """The first URL the live view printed (without what follows it on the line)."""
         line = self.wait_line(lambda ln: "live view on http://" in ln)
-        return line.split("live view on ", 1)[1].strip()
+        return line.split("live view on ", 1)[1].split()[0]
 
     @property
     def stderr(self) -> str:
