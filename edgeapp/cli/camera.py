@@ -357,7 +357,7 @@ def _finish(run: _CameraRun, stats: Any, summary: SummaryFormat) -> None:
     code, error = _outcome(run, stats)
     cap = run.cap
     missing = getattr(cap, "missing_frames", 0)
-    if missing and stats.stop == "end of stream":
+    if missing and stats.stop == "end of stream" and stats.captured:
         say(f"warning: {cap.name} ended after {cap.position} frame(s), {missing} short of the "
             f"{cap.declared_frames} its container declares (truncated?)")
     if error:
