@@ -70,7 +70,7 @@ RecordOpt = Annotated[Optional[Path], typer.Option(
 MaxFramesOpt = Annotated[Optional[int], typer.Option(
     "--max-frames", min=1, help="Stop after this many processed frames.", show_default=False)]
 DurationOpt = Annotated[Optional[float], typer.Option(
-    "--duration", min=0.0, help="Stop after this many seconds (more than 0).", show_default=False)]
+    "--duration", help="Stop after this many seconds (more than 0).", show_default=False)]
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Per-frame records: jsonl (default), csv or table. Written to stdout "
                            "when headless, or to --output.", show_default=False)]
@@ -190,9 +190,10 @@ def _check_flags(ctx: typer.Context) -> None:
     finite("--serve-fps", p["serve_fps"])
     finite("--mqtt-debounce", p["mqtt_debounce"])
     finite("--duration", p.get("duration"))
-    if p.get("duration") == 0:
-        raise UsageError("--duration 0 stops before the first frame: give seconds above 0, or "
-                         "leave it out" + (" (--max-frames stops on its own)" if p.get("max_frames") else ""))
+    if p.get("duration") is not None and p["duration"] <= 0:
+        raise UsageError(f"--duration {p['duration']:g} stops before the first frame: give seconds "
+                         "above 0, or leave it out" +
+                         (" (--max-frames stops on its own)" if p.get("max_frames") else ""))
     if p.get("display") and not has_display():
         raise UsageError("--display: there is no display here (DISPLAY is not set); use --no-display")
     output = p.get("output")
