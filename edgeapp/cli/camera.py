@@ -36,6 +36,7 @@ from edgeapp.sinks.records import Format
 from edgeapp.tasks import names as task_names
 
 app = typer.Typer()
+MQTT_SETTLE = 10.0  # seconds a file's run waits for the broker's first answer before its frames
 
 TaskName = choices("TaskName", task_names())
 
@@ -252,6 +253,8 @@ class _CameraRun:
         restore = _on_sigterm(self.stop)
         try:
             outputs = self._outputs(kind, cap.name)
+            if self.publisher is not None and not cap.live:  # a file: every record to the broker
+                self.publisher.wait_settled(MQTT_SETTLE)
             recorder = Recorder(str(p["record"])) if p.get("record") is not None else None
             return run_camera(cap, opened.task, drop=p.get("drop_frames"),
                               max_frames=p.get("max_frames"), duration=p.get("duration"),

@@ -259,9 +259,15 @@ class MqttOut:
         self._sender.start()
         return self
 
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait for the first connection attempt to succeed or fail (before a file's frames,
+        which should all reach the broker); False if it is still going on after `timeout` s."""
+        return self._settled.wait(timeout)
+
     def close(self, timeout: float = 2.0) -> None:
-        """Send what is queued for up to `timeout` s if connected, publish `offline`
-        (retained), disconnect. Bounded in time even with the broker gone."""
+        """Send what is queued while the broker takes it (giving up after `timeout` s without
+        progress), publish `offline` (retained), disconnect. Bounded in time with the broker
+        gone or stalled."""
         if self._client is None:
             return
         end = time.monotonic() + timeout
@@ -269,7 +275,11 @@ class MqttOut:
         with self._lock:
             self._closing = True
             self._wake.notify_all()
-        self._sender.join(max(0.1, end - time.monotonic()))
+        sent = -1
+        while self._sender.is_alive() and self.published != sent:  # alive: connected, sending
+            sent = self.published
+            self._sender.join(max(0.1, end - time.monotonic()))
+            end = time.monotonic() + timeout
         client, self._client = self._client, None
         with self._lock:
             self.dropped += len(self._queue)  # what could not be sent in time
