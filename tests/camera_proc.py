@@ -2,8 +2,8 @@
 and `edgeapp camera` run as a user runs it (a subprocess), with its stderr read as it comes so
 a test can wait for a line.
 
-Videos: MJPG in AVI, like tests/test_camera.py. Every frame carries a gray bar at its right edge
-whose length tells its index (`marker_index`; no model sees gray as a class or an object), so
+Videos: MJPG in AVI, like tests/test_camera.py. Every frame carries gray bars at its right edge
+whose lengths tell its index (`marker_index`; no model sees gray as a class or an object), so
 a test can tell which frame an encoded JPEG shows.
 
 `StreamServer`: what an IP camera serves, MJPEG over HTTP, without end. A camera reading it
@@ -31,20 +31,28 @@ W, H = 320, 240
 BGR = {"blue": 0, "green": 1, "red": 2}
 
 
-MARK_PERIOD = 55  # frames before the bar starts again
+MARK_PERIOD = 55  # frames before a bar starts again: two bars tell 55 * 55 frames apart
 
 
 def mark(frame: np.ndarray, index: int) -> np.ndarray:
-    frame[:, W - 16:] = 0
+    """Two gray bars at the right edge: their lengths are index % 55 and index // 55 % 55."""
+    frame[:, W - 28:] = 0
     frame[2:4 + 4 * (index % MARK_PERIOD), W - 12:W - 4] = 110
+    frame[2:4 + 4 * (index // MARK_PERIOD % MARK_PERIOD), W - 24:W - 16] = 110
     return frame
 
 
-def marker_index(image: np.ndarray) -> int:
-    """The frame index (modulo MARK_PERIOD) a decoded BGR frame shows."""
-    col = image[:, W - 8].astype(int)
+def _bar(image: np.ndarray, x: int) -> int:
+    col = image[:, x].astype(int)
     n = int((np.abs(col - 110) < 40).all(axis=1).sum())
     return max(0, int(round((n - 2) / 4.0)))
+
+
+def marker_index(image: np.ndarray) -> int:
+    """The frame index (modulo 55 * 55 = 3025) a decoded BGR frame shows. Two frames a reader
+    gets one after the other are never 3025 frames apart: at 15 FPS that is 200 s, far beyond
+    the readers' timeouts."""
+    return _bar(image, W - 8) + MARK_PERIOD * _bar(image, W - 20)
 
 
 def color_frame(name: str, index: int, rng: np.random.Generator) -> np.ndarray:

@@ -387,7 +387,8 @@ def test_discovery_for_a_classifier_follows_the_mode_and_is_removed(cli, tiny_mo
 
 
 def two_squares(cells: dict, index: int) -> np.ndarray:
-    """Black, with a pure colour square in each given cell of the detection models' 4x4 grid."""
+    """Black, with a pure colour square in each given cell of the detection models' 4x4 grid
+    (not in the last column: the index marker is there)."""
     from camera_proc import BGR, H, W, mark
 
     f = np.zeros((H, W, 3), np.uint8)
@@ -401,7 +402,7 @@ def test_discovery_for_a_detector_counts_each_label(cli, broker, tmp_path, tmp_p
     import detection_models as dm
 
     det = dm.build(tmp_path_factory)
-    scenes = [{0: "red"}, {0: "red", 5: "red"}, {0: "red", 10: "blue"}, {}, {15: "green"}] * 2
+    scenes = [{0: "red"}, {0: "red", 5: "red"}, {0: "red", 10: "blue"}, {}, {14: "green"}] * 2
     video = write_video(tmp_path / "sq.avi", [two_squares(c, i) for i, c in enumerate(scenes)], 10)
     out = tmp_path / "records.jsonl"
     r = cli("camera", det["det_tf1"], "--source", video, "--labels", det["labels"], "--mqtt",
