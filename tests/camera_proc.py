@@ -1,9 +1,14 @@
-"""Helpers for the live view and MQTT tests: real OpenCV test videos and `edgeapp camera` run as a
-user runs it (a subprocess), with its stderr read as it comes so a test can wait for a line.
+"""Helpers for the live view and MQTT tests: real OpenCV test videos, an endless camera stream,
+and `edgeapp camera` run as a user runs it (a subprocess), with its stderr read as it comes so
+a test can wait for a line.
 
-Videos: MJPG in AVI, like tests/test_camera.py. Every frame carries a gray bar at its right edge
-whose length tells its index (`marker_index`; no model sees gray as a class or an object), so
+Videos: MJPG in AVI, like tests/test_camera.py. Every frame carries gray bars at its right edge
+whose lengths tell its index (`marker_index`; no model sees gray as a class or an object), so
 a test can tell which frame an encoded JPEG shows.
+
+`StreamServer`: what an IP camera serves, MJPEG over HTTP, without end. A camera reading it
+runs until the test stops it, however slow the machine: a video file would end after its
+length in real time whatever the tests still had to do.
 """
 
 from __future__ import annotations
@@ -15,30 +20,39 @@ import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-from conftest import ROOT
+from conftest import CLASSES, ROOT
 
 W, H = 320, 240
 BGR = {"blue": 0, "green": 1, "red": 2}
 
 
-MARK_PERIOD = 55  # frames before the bar starts again
+MARK_PERIOD = 55  # frames before a bar starts again: two bars tell 55 * 55 frames apart
 
 
 def mark(frame: np.ndarray, index: int) -> np.ndarray:
-    frame[:, W - 16:] = 0
+    """Two gray bars at the right edge: their lengths are index % 55 and index // 55 % 55."""
+    frame[:, W - 28:] = 0
     frame[2:4 + 4 * (index % MARK_PERIOD), W - 12:W - 4] = 110
+    frame[2:4 + 4 * (index // MARK_PERIOD % MARK_PERIOD), W - 24:W - 16] = 110
     return frame
 
 
-def marker_index(image: np.ndarray) -> int:
-    """The frame index (modulo MARK_PERIOD) a decoded BGR frame shows."""
-    col = image[:, W - 8].astype(int)
+def _bar(image: np.ndarray, x: int) -> int:
+    col = image[:, x].astype(int)
     n = int((np.abs(col - 110) < 40).all(axis=1).sum())
     return max(0, int(round((n - 2) / 4.0)))
+
+
+def marker_index(image: np.ndarray) -> int:
+    """The frame index (modulo 55 * 55 = 3025) a decoded BGR frame shows. Two frames a reader
+    gets one after the other are never 3025 frames apart: at 15 FPS that is 200 s, far beyond
+    the readers' timeouts."""
+    return _bar(image, W - 8) + MARK_PERIOD * _bar(image, W - 20)
 
 
 def color_frame(name: str, index: int, rng: np.random.Generator) -> np.ndarray:
@@ -67,6 +81,58 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path:
         writer.write(f)
     writer.release()
     return path
+
+
+class StreamServer:
+    """An endless MJPEG stream on 127.0.0.1 at `fps`: `frame(i)` makes frame i (default: the
+    colour classes in turn, a second each, with the index marker). Each connection starts at
+    frame 0; `served` counts the frames sent."""
+
+    def __init__(self, fps: float = 15.0, frame: Optional[Callable[[int], np.ndarray]] = None) -> None:
+        import cv2
+
+        rng = np.random.default_rng(11)
+        make = frame or (lambda i: color_frame(CLASSES[(i // 15) % 3], i, rng))
+        stop = self._stop = threading.Event()
+        owner = self
+        self.served = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+                self.end_headers()
+                i, start = 0, time.monotonic()
+                try:
+                    while not stop.is_set():
+                        jpeg = cv2.imencode(".jpg", make(i))[1].tobytes()
+                        self.wfile.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
+                                         + str(len(jpeg)).encode() + b"\r\n\r\n" + jpeg + b"\r\n")
+                        owner.served += 1
+                        i += 1
+                        stop.wait(max(0.0, start + i / fps - time.monotonic()))
+                except OSError:  # the camera went away
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/camera.mjpg"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
+                         daemon=True).start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> "StreamServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class CameraProc:
@@ -108,8 +174,9 @@ class CameraProc:
                 self._cond.wait(min(left, 0.2))
 
     def url(self) -> str:
+        """The first URL the live view printed (without what follows it on the line)."""
         line = self.wait_line(lambda ln: "live view on http://" in ln)
-        return line.split("live view on ", 1)[1].strip()
+        return line.split("live view on ", 1)[1].split()[0]
 
     @property
     def stderr(self) -> str:

@@ -1,9 +1,14 @@
 """`edgeapp camera --serve`: the live view, served by a real `edgeapp camera` process running the
-tiny colour classifier on a real OpenCV video, read over HTTP on 127.0.0.1 and in a real
-headless Chromium.
+tiny colour classifier on an endless MJPEG camera stream (camera_proc.StreamServer), read over
+HTTP with http.client and in a real headless Chromium.
 
-Ports: the camera binds port 0 (any free port) and prints its URL, so parallel runs never
-collide. The long video plays at its own frame rate (--drop-frames), like a camera.
+The module's camera listens on every interface (0.0.0.0, port 0: any free port) with a token
+read from a file, as a user exposes it to a phone; the tests open the LAN address it prints.
+Access: a foreign Host header gets 421 (DNS rebinding), a missing or wrong token 401, and the
+token never appears in anything the camera prints (stderr is not a terminal here).
+
+No test depends on how fast this machine is: the stream never ends (the last test stops the
+camera), and every wait is for a condition, with a generous guard.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
 import signal
 import socket
 import threading
@@ -20,11 +26,18 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from camera_proc import CameraProc, H, W, color_frame, marker_index, write_video
+from camera_proc import CameraProc, H, StreamServer, W, color_frame, marker_index, write_video
 from conftest import CLASSES
 
-from edgeapp.errors import ExitCode
-from edgeapp.sinks.live_view import ServeAddress, exposure_warning, parse_serve
+from edgeapp.errors import ExitCode, UsageError
+from edgeapp.sinks.live_http import Guard, host_name, resolve_token
+from edgeapp.sinks.live_view import (
+    ServeAddress,
+    check_exposure,
+    exposure_warning,
+    open_urls,
+    parse_serve,
+)
 
 cv2 = pytest.importorskip("cv2")
 
@@ -32,30 +45,32 @@ CHROMIUM = os.environ.get("EDGEAPP_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 SERVE_FPS = 8
+TOKEN = secrets.token_urlsafe(16)
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
-def long_video(tmp_path_factory) -> Path:
-    """30 s at 15 FPS: the colour changes every second."""
-    rng = np.random.default_rng(3)
-    frames = [color_frame(CLASSES[(i // 15) % 3], i, rng) for i in range(450)]
-    return write_video(tmp_path_factory.mktemp("live") / "long.avi", frames, fps=15.0)
+def stream():
+    with StreamServer(fps=15.0) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
-def live(tiny_model, long_video):
+def live(tiny_model, stream, tmp_path_factory):
     """One camera serving for the module's tests; the last test stops it."""
-    with CameraProc(tiny_model, "--source", long_video, "--drop-frames", "--serve", "127.0.0.1:0",
-                    "--serve-fps", SERVE_FPS, "--summary", "json", "--duration", "60") as cam:
+    token_file = tmp_path_factory.mktemp("token") / "token"
+    token_file.write_text(TOKEN + "\n")
+    with CameraProc(tiny_model, "--source", stream.url, "--serve", "0.0.0.0:0", "--serve-token-file",
+                    token_file, "--serve-fps", SERVE_FPS, "--summary", "json") as cam:
         cam.base = cam.url()
         yield cam
 
 
-def get(base: str, path: str, timeout: float = 10.0) -> tuple[int, dict, bytes]:
+def get(base: str, path: str, headers: dict | None = None, timeout: float = 10.0) -> tuple[int, dict, bytes]:
     u = urlsplit(base)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers or {})
         r = conn.getresponse()
         return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
     finally:
@@ -63,12 +78,12 @@ def get(base: str, path: str, timeout: float = 10.0) -> tuple[int, dict, bytes]:
 
 
 def stats(base: str) -> dict:
-    status, headers, body = get(base, "/stats")
+    status, headers, body = get(base, "/stats", BEARER)
     assert status == 200 and headers["content-type"] == "application/json"
     return json.loads(body)
 
 
-def wait_for(pred, timeout: float = 20.0, what: str = "condition"):
+def wait_for(pred, timeout: float = 30.0, what: str = "condition"):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = pred()
@@ -81,10 +96,10 @@ def wait_for(pred, timeout: float = 20.0, what: str = "condition"):
 class MjpegReader:
     """Reads /stream.mjpg part by part, checking the multipart framing of each."""
 
-    def __init__(self, base: str, timeout: float = 15.0) -> None:
+    def __init__(self, base: str, timeout: float = 15.0, path: str = f"/stream.mjpg?token={TOKEN}") -> None:
         u = urlsplit(base)
         self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
-        self.conn.request("GET", "/stream.mjpg")
+        self.conn.request("GET", path)
         self.resp = self.conn.getresponse()
         assert self.resp.status == 200
         ctype = self.resp.getheader("Content-Type")
@@ -130,26 +145,57 @@ def assert_newer_frames(images: list[np.ndarray]) -> None:
 # Over HTTP
 
 
-def test_page_snapshot_and_unknown_paths(live):
-    status, headers, body = get(live.base, "/")
+def lan_ipv4() -> str | None:
+    """This machine's address on the default route (a UDP connect sends nothing), if any."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 9))
+        except OSError:
+            return None
+        addr = s.getsockname()[0]
+    return None if addr.startswith("127.") or addr == "0.0.0.0" else addr
+
+
+def test_printed_url_is_one_to_open_with_the_real_port(live):
+    u = urlsplit(live.base)
+    assert u.scheme == "http" and u.hostname not in ("0.0.0.0", "::") and u.port > 0
+    lan = lan_ipv4()
+    if lan is not None:
+        assert u.hostname == lan  # the default route's address first
+    assert "port 0" not in live.stderr and "http://0.0.0.0" not in live.stderr
+    line = live.wait_line(lambda ln: "live view on http://" in ln)
+    assert f"{live.base}?token=YOUR-TOKEN" in line  # how to open it, without the token itself
+    assert TOKEN not in live.stderr
+    assert get(live.base, "/stats", BEARER)[0] == 200  # it answers at that address
+
+
+def test_page_sets_a_cookie_that_the_page_and_snapshot_use(live):
+    status, headers, body = get(live.base, f"/?token={TOKEN}")
     assert status == 200 and headers["content-type"].startswith("text/html")
     page = body.decode()
-    assert 'src="/stream.mjpg"' in page and "/stats" in page
+    assert 'withToken("/stream.mjpg")' in page and 'withToken("/stats")' in page
+    cookie = headers["set-cookie"]
+    name = f"edgeapp_token_{urlsplit(live.base).port}"
+    assert cookie.startswith(f"{name}={TOKEN};")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert headers["referrer-policy"] == "no-referrer"
+    jar = {"Cookie": f"{name}={TOKEN}"}
     wait_for(lambda: stats(live.base).get("frame") is not None, what="a first frame")
-    status, headers, body = get(live.base, "/snapshot.jpg")
+    status, headers, body = get(live.base, "/snapshot.jpg", jar)
     assert status == 200 and headers["content-type"] == "image/jpeg"
+    assert "set-cookie" not in headers  # only a token in the query sets it
     img = cv2.imdecode(np.frombuffer(body, np.uint8), cv2.IMREAD_COLOR)
     assert img.shape == (H, W, 3)
     assert img[-22:, :100].mean() < 60  # the status line's dark box: the frame is annotated
-    assert get(live.base, "/nothing")[0] == 404
+    assert get(live.base, "/nothing", jar)[0] == 404
 
 
-def test_stats_has_the_numbers_and_updates(live):
+def test_stats_has_the_numbers_and_updates(live, stream):
     first = wait_for(lambda: (lambda s: s if s.get("frames_processed", 0) >= 3 else None)(stats(live.base)),
                      what="3 processed frames")
     assert first["running"] is True and first["device"] == "cpu" and first["task"] == "classify"
     assert "CPU" in first["device_note"] or "cpu" in first["device_note"]
-    assert first["model"].endswith(".tflite") and first["source"].endswith("long.avi")
+    assert first["model"].endswith(".tflite") and first["source"] == stream.url
     assert 0 < first["inference_ms"]["p50"] <= first["inference_ms"]["p99"]
     assert first["fps"] > 0 and first["frames_captured"] >= first["frames_processed"]
     assert first["classes"][0]["label"] in CLASSES
@@ -189,6 +235,52 @@ def test_two_viewers_at_once(live):
 
 
 # ---------------------------------------------------------------------------------------------
+# Who may see it
+
+
+PATHS = ("/", "/stats", "/snapshot.jpg", "/stream.mjpg")
+
+
+def test_without_the_token_nothing_is_served(live):
+    port = urlsplit(live.base).port
+    wrong = "x" + TOKEN[1:]
+    for base in (live.base, f"http://127.0.0.1:{port}/"):  # loopback too: it is the same server
+        for path in PATHS:
+            for headers, query in [({}, ""), ({}, f"?token={wrong}"), ({"Authorization": f"Bearer {wrong}"}, ""),
+                                   ({"Cookie": f"edgeapp_token_{port}={wrong}"}, ""),
+                                   ({"Cookie": f"edgeapp_token_{port + 1}={TOKEN}"}, "")]:
+                status, got, body = get(base, path + query, headers)
+                assert status == 401, (base, path, headers, query)
+                assert got["www-authenticate"].startswith("Bearer")
+                assert b"?token=YOUR-TOKEN" in body and TOKEN.encode() not in body
+                assert "set-cookie" not in got
+    for path in PATHS[:3]:  # the right token in each of its three places
+        assert get(live.base, f"{path}?token={TOKEN}")[0] in (200, 503)
+        assert get(live.base, path, BEARER)[0] in (200, 503)
+        assert get(live.base, path, {"Cookie": f"other=1; edgeapp_token_{port}={TOKEN}"})[0] in (200, 503)
+
+
+def test_foreign_host_headers_are_refused(live):
+    """DNS rebinding: a page on evil.example whose name resolves to this machine."""
+    port = urlsplit(live.base).port
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.nip.io", "[2001:db8::1]", "8.8.8.8"):
+        for path in PATHS:
+            status, headers, body = get(live.base, f"{path}?token={TOKEN}", {"Host": host})
+            assert status == 421, (host, path, status)
+            assert "set-cookie" not in headers and b"\xff\xd8" not in body
+    name = socket.gethostname()
+    lan = urlsplit(live.base).hostname
+    for host in ("localhost", f"localhost:{port}", f"127.0.0.1:{port}", "[::1]", f"{name}:{port}",
+                 f"{name}.local", f"{name.upper()}.:{port}", f"{lan}:{port}"):
+        assert get(live.base, "/stats", {"Host": host, **BEARER})[0] == 200, host
+    # no Host at all (HTTP/1.0 allows it; no browser omits it): refused as well
+    u = urlsplit(live.base)
+    with socket.create_connection((u.hostname, u.port), 10) as s:
+        s.sendall(f"GET /stats?token={TOKEN} HTTP/1.0\r\n\r\n".encode())
+        assert s.recv(64).startswith(b"HTTP/1.0 421 Misdirected Request")
+
+
+# ---------------------------------------------------------------------------------------------
 # In a real browser
 
 
@@ -207,17 +299,21 @@ def test_browser_shows_changing_frames_and_live_numbers(live, tmp_path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 900, "height": 560})
-            page.goto(live.base)
-            page.wait_for_function("document.getElementById('video').naturalWidth > 0", timeout=20000)
+            denied = browser.new_page().goto(live.base)  # a browser without the token
+            assert denied.status == 401
+            context = browser.new_context(viewport={"width": 900, "height": 560})
+            page = context.new_page()
+            assert page.goto(f"{live.base}?token={TOKEN}").status == 200
+            page.wait_for_function("document.getElementById('video').naturalWidth > 0", timeout=30000)
             assert page.evaluate("document.getElementById('video').naturalWidth") == W
             page.wait_for_function("document.getElementById('frame').textContent.startsWith('#')",
-                                   timeout=20000)
+                                   timeout=30000)
             shot1 = page.locator("#video").screenshot()
             text1 = page.inner_text("#frame")
             page.wait_for_function(
-                f"document.getElementById('frame').textContent !== {json.dumps(text1)}", timeout=20000)
-            page.wait_for_timeout(600)
+                f"document.getElementById('frame').textContent !== {json.dumps(text1)}", timeout=30000)
+            page.wait_for_function("(n) => document.getElementById('frame').textContent !== n",
+                                   arg=page.inner_text("#frame"), timeout=30000)
             shot2 = page.locator("#video").screenshot()
             text2 = page.inner_text("#frame")
             img1 = cv2.imdecode(np.frombuffer(shot1, np.uint8), cv2.IMREAD_COLOR)
@@ -232,6 +328,12 @@ def test_browser_shows_changing_frames_and_live_numbers(live, tmp_path):
             assert page.inner_text("#inference").startswith("p50 ")
             assert page.inner_text("#results li").split()[0] in CLASSES
             page.screenshot(path=str(tmp_path / "live_view.png"))
+            # the cookie alone opens it again (a bookmark without the token)
+            again = context.new_page()
+            assert again.goto(live.base).status == 200
+            again.wait_for_function("document.getElementById('video').naturalWidth > 0", timeout=30000)
+            again.wait_for_function("document.getElementById('frame').textContent.startsWith('#')",
+                                    timeout=30000)
         finally:
             browser.close()
     assert (tmp_path / "live_view.png").stat().st_size > 10000
@@ -246,8 +348,8 @@ def test_stalled_viewer_costs_others_nothing_and_stop_is_clean(live):
     stalled = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stalled.connect((u.hostname, u.port))
-    stalled.sendall(b"GET /stream.mjpg HTTP/1.0\r\n\r\n")  # and never reads
-    try:
+    stalled.sendall(f"GET /stream.mjpg?token={TOKEN} HTTP/1.0\r\nHost: {u.netloc}\r\n\r\n".encode())
+    try:  # and never reads
         before = stats(live.base)["frames_processed"]
         reader = MjpegReader(live.base)
         try:
@@ -267,11 +369,26 @@ def test_stalled_viewer_costs_others_nothing_and_stop_is_clean(live):
     assert lv["viewers_total"] >= 5 and lv["frames_encoded"] > 0
     assert lv["frames_encoded"] <= SERVE_FPS * s["seconds"] + 2  # never above --serve-fps
     assert live.stdout == ""  # with --serve, records go to stdout only when asked
+    assert TOKEN not in live.stderr  # nor in the summary
     print(f"stop took {time.monotonic() - t0:.2f} s")
 
 
 # ---------------------------------------------------------------------------------------------
-# Nobody watching, bad flags
+# On loopback: no token needed, the Host check still on
+
+
+def test_loopback_without_token_still_refuses_foreign_hosts(tiny_model, stream):
+    with CameraProc(tiny_model, "--source", stream.url, "--serve", "127.0.0.1:0", "--summary",
+                    "json") as cam:
+        base = cam.url()
+        port = urlsplit(base).port
+        assert base == f"http://127.0.0.1:{port}/" and "warning" not in cam.stderr
+        wait_for(lambda: json.loads(get(base, "/stats")[2]).get("frame") is not None, what="a frame")
+        assert get(base, "/snapshot.jpg")[0] == 200  # no token on loopback
+        for host in ("evil.example", f"evil.example:{port}", "attacker.test:80"):
+            status, _, body = get(base, "/snapshot.jpg", {"Host": host})
+            assert status == 421 and b"\xff\xd8" not in body
+        assert cam.stop() == 0, cam.stderr
 
 
 def test_nothing_encoded_without_viewers(tiny_model, tmp_path):
@@ -286,20 +403,97 @@ def test_nothing_encoded_without_viewers(tiny_model, tmp_path):
     assert "live view on http://127.0.0.1:" in cam.stderr and "warning" not in cam.stderr
 
 
-def test_serve_errors_are_usage_errors(cli, tiny_model, tmp_path):
+# ---------------------------------------------------------------------------------------------
+# Serving beyond loopback: a token, or an explicit none
+
+
+@pytest.fixture()
+def short_video(tmp_path) -> Path:
     rng = np.random.default_rng(5)
-    video = write_video(tmp_path / "v.avi", [color_frame("red", i, rng) for i in range(3)], 30)
-    r = cli("camera", tiny_model, "--source", video, "--serve", "host:port")
+    return write_video(tmp_path / "v.avi", [color_frame("red", i, rng) for i in range(3)], 30)
+
+
+def test_beyond_loopback_without_a_token_is_a_usage_error(cli, tiny_model, short_video, monkeypatch):
+    monkeypatch.delenv("EDGEAPP_SERVE_TOKEN", raising=False)
+    for serve in ("0.0.0.0:0", "[::]:0", "192.0.2.77:8080"):
+        r = cli("camera", tiny_model, "--source", short_video, "--serve", serve)
+        assert r.exit_code == ExitCode.USAGE, r.stderr
+        assert r.stderr.count("\n") == 1 and "--serve-token none" in r.stderr
+    r = cli("camera", tiny_model, "--source", short_video, "--serve", "0.0.0.0:0", "--serve-token", "short")
+    assert r.exit_code == ExitCode.USAGE and "at least 8 characters" in r.stderr
+
+
+def test_serve_errors_are_usage_errors(cli, tiny_model, short_video):
+    r = cli("camera", tiny_model, "--source", short_video, "--serve", "host:port")
     assert r.exit_code == ExitCode.USAGE and "port must be a number" in r.stderr
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen(1)
     try:
         port = busy.getsockname()[1]
-        r = cli("camera", tiny_model, "--source", video, "--serve", f"127.0.0.1:{port}")
+        r = cli("camera", tiny_model, "--source", short_video, "--serve", f"127.0.0.1:{port}")
         assert r.exit_code == ExitCode.USAGE and "in use" in r.stderr, r.stderr
     finally:
         busy.close()
+
+
+def test_declining_the_token_warns_once_with_the_real_port(cli, tiny_model, short_video):
+    r = cli("camera", tiny_model, "--source", short_video, "--serve", "0.0.0.0:0", "--serve-token",
+            "none", "--summary", "json")
+    assert r.exit_code == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and "without a token" in warnings[0], r.stderr
+    url = r.stderr.split("live view on ", 1)[1].split()[0]
+    port = urlsplit(url).port
+    assert port > 0 and f"(port {port})" in warnings[0] and "port 0" not in r.stderr
+    assert urlsplit(url).hostname != "0.0.0.0"
+
+
+def test_the_token_from_the_environment_and_not_printed(tiny_model, stream):
+    token = secrets.token_urlsafe(12)
+    with CameraProc(tiny_model, "--source", stream.url, "--serve", "0.0.0.0:0",
+                    env={"EDGEAPP_SERVE_TOKEN": token}) as cam:
+        base = cam.url()
+        assert get(base, "/stats")[0] == 401
+        assert get(base, "/stats", {"Authorization": f"Bearer {token}"})[0] == 200
+        assert cam.stop() == 0, cam.stderr
+    assert token not in cam.stderr and token not in cam.stdout
+
+
+def test_the_token_is_shown_only_to_a_terminal(tiny_model, stream):
+    """On a terminal (the user's own screen) the URL comes whole, token included, once."""
+    import pty
+    import select
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "edgeapp", "camera", str(tiny_model), "--source",
+                             stream.url, "--serve", "0.0.0.0:0", "--serve-token", TOKEN],
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=slave)
+    os.close(slave)
+    seen = b""
+    try:
+        end = time.monotonic() + 120
+        while b"live view on" not in seen or not seen.endswith(b"\n"):
+            assert time.monotonic() < end and proc.poll() is None, seen
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 4096)
+        line = next(ln for ln in seen.decode().splitlines() if "live view on" in ln)
+        url = line.split("live view on ", 1)[1].split()[0]
+        assert url.endswith(f"/?token={TOKEN}") and seen.decode().count(TOKEN) == 1
+        assert get(url, url[url.index("/", 8):])[0] == 200  # the printed URL opens the page
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        os.close(master)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces
 
 
 @pytest.mark.parametrize("text, host, port", [
@@ -313,14 +507,62 @@ def test_parse_serve(text, host, port):
 
 @pytest.mark.parametrize("text", ["host:port", "70000", "[::1", "a b:80", "1.2.3.4:5:6:x"])
 def test_parse_serve_rejects(text):
-    from edgeapp.errors import UsageError
-
     with pytest.raises(UsageError):
         parse_serve(text)
 
 
-def test_exposure_warning_only_beyond_loopback():
-    assert exposure_warning(parse_serve("8080")) is None
-    assert exposure_warning(parse_serve("[::1]:80")) is None
-    assert "every network interface" in exposure_warning(parse_serve("0.0.0.0:8080"))
-    assert "192.168.1.5" in exposure_warning(parse_serve("192.168.1.5"))
+def test_exposure_needs_a_token_beyond_loopback():
+    check_exposure(parse_serve("8080"), None, False)
+    check_exposure(parse_serve("[::1]:80"), None, False)
+    for text in ("0.0.0.0:8080", "192.168.1.5", "camera.lan:80"):
+        with pytest.raises(UsageError):
+            check_exposure(parse_serve(text), None, False)
+        check_exposure(parse_serve(text), "a-token-123", False)
+        check_exposure(parse_serve(text), None, True)
+    assert exposure_warning(parse_serve("8080"), 8080, None) is None
+    assert exposure_warning(parse_serve("0.0.0.0:0"), 4321, "a-token-123") is None
+    line = exposure_warning(parse_serve("0.0.0.0:0"), 4321, None)
+    assert "every network interface (port 4321)" in line and "port 0" not in line
+    assert "192.168.1.5" in exposure_warning(parse_serve("192.168.1.5"), 8080, None)
+
+
+def test_open_urls_never_the_wildcard():
+    assert open_urls(parse_serve("192.168.1.5:0"), 4000) == ["http://192.168.1.5:4000/"]
+    assert open_urls(parse_serve("[::1]:0"), 4000) == ["http://[::1]:4000/"]
+    for text in ("0.0.0.0:0", "[::]:0"):
+        urls = open_urls(parse_serve(text), 4000)
+        assert urls and all(u.endswith(":4000/") and "0.0.0.0" not in u and "[::]" not in u for u in urls)
+
+
+@pytest.mark.parametrize("header, name", [
+    ("Example.COM", "example.com"), ("example.com:8080", "example.com"), ("localhost.", "localhost"),
+    ("[::1]:8080", "::1"), ("[fe80::1%25eth0]", "fe80::1%25eth0"), ("", ""), ("[::1", ""),
+])
+def test_host_name(header, name):
+    assert host_name(header) == name
+
+
+def test_guard_host_names():
+    g = Guard("0.0.0.0", None, ["camera.lan", " "])
+    assert g.host_ok("camera.lan:8080") and g.host_ok("CAMERA.LAN.") and g.host_ok("localhost")
+    assert g.host_ok("127.0.0.2") and g.host_ok("[::1]:80") and g.host_ok(socket.gethostname())
+    assert not g.host_ok("evil.example") and not g.host_ok(None) and not g.host_ok("")
+    assert not g.host_ok("8.8.8.8") and not g.host_ok("camera.lan.evil.example")
+    assert Guard("cam.example", None).host_ok("cam.example:80")
+
+
+def test_resolve_token(tmp_path):
+    f = tmp_path / "token"
+    f.write_text("from-the-file-123\nignored\n")
+    assert resolve_token(None, None, {}) == (None, False)
+    assert resolve_token("none", None, {"EDGEAPP_SERVE_TOKEN": "from-env-12345"}) == (None, True)
+    assert resolve_token("given-token-1", None, {}) == ("given-token-1", False)
+    assert resolve_token(None, f, {"EDGEAPP_SERVE_TOKEN": "from-env-12345"}) == ("from-the-file-123", False)
+    assert resolve_token(None, None, {"EDGEAPP_SERVE_TOKEN": "from-env-12345"}) == ("from-env-12345", False)
+    for bad in ("short", "has space 1234", "semi;colon1234", "é-accent-1234"):
+        with pytest.raises(UsageError):
+            resolve_token(bad, None, {})
+    with pytest.raises(UsageError):
+        resolve_token("given-token-1", f, {})
+    with pytest.raises(UsageError):
+        resolve_token(None, tmp_path / "missing", {})

@@ -1,7 +1,12 @@
 """`edgeapp camera --mqtt`: against a real Mosquitto broker on 127.0.0.1 started by the tests
 (Debian's `mosquitto` package), with a real paho-mqtt subscriber, the tiny colour classifier
 and real OpenCV videos. The broker is killed and restarted mid-run; TLS uses a CA and a server
-certificate made here with openssl.
+certificate made here with openssl. Home Assistant discovery configs are read back from the
+broker and their value templates rendered with Jinja (Home Assistant's template language)
+against the records the camera published.
+
+Runs that must last while a test acts read an endless camera stream (camera_proc.StreamServer)
+and are stopped by the test: nothing depends on how fast this machine is.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 import pytest
-from camera_proc import CameraProc, color_frame, write_video
+from camera_proc import CameraProc, StreamServer, color_frame, write_video
 from conftest import CLASSES, ROOT
 
 from edgeapp.errors import ExitCode, UsageError
@@ -235,12 +240,16 @@ def test_change_detector_on_detections():
 # Availability: retained status and last will
 
 
-def test_status_is_retained_and_last_will_says_offline(tiny_model, broker, tmp_path):
-    rng = np.random.default_rng(9)
-    video = write_video(tmp_path / "long.avi", [color_frame("red", i, rng) for i in range(300)], 15)
+@pytest.fixture()
+def stream():
+    with StreamServer(fps=15.0) as server:
+        yield server
+
+
+def test_status_is_retained_and_last_will_says_offline(tiny_model, broker, stream):
     sub = Subscriber(broker.port, "cam3/status")
-    with CameraProc(tiny_model, "--source", video, "--drop-frames", "--mqtt", broker.url("cam3"),
-                    "--serve", "127.0.0.1:0", "--duration", "60") as cam:
+    with CameraProc(tiny_model, "--source", stream.url, "--mqtt", broker.url("cam3"),
+                    "--serve", "127.0.0.1:0") as cam:
         sub.wait(lambda: sub.on("cam3/status") == [b"online"], what="online")
         assert retained(broker.port, "cam3/status") == (b"online", True)
         with urllib.request.urlopen(cam.url() + "stats", timeout=10) as r:  # the page's numbers
@@ -257,39 +266,218 @@ def test_status_is_retained_and_last_will_says_offline(tiny_model, broker, tmp_p
 # The broker goes away and comes back
 
 
-def test_broker_killed_and_restarted_mid_run(tiny_model, broker, tmp_path):
-    rng = np.random.default_rng(10)
-    video = write_video(tmp_path / "long.avi",
-                        [color_frame(CLASSES[(i // 15) % 3], i, rng) for i in range(165)], 15)
+def records_after(path: Path, t: float) -> list[dict]:
+    """The records written so far (one flushed line each) captured after wall-clock time t."""
+    if not path.exists():
+        return []
+    whole = path.read_text().split("\n")[:-1]  # the last piece: empty, or a line being written
+    return [r for r in map(json.loads, whole) if r["timestamp"] > t]
+
+
+def test_broker_killed_and_restarted_mid_run(tiny_model, broker, stream, tmp_path):
     out = tmp_path / "records.jsonl"
     sub = Subscriber(broker.port, "cam4/#")
-    with CameraProc(tiny_model, "--source", video, "--drop-frames", "--mqtt", broker.url("cam4"),
-                    "--mqtt-queue", "5", "--output", out, "--summary", "json",
-                    "--duration", "60") as cam:
+    with CameraProc(tiny_model, "--source", stream.url, "--mqtt", broker.url("cam4"),
+                    "--mqtt-queue", "5", "--output", out, "--summary", "json") as cam:
         sub.wait(lambda: len(sub.on("cam4/frames")) >= 10, what="10 frames")
         t_kill = time.time()
         broker.kill()
-        cam.wait_line(lambda ln: "lost the connection" in ln, 20)
-        time.sleep(1.5)  # the camera runs on without the broker
+        cam.wait_line(lambda ln: "lost the connection" in ln, 30)
+        t_lost = time.time()
+        # the camera runs on without the broker: 10 frames captured after it noticed
+        end = time.monotonic() + 60
+        while len(records_after(out, t_lost)) < 10:
+            assert time.monotonic() < end and cam.proc.poll() is None, cam.stderr
+            time.sleep(0.05)
         broker.start()
         t_back = time.time()
         n_before = len(sub.on("cam4/frames"))
-        sub.wait(lambda: len(sub.on("cam4/frames")) >= n_before + 10, what="frames after the restart")
-        cam.wait_line(lambda ln: "reconnected" in ln, 20)
-        assert cam.wait(60) == 0, cam.stderr
+        sub.wait(lambda: len(sub.on("cam4/frames")) >= n_before + 10, 60, "frames after the restart")
+        cam.wait_line(lambda ln: "reconnected" in ln, 30)
+        assert cam.stop() == 0, cam.stderr
     sub.close()
     s = cam.summary()
     m = s["mqtt"]
-    assert m["reconnects"] >= 1 and m["dropped"] >= 1 and m["published"] > 0
+    # 10 frames went to a queue of 5 while disconnected: at least 5 dropped (the oldest)
+    assert m["reconnects"] >= 1 and m["dropped"] >= 5 and m["published"] > 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == s["frames_processed"]
     during = [r["frame"] for r in records if t_kill < r["timestamp"] < t_back]
-    assert len(during) >= 5  # inference went on while the broker was away: nothing blocked
+    assert len(during) >= 10  # inference went on while the broker was away: nothing blocked
     delivered = {f["frame"] for f in sub.json_on("cam4/frames")}
     kept = [f for f in during if f in delivered]
     assert len(kept) <= 5  # at most the queue (the newest) survived the outage
     assert m["published"] + m["dropped"] <= s["frames_processed"]
     assert retained(broker.port, "cam4/status") == (b"offline", True)  # clean stop at the end
+
+
+# ---------------------------------------------------------------------------------------------
+# Home Assistant discovery
+
+
+def retained_under(port: int, prefix: str) -> dict[str, dict]:
+    """Every retained message under `prefix`/ now, as JSON: a marker published after subscribing
+    arrives after them (one connection, in order), so none is missed and no waiting is guessed."""
+    sub = Subscriber(port, f"{prefix}/#")
+    try:
+        marker = f"{prefix}/zz-end-of-retained"
+        sub.client.publish(marker, "end", qos=1)
+        sub.wait(lambda: sub.on(marker), 10, "the marker")
+        with sub.cond:
+            return {t: json.loads(p) for t, p, r in sub.messages if r and t != marker}
+    finally:
+        sub.close()
+
+
+def render(template: str, value: dict) -> str:
+    """A value template as Home Assistant renders it (Jinja, `value_json` the payload)."""
+    jinja2 = pytest.importorskip("jinja2")
+    return jinja2.Environment().from_string(template).render(value_json=value).strip()
+
+
+def check_configs(configs: dict, prefix: str, state: str) -> None:
+    node = f"edgeapp_{prefix}"
+    for topic, c in configs.items():
+        component, _, key = topic.split("/")[1:4]
+        assert topic == f"homeassistant/{component}/{node}/{key}/config"
+        assert c["unique_id"] == f"{node}_{key}" and c["device"]["identifiers"] == [node]
+        assert (c["availability_topic"], c["payload_available"], c["payload_not_available"]) == (
+            f"{prefix}/status", "online", "offline")
+        assert c["state_topic"] == f"{prefix}/{state}"
+
+
+def node_topics(node: str, *entities: str) -> set:
+    return {f"homeassistant/{e.split(':')[0]}/{node}/{e.split(':')[1]}/config" for e in entities}
+
+
+def test_discovery_for_a_classifier_follows_the_mode_and_is_removed(cli, tiny_model, broker, tmp_path):
+    labels = ["blue"] * 6 + ["green"] * 6 + ["red"] * 6
+    rng = np.random.default_rng(12)
+    video = write_video(tmp_path / "d.avi", [color_frame(c, i, rng) for i, c in enumerate(labels)], 10)
+    out = tmp_path / "records.jsonl"
+    r = cli("camera", tiny_model, "--source", video, "--mqtt", broker.url("ha1"), "--output", out)
+    assert r.exit_code == 0, r.stderr
+    configs = retained_under(broker.port, "homeassistant")
+    assert set(configs) == node_topics("edgeapp_ha1", "sensor:top_class", "sensor:top_score")
+    check_configs(configs, "ha1", "frames")
+    top = configs["homeassistant/sensor/edgeapp_ha1/top_class/config"]
+    score = configs["homeassistant/sensor/edgeapp_ha1/top_score/config"]
+    assert score["state_class"] == "measurement" and top["name"] == "top class"
+    assert retained(broker.port, "ha1/status") == (b"offline", True)  # availability: the will too
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [render(top["value_template"], rec) for rec in records] == labels
+    assert [float(render(score["value_template"], rec)) for rec in records] == [
+        rec["classes"][0]["score"] for rec in records]
+    assert render(top["value_template"], {"classes": []}) == "none"  # nothing above --threshold
+
+    # events mode: the retained state topic; the per-frame score is not there: its entity goes
+    r = cli("camera", tiny_model, "--source", video, "--mqtt", broker.url("ha1"), "--mqtt-mode",
+            "events", "--mqtt-debounce", "0.2")
+    assert r.exit_code == 0, r.stderr
+    configs = retained_under(broker.port, "homeassistant")
+    assert set(configs) == node_topics("edgeapp_ha1", "sensor:top_class")
+    check_configs(configs, "ha1", "state")
+    state, _ = retained(broker.port, "ha1/state")
+    assert render(configs["homeassistant/sensor/edgeapp_ha1/top_class/config"]["value_template"],
+                  json.loads(state)) == "red"
+
+    r = cli("camera", tiny_model, "--source", video, "--mqtt", broker.url("ha1"), "--no-mqtt-discovery")
+    assert r.exit_code == 0, r.stderr
+    assert retained_under(broker.port, "homeassistant") == {}  # removed: empty retained configs
+
+
+def two_squares(cells: dict, index: int) -> np.ndarray:
+    """Black, with a pure colour square in each given cell of the detection models' 4x4 grid
+    (not in the last column: the index marker is there)."""
+    from camera_proc import BGR, H, W, mark
+
+    f = np.zeros((H, W, 3), np.uint8)
+    for cell, name in cells.items():
+        r, c = divmod(cell, 4)
+        f[r * 60:(r + 1) * 60, c * 80:(c + 1) * 80, BGR[name]] = 255
+    return mark(f, index)
+
+
+def test_discovery_for_a_detector_counts_each_label(cli, broker, tmp_path, tmp_path_factory):
+    import detection_models as dm
+
+    det = dm.build(tmp_path_factory)
+    scenes = [{0: "red"}, {0: "red", 5: "red"}, {0: "red", 10: "blue"}, {}, {14: "green"}] * 2
+    video = write_video(tmp_path / "sq.avi", [two_squares(c, i) for i, c in enumerate(scenes)], 10)
+    out = tmp_path / "records.jsonl"
+    r = cli("camera", det["det_tf1"], "--source", video, "--labels", det["labels"], "--mqtt",
+            broker.url("ha2"), "--output", out)
+    assert r.exit_code == 0, r.stderr
+    configs = retained_under(broker.port, "homeassistant")
+    node = "edgeapp_ha2"
+    assert set(configs) == node_topics(node, "sensor:objects", "sensor:count_0", "sensor:count_1",
+                                       "sensor:count_2")
+    check_configs(configs, "ha2", "frames")
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == len(scenes)
+    for rec, scene in zip(records, scenes):
+        assert render(configs[f"homeassistant/sensor/{node}/objects/config"]["value_template"],
+                      rec) == str(len(scene))
+        for i, label in enumerate(dm.LABELS):
+            config = configs[f"homeassistant/sensor/{node}/count_{i}/config"]
+            assert config["name"] == f"{label} count"
+            assert render(config["value_template"], rec) == str(list(scene.values()).count(label))
+    # events: whether each label is present, from the retained state (binary sensors)
+    r = cli("camera", det["det_tf1"], "--source", video, "--labels", det["labels"], "--mqtt",
+            broker.url("ha2"), "--mqtt-mode", "events", "--mqtt-debounce", "0")
+    assert r.exit_code == 0, r.stderr
+    configs = retained_under(broker.port, "homeassistant")
+    assert set(configs) == node_topics(node, *(f"binary_sensor:present_{i}" for i in range(3)))
+    check_configs(configs, "ha2", "state")
+    state = json.loads(retained(broker.port, "ha2/state")[0])
+    assert state == {"labels": ["green"]}  # the last scene
+    got = {configs[f"homeassistant/binary_sensor/{node}/present_{i}/config"]["name"]:
+           render(configs[f"homeassistant/binary_sensor/{node}/present_{i}/config"]["value_template"], state)
+           for i in range(3)}
+    assert got == {"red": "OFF", "green": "ON", "blue": "OFF"}
+
+
+def test_discovery_for_pose_and_segmentation(cli, broker, tmp_path, tmp_path_factory):
+    import posesegment_models as pm
+
+    models = pm.build(tmp_path_factory)
+    from camera_proc import H, W
+
+    frames = [pm.quadrants((W, H)), pm.quadrants((W, H), colors=((0, 0, 0),) * 4)] * 2
+    video = write_video(tmp_path / "q.avi", [np.ascontiguousarray(f[:, :, ::-1]) for f in frames], 10)
+    for name, prefix in (("pose", "ha3"), ("seg", "ha4")):
+        out = tmp_path / f"{name}.jsonl"
+        r = cli("camera", models[name], "--source", video, "--mqtt", broker.url(prefix), "--output", out)
+        assert r.exit_code == 0, r.stderr
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        configs = {t: c for t, c in retained_under(broker.port, "homeassistant").items()
+                   if f"/edgeapp_{prefix}/" in t}
+        check_configs(configs, prefix, "frames")
+        (config,) = configs.values()
+        shown = [render(config["value_template"], rec) for rec in records]
+        if name == "pose":
+            assert config["payload_on"] == "ON" and "/binary_sensor/" in next(iter(configs))
+            assert shown == ["ON" if rec["poses"] else "OFF" for rec in records] and "ON" in shown
+            assert render(config["value_template"], {"poses": []}) == "OFF"
+        else:
+            assert shown == [", ".join(c["label"] for c in rec["classes"] if c["share"] >= 0.05) or "none"
+                             for rec in records]
+            assert set(shown[0].split(", ")) == set(pm.SEG_LABELS)
+            assert shown[1] == "background"
+
+
+def test_discovery_templates_quote_any_label():
+    from edgeapp.sinks.ha_discovery import discovery_messages, node_id
+
+    odd = {0: 'a "quoted" label', 1: "it's {{ x }}", 2: "back\\slash"}
+    entities = {e.key: e for e in kind("detect").discovery(odd)}
+    for i, label in odd.items():
+        assert render(entities[f"present_{i}"].state, {"labels": [label]}) == "ON"
+        assert render(entities[f"present_{i}"].state, {"labels": ["other"]}) == "OFF"
+    assert node_id("Home/Cam 1") == "edgeapp_home_cam_1"
+    assert kind("classify").discovery(None)[0].state  # every task has an entity for events too
+    messages = dict(discovery_messages(kind("pose"), None, "p", "frames", remove=True))
+    assert messages == {"homeassistant/binary_sensor/edgeapp_p/person/config": ""}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from edgeapp.sinks.records import Format
 from edgeapp.tasks import names as task_names
 
 app = typer.Typer()
+MQTT_SETTLE = 10.0  # seconds a file's run waits for the broker's first answer before its frames
 
 TaskName = choices("TaskName", task_names())
 
@@ -71,7 +72,7 @@ RecordOpt = Annotated[Optional[Path], typer.Option(
 MaxFramesOpt = Annotated[Optional[int], typer.Option(
     "--max-frames", min=1, help="Stop after this many processed frames.", show_default=False)]
 DurationOpt = Annotated[Optional[float], typer.Option(
-    "--duration", min=0.0, help="Stop after this many seconds.", show_default=False)]
+    "--duration", help="Stop after this many seconds (more than 0).", show_default=False)]
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Per-frame records: jsonl (default), csv or table. Written to stdout "
                            "when headless, or to --output.", show_default=False)]
@@ -97,7 +98,15 @@ ServeOpt = Annotated[Optional[str], typer.Option(
     help="Live view in a browser: the annotated video, results, FPS, latency and device at "
          "http://HOST:PORT/ (also /stream.mjpg, /stats, /snapshot.jpg). ADDRESS is required: "
          "PORT (e.g. 8080), HOST (port 8080) or HOST:PORT. HOST defaults to 127.0.0.1 (this "
-         "machine only; 0.0.0.0 for every interface, with a warning); PORT 0: any free port.",
+         "machine only; 0.0.0.0 for every interface, then with a token); PORT 0: any free port "
+         "(the URLs to open are printed).", show_default=False)]
+ServeTokenOpt = Annotated[Optional[str], typer.Option(
+    "--serve-token", metavar="TOKEN",
+    help="Required of every viewer (open the page once as /?token=TOKEN; it keeps a cookie). "
+         "Needed when --serve listens beyond this machine; `none` serves without one (with a "
+         "warning). Out of `ps`: --serve-token-file or $EDGEAPP_SERVE_TOKEN.", show_default=False)]
+ServeTokenFileOpt = Annotated[Optional[Path], typer.Option(
+    "--serve-token-file", metavar="FILE", help="Read the --serve-token from the first line of FILE.",
     show_default=False)]
 ServeFpsOpt = Annotated[float, typer.Option(
     "--serve-fps", min=0.1, max=120.0,
@@ -119,6 +128,10 @@ MqttQueueOpt = Annotated[int, typer.Option(
     "--mqtt-queue", min=1, max=100000,
     help="Messages kept while the broker is slow or away; beyond, the oldest are dropped "
          "(counted in the summary).")]
+MqttDiscoveryOpt = Annotated[bool, typer.Option(
+    "--mqtt-discovery/--no-mqtt-discovery",
+    help="Home Assistant MQTT discovery: retained configs under homeassistant/ for what the task "
+         "reports (entities appear by themselves); --no-mqtt-discovery removes them.")]
 SummaryOpt = Annotated[SummaryFormat, typer.Option(
     "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")]
 
@@ -135,8 +148,10 @@ def camera_command(
     labels: LabelsOpt = None, top_k: TopKOpt = None, threshold: ThresholdOpt = None,
     resize: ResizeOpt = ResizeMode.stretch, drop_frames: DropOpt = None,
     reconnect: ReconnectOpt = 10.0, serve: ServeOpt = None, serve_fps: ServeFpsOpt = 10.0,
+    serve_token: ServeTokenOpt = None, serve_token_file: ServeTokenFileOpt = None,
     mqtt: MqttOpt = None, mqtt_mode: MqttModeOpt = MqttMode.frames,
     mqtt_debounce: DebounceOpt = 1.0, mqtt_queue: MqttQueueOpt = 100,
+    mqtt_discovery: MqttDiscoveryOpt = True,
     summary: SummaryOpt = SummaryFormat.text, mean: MeanOpt = None, std: StdOpt = None,
     device: DeviceOpt = None, cpu_model: CpuModelOpt = None, threads: ThreadsOneOpt = None,
     cpu_kernels: CpuKernelsOpt = CpuKernels.fast, runtime: RuntimeOpt = None,
@@ -154,20 +169,48 @@ def camera_command(
     results for home automation. With either, per-frame records go to stdout only if --format
     or --output asks for them.
     """
-    from edgeapp.flows.camera import has_display
-
     options = {"top_k": top_k, "threshold": threshold, "resize": resize.value}
     check_common(ctx.params, options)
-    finite("--serve-fps", serve_fps)
-    finite("--mqtt-debounce", mqtt_debounce)
-    if display and not has_display():
-        raise UsageError("--display: there is no display here (DISPLAY is not set); use --no-display")
-    if output is not None and output.exists() and output.is_dir():
-        raise UsageError(f"--output {output} is a folder")
+    _check_flags(ctx)
     run = _CameraRun(ctx, options)
     ctx.call_on_close(run.close)
     stats = run.go()
     _finish(run, stats, summary)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """The user typed this option (not its default)."""
+    source = ctx.get_parameter_source(name)  # click's enum, or the one Typer bundles
+    return source is not None and getattr(source, "name", "") != "DEFAULT"
+
+
+def _check_flags(ctx: typer.Context) -> None:
+    """Contradictions: a usage error when nothing could run, a warning for an option with no
+    effect."""
+    from edgeapp.flows.camera import has_display
+
+    p = ctx.params
+    finite("--serve-fps", p["serve_fps"])
+    finite("--mqtt-debounce", p["mqtt_debounce"])
+    finite("--duration", p.get("duration"))
+    if p.get("duration") is not None and p["duration"] <= 0:
+        raise UsageError(f"--duration {p['duration']:g} stops before the first frame: give seconds "
+                         "above 0, or leave it out" +
+                         (" (--max-frames stops on its own)" if p.get("max_frames") else ""))
+    if p.get("display") and not has_display():
+        raise UsageError("--display: there is no display here (DISPLAY is not set); use --no-display")
+    output = p.get("output")
+    if output is not None and output.exists() and output.is_dir():
+        raise UsageError(f"--output {output} is a folder")
+    unused = {"serve": ("serve_fps", "serve_token", "serve_token_file"),
+              "mqtt": ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery")}
+    for parent, names in unused.items():
+        if p.get(parent) is None:
+            for name in names:
+                if _given(ctx, name):
+                    say(f"warning: --{name.replace('_', '-')} has no effect without --{parent}")
+    if p.get("mqtt") is not None and p["mqtt_mode"] == MqttMode.frames and _given(ctx, "mqtt_debounce"):
+        say("warning: --mqtt-debounce applies to --mqtt-mode events only")
 
 
 class _CameraRun:
@@ -175,7 +218,7 @@ class _CameraRun:
 
     def __init__(self, ctx: typer.Context, options: dict) -> None:
         self.p, self.ctx, self.options = ctx.params, ctx, options
-        self.address = self.target = None
+        self.address = self.target = self.token = None
         self.live = self.publisher = self.writer = self.opened = self.health = None
         self.output_error: List[EdgeappError] = []
         self.stop = threading.Event()
@@ -183,9 +226,12 @@ class _CameraRun:
 
     def _network(self) -> None:
         if self.p.get("serve") is not None:
-            from edgeapp.sinks.live_view import parse_serve
+            from edgeapp.sinks.live_http import resolve_token
+            from edgeapp.sinks.live_view import check_exposure, parse_serve
 
             self.address = parse_serve(self.p["serve"])
+            self.token, declined = resolve_token(self.p.get("serve_token"), self.p.get("serve_token_file"))
+            check_exposure(self.address, self.token, declined)
         if self.p.get("mqtt") is not None:
             from edgeapp.sinks.mqtt import paho_module, parse_mqtt_url
 
@@ -197,10 +243,11 @@ class _CameraRun:
         from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
 
         p = self.p
+        cap = self.cap = OpenCVSource(p["source"], p.get("width"), p.get("height"))
+        cap.check()  # a missing file fails before the model is loaded
         self.opened = opened = self._open()
         kind = opened.task.kind
         show = has_display() if p.get("display") is None else p["display"]
-        cap = self.cap = OpenCVSource(p["source"], p.get("width"), p.get("height"))
         if (p.get("width") or p.get("height")) and not cap.live:
             say("--width/--height ask a camera for a capture size; a file's frames keep their size")
         window = Display(f"edgeapp {Path(opened.engine.model_path).name}") if show else None
@@ -208,6 +255,8 @@ class _CameraRun:
         restore = _on_sigterm(self.stop)
         try:
             outputs = self._outputs(kind, cap.name)
+            if self.publisher is not None and not cap.live:  # a file: every record to the broker
+                self.publisher.wait_settled(MQTT_SETTLE)
             recorder = Recorder(str(p["record"])) if p.get("record") is not None else None
             return run_camera(cap, opened.task, drop=p.get("drop_frames"),
                               max_frames=p.get("max_frames"), duration=p.get("duration"),
@@ -258,25 +307,28 @@ class _CameraRun:
             perf = self.p.get("performance")
             self.health = TpuHealth(perf.value if perf is not None else None).start()
         if self.address is not None:  # first: a port in use fails before anything connects
-            from edgeapp.sinks.live_view import LiveView, exposure_warning
+            from edgeapp.sinks.live_view import LiveView
 
             note = engine.notice or ("the Edge TPU" if engine.device == "edgetpu" else "--device cpu")
-            self.live = LiveView(self.address, fps=self.p["serve_fps"], kind=kind,
+            self.live = LiveView(self.address, fps=self.p["serve_fps"], kind=kind, token=self.token,
                                  extra=lambda: {**({"mqtt": self.publisher.summary()}
                                                    if self.publisher is not None else {}),
                                                 **self.health.stats()},
                                  info={"model": Path(engine.model_path).name, "task": kind.name,
                                        "device": engine.device, "device_note": note,
                                        "source": source}).start()
-            warning = exposure_warning(self.address)
-            if warning:
-                say(warning)
-            say(f"live view on {self.live.url}")
+            _announce(self.live, self.address, self.token)
         if self.target is not None:
+            from edgeapp import __version__
+            from edgeapp.sinks.ha_discovery import discovery_messages
             from edgeapp.sinks.mqtt import MqttOut
 
-            self.publisher = MqttOut(self.target, kind=kind, mode=self.p["mqtt_mode"].value,
-                                     debounce=self.p["mqtt_debounce"],
+            mode = self.p["mqtt_mode"].value
+            announce = discovery_messages(kind, self.opened.model.labels, self.target.prefix, mode,
+                                          remove=not self.p["mqtt_discovery"],
+                                          model=Path(engine.model_path).name, version=__version__)
+            self.publisher = MqttOut(self.target, kind=kind, mode=mode,
+                                     debounce=self.p["mqtt_debounce"], announce=announce,
                                      queue_size=self.p["mqtt_queue"], on_notice=say).start()
             self.health.publish_to(self.publisher)
         return [o for o in (self.live, self.publisher, self.health) if o is not None]
@@ -295,12 +347,30 @@ class _CameraRun:
         return out
 
 
+def _announce(live: Any, address: Any, token: Optional[str]) -> None:
+    """The URLs to open. The token is shown only to a terminal (never to a log or a pipe: under
+    systemd stderr is the journal)."""
+    from edgeapp.sinks.live_view import exposure_warning
+
+    warning = exposure_warning(address, live.port, token)
+    if warning:
+        say(warning)
+    shown = token is not None and sys.stderr.isatty()
+    for n, url in enumerate(live.urls):
+        line = f"live view {'also on' if n else 'on'} {url}"
+        if shown:
+            line += f"?token={token}"
+        elif token is not None and n == 0:
+            line += f" (with its token: open {url}?token=YOUR-TOKEN once; the page keeps it)"
+        say(line)
+
+
 def _finish(run: _CameraRun, stats: Any, summary: SummaryFormat) -> None:
     """Warnings, the summary (text or JSON, the last line on stderr) and the exit code."""
     code, error = _outcome(run, stats)
     cap = run.cap
     missing = getattr(cap, "missing_frames", 0)
-    if missing and stats.stop == "end of stream":
+    if missing and stats.stop == "end of stream" and stats.captured:
         say(f"warning: {cap.name} ended after {cap.position} frame(s), {missing} short of the "
             f"{cap.declared_frames} its container declares (truncated?)")
     if error:
@@ -324,6 +394,9 @@ def _outcome(run: _CameraRun, stats: Any) -> tuple:
         return ExitCode.INTERRUPTED, None
     if stats.stop.startswith("capture error"):
         return ExitCode.ERROR, stats.stop
+    if stats.captured == 0 and stats.stop == "end of stream":  # opened, but not one frame
+        return ExitCode.DEVICE_UNAVAILABLE, (f"--source {run.cap.name}: no frame could be read "
+                                             "(an empty or truncated video?)")
     if stats.lost:
         why = f" (last: {stats.reopen_error})" if stats.reopen_error else ""
         return ExitCode.DEVICE_UNAVAILABLE, (

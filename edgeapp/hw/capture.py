@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 from typing_extensions import Protocol
 
-from edgeapp.errors import DeviceUnavailable, InputError, UsageError
+from edgeapp.errors import DeviceUnavailable
 
 
 def cv2_module(needed_for: str = "video"):
@@ -109,14 +109,22 @@ class OpenCVSource:
         self.position = 0  # files: frames read so far
         self._cap = None
 
-    def open(self) -> None:
-        if self.kind == "file" and not os.path.exists(self.target):
-            raise UsageError(f"--source {self.target}: no such file, and not a camera index, "
-                             "/dev/videoN, URL or GStreamer pipeline")
-        if self.kind == "file" and not (os.path.isfile(self.target) or self.target.startswith("/dev/")):
+    def check(self) -> None:
+        """What can be known without opening: a file that is missing or not a regular file
+        (DeviceUnavailable: exit 5, as every source that cannot be opened)."""
+        if self.kind != "file":
+            return
+        if not os.path.exists(self.target):
+            raise DeviceUnavailable(f"--source {self.target}: no such file, and not a camera "
+                                    "index, /dev/videoN, URL or GStreamer pipeline")
+        if not (os.path.isfile(self.target) or self.target.startswith("/dev/")):
             # a FIFO or socket would block OpenCV's open() in C, beyond the reach of Ctrl-C
-            raise UsageError(f"--source {self.target}: not a regular file (pipe or special file); "
-                             "for a stream use a URL or a GStreamer pipeline")
+            raise DeviceUnavailable(f"--source {self.target}: not a regular file (a folder, pipe "
+                                    "or special file); for a stream use a URL or a GStreamer "
+                                    "pipeline")
+
+    def open(self) -> None:
+        self.check()
         cv2 = cv2_module()
         self.close()
         if self.kind == "camera":
@@ -146,8 +154,8 @@ class OpenCVSource:
 
     def _open_error(self) -> Exception:
         if self.kind == "file":
-            return InputError(f"{self.target}: OpenCV cannot open this video (not a video, or a "
-                              "codec this OpenCV build lacks)")
+            return DeviceUnavailable(f"--source {self.target}: OpenCV cannot open this video (not "
+                                     "a video, truncated, or a codec this OpenCV build lacks)")
         hints = {
             "camera": "is it plugged in, and may you use it (video group)? `v4l2-ctl --list-devices` "
                       "lists cameras",

@@ -3,7 +3,9 @@ numbers in a browser, from a small web server in the camera process.
 
 Routes: `/` a page (live_view.html, no build step) that shows `/stream.mjpg` and polls
 `/stats`; `/stream.mjpg` the annotated frames as MJPEG (multipart/x-mixed-replace);
-`/stats` JSON; `/snapshot.jpg` the newest annotated frame.
+`/stats` JSON; `/snapshot.jpg` the newest annotated frame. The HTTP side (routes, streaming,
+the Host check and the token) is live_http.py; this module is the server's life cycle and the
+hand-off from the inference loop.
 
 Why the standard library's ThreadingHTTPServer: nothing to install on a Pi or a Dev Board
 (Python 3.7), one thread per connection suits a handful of viewers and an MJPEG stream, which
@@ -19,28 +21,22 @@ viewer skips frames, nothing queues, and a stalled one times out on its own.
 from __future__ import annotations
 
 import ipaddress
-import json
 import socket
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Any, Callable, Optional
+from http.server import ThreadingHTTPServer
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 
 from edgeapp.errors import UsageError
+from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, make_handler
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-BOUNDARY = "edgeapp-frame"
-MAX_VIEWERS = 8  # streams at once: each is a thread and a socket; more get 503
-SEND_TIMEOUT = 10.0  # seconds a viewer may leave a write blocked before it is dropped
 STATS_WINDOW = 300  # frames behind the live percentiles
-_PAGE = Path(__file__).with_name("live_view.html")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,13 +94,39 @@ def parse_serve(text: str) -> ServeAddress:
     return ServeAddress(host, int(port))
 
 
-def exposure_warning(addr: ServeAddress) -> Optional[str]:
-    """One line when the live view can be reached from other machines (it has no password)."""
-    if addr.loopback:
+def check_exposure(addr: ServeAddress, token: Optional[str], declined: bool) -> None:
+    """Beyond loopback, a token or an explicit `--serve-token none`: UsageError otherwise."""
+    if not addr.loopback and token is None and not declined:
+        from edgeapp.sinks.live_http import token_required
+
+        raise token_required(str(addr))
+
+
+def exposure_warning(addr: ServeAddress, port: int, token: Optional[str]) -> Optional[str]:
+    """One line when other machines can see the camera without a token (the user declined it);
+    `port`: the port bound (the real one for port 0)."""
+    if addr.loopback or token is not None:
         return None
     where = "every network interface" if addr.all_interfaces else addr.host
-    return (f"warning: the live view listens on {where} (port {addr.port}): anyone who can reach "
-            "this machine sees the camera; there is no password")
+    return (f"warning: the live view listens on {where} (port {port}) without a token "
+            "(--serve-token none): anyone who can reach this machine sees the camera")
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def open_urls(addr: ServeAddress, port: int, dual_stack: bool = True) -> List[str]:
+    """The URLs to print: the address given, or for every interface the addresses other
+    machines can open (the default route's first), else loopback's."""
+    if not addr.all_interfaces:
+        return [f"http://{_bracket(addr.host)}:{port}/"]
+    from edgeapp.hw.netif import local_addresses
+
+    versions = {4} if addr.host in ("0.0.0.0", "") else ({4, 6} if dual_stack else {6})
+    found = [a.address for a in local_addresses() if a.openable and a.ip.version in versions]
+    loopback = "127.0.0.1" if 4 in versions else "::1"
+    return [f"http://{_bracket(h)}:{port}/" for h in (found or [loopback])]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,12 +157,15 @@ class LiveView:
     `kind`: the task (tasks/), which draws the overlay and words the results.
     `info`: fixed facts for the page (source, model, task, device, device_note).
     `extra`: called per /stats request for more numbers (the MQTT counters).
+    `token`: required of every request when given (live_http.py); None beyond loopback only
+    after check_exposure.
     """
 
     def __init__(self, address: ServeAddress, *, fps: float = 10.0, quality: int = 80,
                  kind: Any = None, info: Optional[dict] = None,
-                 extra: Optional[Callable[[], dict]] = None) -> None:
+                 extra: Optional[Callable[[], dict]] = None, token: Optional[str] = None) -> None:
         self.address = address
+        self.guard = Guard.from_env(address.host, token)
         self.kind = kind
         self.interval = 1.0 / fps if fps > 0 else 0.0
         self.quality = int(quality)
@@ -170,20 +195,31 @@ class LiveView:
         self._server: Optional[ThreadingHTTPServer] = None
         self._threads: list[threading.Thread] = []
         self.url = ""
+        self.urls: List[str] = []
+        self.port = 0
 
     # -- life cycle -----------------------------------------------------------------------------
 
     def start(self) -> "LiveView":
         """Bind and serve in background threads; a port in use or an address not on this
         machine is a UsageError."""
-        handler = _make_handler(self)
+        handler = make_handler(self, self.guard)
         family = socket.AF_INET6 if ":" in self.address.host else socket.AF_INET
+        dual = self.address.host == "::"
 
         class Server(ThreadingHTTPServer):
             address_family = family
             daemon_threads = True
             allow_reuse_address = True
             request_queue_size = 16
+
+            def server_bind(self) -> None:
+                if dual:  # IPv4 clients too, whatever the system's default
+                    try:
+                        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                    except (AttributeError, OSError):
+                        pass
+                super().server_bind()
 
             def handle_error(self, request, client_address) -> None:  # no tracebacks on stderr
                 pass
@@ -197,11 +233,9 @@ class LiveView:
                    13: "permission denied (ports below 1024 need root; use 8080)",
                    99: "this machine has no such address"}.get(e.errno, e.strerror or str(e))
             raise UsageError(f"--serve {self.address}: cannot listen: {why}") from None
-        host, port = self._server.server_address[:2]
-        shown = self.address.host if not self.address.all_interfaces else host
-        shown = f"[{shown}]" if ":" in shown else shown
-        self.url = f"http://{shown}:{port}/"
-        self.port = port
+        self.port = self.guard.port = int(self._server.server_address[1])
+        self.urls = open_urls(self.address, self.port)
+        self.url = self.urls[0]
         self._started = time.monotonic()
         for target, name in ((self._serve, "edgeapp-http"), (self._encode_loop, "edgeapp-jpeg")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -328,7 +362,18 @@ class LiveView:
         self.snapshots += 1
         return self._encode_newest()
 
-    def _add_viewer(self) -> bool:
+    def track(self, handler: Any, conn: socket.socket) -> None:
+        """A connection opened (so `close` can end it even in a blocked write)."""
+        with self._lock:
+            self._conns[id(handler)] = conn
+            self._handlers.add(threading.current_thread())
+
+    def untrack(self, handler: Any) -> None:
+        with self._lock:
+            self._conns.pop(id(handler), None)
+            self._handlers.discard(threading.current_thread())
+
+    def add_viewer(self) -> bool:
         with self._lock:
             if self.viewers >= MAX_VIEWERS:
                 self.refused += 1
@@ -339,20 +384,23 @@ class LiveView:
             self._frame_ready.notify()
             return True
 
-    def _remove_viewer(self) -> None:
+    def remove_viewer(self) -> None:
         with self._lock:
             self.viewers -= 1
 
     # -- numbers ----------------------------------------------------------------------------------
 
     def fps(self) -> float:
-        """Processed frames per second over the last 3 seconds of frames."""
+        """Processed frames per second over the frames of the last 3 seconds before the newest
+        (at least the newest two: a loop slower than one frame in 3 s still has a rate)."""
         with self._lock:
             times = list(self._done_times)
         if len(times) < 2:
             return 0.0
         recent = [t for t in times if t >= times[-1] - 3.0]
-        if len(recent) < 2 or recent[-1] <= recent[0]:
+        if len(recent) < 2:
+            recent = times[-2:]
+        if recent[-1] <= recent[0]:
             return 0.0
         return (len(recent) - 1) / (recent[-1] - recent[0])
 
@@ -386,90 +434,3 @@ class LiveView:
         return {"url": self.url, "viewers_max": self.viewers_max, "viewers_total": self.viewers_total,
                 "frames_encoded": self.frames_encoded, "snapshots": self.snapshots,
                 "refused": self.refused}
-
-
-# ---------------------------------------------------------------------------------------------
-# HTTP
-
-
-def _make_handler(view: LiveView):
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "edgeapp-live"
-        protocol_version = "HTTP/1.0"  # one response per connection; streams end by closing
-        timeout = SEND_TIMEOUT
-
-        def setup(self) -> None:
-            super().setup()
-            with view._lock:
-                view._conns[id(self)] = self.connection
-                view._handlers.add(threading.current_thread())
-
-        def finish(self) -> None:
-            try:
-                super().finish()
-            except OSError:
-                pass
-            with view._lock:
-                view._conns.pop(id(self), None)
-                view._handlers.discard(threading.current_thread())
-
-        def log_message(self, format: str, *args) -> None:  # stderr is the summary's
-            pass
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            try:
-                if path in ("/", "/index.html"):
-                    self._send(HTTPStatus.OK, "text/html; charset=utf-8", _PAGE.read_bytes())
-                elif path == "/stats":
-                    body = json.dumps(view.stats()).encode()
-                    self._send(HTTPStatus.OK, "application/json", body)
-                elif path == "/snapshot.jpg":
-                    jpeg = view.snapshot()
-                    if jpeg is None:
-                        self._send(HTTPStatus.SERVICE_UNAVAILABLE, "text/plain",
-                                   b"no frame yet\n", retry=True)
-                    else:
-                        self._send(HTTPStatus.OK, "image/jpeg", jpeg)
-                elif path == "/stream.mjpg":
-                    self._stream()
-                else:
-                    self._send(HTTPStatus.NOT_FOUND, "text/plain", b"not found\n")
-            except (OSError, ValueError):  # the viewer went away (or timed out): costs nothing
-                self.close_connection = True
-
-        def _send(self, status: HTTPStatus, ctype: str, body: bytes, retry: bool = False) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            if retry:
-                self.send_header("Retry-After", "1")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _stream(self) -> None:
-            if not view._add_viewer():
-                self._send(HTTPStatus.SERVICE_UNAVAILABLE, "text/plain",
-                           f"too many viewers (at most {MAX_VIEWERS})\n".encode(), retry=True)
-                return
-            try:
-                self.send_response(HTTPStatus.OK)
-                self.send_header("Content-Type", f"multipart/x-mixed-replace; boundary={BOUNDARY}")
-                self.send_header("Cache-Control", "no-store")
-                self.send_header("X-Content-Type-Options", "nosniff")
-                self.end_headers()
-                seq = 0
-                while not view.closed:
-                    jpeg, seq = view.wait_jpeg(seq, timeout=1.0)
-                    if jpeg is None:
-                        continue
-                    head = (f"--{BOUNDARY}\r\nContent-Type: image/jpeg\r\n"
-                            f"Content-Length: {len(jpeg)}\r\n\r\n").encode()
-                    self.wfile.write(head + jpeg + b"\r\n")
-                self.wfile.write(f"--{BOUNDARY}--\r\n".encode())
-            finally:
-                view._remove_viewer()
-
-    return Handler

@@ -10,7 +10,9 @@ Topics under the URL's prefix (default `edgeapp`):
   hold for --mqtt-debounce seconds (of
   video time for a file) before it counts, so a flicker sends nothing;
 - `PREFIX/state`   mode events: the confirmed state, retained (`{"label": ...}` for a
-  classifier, `{"labels": [...]}` for the others), for sensors that start after the event.
+  classifier, `{"labels": [...]}` for the others), for sensors that start after the event;
+- `homeassistant/...`  Home Assistant discovery configs (ha_discovery.py), retained, sent with
+  `online` at every connection (`announce`).
 
 The inference loop never waits on the network: `on_frame` appends to a bounded queue and
 returns; a sender thread publishes while connected. When the queue is full (broker away, slow
@@ -28,7 +30,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from edgeapp.errors import MissingDependency, UsageError
@@ -196,7 +198,8 @@ class MqttOut:
     def __init__(self, target: MqttTarget, *, kind: Any = None, mode: str = "frames",
                  debounce: float = 1.0,
                  queue_size: int = 100, client_id: Optional[str] = None,
-                 on_notice: Optional[Callable[[str], None]] = None, keepalive: int = 30) -> None:
+                 on_notice: Optional[Callable[[str], None]] = None, keepalive: int = 30,
+                 announce: Sequence[Tuple[str, str]] = ()) -> None:
         if mode not in ("frames", "events"):
             raise UsageError(f"--mqtt-mode {mode}: frames or events")
         self.target, self.mode = target, mode
@@ -205,6 +208,7 @@ class MqttOut:
         self.client_id = client_id or f"edgeapp-{socket.gethostname()}-{os.getpid()}"
         self.on_notice = on_notice or (lambda message: None)
         self.detector = ChangeDetector(kind, debounce) if mode == "events" else None
+        self.announce = list(announce)  # (topic, payload): retained, at every connection
         self.published = 0
         self.dropped = 0  # oldest messages pushed out of the full queue, or refused by paho
         self.events = 0
@@ -255,9 +259,15 @@ class MqttOut:
         self._sender.start()
         return self
 
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait for the first connection attempt to succeed or fail (before a file's frames,
+        which should all reach the broker); False if it is still going on after `timeout` s."""
+        return self._settled.wait(timeout)
+
     def close(self, timeout: float = 2.0) -> None:
-        """Send what is queued for up to `timeout` s if connected, publish `offline`
-        (retained), disconnect. Bounded in time even with the broker gone."""
+        """Send what is queued while the broker takes it (giving up after `timeout` s without
+        progress), publish `offline` (retained), disconnect. Bounded in time with the broker
+        gone or stalled."""
         if self._client is None:
             return
         end = time.monotonic() + timeout
@@ -265,7 +275,11 @@ class MqttOut:
         with self._lock:
             self._closing = True
             self._wake.notify_all()
-        self._sender.join(max(0.1, end - time.monotonic()))
+        sent = -1
+        while self._sender.is_alive() and self.published != sent:  # alive: connected, sending
+            sent = self.published
+            self._sender.join(max(0.1, end - time.monotonic()))
+            end = time.monotonic() + timeout
         client, self._client = self._client, None
         with self._lock:
             self.dropped += len(self._queue)  # what could not be sent in time
@@ -347,6 +361,7 @@ class MqttOut:
             self.last_error = error
             return
         client.publish(self.topic("status"), "online", qos=1, retain=True)
+        self._announce(client)
         with self._lock:
             self.connects += 1
             self.connected = True
@@ -357,6 +372,12 @@ class MqttOut:
         else:
             self.on_notice(f"mqtt: reconnected to {self.target}")
         self._outage_noted = False
+
+    def _announce(self, client: Any) -> None:
+        """The retained messages that describe this publisher (discovery configs, or their
+        removal: an empty payload), again at each connection."""
+        for topic, payload in self.announce:
+            client.publish(topic, payload, qos=1, retain=True)
 
     def _on_disconnect(self, client: Any, userdata: Any, *args: Any) -> None:
         rc = args[1] if len(args) >= 2 else args[0]  # paho 2: (flags, rc, props); paho 1: (rc,)

@@ -12,6 +12,7 @@ A `BoundTask` is a kind with its options, bound to an opened model: what actuall
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
@@ -39,6 +40,27 @@ class Result:
 
     fields: dict
     extras: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One thing a task reports, as a Home Assistant entity (MQTT discovery: sinks/ha_discovery.py).
+
+    `frames` and `state` are Home Assistant value templates (Jinja over `value_json`) reading a
+    frame record on PREFIX/frames (--mqtt-mode frames) or the retained state on PREFIX/state
+    (events); None when that mode does not carry the value."""
+
+    key: str  # unique within the task: the entity's id
+    name: str
+    component: str = "sensor"  # or "binary_sensor" (templates give ON / OFF)
+    frames: Optional[str] = None
+    state: Optional[str] = None
+    numeric: bool = False  # a measurement Home Assistant keeps statistics of
+
+
+def jinja_literal(value: Any) -> str:
+    """A label as a Jinja string literal (quotes and backslashes escaped)."""
+    return json.dumps(str(value))
 
 
 def item_name(item: dict) -> str:
@@ -150,6 +172,11 @@ class TaskKind:
     def present(self, fields: dict) -> Dict[Any, tuple]:
         """events "presence": label -> (count, best score) of what is in the image."""
         return {}
+
+    def discovery(self, labels: Optional[Dict[int, str]]) -> List[Entity]:
+        """What a home automation system can show of this task's results (MQTT discovery);
+        `labels`: the model's (id -> name), None when it has none."""
+        return []
 
     # -- options ----------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from edgeapp.core.classify import class_fields, get_classes_from_scores, get_scores
 from edgeapp.errors import InvalidModel
-from edgeapp.tasks.base import Prepared, Result, TaskKind, event_name, use
+from edgeapp.tasks.base import Entity, Prepared, Result, TaskKind, event_name, use
 from edgeapp.tasks.model import ImageModel, describe_outputs, output_quantization
 
 
@@ -64,6 +64,16 @@ class Classify(TaskKind):
     def top(self, fields: dict) -> Optional[tuple]:
         classes = fields.get("classes") or []
         return (event_name(classes[0]), classes[0]["score"]) if classes else None
+
+    def discovery(self, labels: Optional[dict]) -> List[Entity]:
+        """The top class (and, per frame, its score); `none` when nothing passes --threshold."""
+        first = "{% set c = value_json.classes %}"
+        return [Entity("top_class", "top class",
+                       frames=first + "{{ (c[0].label if c[0].label is not none else c[0].id) "
+                                      "if c else 'none' }}",
+                       state="{{ value_json.label if value_json.label is not none else 'none' }}"),
+                Entity("top_score", "top score", frames=first + "{{ c[0].score if c else 0 }}",
+                       numeric=True)]
 
 
 KIND = Classify()

@@ -20,7 +20,7 @@ import numpy as np
 from edgeapp.core.detect import engine_layout, get_objects, object_fields
 from edgeapp.core.yolo import CONF, IOU, LAYOUTS, MAX_DET, YOLO_MEAN, YOLO_STD
 from edgeapp.errors import UsageError
-from edgeapp.tasks.base import Prepared, Result, TaskKind, event_name, item_name
+from edgeapp.tasks.base import Entity, Prepared, Result, TaskKind, event_name, item_name, jinja_literal
 from edgeapp.tasks.model import InputSpec, input_size
 
 DECODERS = ("auto", "ssd") + LAYOUTS
@@ -133,6 +133,16 @@ class Detect(TaskKind):
             count, best = seen.get(event_name(o), (0, 0.0))
             seen[event_name(o)] = (count + 1, max(best, o["score"]))
         return seen
+
+    def discovery(self, labels: Optional[dict]) -> List[Entity]:
+        """Per frame: the objects, and the objects of each label; events: each label present."""
+        out = [Entity("objects", "objects", frames="{{ value_json.objects | length }}", numeric=True)]
+        for i, name in sorted((labels or {}).items()):
+            out.append(Entity(f"count_{int(i)}", f"{name} count", numeric=True, frames=(
+                f"{{{{ value_json.objects | selectattr('id', 'eq', {int(i)}) | list | length }}}}")))
+            out.append(Entity(f"present_{int(i)}", str(name), "binary_sensor", state=(
+                f"{{{{ 'ON' if {jinja_literal(name)} in value_json.labels else 'OFF' }}}}")))
+        return out
 
 
 KIND = Detect()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from edgeapp.core.pose import POSENET_OP, is_pose_output, movenet_pose, pose_fields, posenet_poses
-from edgeapp.tasks.base import Prepared, Result, TaskKind
+from edgeapp.tasks.base import Entity, Prepared, Result, TaskKind, jinja_literal
 from edgeapp.tasks.model import op_names, output_quantization
 
 PERSON = "person"  # what pose events call a pose
@@ -63,6 +63,12 @@ class Pose(TaskKind):
     def present(self, fields: dict) -> Dict[Any, tuple]:
         poses = fields.get("poses") or []
         return {PERSON: (len(poses), max(p["score"] for p in poses))} if poses else {}
+
+    def discovery(self, labels: Optional[dict]) -> List[Entity]:
+        """A person present (a pose with a keypoint above --threshold), as a binary sensor."""
+        return [Entity("person", PERSON, "binary_sensor",
+                       frames="{{ 'ON' if value_json.poses else 'OFF' }}",
+                       state=f"{{{{ 'ON' if {jinja_literal(PERSON)} in value_json.labels else 'OFF' }}}}")]
 
 
 KIND = Pose()

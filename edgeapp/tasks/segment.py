@@ -8,10 +8,10 @@ it travels beside the record (Result.extras["mask"]) for overlays and --mask fil
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from edgeapp.core.segment import class_map, class_shares, is_segmentation_output, to_original
-from edgeapp.tasks.base import Prepared, Result, TaskKind, event_name, item_name
+from edgeapp.tasks.base import Entity, Prepared, Result, TaskKind, event_name, item_name
 from edgeapp.tasks.model import output_quantization
 
 EVENT_SHARE = 0.05  # events: a class counts as present from this share of the image
@@ -66,6 +66,13 @@ class Segment(TaskKind):
     def present(self, fields: dict) -> Dict[Any, tuple]:
         return {event_name(c): (1, c["share"]) for c in fields.get("classes") or []
                 if c["share"] >= EVENT_SHARE}
+
+    def discovery(self, labels: Optional[dict]) -> List[Entity]:
+        """The classes present (from EVENT_SHARE of the image), as one text sensor."""
+        return [Entity("classes", "classes present", frames=(
+            f"{{% for c in value_json.classes if c.share >= {EVENT_SHARE} %}}{{{{ ', ' if not loop.first else '' }}}}"
+            "{{ c.label if c.label is not none else c.id }}{% else %}none{% endfor %}"),
+            state="{{ value_json.labels | join(', ') if value_json.labels else 'none' }}")]
 
 
 KIND = Segment()

@@ -1,0 +1,58 @@
+"""Home Assistant MQTT discovery for `camera --mqtt`: entities that appear by themselves.
+
+For each entity the task reports (`TaskKind.discovery`: the top class, objects per label, a
+person present, the classes present), one retained config on
+`homeassistant/<component>/<node>/<entity>/config`: its state topic (PREFIX/frames in
+--mqtt-mode frames, the retained PREFIX/state in events mode) with the task's value template,
+and PREFIX/status as its availability (online / offline, the last will). The entities of the
+other mode get an empty retained config (removed), so switching modes leaves no stale entity;
+`--no-mqtt-discovery` sends empty configs for all of them. MqttOut sends these at every
+connection (a restarted broker without persistence has forgotten them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+DISCOVERY_PREFIX = "homeassistant"
+STATE_TOPIC = {"frames": "frames", "events": "state"}
+
+
+def node_id(prefix: str) -> str:
+    """This camera's id in Home Assistant: from its topic prefix (one prefix per camera)."""
+    return "edgeapp_" + (re.sub(r"[^a-z0-9_-]+", "_", prefix.lower()).strip("_") or "camera")
+
+
+def _config(entity: Any, template: str, prefix: str, mode: str, node: str, device: dict) -> dict:
+    config = {"name": entity.name, "unique_id": f"{node}_{entity.key}",
+              "state_topic": f"{prefix}/{STATE_TOPIC[mode]}",
+              "value_template": template, "availability_topic": f"{prefix}/status",
+              "payload_available": "online", "payload_not_available": "offline",
+              "device": device, "origin": {"name": "edgeapp"}}
+    if entity.component == "binary_sensor":
+        config.update(payload_on="ON", payload_off="OFF")
+    if entity.numeric:
+        config["state_class"] = "measurement"
+    return config
+
+
+def discovery_messages(kind: Any, labels: Optional[Dict[int, str]], prefix: str, mode: str, *,
+                       remove: bool = False, model: str = "",
+                       version: str = "") -> List[Tuple[str, str]]:
+    """(topic, payload) pairs, to publish retained: configs for `mode`'s entities, empty
+    payloads (removal) for the others, and for all when `remove`."""
+    node = node_id(prefix)
+    device = {"identifiers": [node], "name": f"edgeapp {prefix}", "manufacturer": "edgeapp",
+              "model": f"{kind.name} · {model}" if model else kind.name}
+    if version:
+        device["sw_version"] = version
+    out: Dict[str, str] = {}
+    for entity in kind.discovery(labels):
+        topic = f"{DISCOVERY_PREFIX}/{entity.component}/{node}/{entity.key}/config"
+        template = None if remove else {"frames": entity.frames, "events": entity.state}[mode]
+        payload = json.dumps(_config(entity, template, prefix, mode, node, device)) if template else ""
+        if payload or topic not in out:
+            out[topic] = payload
+    return list(out.items())
