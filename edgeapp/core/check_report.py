@@ -23,6 +23,7 @@ from edgeapp.core.edgetpu_rules import OpPrediction, predict
 from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
 from edgeapp.core.tflite.model import Model, Tensor
 from edgeapp.core.units import format_bytes
+from edgeapp.errors import EdgeappError
 
 USABLE_CACHE_BYTES = int(6.9 * 1024 * 1024)  # below this parameters are reported cached in practice
 
@@ -146,9 +147,9 @@ def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
         tips.append("resize upscaling too much for the Edge TPU's precision: upscale in steps of "
                     f"at most x{RESIZE_MAX_FACTOR:g}, or leave the final upscale out of the model "
                     "and do it on the CPU")
-    segment_tip = _segmentation_advice(model, preds)
-    if segment_tip:
-        tips.append(segment_tip)
+    task_tip = _yolo_advice(model, preds, s) or _segmentation_advice(model, preds)
+    if task_tip:
+        tips.insert(len(s["blockers"]), task_tip)
     if s["streamed_bytes_estimate"] > 0:
         tips.append("too many parameters for the on-chip cache: use a smaller model, or "
                     "`edgeapp compile --segments N` to pipeline it over N Edge TPUs")
@@ -229,6 +230,39 @@ def _cut_advice(preds: list[OpPrediction]) -> list[str]:
     return [f"op {first.index} ({first.op}) cuts the Edge TPU subgraph: {n_dep} supported "
             "operation(s) after it also run on the CPU; fix it or move it to the end of "
             "the model"]
+
+
+def _yolo_advice(model: Model, preds: list[OpPrediction], s: dict) -> Optional[str]:
+    """For a YOLO export: which part is the detection head's decode on the CPU, and whether a
+    smaller imgsz would map more (the first CPU op early in the graph, MACs off the TPU)."""
+    from edgeapp.core.compiler_output import suggest_imgsz
+    from edgeapp.core.yolo import find_yolo_layout
+
+    shape = model.input_tensors[0].shape if len(model.input_tensors) == 1 else ()
+    if len(shape) != 4:
+        return None
+    try:
+        layout = find_yolo_layout([t.shape for t in model.output_tensors], (shape[2], shape[1]))
+    except EdgeappError:
+        return None
+    what = (f"a YOLO export ({layout.kind} layout {layout.how}: {layout.classes} classes, "
+            f"{layout.anchors} anchors at {shape[2]}x{shape[1]}): run it with `edgeapp detect`, "
+            "which decodes and NMS's on the CPU as Ultralytics does")
+    cpu = [p for p in preds if not p.mapped]
+    if not cpu:
+        return what + "; it maps fully"
+    first, total = cpu[0], s["macs_total"] or 0
+    share = s["macs_tpu"] / total if total else 0.0
+    tip = (f"{what}; from op {first.index} ({first.op}) on, {len(cpu)} op(s) run on the CPU, "
+           f"{1 - share:.2%} of the MACs")
+    smaller = suggest_imgsz(max(shape[1], shape[2]), s["ops_tpu"], s["ops_total"])
+    if share < 0.99 and smaller is not None:
+        tip += (f": more than the head's decode; export again with a smaller imgsz (e.g. "
+                f"{smaller}): larger inputs need activations beyond the on-chip memory")
+    else:
+        tip += ": the head's box decode, as in Ultralytics' own Edge TPU exports; the backbone "
+        tip += "and neck map"
+    return tip
 
 
 def _segmentation_advice(model: Model, preds: list[OpPrediction]) -> Optional[str]:
