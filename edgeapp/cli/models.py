@@ -1,7 +1,6 @@
 """`edgeapp models`: Coral's published models (list, pull, path), and model names as MODEL."""
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,7 +9,9 @@ from typing_extensions import Annotated
 
 from edgeapp.cli.command import Group
 from edgeapp.cli.download import DownloadReporter
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, choices, cli_errors, say
+from edgeapp.tasks import internal_names as internal_task_names
+from edgeapp.tasks import names as task_names
 
 app = typer.Typer(
     name="models", no_args_is_help=True, cls=Group,
@@ -18,12 +19,7 @@ app = typer.Typer(
          "model and its Edge TPU build: pulled, verified, usable by name as any command's MODEL.")
 
 
-class TaskName(str, Enum):
-    classify = "classify"
-    detect = "detect"
-    pose = "pose"
-    segment = "segment"
-    embed = "embed"
+TaskName = choices("TaskName", task_names() + internal_task_names())  # the tasks registry's
 
 
 NamesArg = Annotated[List[str], typer.Argument(help="Model names (see `edgeapp models list`).",

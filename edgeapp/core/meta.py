@@ -27,7 +27,7 @@ class ModelMeta:
     labels: Optional[dict[int, str]] = None
     mean: Optional[float] = None  # the float model takes (pixel − mean) / std
     std: Optional[float] = None
-    task: Optional[str] = None  # "classify", "detect", "pose" or "segment" (tasks.TASKS)
+    task: Optional[str] = None  # a task name (edgeapp/tasks: classify, detect, pose, segment)
     source: Optional[str] = None  # where this was read from
     extra: dict = field(default_factory=dict)
 

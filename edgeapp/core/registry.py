@@ -14,14 +14,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 from urllib.parse import quote
 
 from edgeapp.errors import UsageError
 
 REGISTRY_FILE = Path(__file__).with_name("coral_models.json")
 REGISTRY_FORMAT = 1
-TASKS = ("classify", "detect", "pose", "segment", "embed")  # embed: extractors for retrain
 _HEX = {"sha256": re.compile(r"^[0-9a-f]{64}$"), "git_blob_sha1": re.compile(r"^[0-9a-f]{40}$")}
 _CHUNK = 1 << 20
 
@@ -104,7 +103,8 @@ class Registry:
     origin: str  # the file it was read from, for messages
 
 
-def load_registry(path: Optional[Union[str, Path]] = None) -> Registry:
+def load_registry(path: Optional[Union[str, Path]] = None,
+                  tasks: Optional[Sequence[str]] = None) -> Registry:
     """The registry in `path`, else the one shipped in the package."""
     p = Path(path) if path else REGISTRY_FILE
     try:
@@ -115,20 +115,22 @@ def load_registry(path: Optional[Union[str, Path]] = None) -> Registry:
         raise RegistryError(f"cannot read model registry {p}: {e.strerror or e}") from None
     except ValueError as e:
         raise RegistryError(f"model registry {p} is not valid JSON: {e}") from None
-    return parse_registry(data, str(p))
+    return parse_registry(data, str(p), tasks)
 
 
 _Bad = Callable[[str], RegistryError]  # makes the one-line error naming the registry file
 
 
-def parse_registry(data: Any, origin: str = "<registry>") -> Registry:
-    """Validate the registry document; every problem is one RegistryError line naming it."""
+def parse_registry(data: Any, origin: str = "<registry>",
+                   tasks: Optional[Sequence[str]] = None) -> Registry:
+    """Validate the registry document; every problem is one RegistryError line naming it.
+    `tasks`: the task names a model may have (edgeapp.tasks owns them; flows/models passes them)."""
     def bad(what: str) -> RegistryError:
         return RegistryError(f"model registry {origin}: {what}")
 
     files_doc, models_doc, template = _check_document(data, bad)
     files = {path: _file_ref(path, f, bad) for path, f in files_doc.items()}
-    models = {name: _model_entry(name, m, files, bad) for name, m in models_doc.items()}
+    models = {name: _model_entry(name, m, files, bad, tasks) for name, m in models_doc.items()}
     return Registry(str(data.get("source", "")), str(data.get("commit", "")), template, models, origin)
 
 
@@ -161,13 +163,15 @@ def _file_ref(path: str, f: Any, bad: _Bad) -> FileRef:
     return FileRef(path, f.get("git_blob_sha1", ""), size, f.get("sha256"))
 
 
-def _model_entry(name: str, m: Any, files: dict[str, FileRef], bad: _Bad) -> ModelEntry:
+def _model_entry(name: str, m: Any, files: dict[str, FileRef], bad: _Bad,
+                 tasks: Optional[Sequence[str]] = None) -> ModelEntry:
     """One entry of "models": a known task, a sane input size and preprocessing, listed files."""
     if not isinstance(m, dict) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
         raise bad(f"bad model entry {name!r}")
     task = m.get("task")
-    if task not in TASKS:
-        raise bad(f"model {name!r}: task {task!r} is not one of {', '.join(TASKS)}")
+    if not isinstance(task, str) or not task or (tasks is not None and task not in tasks):
+        known = f" is not one of {', '.join(tasks)}" if tasks is not None else " is not a task name"
+        raise bad(f"model {name!r}: task {task!r}{known}")
     size = m.get("input")
     if size is not None and not (isinstance(size, list) and len(size) == 2
                                  and all(isinstance(v, int) and v > 0 for v in size)):

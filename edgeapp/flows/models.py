@@ -77,7 +77,9 @@ class Resolution:
 
 def registry(env: Mapping[str, str] = os.environ) -> Registry:
     """The package's registry, or the file EDGEAPP_MODELS_REGISTRY names."""
-    return load_registry(env.get(REGISTRY_ENV) or None)
+    from edgeapp.tasks import internal_names, names
+
+    return load_registry(env.get(REGISTRY_ENV) or None, names() + internal_names())
 
 
 def url_template(reg: Registry, env: Mapping[str, str] = os.environ) -> str:
