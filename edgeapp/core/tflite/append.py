@@ -25,6 +25,7 @@ import numpy as np
 
 from edgeapp.core.tflite.model import _Corrupt, _Table, parse_model
 from edgeapp.core.tflite.schema import BUILTIN_OPS, TENSOR_TYPES, option_slot, options_type
+from edgeapp.core.tflite.writer import int32_vector, offset_vector
 from edgeapp.errors import InvalidModel
 
 _ALIGN = 16
@@ -192,17 +193,6 @@ def _buffer(b, data: bytes) -> int:
     return b.EndObject()
 
 
-def _ints(b, values: Sequence[int]) -> int:
-    return b.CreateNumpyVector(np.asarray(list(values), dtype="<i4"))
-
-
-def _offsets(b, offsets: Sequence[int]) -> int:
-    b.StartVector(4, len(offsets), 4)
-    for off in reversed(offsets):
-        b.PrependUOffsetTRelative(off)
-    return b.EndVector()
-
-
 def _tensor(b, t: NewTensor, buffer: int) -> int:
     quant = None
     if t.scale:
@@ -213,7 +203,7 @@ def _tensor(b, t: NewTensor, buffer: int) -> int:
         b.PrependUOffsetTRelativeSlot(3, zero, 0)
         quant = b.EndObject()
     name = b.CreateString(t.name)
-    shape = _ints(b, t.shape)
+    shape = int32_vector(b, t.shape)
     b.StartObject(5)  # Tensor: shape, type, buffer, name, quantization
     b.PrependUOffsetTRelativeSlot(0, shape, 0)
     b.PrependInt8Slot(1, TENSOR_TYPES.index(t.dtype), 0)
@@ -245,7 +235,7 @@ def _operator(b, o: NewOperator, opcode_index: int) -> int:
             else:
                 b.PrependInt8Slot(slot, int(value), 0)
         options = b.EndObject()
-    ins, outs = _ints(b, o.inputs), _ints(b, o.outputs)
+    ins, outs = int32_vector(b, o.inputs), int32_vector(b, o.outputs)
     b.StartObject(5)  # Operator
     b.PrependUint32Slot(0, opcode_index, 0)
     b.PrependUOffsetTRelativeSlot(1, ins, 0)
@@ -257,8 +247,8 @@ def _operator(b, o: NewOperator, opcode_index: int) -> int:
 
 
 def _subgraph(b, old: _Old, tensors: list, operators: list, outputs: Sequence[int], at) -> int:
-    tensors_vec, ops_vec = _offsets(b, tensors), _offsets(b, operators)
-    outputs_vec = _ints(b, outputs)
+    tensors_vec, ops_vec = offset_vector(b, tensors), offset_vector(b, operators)
+    outputs_vec = int32_vector(b, outputs)
     b.StartObject(6)  # SubGraph
     b.PrependUOffsetTRelativeSlot(0, tensors_vec, 0)
     if old.inputs is not None:
@@ -285,7 +275,7 @@ def _signature(b, sig: _Table, moved: dict, at) -> int:
             b.PrependUOffsetTRelativeSlot(0, at(name), 0)
         b.PrependUint32Slot(1, moved.get(index, index), 0)
         maps.append(b.EndObject())
-    outputs = _offsets(b, maps)
+    outputs = offset_vector(b, maps)
     inputs, key = sig._indirect(0), sig._indirect(2)
     b.StartObject(5)  # SignatureDef: inputs, outputs, signature_key, (deprecated), subgraph_index
     if inputs is not None:
@@ -297,9 +287,9 @@ def _signature(b, sig: _Table, moved: dict, at) -> int:
 
 
 def _model(b, old: _Old, codes: list, subgraphs: list, buffers: list, signatures: list, at) -> int:
-    codes_vec, subgraphs_vec = _offsets(b, codes), _offsets(b, subgraphs)
-    buffers_vec = _offsets(b, buffers)
-    sigs_vec = _offsets(b, signatures) if signatures else None
+    codes_vec, subgraphs_vec = offset_vector(b, codes), offset_vector(b, subgraphs)
+    buffers_vec = offset_vector(b, buffers)
+    sigs_vec = offset_vector(b, signatures) if signatures else None
     b.StartObject(_MODEL_FIELDS)  # Model
     b.PrependUint32Slot(0, old.version, 0)
     b.PrependUOffsetTRelativeSlot(1, codes_vec, 0)

@@ -121,10 +121,10 @@ class ModelWriter:
         op_offsets = [self._operator_table(b, o, codes.index(o.op)) for o in self._operators]
 
         sg_name = b.CreateString("main")
-        sg_tensors = _offset_vector(b, tensor_offsets)
-        sg_inputs = _int32_vector(b, inputs)
-        sg_outputs = _int32_vector(b, outputs)
-        sg_ops = _offset_vector(b, op_offsets)
+        sg_tensors = offset_vector(b, tensor_offsets)
+        sg_inputs = int32_vector(b, inputs)
+        sg_outputs = int32_vector(b, outputs)
+        sg_ops = offset_vector(b, op_offsets)
         b.StartObject(5)  # SubGraph
         b.PrependUOffsetTRelativeSlot(0, sg_tensors, 0)
         b.PrependUOffsetTRelativeSlot(1, sg_inputs, 0)
@@ -143,9 +143,9 @@ class ModelWriter:
             code_offsets.append(b.EndObject())
 
         description = b.CreateString(self.description)
-        codes_vec = _offset_vector(b, code_offsets)
-        subgraphs_vec = _offset_vector(b, [subgraph])
-        buffers_vec = _offset_vector(b, buffer_offsets)
+        codes_vec = offset_vector(b, code_offsets)
+        subgraphs_vec = offset_vector(b, [subgraph])
+        buffers_vec = offset_vector(b, buffer_offsets)
         b.StartObject(5)  # Model (fields 0..4 used)
         b.PrependUint32Slot(0, SCHEMA_VERSION, 0)
         b.PrependUOffsetTRelativeSlot(1, codes_vec, 0)
@@ -186,7 +186,7 @@ class ModelWriter:
             b.PrependInt32Slot(6, t.quantized_dimension, 0)
             quant = b.EndObject()
         name = b.CreateString(t.name)
-        shape = _int32_vector(b, t.shape)
+        shape = int32_vector(b, t.shape)
         b.StartObject(5)  # Tensor (shape, type, buffer, name, quantization)
         b.PrependUOffsetTRelativeSlot(0, shape, 0)
         b.PrependInt8Slot(1, TENSOR_TYPES.index(t.dtype), 0)
@@ -207,8 +207,8 @@ class ModelWriter:
             ints = (b.PrependInt8Slot if name in _BYTE_FIELDS else b.PrependInt32Slot)
             ints(slot, opt[name], 1 if name.startswith("dilation") else 0)
         options = b.EndObject()
-        ins = _int32_vector(b, o.inputs)
-        outs = _int32_vector(b, o.outputs)
+        ins = int32_vector(b, o.inputs)
+        outs = int32_vector(b, o.outputs)
         b.StartObject(5)  # Operator
         b.PrependUint32Slot(0, opcode_index, 0)
         b.PrependUOffsetTRelativeSlot(1, ins, 0)
@@ -218,11 +218,13 @@ class ModelWriter:
         return b.EndObject()
 
 
-def _int32_vector(b, values: Sequence[int]) -> int:
+def int32_vector(b, values: Sequence[int]) -> int:
+    """A little-endian int32 vector (tensor and operator index lists)."""
     return b.CreateNumpyVector(np.asarray(list(values), dtype="<i4"))
 
 
-def _offset_vector(b, offsets: Sequence[int]) -> int:
+def offset_vector(b, offsets: Sequence[int]) -> int:
+    """A vector of tables (offsets), in the order given."""
     b.StartVector(4, len(offsets), 4)
     for off in reversed(offsets):
         b.PrependUOffsetTRelative(off)
