@@ -21,6 +21,7 @@ from edgeapp.cli.options import (
     choices,
     cli_errors,
     finite,
+    plain,
     resolve_device,
     resolve_model,
     resolve_runtime,
@@ -165,13 +166,13 @@ def _options(ctx: typer.Context):
     if problem:
         raise UsageError(problem)
     return BenchOptions(runs=p["runs"], warmup=p["warmup"], duration=p.get("duration"),
-                        power_mode=p["power_mode"].value, watts=p.get("watts"),
+                        power_mode=plain(p["power_mode"]), watts=p.get("watts"),
                         runtime=resolve_runtime(ctx, p.get("runtime")),
                         cpu_model=str(p["cpu_model"]) if p.get("cpu_model") else None,
                         synthetic=p["synthetic"], probe=not p["no_probe"],
-                        cpu_kernels=p["cpu_kernels"].value,
+                        cpu_kernels=plain(p["cpu_kernels"]),
                         samples={} if p.get("plot") is not None else None,
-                        performance=p["performance"].value if p.get("performance") else None,
+                        performance=plain(p.get("performance")),
                         usb_queue=p.get("usb_queue"))
 
 

@@ -29,6 +29,7 @@ from edgeapp.cli.options import (
     cli_errors,
     finite,
     placement,
+    plain,
     say,
 )
 from edgeapp.core.boxes import ResizeMode
@@ -273,7 +274,7 @@ class _CameraRun:
         from edgeapp.flows.open_task import open_task
 
         p = self.p
-        task = p["task"].value if p.get("task") is not None else None
+        task = plain(p.get("task"))
         opened = open_task(p["model"], task, placement(self.ctx), options=self.options,
                            labels_file=p.get("labels"), mean=p.get("mean"), std=p.get("std"),
                            on_notice=say, resolve=resolve_model, frames=True, strict_options=False)
@@ -305,7 +306,7 @@ class _CameraRun:
             from edgeapp.flows.tpu_health import TpuHealth
 
             perf = self.p.get("performance")
-            self.health = TpuHealth(perf.value if perf is not None else None).start()
+            self.health = TpuHealth(plain(perf)).start()
         if self.address is not None:  # first: a port in use fails before anything connects
             from edgeapp.sinks.live_view import LiveView
 
@@ -323,7 +324,7 @@ class _CameraRun:
             from edgeapp.sinks.ha_discovery import discovery_messages
             from edgeapp.sinks.mqtt import MqttOut
 
-            mode = self.p["mqtt_mode"].value
+            mode = plain(self.p["mqtt_mode"])
             announce = discovery_messages(kind, self.opened.model.labels, self.target.prefix, mode,
                                           remove=not self.p["mqtt_discovery"],
                                           model=Path(engine.model_path).name, version=__version__)

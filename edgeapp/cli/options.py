@@ -155,9 +155,15 @@ def resolve_device(ctx: typer.Context, device: Optional[str]) -> str:
     return g.device if g else "auto"
 
 
+def plain(value):
+    """An option's value as its plain string when it is a choice: Typer hands the command an
+    Enum, while `ctx.params` holds the Enum (Typer 0.29) or the string (0.23, Python 3.9)."""
+    return value.value if isinstance(value, Enum) else value
+
+
 def resolve_runtime(ctx: typer.Context, runtime: Optional[RuntimeName]) -> Optional[str]:
     if runtime is not None:
-        return runtime.value
+        return plain(runtime)
     g = ctx.find_object(Globals)
     return g.runtime if g else None
 
