@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from yolo_reference import assert_same_detections
 
 from edgeapp.core import yolo
 from edgeapp.core.boxes import letterbox_fit
@@ -92,12 +93,8 @@ def test_decoding_matches_ultralytics(engines, model):
         tensor, ctx = yolo.prepare_yolo(FIXTURES / "images" / name, Spec(engine))
         assert hashlib.sha256(tensor.tobytes()).hexdigest() == want["input_sha256"], name
         got = yolo.get_yolo_objects(engine.run(tensor), quant, layout, ctx["fit"])
-        expected = want["detections"]
-        assert len(got) == len(expected), (name, got, expected)
-        for obj, ref in zip(got, expected):
-            assert obj.id == ref["class"], (name, obj, ref)
-            assert iou(obj.bbox.as_list(), ref["box"]) >= 0.9, (name, obj, ref)
-            assert abs(obj.score - ref["score"]) <= step * 1.0001, (name, obj, ref)
+        assert_same_detections([(o.id, o.score, o.bbox.as_list()) for o in got],
+                               want["detections"], step, name)
         total += len(got)
     assert total > 0, "the fixture model detects nothing: it cannot test decoding"
 

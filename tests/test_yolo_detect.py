@@ -13,20 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from yolo_reference import assert_same_detections, exact_runtime, iou
 
 from edgeapp.errors import ExitCode
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "yolo"
 MODELS = sorted(FIXTURES.glob("*.tflite"))
 IMAGES = sorted((FIXTURES / "images").glob("*.png"))
-
-
-def iou(a, b) -> float:
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = ix * iy
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
 
 
 def output_step(reference: dict) -> float:
@@ -48,12 +41,8 @@ def test_detect_gives_ultralytics_boxes(cli, model):
     for line in r.stdout.splitlines():
         rec = json.loads(line)
         want = reference["images"][Path(rec["path"]).name]["detections"]
-        got = rec["objects"]
-        assert len(got) == len(want), (rec["path"], got, want)
-        for w in want:  # each reference box has its match: same class, IoU >= 0.9, score close
-            match = max((g for g in got if g["id"] == w["class"]), key=lambda g: iou(g["bbox"], w["box"]))
-            assert iou(match["bbox"], w["box"]) >= 0.9
-            assert abs(match["score"] - w["score"]) <= step + 1e-6
+        got = [(o["id"], o["score"], o["bbox"]) for o in rec["objects"]]
+        assert_same_detections(got, want, step, rec["path"])
 
 
 def test_labels_come_from_ultralytics_metadata(cli):
@@ -66,7 +55,8 @@ def test_threshold_defaults_to_ultralytics_and_can_be_raised(cli):
     model = FIXTURES / "yolov8_256_full_integer_quant.tflite"
     default = json.loads(cli("detect", model, IMAGES[0], "-f", "jsonl").stdout)["objects"]
     assert min(o["score"] for o in default) > 0.25
-    assert min(o["score"] for o in default) < 0.4  # a low one only YOLO's 0.25 default lets in
+    if exact_runtime():  # (another runtime's rounding may drop the 0.35 box below 0.25)
+        assert min(o["score"] for o in default) < 0.4  # a low one only YOLO's 0.25 default lets in
     high = json.loads(cli("detect", model, IMAGES[0], "-f", "jsonl", "-t", "0.5").stdout)["objects"]
     assert all(o["score"] >= 0.5 for o in high) and len(high) < len(default)
 

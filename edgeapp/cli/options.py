@@ -322,11 +322,21 @@ def resume_hint(written: int, output: Optional[Path], fmt: Any, kept: int = 0) -
     return f"{where}; run the same command with --resume to go on without redoing them"
 
 
+def _typed_params(args: tuple, kwargs: dict) -> None:
+    """`ctx.params` with the values the command gets (Path, Enum, list), as shared bodies read
+    them: Typer converts what it hands the function, while ctx.params holds click's values,
+    which older Typer (0.23, Python 3.9) leaves as strings."""
+    ctx = kwargs.get("ctx") or next((a for a in args if isinstance(a, typer.Context)), None)
+    if isinstance(ctx, typer.Context):
+        ctx.params.update({k: v for k, v in kwargs.items() if k in ctx.params})
+
+
 def cli_errors(fn: F) -> F:
     """Map library errors to a one-line message and the documented exit code."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        _typed_params(args, kwargs)
         try:
             return fn(*args, **kwargs)
         except EdgeappError as e:
