@@ -326,9 +326,10 @@ def _typed_params(args: tuple, kwargs: dict) -> None:
     """`ctx.params` with the values the command gets (Path, Enum, list), as shared bodies read
     them: Typer converts what it hands the function, while ctx.params holds click's values,
     which older Typer (0.23, Python 3.9) leaves as strings."""
-    ctx = kwargs.get("ctx") or next((a for a in args if isinstance(a, typer.Context)), None)
-    if isinstance(ctx, typer.Context):
-        ctx.params.update({k: v for k, v in kwargs.items() if k in ctx.params})
+    ctx = kwargs.get("ctx")  # click's Context: not always a typer.Context instance
+    params = getattr(ctx, "params", None)
+    if isinstance(params, dict):
+        params.update({k: v for k, v in kwargs.items() if k in params})
 
 
 def cli_errors(fn: F) -> F:
