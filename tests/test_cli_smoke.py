@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import ROOT, SHARED
 
@@ -41,6 +42,31 @@ def test_classify_never_imports_tensorflow(tiny_model, color_images):
             "print('TF', 'tensorflow' in sys.modules, 'keras' in sys.modules)")
     r = run(sys.executable, "-c", code)
     assert r.stdout.strip().splitlines()[-1] == "TF False False", r.stdout + r.stderr
+
+
+def test_retrain_never_imports_tensorflow(tmp_path):
+    """retrain runs where TensorFlow does not install (the Dev Board): numpy only."""
+    from PIL import Image
+
+    data = tmp_path / "photos"
+    rng = np.random.default_rng(0)
+    for name, channel in (("red", 0), ("blue", 2)):
+        (data / name).mkdir(parents=True)
+        for i in range(3):
+            pixels = rng.integers(0, 60, (16, 16, 3), dtype=np.uint8)
+            pixels[:, :, channel] = 220
+            Image.fromarray(pixels).save(data / name / f"{i}.png")
+    from retrain_models import writer_extractor
+
+    base = writer_extractor(tmp_path / "extractor.tflite")  # built by our own writer
+    code = ("import sys\nfrom edgeapp.cli.app import app\n"
+            f"try:\n    app(['retrain', {str(data)!r}, '--base', {str(base)!r}, '-o', "
+            f"{str(tmp_path / 'mine.tflite')!r}])\n"
+            "except SystemExit:\n    pass\n"
+            "print('TF', 'tensorflow' in sys.modules, 'keras' in sys.modules)")
+    r = run(sys.executable, "-c", code)
+    assert r.stdout.strip().splitlines()[-1] == "TF False False", r.stdout + r.stderr
+    assert (tmp_path / "mine.tflite").is_file(), r.stderr
 
 
 def test_bundled_model_readme_command():
