@@ -57,8 +57,8 @@ def test_threshold_defaults_to_ultralytics_and_can_be_raised(cli):
     assert min(o["score"] for o in default) > 0.25
     if exact_runtime():  # (another runtime's rounding may drop the 0.35 box below 0.25)
         assert min(o["score"] for o in default) < 0.4  # a low one only YOLO's 0.25 default lets in
-    high = json.loads(cli("detect", model, IMAGES[0], "-f", "jsonl", "-t", "0.5").stdout)["objects"]
-    assert all(o["score"] >= 0.5 for o in high) and len(high) < len(default)
+    high = json.loads(cli("detect", model, IMAGES[0], "-f", "jsonl", "-t", "0.95").stdout)["objects"]
+    assert all(o["score"] >= 0.95 for o in high) and len(high) < len(default)
 
 
 def test_iou_and_max_det_options(cli):

@@ -15,6 +15,7 @@ from conftest import default_runtime
 
 CONF = 0.25
 SLACK_STEPS = 4  # output steps another runtime's rounding may move a score
+NMS_FLIP = 0.5  # overlap at which rounding may decide which of two boxes NMS keeps (limit 0.7)
 
 
 def exact_runtime() -> bool:
@@ -39,8 +40,19 @@ def assert_same_detections(got: list, expected: list, step: float, where: str = 
             assert abs(score - ref["score"]) <= step * 1.0001, (where, score, ref)
         return
     tol = SLACK_STEPS * step
-    for ref in (r for r in expected if r["score"] >= CONF + tol):
-        same = [g for g in got if g[0] == ref["class"] and iou(g[2], ref["box"]) >= 0.9]
-        assert same and min(abs(g[1] - ref["score"]) for g in same) <= tol, (where, ref, got)
-    for cid, score, box in (g for g in got if g[1] >= CONF + tol):
-        assert any(r["class"] == cid and iou(box, r["box"]) >= 0.9 for r in expected), (where, box)
+    theirs = [(r["class"], r["score"], r["box"]) for r in expected]
+    _each_found(theirs, got, tol, where)
+    _each_found(got, theirs, tol, where)
+
+
+def _each_found(these: list, those: list, tol: float, where: str) -> None:
+    """Every box of `these` clear of the threshold is among `those` (same class, IoU >= 0.9,
+    score within `tol`), or NMS may have kept a neighbour instead: a same-class box of `those`
+    overlapping it beyond NMS_FLIP (near the IoU limit, a step of rounding moves which one
+    stays)."""
+    for cid, score, box in (b for b in these if b[1] >= CONF + tol):
+        same = [b for b in those if b[0] == cid and iou(b[2], box) >= 0.9]
+        if same:
+            assert min(abs(b[1] - score) for b in same) <= tol, (where, box, score, same)
+        else:
+            assert any(b[0] == cid and iou(b[2], box) > NMS_FLIP for b in those), (where, box, those)
