@@ -14,7 +14,7 @@ from typing import Sequence
 from conftest import default_runtime
 
 CONF = 0.25
-SLACK_STEPS = 4  # output steps another runtime's rounding may move a score
+SLACK_STEPS = 10  # output steps another runtime's kernels may move a score (7 seen: tflite-runtime 2.14)
 NMS_FLIP = 0.5  # overlap at which rounding may decide which of two boxes NMS keeps (limit 0.7)
 
 
