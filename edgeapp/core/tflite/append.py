@@ -24,8 +24,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from edgeapp.core.tflite.model import _Corrupt, _Table, parse_model
-from edgeapp.core.tflite.schema import BUILTIN_OPS, TENSOR_TYPES, option_slot, options_type
-from edgeapp.core.tflite.writer import int32_vector, offset_vector
+from edgeapp.core.tflite.schema import BUILTIN_OPS, option_slot, options_type
+from edgeapp.core.tflite.writer import buffer_table, int32_vector, offset_vector, tensor_table
 from edgeapp.errors import InvalidModel
 
 _ALIGN = 16
@@ -181,37 +181,11 @@ def _locate(buf: bytes, name: str) -> _Old:
 
 
 def _buffer(b, data: bytes) -> int:
-    vec = None
-    if data:
-        b.StartVector(1, len(data), _ALIGN)
-        b.head -= len(data)
-        b.Bytes[b.head:b.head + len(data)] = data
-        vec = b.EndVector()
-    b.StartObject(1)  # Buffer
-    if vec is not None:
-        b.PrependUOffsetTRelativeSlot(0, vec, 0)
-    return b.EndObject()
+    return buffer_table(b, data)
 
 
 def _tensor(b, t: NewTensor, buffer: int) -> int:
-    quant = None
-    if t.scale:
-        scale = b.CreateNumpyVector(np.asarray(t.scale, dtype="<f4"))
-        zero = b.CreateNumpyVector(np.asarray(t.zero_point or (0,) * len(t.scale), dtype="<i8"))
-        b.StartObject(7)  # QuantizationParameters
-        b.PrependUOffsetTRelativeSlot(2, scale, 0)
-        b.PrependUOffsetTRelativeSlot(3, zero, 0)
-        quant = b.EndObject()
-    name = b.CreateString(t.name)
-    shape = int32_vector(b, t.shape)
-    b.StartObject(5)  # Tensor: shape, type, buffer, name, quantization
-    b.PrependUOffsetTRelativeSlot(0, shape, 0)
-    b.PrependInt8Slot(1, TENSOR_TYPES.index(t.dtype), 0)
-    b.PrependUint32Slot(2, buffer, 0)
-    b.PrependUOffsetTRelativeSlot(3, name, 0)
-    if quant is not None:
-        b.PrependUOffsetTRelativeSlot(4, quant, 0)
-    return b.EndObject()
+    return tensor_table(b, t.name, t.shape, t.dtype, buffer, t.scale, t.zero_point)
 
 
 def _opcode(b, code: int, version: int) -> int:

@@ -163,38 +163,12 @@ class ModelWriter:
 
     @staticmethod
     def _buffer_table(b, data: bytes) -> int:
-        vec = None
-        if data:
-            b.StartVector(1, len(data), _BUFFER_ALIGN)
-            b.head -= len(data)
-            b.Bytes[b.head:b.head + len(data)] = data
-            vec = b.EndVector()
-        b.StartObject(1)  # Buffer
-        if vec is not None:
-            b.PrependUOffsetTRelativeSlot(0, vec, 0)
-        return b.EndObject()
+        return buffer_table(b, data)
 
     @staticmethod
     def _tensor_table(b, t: _TensorDef) -> int:
-        quant = None
-        if t.scale:
-            scale = b.CreateNumpyVector(np.asarray(t.scale, dtype="<f4"))
-            zero = b.CreateNumpyVector(np.asarray(t.zero_point, dtype="<i8"))
-            b.StartObject(7)  # QuantizationParameters
-            b.PrependUOffsetTRelativeSlot(2, scale, 0)
-            b.PrependUOffsetTRelativeSlot(3, zero, 0)
-            b.PrependInt32Slot(6, t.quantized_dimension, 0)
-            quant = b.EndObject()
-        name = b.CreateString(t.name)
-        shape = int32_vector(b, t.shape)
-        b.StartObject(5)  # Tensor (shape, type, buffer, name, quantization)
-        b.PrependUOffsetTRelativeSlot(0, shape, 0)
-        b.PrependInt8Slot(1, TENSOR_TYPES.index(t.dtype), 0)
-        b.PrependUint32Slot(2, t.buffer, 0)
-        b.PrependUOffsetTRelativeSlot(3, name, 0)
-        if quant is not None:
-            b.PrependUOffsetTRelativeSlot(4, quant, 0)
-        return b.EndObject()
+        return tensor_table(b, t.name, t.shape, t.dtype, t.buffer, t.scale, t.zero_point,
+                            t.quantized_dimension)
 
     @staticmethod
     def _operator_table(b, o: _OperatorDef, opcode_index: int) -> int:
@@ -216,6 +190,45 @@ class ModelWriter:
         b.PrependUint8Slot(3, options_type(o.op), 0)
         b.PrependUOffsetTRelativeSlot(4, options, 0)
         return b.EndObject()
+
+
+def buffer_table(b, data: bytes) -> int:
+    """A Buffer table holding `data` (aligned for the runtime's SIMD kernels); empty: none."""
+    vec = None
+    if data:
+        b.StartVector(1, len(data), _BUFFER_ALIGN)
+        b.head -= len(data)
+        b.Bytes[b.head:b.head + len(data)] = data
+        vec = b.EndVector()
+    b.StartObject(1)  # Buffer
+    if vec is not None:
+        b.PrependUOffsetTRelativeSlot(0, vec, 0)
+    return b.EndObject()
+
+
+def tensor_table(b, name: str, shape: Sequence[int], dtype: str, buffer: int,
+                 scale: Sequence[float] = (), zero_point: Sequence[int] = (),
+                 quantized_dimension: int = 0) -> int:
+    """A Tensor table (shape, type, buffer, name, quantization); zero points default to 0."""
+    quant = None
+    if scale:
+        scales = b.CreateNumpyVector(np.asarray(scale, dtype="<f4"))
+        zeros = b.CreateNumpyVector(np.asarray(zero_point or (0,) * len(scale), dtype="<i8"))
+        b.StartObject(7)  # QuantizationParameters
+        b.PrependUOffsetTRelativeSlot(2, scales, 0)
+        b.PrependUOffsetTRelativeSlot(3, zeros, 0)
+        b.PrependInt32Slot(6, quantized_dimension, 0)
+        quant = b.EndObject()
+    name_off = b.CreateString(name)
+    shape_off = int32_vector(b, shape)
+    b.StartObject(5)  # Tensor
+    b.PrependUOffsetTRelativeSlot(0, shape_off, 0)
+    b.PrependInt8Slot(1, TENSOR_TYPES.index(dtype), 0)
+    b.PrependUint32Slot(2, buffer, 0)
+    b.PrependUOffsetTRelativeSlot(3, name_off, 0)
+    if quant is not None:
+        b.PrependUOffsetTRelativeSlot(4, quant, 0)
+    return b.EndObject()
 
 
 def int32_vector(b, values: Sequence[int]) -> int:
