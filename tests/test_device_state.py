@@ -186,7 +186,7 @@ def test_no_performance_sends_no_option(tpus, cli, compiled_pair, images, tmp_pa
     assert _options(log) == [["usb:0", "device=usb"]]
 
 
-@pytest.mark.parametrize("command", ["detect", "pose", "segment", "camera", "bench"])
+@pytest.mark.parametrize("command", ["detect", "pose", "segment", "camera", "bench", "retrain"])
 def test_every_command_that_opens_the_edge_tpu_takes_performance(cli, command):
     assert "--performance" in cli(command, "--help").stdout
 
@@ -419,3 +419,20 @@ def test_the_python_api_passes_performance_too(tpus, compiled_pair, images, tmp_
     assert {tuple(o) for o in _options(log)} == {("usb:0", "device=usb:0", "Performance=High"),
                                                  ("usb:1", "device=usb:1", "Performance=High")}
 
+
+
+def test_performance_reaches_every_segment_of_a_pipeline(tpus, tmp_path):
+    import numpy as np
+    from standin import write_segments
+
+    from edgeapp.execution.runners import open_runner
+
+    log = tmp_path / "options.log"
+    tpus("usb,usb,pci", options_log=log)
+    write_segments(tmp_path / "seg")
+    with open_runner(tmp_path / "seg" / "colors", "all", performance="low") as runner:
+        list(runner.imap([(0, np.zeros((1, 16, 16, 3), np.uint8))]))
+    opened = {o[0]: o[1:] for o in _options(log)}
+    assert opened == {"usb:0": ["device=usb:0", "Performance=Low"],
+                      "usb:1": ["device=usb:1", "Performance=Low"],
+                      "pci:0": ["device=pci:0", "Performance=Low"]}

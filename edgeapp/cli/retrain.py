@@ -12,6 +12,7 @@ from edgeapp.cli.options import (
     CpuModelOpt,
     DeviceOpt,
     NoProbeOpt,
+    PerformanceOpt,
     ReportFormat,
     ReportFormatOpt,
     RuntimeOpt,
@@ -71,6 +72,7 @@ def retrain_command(
     threads: ThreadsOpt = None,
     runtime: RuntimeOpt = None,
     no_probe: NoProbeOpt = False,
+    performance: PerformanceOpt = None,
 ) -> None:
     """Retrain a classifier's last layer on your own classes, without TensorFlow.
 

@@ -211,10 +211,12 @@ class SegmentPipeline(Runner):
 def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str] = None,
                   threads: Optional[int] = None, probe: bool = True,
                   on_notice: Optional[Notice] = None, work: Callable = _invoke,
-                  wrap: Callable = lambda engine: engine, cpu_kernels: str = "fast") -> Runner:
+                  wrap: Callable = lambda engine: engine, cpu_kernels: str = "fast",
+                  tpu_options: Optional[dict] = None) -> Runner:
     """Check the chain, then open segment i on the i-th TPU of `choice` (a list, `all`, or
     `auto`: every TPU found). Too few TPUs: an error, or with `auto` the CPU twin of the whole
-    model. `--device cpu` runs the twin."""
+    model. `--device cpu` runs the twin. `tpu_options` (performance, usb_queue) go to every
+    segment's TPU."""
     from edgeapp.core.naming import segment_source
     from edgeapp.core.segments import check_chain, set_label
     from edgeapp.core.tflite.model import load_model
@@ -252,7 +254,7 @@ def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str]
     lenient = fallback or choice.every  # TPUs found but unusable are skipped, not fatal
     names = find_tpus() if single is not None else resolve_tpus(choice)
     engines, skipped = _open_segments(paths, names, lenient, runtime=runtime, probe=probe,
-                                      cpu_kernels=cpu_kernels)
+                                      cpu_kernels=cpu_kernels, **(tpu_options or {}))
     for s in skipped:
         say(f"skipping {s}")
     if len(engines) < n:

@@ -40,10 +40,11 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
 
     choice = parse_devices(device)
     segments = find_segment_files(model)
+    tpu_options = {"performance": performance, "usb_queue": usb_queue}
     if segments is not None:
         return open_pipeline(segments, choice, cpu_model=cpu_model, runtime=runtime, threads=threads,
                              probe=probe, on_notice=on_notice, work=work, wrap=wrap,
-                             cpu_kernels=cpu_kernels)
+                             cpu_kernels=cpu_kernels, tpu_options=tpu_options)
     say = on_notice or (lambda _text: None)
 
     def twin():
@@ -52,7 +53,6 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
         engine.notice = f"running {Path(engine.model_path).name} (CPU twin) on CPU"
         return wrap(engine)
 
-    tpu_options = {"performance": performance, "usb_queue": usb_queue}
     waiter = None
     if reconnect > 0:
         def reopen(name: str):
