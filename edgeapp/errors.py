@@ -100,3 +100,14 @@ class DownloadError(EdgeappError):
 
 class VerificationError(EdgeappError):
     exit_code = ExitCode.VERIFY_FAILED
+
+
+def is_interrupt(error: BaseException) -> bool:
+    """Ctrl-C, or an error raised while Ctrl-C unwound (Python 3.9 can turn a KeyboardInterrupt
+    that lands inside a lock's wait into "RuntimeError: release unlocked lock")."""
+    seen = 0
+    while error is not None and seen < 20:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        error, seen = error.__context__, seen + 1
+    return False

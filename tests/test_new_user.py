@@ -591,3 +591,27 @@ def test_the_verdict_cache_counts_every_verdict_it_acts_on(tmp_path):
     text = cache.describe()
     assert text.startswith("7 cached verdict(s): Edge TPU pairs pass 1; model files crash 5, pass 1")
     assert "5 refused until `edgeapp doctor --forget-probes`" in text
+
+
+def test_an_error_raised_while_ctrl_c_unwinds_is_still_ctrl_c():
+    """Python 3.9 can turn a KeyboardInterrupt landing inside a lock's wait into "RuntimeError:
+    release unlocked lock" (seen once in the bullseye chroot): that is Ctrl-C, exit 130."""
+    import typer
+
+    from edgeapp.cli.options import cli_errors
+    from edgeapp.errors import is_interrupt
+
+    def broken_by_ctrl_c():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("release unlocked lock")
+
+    try:
+        broken_by_ctrl_c()
+    except RuntimeError as e:
+        assert is_interrupt(e)
+    assert not is_interrupt(RuntimeError("a bug"))
+    with pytest.raises(typer.Exit) as exit_:
+        cli_errors(broken_by_ctrl_c)()
+    assert exit_.value.exit_code == 130

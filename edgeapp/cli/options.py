@@ -15,7 +15,7 @@ from typing_extensions import Annotated
 
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.core.limits import MAX_THREADS
-from edgeapp.errors import EdgeappError, ExitCode
+from edgeapp.errors import EdgeappError, ExitCode, is_interrupt
 from edgeapp.hw.runtime import RUNTIMES
 from edgeapp.sinks.records import Format
 
@@ -296,12 +296,19 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C, with what the user needs to hear: what was kept and how to go on."""
 
 
+
+
 @contextlib.contextmanager
 def resumable(writer: Any, params: dict) -> Iterator[None]:
     """A batch writing through `writer`: Ctrl-C says how many results it wrote, and where, and
     how to go on without redoing them."""
     try:
         yield
+    except Exception as e:  # noqa: BLE001 - only what Ctrl-C caused is turned into Interrupted
+        if not is_interrupt(e):
+            raise
+        raise Interrupted(resume_hint(writer.written, params.get("output"), writer.fmt,
+                                      writer.kept)) from None
     except KeyboardInterrupt:
         raise Interrupted(resume_hint(writer.written, params.get("output"), writer.fmt,
                                       writer.kept)) from None
@@ -352,6 +359,9 @@ def cli_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except Exception as e:  # a bug: one line unless asked for the traceback
+            if is_interrupt(e):  # what Ctrl-C broke on its way out is still Ctrl-C
+                say("interrupted")
+                raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
             if os.environ.get("EDGEAPP_DEBUG"):
                 traceback.print_exc()
             say(f"internal error: {type(e).__name__}: {e} (set EDGEAPP_DEBUG=1 for the traceback "

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 from typing_extensions import Protocol
 
-from edgeapp.errors import UsageError
+from edgeapp.errors import UsageError, is_interrupt
 from edgeapp.hw.capture import FrameGrabber, FrameSource, ReconnectPolicy, cv2_module
 from edgeapp.tasks.base import BoundTask, Result, TaskKind, annotate_frame
 
@@ -270,6 +270,10 @@ class _Loop:
         try:
             stats.stop = self._frames(start, max_frames, duration, stop_event)
         except KeyboardInterrupt:
+            stats.stop = "interrupted"
+        except Exception as e:  # noqa: BLE001 - what Ctrl-C broke on its way out is Ctrl-C
+            if not is_interrupt(e):
+                raise
             stats.stop = "interrupted"
         finally:
             stats.seconds = time.perf_counter() - start
