@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from edgeapp.core.boxes import BBox, Fit, ResizeMode, make_fit, to_original
+from edgeapp.core.boxes import BBox, Fit, to_original
 from edgeapp.core.classify import dequantize
 from edgeapp.errors import InvalidModel
 
@@ -153,37 +153,3 @@ def object_fields(objects: Sequence[Object], labels: Optional[dict[int, str]]) -
     """The JSON form of objects: id, label, score, bbox [xmin, ymin, xmax, ymax] in pixels."""
     return [{"id": o.id, "label": labels.get(o.id) if labels else None, "score": round(o.score, 6),
              "bbox": o.bbox.rounded()} for o in objects]
-
-
-def fit_image(img, size: tuple[int, int], mode: ResizeMode | str):
-    """A Pillow image resized into `size` (width, height) by `mode`; returns (image, Fit).
-
-    Letterbox pads with black, as Coral's examples do. The resize is LANCZOS, like classify.
-    """
-    from PIL import Image
-
-    from edgeapp.core.preprocess import resize
-
-    fit = make_fit(mode, img.size, size)
-    if fit.content_w == fit.dst_w and fit.content_h == fit.dst_h:
-        return resize(img, size), fit
-    canvas = Image.new(img.mode, size, 0)
-    canvas.paste(resize(img, (fit.content_w, fit.content_h)), (fit.pad_x, fit.pad_y))
-    return canvas, fit
-
-
-def prepare_detection(source, spec, mode: ResizeMode | str, keep_image: bool = False):
-    """Load and fit one image into a detection input: ((1, H, W, C) tensor, context).
-
-    `spec` is a `pipeline.InputSpec`. The context holds the Fit (to map boxes back) and, with
-    keep_image, the decoded image (to annotate it afterwards).
-    """
-    from edgeapp.core.preprocess import load_image, quantize_input
-
-    img = load_image(source, spec.channels)
-    fitted, fit = fit_image(img, (spec.width, spec.height), mode)
-    pixels = np.asarray(fitted, dtype=np.uint8)
-    if pixels.ndim == 2:
-        pixels = pixels[:, :, None]
-    tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)[None]
-    return tensor, {"fit": fit, "image": img if keep_image else None}

@@ -16,7 +16,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from edgeapp.core.boxes import BBox, Fit, ResizeMode, make_fit, to_original
+from edgeapp.core.boxes import BBox, Fit, to_original
 from edgeapp.core.classify import dequantize
 
 KEYPOINTS = ("nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder",
@@ -99,28 +99,6 @@ def skeleton_lines(keypoints: Sequence[dict]) -> list[tuple[tuple[float, float],
     at = {k["name"]: (k["x"], k["y"]) for k in keypoints}
     return [(at[KEYPOINTS[a]], at[KEYPOINTS[b]]) for a, b in SKELETON
             if KEYPOINTS[a] in at and KEYPOINTS[b] in at]
-
-
-def prepare_pose(source, spec, mode: ResizeMode | str = ResizeMode.stretch, keep_image: bool = False):
-    """Load and fit one image into a pose model's input: ((1, H, W, C) tensor, context).
-
-    The resize is libcoral's (`preprocess.resize_bilinear`), the one Coral's MoveNet reference
-    keypoints were made with; letterbox pads with black. `spec` is a `batch.InputSpec`; the
-    context holds the Fit and, with keep_image, the decoded image.
-    """
-    from edgeapp.core.preprocess import load_image, quantize_input, resize_bilinear
-
-    img = load_image(source, spec.channels)
-    fit = make_fit(mode, img.size, (spec.width, spec.height))
-    pixels = np.asarray(img, dtype=np.uint8)
-    pixels = resize_bilinear(pixels[:, :, None] if pixels.ndim == 2 else pixels,
-                             (fit.content_w, fit.content_h))
-    if (fit.content_w, fit.content_h) != (fit.dst_w, fit.dst_h):
-        canvas = np.zeros((fit.dst_h, fit.dst_w, pixels.shape[2]), np.uint8)
-        canvas[fit.pad_y:fit.pad_y + fit.content_h, fit.pad_x:fit.pad_x + fit.content_w] = pixels
-        pixels = canvas
-    tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)[None]
-    return tensor, {"fit": fit, "image": img if keep_image else None}
 
 
 def posenet_refusal(path: str) -> str:

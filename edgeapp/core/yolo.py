@@ -452,17 +452,23 @@ def get_yolo_objects(outputs: Sequence[np.ndarray], quantization: Sequence[tuple
             zip(found.classes[keep].tolist(), found.scores[keep].tolist(), boxes)]
 
 
+def letterbox_tensor(pixels: np.ndarray, size: tuple[int, int], dtype, scale: float,
+                     zero_point: int, mean: float = YOLO_MEAN, std: float = YOLO_STD):
+    """uint8 HxWxC pixels letterboxed as Ultralytics does, then quantized by round to nearest
+    (Ultralytics' predictor truncates, so its scores can differ from these by a step or more):
+    ((1, H, W, C) tensor, Fit)."""
+    from edgeapp.core.preprocess import quantize_input
+
+    boxed, fit = letterbox(pixels if pixels.ndim == 3 else pixels[:, :, None], size)
+    return quantize_input(boxed, dtype, scale, zero_point, mean, std)[None], fit
+
+
 def prepare_yolo(source, spec, keep_image: bool = False):
     """Load one image into a YOLO input: ((1, H, W, C) tensor, context with the Fit).
-
-    `spec` is a `pipeline.InputSpec`. Pixels / 255 quantized by round to nearest (Ultralytics'
-    predictor truncates, so its scores can differ from these by a step or more).
-    """
-    from edgeapp.core.preprocess import load_image, quantize_input
+    `spec` is a `tasks.model.InputSpec` (pixels / 255, whatever its mean and std say)."""
+    from edgeapp.core.preprocess import load_image
 
     img = load_image(source, spec.channels)
-    pixels = np.asarray(img, dtype=np.uint8)
-    boxed, fit = letterbox(pixels if pixels.ndim == 3 else pixels[:, :, None],
-                           (spec.width, spec.height))
-    tensor = quantize_input(boxed, spec.dtype, spec.scale, spec.zero_point, YOLO_MEAN, YOLO_STD)
-    return tensor[None], {"fit": fit, "image": img if keep_image else None}
+    tensor, fit = letterbox_tensor(np.asarray(img, dtype=np.uint8), (spec.width, spec.height),
+                                   spec.dtype, spec.scale, spec.zero_point)
+    return tensor, {"fit": fit, "image": img if keep_image else None}

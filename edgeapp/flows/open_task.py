@@ -88,19 +88,19 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
     from edgeapp.tasks.model import image_model
 
     say = on_notice or (lambda _text: None)
-    path, name_notice = Path(str(model)), None
+    path, device = Path(str(model)), place.device
     if find_segment_files(path) is None:
-        path, name_notice = (resolve or _resolve_quietly)(path, place.device)
-        if name_notice:
+        path, name_notice = (resolve or _resolve_quietly)(path, device)
+        if name_notice:  # auto and no Edge TPU: the name's CPU build, said once, on the CPU
             say(name_notice)
+            device = "cpu"
     holder: dict = {}
     kw: dict = {}
     if frames:
         kw = {"work": lambda engine, frame: holder["task"].on(engine).run_frame(frame), "depth": 1}
     try:
-        runner = open_runner(path, place.device, cpu_model=place.cpu_model, runtime=place.runtime,
-                             threads=place.threads, probe=place.probe,
-                             on_notice=_once_per_fallback(say, name_notice),
+        runner = open_runner(path, device, cpu_model=place.cpu_model, runtime=place.runtime,
+                             threads=place.threads, probe=place.probe, on_notice=say,
                              cpu_kernels=place.cpu_kernels, cpu_replicas=cpu_replicas,
                              performance=place.performance, reconnect=place.reconnect, **kw)
     except InvalidModel:
@@ -127,19 +127,6 @@ def _resolve_quietly(path: Path, device: str) -> tuple:
 
     found = resolve(str(path), device)
     return (found.path, found.notice) if found is not None else (path, None)
-
-
-def _once_per_fallback(say: Notice, name_notice: Optional[str]) -> Notice:
-    """A registry name that already said it runs Coral's CPU build on the CPU needs no second
-    line saying the CPU model is not compiled for the Edge TPU."""
-    if not name_notice:
-        return say
-
-    def notice(text: str) -> None:
-        if "not compiled for the Edge TPU" not in text:
-            say(text)
-
-    return notice
 
 
 def _refuse_posenet(path: Path) -> None:

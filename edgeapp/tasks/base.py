@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edgeapp.core.boxes import Fit, ResizeMode, make_fit
+from edgeapp.core.boxes import Fit, ResizeMode
 from edgeapp.errors import InvalidModel, UsageError
 from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs
 
@@ -191,27 +191,13 @@ class TaskKind:
 
 
 def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanczos",
-                  keep_image: bool = False, fill: int = 0) -> tuple[np.ndarray, Prepared]:
-    """Load, fit (stretch or letterbox, padded with `fill`), resize and quantize one image.
-
-    LANCZOS as Coral's classification and detection examples, or libcoral's bilinear (what
-    Coral's pose references were made with). --fast-decode decodes JPEGs at a reduced scale."""
-    from edgeapp.core.preprocess import load_image, quantize_input, resize, resize_bilinear
+                  keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
+    """Load one image, fit it (core/preprocess.fit_pixels) and quantize it; --fast-decode
+    decodes JPEGs at a reduced scale."""
+    from edgeapp.core.preprocess import fit_pixels, load_image, quantize_input
 
     img = load_image(source, spec.channels, spec.size if spec.fast_decode else None)
-    fit = make_fit(mode, img.size, spec.size)
-    content = (fit.content_w, fit.content_h)
-    if resample == "bilinear":
-        pixels = np.asarray(img, dtype=np.uint8)
-        pixels = resize_bilinear(pixels[:, :, None] if pixels.ndim == 2 else pixels, content)
-    else:
-        pixels = np.asarray(resize(img, content), dtype=np.uint8)
-    if pixels.ndim == 2:
-        pixels = pixels[:, :, None]
-    if content != spec.size:
-        canvas = np.full((spec.height, spec.width, pixels.shape[2]), fill, np.uint8)
-        canvas[fit.pad_y:fit.pad_y + fit.content_h, fit.pad_x:fit.pad_x + fit.content_w] = pixels
-        pixels = canvas
+    pixels, fit = fit_pixels(img, spec.size, mode, resample)
     tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
     return tensor[None], Prepared(fit, img if keep_image else None, source)
 

@@ -19,9 +19,9 @@ import numpy as np
 
 from edgeapp.core.detect import engine_layout, get_objects, object_fields
 from edgeapp.core.yolo import CONF, IOU, LAYOUTS, MAX_DET, YOLO_MEAN, YOLO_STD
-from edgeapp.errors import UsageError
+from edgeapp.errors import InvalidModel, UsageError
 from edgeapp.tasks.base import Entity, Prepared, Result, TaskKind, event_name, item_name, jinja_literal
-from edgeapp.tasks.model import InputSpec, input_size
+from edgeapp.tasks.model import InputSpec
 
 DECODERS = ("auto", "ssd") + LAYOUTS
 SSD_THRESHOLD = 0.4
@@ -54,20 +54,20 @@ class Detect(TaskKind):
         return len(shapes) == 4 or (input_size is not None and is_yolo_output(shapes, input_size))
 
     def plan(self, engine: Any, options: dict) -> Plan:
+        from edgeapp.core.yolo import engine_yolo_layout, output_quantization
+
         decoder = options["decoder"]
         if decoder not in DECODERS:
             raise UsageError(f"--decoder {decoder}: one of {', '.join(DECODERS)}")
-        quant = [(float(o.get("quantization", (0.0, 0))[0]), int(o.get("quantization", (0.0, 0))[1]))
-                 for o in engine.outputs]
-        if decoder == "auto":
-            decoder = "ssd" if len(engine.outputs) == 4 else _yolo_or_none(engine)
-            if decoder is None:
-                raise self.refuse(engine)
-        if decoder == "ssd":
+        quant = output_quantization(engine)
+        if decoder == "ssd" or (decoder == "auto" and len(engine.outputs) == 4):
             return Plan("ssd", engine_layout(engine), quant, _or(options["threshold"], SSD_THRESHOLD))
-        from edgeapp.core.yolo import engine_yolo_layout
-
-        layout = engine_yolo_layout(engine, None if options["decoder"] == "auto" else decoder)
+        try:
+            layout = engine_yolo_layout(engine, None if decoder == "auto" else decoder)
+        except InvalidModel:
+            if decoder == "auto":  # neither family: name the task these outputs are for
+                raise self.refuse(engine) from None
+            raise
         return Plan(layout.kind, layout, quant, _or(options["threshold"], CONF))
 
     def prepare(self, source: Any, spec: InputSpec, options: dict, plan: Any = None,
@@ -77,18 +77,21 @@ class Detect(TaskKind):
         from edgeapp.core.preprocess import load_image
 
         img = load_image(source, spec.channels, spec.size if spec.fast_decode else None)
-        pixels = np.asarray(img, dtype=np.uint8)
-        tensor, fit = _yolo_input(pixels if pixels.ndim == 3 else pixels[:, :, None], spec)
+        tensor, fit = _yolo_input(np.asarray(img, dtype=np.uint8), spec)
         return tensor, Prepared(fit, img if keep_image else None, source)
 
     def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
                       plan: Any = None) -> tuple:
         if plan is None or plan.decoder == "ssd":
             return super().prepare_frame(frame, spec, options, plan)
-        rgb = frame[:, :, 2::-1] if frame.ndim == 3 and frame.shape[2] >= 3 else frame
-        if spec.channels == 1 and rgb.ndim == 3:
-            rgb = np.rint(rgb.astype(np.float32) @ np.float32([0.299, 0.587, 0.114])).astype(np.uint8)
-        tensor, fit = _yolo_input(rgb if rgb.ndim == 3 else rgb[:, :, None], spec)
+        import cv2
+
+        if frame.ndim == 2 or frame.shape[2] == 1:
+            pixels = frame if spec.channels == 1 else cv2.cvtColor(frame, cv2.COLOR_GRAY2RGB)
+        else:
+            code = cv2.COLOR_BGR2GRAY if spec.channels == 1 else cv2.COLOR_BGR2RGB
+            pixels = cv2.cvtColor(frame[:, :, :3], code)
+        tensor, fit = _yolo_input(pixels, spec)
         return tensor, Prepared(fit)
 
     def interpret(self, outputs, prepared: Prepared, plan: Plan, options: dict,
@@ -148,23 +151,13 @@ class Detect(TaskKind):
 KIND = Detect()
 
 
-def _yolo_or_none(engine: Any) -> Optional[str]:
-    from edgeapp.core.yolo import is_yolo_output
-    from edgeapp.tasks.model import output_shapes
-
-    size = input_size(engine)
-    return "yolo" if size is not None and is_yolo_output(output_shapes(engine), size) else None
-
-
 def _yolo_input(pixels: np.ndarray, spec: InputSpec) -> tuple:
-    """Ultralytics' letterbox (grey 114), then pixel / 255 unless the flags or the model's
-    metadata say otherwise, quantized by round to nearest."""
-    from edgeapp.core.preprocess import quantize_input
-    from edgeapp.core.yolo import letterbox
+    """Ultralytics' letterbox, then pixel / 255 unless the flags or the model's metadata say
+    otherwise: ((1, H, W, C) tensor, Fit)."""
+    from edgeapp.core.yolo import letterbox_tensor
 
-    boxed, fit = letterbox(pixels, spec.size)
     mean, std = (spec.mean, spec.std) if spec.normalization_given else (YOLO_MEAN, YOLO_STD)
-    return quantize_input(boxed, spec.dtype, spec.scale, spec.zero_point, mean, std)[None], fit
+    return letterbox_tensor(pixels, spec.size, spec.dtype, spec.scale, spec.zero_point, mean, std)
 
 
 def _or(value: Optional[float], default: float) -> float:
