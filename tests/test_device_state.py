@@ -15,6 +15,7 @@ from test_devices import _write, add_apex, add_usb
 from test_multitpu import images, records, without_device  # noqa: F401 - fixture
 
 from edgeapp.core import clock, thermal
+from edgeapp.core.stats import median
 from edgeapp.errors import ExitCode
 from edgeapp.hw.sysroot import sysroot
 from edgeapp.hw.tpu_state import tpu_states
@@ -88,7 +89,7 @@ def test_drift_and_trip_point_make_throttling():
     starts = [i * 0.1 for i in range(100)]
     windows = thermal.split_windows(starts, [10.0 + i * 0.05 for i in range(100)])
     assert len(windows) == thermal.WINDOWS and sum(map(len, windows)) == 100
-    d = thermal.drift(thermal.median(windows[0]), thermal.median(windows[-1]))
+    d = thermal.drift(median(windows[0]), median(windows[-1]))
     assert d > thermal.DRIFT_LIMIT and thermal.throttling(d)
     assert thermal.throttling(0.05) == [] and thermal.throttling(None, 60.0, 85.0) == []
     assert "trip point 0" in thermal.throttling(0.0, 86.0, 85.0)[0]

@@ -36,6 +36,18 @@ def percentile(samples_ms: Sequence[float] | np.ndarray, q: float) -> float:
     return float(np.percentile(a, q))
 
 
+def median(samples: Sequence[float]) -> float:
+    return percentile(samples, 50)
+
+
+def p50_p99(samples_ms: Sequence[float]) -> dict:
+    """{"p50", "p99"} rounded to the microsecond, or None each with no samples (live summaries)."""
+    if len(samples_ms) == 0:
+        return {"p50": None, "p99": None}
+    p50, p99 = np.percentile(np.asarray(samples_ms, dtype=np.float64), [50, 99])
+    return {"p50": round(float(p50), 3), "p99": round(float(p99), 3)}
+
+
 def latency_stats(samples_ms: Sequence[float] | np.ndarray) -> LatencyStats:
     """mean, std, min, p50, p90, p99 and max of `samples_ms` (at least one sample)."""
     a = np.asarray(samples_ms, dtype=np.float64)

@@ -114,12 +114,6 @@ def split_windows(starts_s: Sequence[float], latencies_ms: Sequence[float],
     return [w for w in out if w]
 
 
-def median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
-
-
 def drift(first_ms: Optional[float], last_ms: Optional[float]) -> Optional[float]:
     """Relative change from the first window's median to the last one's."""
     if not first_ms or last_ms is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from edgeapp.core import thermal
+from edgeapp.core.stats import median
 
 
 def tpu_state(engine, performance: Optional[str] = None) -> Optional[dict]:
@@ -46,7 +47,7 @@ def windows_section(starts_s: Sequence[float], latencies_ms: Sequence[float]) ->
     windows, offset = [], 0
     for g in groups:
         windows.append({"start_s": round(starts_s[offset] - t0, 3), "runs": len(g),
-                        "p50_ms": round(thermal.median(g), 4), "mean_ms": round(sum(g) / len(g), 4)})
+                        "p50_ms": round(median(g), 4), "mean_ms": round(sum(g) / len(g), 4)})
         offset += len(g)
     d = thermal.drift(windows[0]["p50_ms"], windows[-1]["p50_ms"])
     return {"windows": windows, "drift": None if d is None else round(d, 4)}

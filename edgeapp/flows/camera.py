@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 from typing_extensions import Protocol
 
+from edgeapp.core.stats import p50_p99
 from edgeapp.errors import UsageError, is_interrupt
 from edgeapp.hw.capture import FrameGrabber, FrameSource, ReconnectPolicy, cv2_module
 from edgeapp.tasks.base import BoundTask, Result, TaskKind, annotate_frame
@@ -137,13 +138,6 @@ class _Inline:
         return key, Done((result, latency), self.label, latency)
 
 
-def _percentiles(values: list[float]) -> dict:
-    if not values:
-        return {"p50": None, "p99": None}
-    p50, p99 = np.percentile(np.asarray(values, dtype=np.float64), [50, 99])
-    return {"p50": round(float(p50), 3), "p99": round(float(p99), 3)}
-
-
 @dataclass
 class CameraStats:
     source: str
@@ -175,14 +169,14 @@ class CameraStats:
         return {"source": self.source, "device": self.device, "policy": self.policy,
                 "frames_captured": self.captured, "frames_processed": self.processed,
                 "frames_dropped": self.dropped, "seconds": round(self.seconds, 3),
-                "fps": round(self.fps, 2), "inference_ms": _percentiles(self.inference_ms),
-                "frame_ms": _percentiles(self.frame_ms),
-                "end_to_end_ms": _percentiles(self.end_to_end_ms),
+                "fps": round(self.fps, 2), "inference_ms": p50_p99(self.inference_ms),
+                "frame_ms": p50_p99(self.frame_ms),
+                "end_to_end_ms": p50_p99(self.end_to_end_ms),
                 "reconnects": self.reconnects, "reconnect_attempts": self.reconnect_attempts,
                 "stop": self.stop}
 
     def summary_line(self) -> str:
-        inf, frm = _percentiles(self.inference_ms), _percentiles(self.frame_ms)
+        inf, frm = p50_p99(self.inference_ms), p50_p99(self.frame_ms)
 
         def ms(p: dict) -> str:
             return "n/a" if p["p50"] is None else f"p50 {p['p50']:.2f} / p99 {p['p99']:.2f} ms"

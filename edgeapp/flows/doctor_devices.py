@@ -35,9 +35,9 @@ from edgeapp.hw.boardinfo import (
     usb_node,
     usb_nodes_on_bus,
 )
-from edgeapp.hw.devices import USB2_MBPS, USB_IDS, USB_VENDORS, pci_cards, scan_sysfs, usb_address
+from edgeapp.hw.devices import USB2_MBPS, USB_IDS, USB_STATES, USB_VENDORS, pci_cards, scan_sysfs, usb_address
 from edgeapp.hw.sysroot import Root, is_real, read_text, under
-from edgeapp.hw.tpu_state import USB_STATES, tpu_state
+from edgeapp.hw.tpu_state import tpu_state
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 RULE_DIRS = ("/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")

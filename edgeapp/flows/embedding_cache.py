@@ -10,7 +10,6 @@ damaged entry is only a miss.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -20,16 +19,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from edgeapp.core.userdirs import cache_dir
-
-_CHUNK = 1 << 20
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
+from edgeapp.hw.verdicts import file_sha256
 
 
 def content_keys(paths: Sequence[str], workers: int = 2) -> list[Optional[str]]:

@@ -30,8 +30,9 @@ from edgeapp.core.naming import EDGETPU_SUFFIX, cpu_twin_path, edgetpu_twin_path
 from edgeapp.core.tflite.append import append_operators
 from edgeapp.core.tflite.model import Model, load_model, parse_model
 from edgeapp.errors import InvalidModel, UsageError
-from edgeapp.flows.embedding_cache import EmbeddingCache, content_keys, file_sha256
+from edgeapp.flows.embedding_cache import EmbeddingCache, content_keys
 from edgeapp.flows.inputs import IMAGE_SUFFIXES
+from edgeapp.hw.verdicts import file_sha256
 
 METHODS = ("imprint", "softmax")
 Notice = Callable[[str], None]

@@ -16,6 +16,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from edgeapp.core import thermal
+from edgeapp.core.stats import median
 
 WINDOW = 30  # frames per latency window
 SKIP = 5  # first frames left out (the cold start)
@@ -117,7 +118,7 @@ def summarize(states: dict, first: list, last: list) -> dict:
     clocks = [d["clock_mhz"] for d in devices.values() if d["clock_mhz"] is not None]
     drift = None
     if len(first) >= WINDOW and len(last) >= WINDOW and first != last:
-        drift = thermal.drift(thermal.median(first), thermal.median(last))
+        drift = thermal.drift(median(first), median(last))
     reasons = thermal.throttling(drift)
     hot = [n for n, d in devices.items() if d["throttling"]]
     if hot:

@@ -23,6 +23,7 @@ from edgeapp.hw.sysroot import Root, read_text, under
 # PCIe/M.2 cards are PCI 1ac1:089a.
 USB_IDS = {("1a6e", "089a"): "USB Accelerator (firmware not loaded yet)",
            ("18d1", "9302"): "USB Accelerator"}
+USB_STATES = {"1a6e:089a": "bootloader", "18d1:9302": "running"}  # the same ids as states
 USB_VENDORS = tuple(sorted({vendor for vendor, _ in USB_IDS}))  # what udev rules match on
 PCI_ID = ("0x1ac1", "0x089a")
 USB2_MBPS = 480.0

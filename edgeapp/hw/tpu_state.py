@@ -12,14 +12,10 @@ from typing import Optional
 
 from edgeapp.core.clock import clock_at, usb_level
 from edgeapp.core.thermal import pcie_state, state_warnings
-from edgeapp.hw.devices import EdgeTpu, apex_thermal, list_edge_tpus
+from edgeapp.hw.devices import USB_STATES, EdgeTpu, apex_thermal, list_edge_tpus
 from edgeapp.hw.hostinfo import usb_link
 from edgeapp.hw.libedgetpu import clock_mode, edgetpu_library
 from edgeapp.hw.sysroot import Root
-
-# A USB Accelerator answers as Global Unichip's bootloader until libedgetpu loads its firmware,
-# then re-enumerates as Google's device (a new device number: rules and maps need both ids).
-USB_STATES = {"1a6e:089a": "bootloader", "18d1:9302": "running"}
 
 
 def tpu_states(root: Root = None, library: Optional[str] = None,

@@ -31,6 +31,7 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
+from edgeapp.core.stats import p50_p99
 from edgeapp.errors import UsageError
 from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, make_handler
 
@@ -131,13 +132,6 @@ def open_urls(addr: ServeAddress, port: int, dual_stack: bool = True) -> List[st
 
 # ---------------------------------------------------------------------------------------------
 # The hand-off
-
-
-def _percentiles(values: list) -> dict:
-    if not values:
-        return {"p50": None, "p99": None}
-    p50, p99 = np.percentile(np.asarray(values, dtype=np.float64), [50, 99])
-    return {"p50": round(float(p50), 3), "p99": round(float(p99), 3)}
 
 
 class _Latest:
@@ -415,8 +409,8 @@ class LiveView:
         if stats is not None:
             out.update({"source": stats.source, "frames_captured": stats.captured,
                         "frames_processed": stats.processed, "frames_dropped": stats.dropped,
-                        "inference_ms": _percentiles(stats.inference_ms[-STATS_WINDOW:]),
-                        "frame_ms": _percentiles(stats.frame_ms[-STATS_WINDOW:]),
+                        "inference_ms": p50_p99(stats.inference_ms[-STATS_WINDOW:]),
+                        "frame_ms": p50_p99(stats.frame_ms[-STATS_WINDOW:]),
                         "stop": stats.stop or None})
         if latest is not None:
             rec = latest.record
