@@ -4,66 +4,41 @@
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.cli import options as o
 from edgeapp.cli.images import run_images
-from edgeapp.cli.options import (
-    AnnotateOpt,
-    ChunkSizeOpt,
-    ClusterOpt,
-    CpuKernels,
-    CpuKernelsOpt,
-    CpuModelOpt,
-    DeviceOpt,
-    FastDecodeOpt,
-    FormatOpt,
-    InputsArg,
-    LabelsOpt,
-    MeanOpt,
-    ModelArg,
-    NoProbeOpt,
-    OutputOpt,
-    PerformanceOpt,
-    ResumeOpt,
-    RuntimeOpt,
-    ShipBytesOpt,
-    StdOpt,
-    ThreadsOpt,
-    TpuReconnectOpt,
-    WorkersOpt,
-    cli_errors,
-)
 
 app = typer.Typer()
 
 
 @app.command("classify")
-@cli_errors
+@o.cli_errors
 def classify_command(
     ctx: typer.Context,
-    model: ModelArg,
-    inputs: InputsArg,
-    labels: LabelsOpt = None,
+    model: o.ModelArg,
+    inputs: o.InputsArg,
+    labels: o.LabelsOpt = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Classes per image.")] = 5,
     threshold: Annotated[float, typer.Option("--threshold", "-t",
                                              help="Minimum score to report.")] = 0.0,
-    annotate: AnnotateOpt = None,
-    fmt: FormatOpt = None,
-    output: OutputOpt = None,
-    resume: ResumeOpt = False,
-    mean: MeanOpt = None,
-    std: StdOpt = None,
-    workers: WorkersOpt = None,
-    fast_decode: FastDecodeOpt = False,
-    device: DeviceOpt = None,
-    cpu_model: CpuModelOpt = None,
-    threads: ThreadsOpt = None,
-    cpu_kernels: CpuKernelsOpt = CpuKernels.fast,
-    runtime: RuntimeOpt = None,
-    no_probe: NoProbeOpt = False,
-    performance: PerformanceOpt = None,
-    tpu_reconnect: TpuReconnectOpt = 0.0,
-    cluster: ClusterOpt = None,
-    ship_bytes: ShipBytesOpt = False,
-    chunk_size: ChunkSizeOpt = 16,
+    annotate: o.AnnotateOpt = None,
+    fmt: o.FormatOpt = None,
+    output: o.OutputOpt = None,
+    resume: o.ResumeOpt = False,
+    mean: o.MeanOpt = None,
+    std: o.StdOpt = None,
+    workers: o.WorkersOpt = None,
+    fast_decode: o.FastDecodeOpt = False,
+    device: o.DeviceOpt = None,
+    cpu_model: o.CpuModelOpt = None,
+    threads: o.ThreadsOpt = None,
+    cpu_kernels: o.CpuKernelsOpt = o.CpuKernels.fast,
+    runtime: o.RuntimeOpt = None,
+    no_probe: o.NoProbeOpt = False,
+    performance: o.PerformanceOpt = None,
+    tpu_reconnect: o.TpuReconnectOpt = 0.0,
+    cluster: o.ClusterOpt = None,
+    ship_bytes: o.ShipBytesOpt = False,
+    chunk_size: o.ChunkSizeOpt = 16,
 ) -> None:
     """Classify images on the Edge TPU, or on the CPU when none is usable.
 

@@ -5,79 +5,52 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.cli import options as o
 from edgeapp.cli.images import run_images
-from edgeapp.cli.options import (
-    AnnotateOpt,
-    ChunkSizeOpt,
-    ClusterOpt,
-    CpuKernels,
-    CpuKernelsOpt,
-    CpuModelOpt,
-    DecoderOpt,
-    DeviceOpt,
-    FastDecodeOpt,
-    FormatOpt,
-    InputsArg,
-    LabelsOpt,
-    MeanOpt,
-    ModelArg,
-    NoProbeOpt,
-    OutputOpt,
-    PerformanceOpt,
-    ResizeOpt,
-    ResumeOpt,
-    RuntimeOpt,
-    ShipBytesOpt,
-    StdOpt,
-    ThreadsOpt,
-    TpuReconnectOpt,
-    WorkersOpt,
-    cli_errors,
-)
 from edgeapp.core.boxes import ResizeMode
 
 app = typer.Typer()
 
 
 @app.command("detect")
-@cli_errors
+@o.cli_errors
 def detect_command(
     ctx: typer.Context,
-    model: ModelArg,
-    inputs: InputsArg,
-    labels: LabelsOpt = None,
+    model: o.ModelArg,
+    inputs: o.InputsArg,
+    labels: o.LabelsOpt = None,
     threshold: Annotated[Optional[float], typer.Option(
         "--threshold", "-t", help="Minimum score of an object (default: 0.4 for SSD models, 0.25 "
                                   "for YOLO, as Ultralytics).", show_default=False)] = None,
     top_k: Annotated[Optional[int], typer.Option(
         "--top-k", "-k", min=1, help="At most this many objects per image, best first "
                                      "(default: all above the threshold).", show_default=False)] = None,
-    resize: ResizeOpt = ResizeMode.stretch,
-    decoder: DecoderOpt = "auto",
+    resize: o.ResizeOpt = ResizeMode.stretch,
+    decoder: o.DecoderOpt = "auto",
     iou: Annotated[float, typer.Option(
         "--iou", min=0.0, max=1.0, help="YOLO: boxes of a class overlapping a better one by more "
                                         "than this (IoU) are dropped (NMS).")] = 0.7,
     max_det: Annotated[int, typer.Option(
         "--max-det", min=1, help="YOLO: at most this many objects per image after NMS.")] = 300,
-    annotate: AnnotateOpt = None,
-    fmt: FormatOpt = None,
-    output: OutputOpt = None,
-    resume: ResumeOpt = False,
-    mean: MeanOpt = None,
-    std: StdOpt = None,
-    workers: WorkersOpt = None,
-    fast_decode: FastDecodeOpt = False,
-    device: DeviceOpt = None,
-    cpu_model: CpuModelOpt = None,
-    threads: ThreadsOpt = None,
-    cpu_kernels: CpuKernelsOpt = CpuKernels.fast,
-    runtime: RuntimeOpt = None,
-    no_probe: NoProbeOpt = False,
-    performance: PerformanceOpt = None,
-    tpu_reconnect: TpuReconnectOpt = 0.0,
-    cluster: ClusterOpt = None,
-    ship_bytes: ShipBytesOpt = False,
-    chunk_size: ChunkSizeOpt = 16,
+    annotate: o.AnnotateOpt = None,
+    fmt: o.FormatOpt = None,
+    output: o.OutputOpt = None,
+    resume: o.ResumeOpt = False,
+    mean: o.MeanOpt = None,
+    std: o.StdOpt = None,
+    workers: o.WorkersOpt = None,
+    fast_decode: o.FastDecodeOpt = False,
+    device: o.DeviceOpt = None,
+    cpu_model: o.CpuModelOpt = None,
+    threads: o.ThreadsOpt = None,
+    cpu_kernels: o.CpuKernelsOpt = o.CpuKernels.fast,
+    runtime: o.RuntimeOpt = None,
+    no_probe: o.NoProbeOpt = False,
+    performance: o.PerformanceOpt = None,
+    tpu_reconnect: o.TpuReconnectOpt = 0.0,
+    cluster: o.ClusterOpt = None,
+    ship_bytes: o.ShipBytesOpt = False,
+    chunk_size: o.ChunkSizeOpt = 16,
 ) -> None:
     """Detect objects in images on the Edge TPU, or on the CPU when none is usable.
 

@@ -6,70 +6,44 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.cli import options as o
 from edgeapp.cli.images import Folders, run_images
-from edgeapp.cli.options import (
-    AnnotateOpt,
-    ChunkSizeOpt,
-    ClusterOpt,
-    CpuKernels,
-    CpuKernelsOpt,
-    CpuModelOpt,
-    DeviceOpt,
-    FastDecodeOpt,
-    FormatOpt,
-    InputsArg,
-    LabelsOpt,
-    MeanOpt,
-    ModelArg,
-    NoProbeOpt,
-    OutputOpt,
-    PerformanceOpt,
-    ResizeOpt,
-    ResumeOpt,
-    RuntimeOpt,
-    ShipBytesOpt,
-    StdOpt,
-    ThreadsOpt,
-    TpuReconnectOpt,
-    WorkersOpt,
-    cli_errors,
-)
 from edgeapp.core.boxes import ResizeMode
 
 app = typer.Typer()
 
 
 @app.command("segment")
-@cli_errors
+@o.cli_errors
 def segment_command(
     ctx: typer.Context,
-    model: ModelArg,
-    inputs: InputsArg,
-    labels: LabelsOpt = None,
-    resize: ResizeOpt = ResizeMode.stretch,
-    annotate: AnnotateOpt = None,
+    model: o.ModelArg,
+    inputs: o.InputsArg,
+    labels: o.LabelsOpt = None,
+    resize: o.ResizeOpt = ResizeMode.stretch,
+    annotate: o.AnnotateOpt = None,
     mask: Annotated[Optional[Path], typer.Option(
         "--mask", help="Write each image's class map, at the image's size, as a PNG of class ids "
                        "(8-bit, 16-bit beyond 255 classes) into DIR.", metavar="DIR",
         show_default=False)] = None,
-    fmt: FormatOpt = None,
-    output: OutputOpt = None,
-    resume: ResumeOpt = False,
-    mean: MeanOpt = None,
-    std: StdOpt = None,
-    workers: WorkersOpt = None,
-    fast_decode: FastDecodeOpt = False,
-    device: DeviceOpt = None,
-    cpu_model: CpuModelOpt = None,
-    threads: ThreadsOpt = None,
-    cpu_kernels: CpuKernelsOpt = CpuKernels.fast,
-    runtime: RuntimeOpt = None,
-    no_probe: NoProbeOpt = False,
-    performance: PerformanceOpt = None,
-    tpu_reconnect: TpuReconnectOpt = 0.0,
-    cluster: ClusterOpt = None,
-    ship_bytes: ShipBytesOpt = False,
-    chunk_size: ChunkSizeOpt = 16,
+    fmt: o.FormatOpt = None,
+    output: o.OutputOpt = None,
+    resume: o.ResumeOpt = False,
+    mean: o.MeanOpt = None,
+    std: o.StdOpt = None,
+    workers: o.WorkersOpt = None,
+    fast_decode: o.FastDecodeOpt = False,
+    device: o.DeviceOpt = None,
+    cpu_model: o.CpuModelOpt = None,
+    threads: o.ThreadsOpt = None,
+    cpu_kernels: o.CpuKernelsOpt = o.CpuKernels.fast,
+    runtime: o.RuntimeOpt = None,
+    no_probe: o.NoProbeOpt = False,
+    performance: o.PerformanceOpt = None,
+    tpu_reconnect: o.TpuReconnectOpt = 0.0,
+    cluster: o.ClusterOpt = None,
+    ship_bytes: o.ShipBytesOpt = False,
+    chunk_size: o.ChunkSizeOpt = 16,
 ) -> None:
     """Segment images: the class of every pixel, on the Edge TPU or the CPU.
 
