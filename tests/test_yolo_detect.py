@@ -134,3 +134,9 @@ def test_camera_frames_are_letterboxed_like_files(cli, tmp_path):
     for o in strong:  # MJPG blurs a little: the clear objects are found at the same places
         assert max(iou(o["bbox"], g["bbox"]) for g in got if g["id"] == o["id"]) > 0.8
     assert np.isfinite([g["score"] for g in got]).all()
+
+
+def test_decoder_ssd_on_a_yolo_export_says_what_it_is(cli):
+    r = cli("detect", FIXTURES / "yolov8_256_full_integer_quant.tflite", IMAGES[0], "--decoder", "ssd")
+    assert r.exit_code == ExitCode.MODEL_INVALID
+    assert "YOLO export" in r.stderr and "classif" not in r.stderr

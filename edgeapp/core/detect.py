@@ -80,9 +80,10 @@ def find_layout(outputs: Sequence[OutputInfo], postprocess_outputs: Optional[Seq
     """
     shapes = ", ".join(str(list(o.shape)) for o in outputs)
     if len(outputs) != 4:
-        hint = " (it looks like a classifier: use `edgeapp classify`)" if len(outputs) == 1 else ""
-        raise InvalidModel(f"{name} has {len(outputs)} outputs ({shapes}); a detection model has "
-                           f"four: boxes, classes, scores, count{hint}")
+        vector = len(outputs) == 1 and _is_vector(outputs[0].shape)  # one score vector
+        hint = " (it looks like a classifier: use `edgeapp classify`)" if vector else ""
+        raise InvalidModel(f"{name} has {len(outputs)} outputs ({shapes}); a detection model ending "
+                           f"in the post-process op has four: boxes, classes, scores, count{hint}")
     where = {o.index: i for i, o in enumerate(outputs)}
 
     if postprocess_outputs is not None and len(postprocess_outputs) == 4 and \

@@ -61,7 +61,8 @@ class Detect(TaskKind):
             raise UsageError(f"--decoder {decoder}: one of {', '.join(DECODERS)}")
         quant = output_quantization(engine)
         if decoder == "ssd" or (decoder == "auto" and len(engine.outputs) == 4):
-            return Plan("ssd", engine_layout(engine), quant, _or(options["threshold"], SSD_THRESHOLD))
+            return Plan("ssd", self._ssd_layout(engine), quant,
+                        _or(options["threshold"], SSD_THRESHOLD))
         try:
             layout = engine_yolo_layout(engine, None if decoder == "auto" else decoder)
         except InvalidModel:
@@ -69,6 +70,21 @@ class Detect(TaskKind):
                 raise self.refuse(engine) from None
             raise
         return Plan(layout.kind, layout, quant, _or(options["threshold"], CONF))
+
+    def _ssd_layout(self, engine: Any) -> Any:
+        """The post-process op's four outputs; another model named for what it is (a YOLO
+        export read with --decoder ssd, a classifier...)."""
+        try:
+            return engine_layout(engine)
+        except InvalidModel as e:
+            from edgeapp.tasks import guess_task
+
+            found = guess_task(engine)
+            if found == self.name:  # a YOLO export
+                raise InvalidModel(f"{e}; it is a YOLO export: leave --decoder auto") from None
+            if found is not None:
+                raise self.refuse(engine) from None
+            raise
 
     def prepare(self, source: Any, spec: InputSpec, options: dict, plan: Any = None,
                 keep_image: bool = False) -> tuple:
