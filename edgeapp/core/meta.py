@@ -59,12 +59,11 @@ def read_meta(model_path: str | Path) -> ModelMeta:
 
 def _ultralytics_file(model_path: str | Path) -> dict:
     """Ultralytics' metadata appended to the file, when it is there ({} otherwise)."""
-    try:
+    try:  # the zip's directory is at the end: only the appended part is read, not the model
         with open(model_path, "rb") as f:
-            data = f.read()
+            meta = ultralytics_metadata(f)
     except OSError:
         return {}
-    meta = ultralytics_metadata(data)
     return meta if "names" in meta else {}
 
 
@@ -96,11 +95,12 @@ def embedded_labels(model_path: str | Path) -> Optional[dict[int, str]]:
     return parse_labels(io.TextIOWrapper(io.BytesIO(text), encoding="utf-8", errors="replace").read()) or None
 
 
-def ultralytics_metadata(data: bytes) -> dict:
-    """What Ultralytics appended to a .tflite: a zip holding metadata.json (8.3+), or older,
-    a text file with a Python dict literal. {} when there is none or it cannot be read."""
+def ultralytics_metadata(data) -> dict:
+    """What Ultralytics appended to a .tflite (the file's bytes, or the open file): a zip holding
+    metadata.json (8.3+), or older, a text file with a Python dict literal. {} when there is
+    none or it cannot be read."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
+        with zipfile.ZipFile(io.BytesIO(data) if isinstance(data, bytes) else data) as z:
             names = z.namelist()
             if "metadata.json" in names:
                 meta = json.loads(z.read("metadata.json").decode("utf-8"))
