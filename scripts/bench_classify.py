@@ -68,15 +68,17 @@ def main() -> int:
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))
-    from edgeapp.core.meta import read_meta
     from edgeapp.flows.batch import run_batch
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.hw.runtime import open_model
     from edgeapp.tasks.base import bind
-    from edgeapp.tasks.model import image_model, input_spec
+    from edgeapp.tasks.model import image_model
 
     engine = open_model(args.model, "auto", threads=args.threads)
-    spec = input_spec(engine, read_meta(args.model))
+    task = bind("classify", image_model(engine, args.model))
+
+    def prepare(path):
+        return task.prepare(path)[0]
     with tempfile.TemporaryDirectory() as tmp:
         if args.images:
             paths = expand_inputs([str(args.images)])[: args.count]
@@ -85,7 +87,7 @@ def main() -> int:
             paths = make_jpegs(Path(tmp), args.count, (w, h))
         for p in paths:  # warm the page cache so all three read from memory
             Path(p).read_bytes()
-        tensor = spec.prepare(paths[0])
+        tensor = prepare(paths[0])
         for _ in range(10):
             engine.run(tensor)
 
@@ -96,16 +98,15 @@ def main() -> int:
 
         t0 = time.perf_counter()
         for p in paths:
-            engine.run(spec.prepare(p))
+            engine.run(prepare(p))
         sequential = len(paths) / (time.perf_counter() - t0)
 
         prep_ms = []
         for p in paths[:50]:
             t = time.perf_counter()
-            spec.prepare(p)
+            prepare(p)
             prep_ms.append((time.perf_counter() - t) * 1000)
 
-        task = bind("classify", image_model(engine, args.model))
         stats = run_batch(paths, engine, task, _Null(), workers=args.workers)
         pipeline = stats.per_second
 

@@ -209,7 +209,7 @@ def output_quantization(engine) -> list[tuple[float, int]]:
 
 
 def is_yolo_output(shapes: Sequence[Sequence[int]], input_size: tuple[int, int]) -> bool:
-    """Whether the outputs read as one of the YOLO layouts (model_task-style sniffing)."""
+    """Whether the outputs read as one of the YOLO layouts (the detect task claims them)."""
     try:
         find_yolo_layout(shapes, input_size)
     except InvalidModel:

@@ -182,7 +182,7 @@ def retrain(runner: Any, data_dir: str | Path, out: str | Path,
             on_notice: Optional[Notice] = None, cpu_model: Optional[Path] = None,
             base_name: Optional[str] = None) -> dict:
     """Extract, train, score, write; the report (see `report`). `runner` runs the extractor
-    (flows/runners.open_runner, as `classify` opens its model)."""
+    (flows/open_task, as `classify` opens its model)."""
     from edgeapp.core.meta import read_meta
     from edgeapp.tasks import guess_from
 

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 
 from edgeapp.core.meta import ModelMeta
-from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, prepare_image
+from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD
 from edgeapp.errors import InvalidModel
 
 
@@ -34,10 +34,6 @@ class InputSpec:
     @property
     def size(self) -> tuple[int, int]:
         return self.width, self.height
-
-    def prepare(self, source) -> np.ndarray:
-        return prepare_image(source, (self.width, self.height), self.channels, self.dtype,
-                             self.scale, self.zero_point, self.mean, self.std, self.fast_decode)
 
 
 def input_spec(engine: Any, meta: ModelMeta, mean: Optional[float] = None,
