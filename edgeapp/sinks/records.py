@@ -7,14 +7,17 @@ whose path is already in the file.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
+import signal
 import sys
+import threading
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Callable, Iterator, Optional, TextIO
 
 from edgeapp.errors import UsageError
 
@@ -105,16 +108,17 @@ class RecordWriter:
     def write(self, record: dict) -> None:
         if self.fmt == Format.jsonl:
             try:
-                data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+                data: str | bytes = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
             except UnicodeEncodeError:  # a non-UTF-8 file name: \udcXX escapes keep it valid JSON
                 data = (json.dumps(record) + "\n").encode("ascii")
-            self._emit(data)
         elif self.fmt == Format.csv:
-            self._emit("".join(_csv_line([_cell(r.get(c), c) for c in self.columns])
-                               for r in self.rows(record)))
+            data = "".join(_csv_line([_cell(r.get(c), c) for c in self.columns])
+                           for r in self.rows(record))
         else:
-            self._emit(self.table(record) + "\n")
-        self.written += 1
+            data = self.table(record) + "\n"
+        with _ctrl_c_held():  # written and counted together: Ctrl-C's message says what is there
+            self._emit(data)
+            self.written += 1
 
     @property
     def kept(self) -> int:
@@ -165,6 +169,21 @@ def make_parent_folder(output: Path) -> None:
         if blocker is not None:
             raise UsageError(f"cannot write {output}: {blocker} is a file, not a folder") from None
         raise UsageError(f"cannot create the folder of {output}: {e.strerror or e}") from None
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C waits until the block is done (it is raised right after), so no record is written
+    without being counted. Where signals cannot be held (Windows, a worker thread): as is."""
+    hold = getattr(signal, "pthread_sigmask", None)
+    if hold is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = hold(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        hold(signal.SIG_SETMASK, previous)
 
 
 # CSV float formats by column: a Unix timestamp needs its 10 integer digits and milliseconds
