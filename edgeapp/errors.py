@@ -6,6 +6,7 @@ Every error carries a one-line message meant for the user, ideally with the fix.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Optional
 
 
 class ExitCode(IntEnum):
@@ -102,12 +103,17 @@ class VerificationError(EdgeappError):
     exit_code = ExitCode.VERIFY_FAILED
 
 
-def is_interrupt(error: BaseException) -> bool:
-    """Ctrl-C, or an error raised while Ctrl-C unwound (Python 3.9 can turn a KeyboardInterrupt
-    that lands inside a lock's wait into "RuntimeError: release unlocked lock")."""
+def interrupt_of(error: Optional[BaseException]) -> Optional[KeyboardInterrupt]:
+    """The Ctrl-C behind `error`: itself, or the one it was raised while unwinding (Python 3.9
+    can turn a KeyboardInterrupt that lands inside a lock's wait into "RuntimeError: release
+    unlocked lock", and closing a runner on the way out can fail the same way)."""
     seen = 0
     while error is not None and seen < 20:
         if isinstance(error, KeyboardInterrupt):
-            return True
+            return error
         error, seen = error.__context__, seen + 1
-    return False
+    return None
+
+
+def is_interrupt(error: BaseException) -> bool:
+    return interrupt_of(error) is not None

@@ -615,3 +615,23 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_still_ctrl_c():
     with pytest.raises(typer.Exit) as exit_:
         cli_errors(broken_by_ctrl_c)()
     assert exit_.value.exit_code == 130
+
+
+def test_the_resume_hint_survives_an_error_raised_while_it_unwinds(capsys):
+    """Closing a runner as Ctrl-C unwinds can fail on Python 3.9 (seen in the bullseye chroot):
+    the user still hears how many results were written and how to resume."""
+    import typer
+
+    from edgeapp.cli.options import Interrupted, cli_errors
+
+    def batch_then_a_broken_close():
+        try:
+            raise Interrupted("3 result(s) written to r.jsonl; run the same command with --resume")
+        finally:
+            raise RuntimeError("release unlocked lock")
+
+    with pytest.raises(typer.Exit) as exit_:
+        cli_errors(batch_then_a_broken_close)()
+    assert exit_.value.exit_code == 130
+    assert "interrupted: 3 result(s) written to r.jsonl; run the same command with --resume" in \
+        capsys.readouterr().err

@@ -15,7 +15,7 @@ from typing_extensions import Annotated
 
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.core.limits import MAX_THREADS
-from edgeapp.errors import EdgeappError, ExitCode, is_interrupt
+from edgeapp.errors import EdgeappError, ExitCode, interrupt_of, is_interrupt
 from edgeapp.hw.runtime import RUNTIMES
 from edgeapp.sinks.records import Format
 
@@ -339,6 +339,10 @@ def _typed_params(args: tuple, kwargs: dict) -> None:
         params.update({k: v for k, v in kwargs.items() if k in params})
 
 
+def _say_interrupted(e: Optional[BaseException]) -> None:
+    say(f"interrupted: {e}" if isinstance(e, Interrupted) and str(e) else "interrupted")
+
+
 def cli_errors(fn: F) -> F:
     """Map library errors to a one-line message and the documented exit code."""
 
@@ -351,7 +355,7 @@ def cli_errors(fn: F) -> F:
             say(f"error: {e}")
             raise typer.Exit(int(e.exit_code)) from None
         except KeyboardInterrupt as e:
-            say(f"interrupted: {e}" if isinstance(e, Interrupted) and str(e) else "interrupted")
+            _say_interrupted(e)
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:  # `edgeapp classify ... | head`
             _silence_stdout()
@@ -360,7 +364,7 @@ def cli_errors(fn: F) -> F:
             raise
         except Exception as e:  # a bug: one line unless asked for the traceback
             if is_interrupt(e):  # what Ctrl-C broke on its way out is still Ctrl-C
-                say("interrupted")
+                _say_interrupted(interrupt_of(e))
                 raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
             if os.environ.get("EDGEAPP_DEBUG"):
                 traceback.print_exc()
