@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from edgeapp.core.userdirs import cache_dir
-from edgeapp.hw.verdicts import file_sha256
+from edgeapp.core.registry import file_sha256
 
 
 def content_keys(paths: Sequence[str], workers: int = 2) -> list[Optional[str]]:

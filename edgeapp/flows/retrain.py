@@ -32,7 +32,7 @@ from edgeapp.core.tflite.model import Model, load_model, parse_model
 from edgeapp.errors import InvalidModel, UsageError
 from edgeapp.flows.embedding_cache import EmbeddingCache, content_keys
 from edgeapp.flows.inputs import IMAGE_SUFFIXES
-from edgeapp.hw.verdicts import file_sha256
+from edgeapp.core.registry import file_sha256
 
 METHODS = ("imprint", "softmax")
 Notice = Callable[[str], None]
