@@ -242,9 +242,12 @@ class CompileReport:
     source: str = ""  # where the compiler was found: --compiler, $EDGETPU_COMPILER, PATH, installed
     min_runtime: Optional[int] = None
 
+    recorded_version: Optional[str] = None  # what `compiler install` read, if it installed it
+
     @property
     def compiler_version(self) -> Optional[str]:
-        return self.result.compiler_version
+        """The version the compiler printed when it ran (else the one recorded at install)."""
+        return self.result.compiler_version or self.recorded_version
 
     @property
     def runtime_needed(self) -> Optional[int]:
@@ -297,30 +300,42 @@ def compile_model(model: str | Path, compiler: Compiler | str, out_dir: Optional
         if compiler.bundle is not None else [compiler.path, *args]
     if log is not None:
         log("running: " + " ".join(shlex.quote(a) for a in argv))
+    pairs = compiler_outputs(model, out, segments)
+    before = {p: _stamp(p) for pair in pairs for p in pair}  # files of an earlier run do not count
     ran = run(argv, timeout)
     text = ran.stdout + ("\n" + ran.stderr if ran.stderr else "")
     result = parse_stdout(text)
     if ran.timed_out:
         result.failures.append(timeout_failure(timeout))
         result.succeeded = False
-    pairs = compiler_outputs(model, out, segments)
+    fresh = {p for p, stamp in before.items() if _stamp(p) not in (None, stamp)}
     logs = {}
     for _tfl, log_path in pairs:
         try:
-            logs[str(log_path)] = log_path.read_text(errors="replace")
+            if log_path in fresh:
+                logs[str(log_path)] = log_path.read_text(errors="replace")
         except OSError:
             continue
     for text_log in logs.values():
         apply_log(result, text_log)  # the first log with an operator table wins
-    outputs = [{"model": str(t), "log": str(lp), "exists": t.is_file()} for t, lp in pairs]
+    outputs = [{"model": str(t), "log": str(lp), "exists": t in fresh and t.is_file()} for t, lp in pairs]
     missing = [o["model"] for o in outputs if not o["exists"]] if result.compiled else []
-    judgement = judge(result, ran.returncode, missing)
+    judgement = judge(result, ran.returncode, missing, printed=bool(text.strip()))
     twin = _keep_twin(model, out) if not missing and result.compiled else None
     return CompileReport(model=str(model), compiler=compiler.path, command=argv,
                          returncode=ran.returncode, seconds=ran.seconds, timed_out=ran.timed_out,
                          out_dir=str(out), outputs=outputs, cpu_model=twin, result=result,
                          judgement=judgement, stdout=ran.stdout, stderr=ran.stderr, logs=logs,
-                         runs=runner.mode, source=compiler.source, min_runtime=min_runtime)
+                         runs=runner.mode, source=compiler.source, min_runtime=min_runtime,
+                         recorded_version=compiler.version)
+
+
+def _stamp(path: Path) -> Optional[tuple]:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def _keep_twin(model: Path, out: Path) -> Optional[str]:
