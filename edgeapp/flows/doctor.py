@@ -185,7 +185,8 @@ def pycoral_check() -> Check:
         version = _dist_version("pycoral") or "(version unknown)"
         return Check("pycoral", OK, f"Google's pycoral {version} at {places[0]} ({not_needed})")
     return Check("pycoral", WARN, f"the `pycoral` at {places[0] if places else spec.origin} is not "
-                 f"Google's (no pycoral.utils.edgetpu): {not_needed}", "pip uninstall -y pycoral")
+                 f"Google's (no pycoral.utils.edgetpu), an unrelated package: {not_needed}",
+                 "pip uninstall -y pycoral")
 
 
 def _is_google_pycoral() -> bool:
@@ -285,7 +286,7 @@ def compiler_check(env: Mapping[str, str], machine: str, root: str | Path = "/")
                      "(`edgeapp check` predicts the mapping without it)", "edgeapp compiler install")
     where = f"{tool.path} ({tool.source})"
     try:
-        runs = tool.runner(env)
+        runs = tool.runner(env, machine)
     except EdgeappError as e:  # ARM Linux without QEMU, macOS without Docker
         return Check(name, WARN, f"{tool.version or 'installed'} at {where}, but cannot run here",
                      str(e).split("; ", 1)[-1])

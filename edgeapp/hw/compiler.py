@@ -76,8 +76,11 @@ class Compiler:
     version: Optional[str] = None  # recorded when edgeapp installed it
     record: Optional[dict] = None  # the installed one's install.json
 
-    def runner(self, env: Optional[Mapping[str, str]] = None) -> Runner:
-        return choose_runner(env) if self.bundle is not None else Runner("native")
+    def runner(self, env: Optional[Mapping[str, str]] = None, machine: Optional[str] = None) -> Runner:
+        """How it runs on this machine (`machine`: another architecture's view, for doctor)."""
+        if self.bundle is None:
+            return Runner("native")
+        return choose_runner(env, machine=machine)
 
     def argv(self, args: list[str], env: Optional[Mapping[str, str]] = None,
              folders: tuple = ()) -> list[str]:

@@ -20,7 +20,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 from edgeapp.core.compiler_files import BIN, BINARY, LOADER
 from edgeapp.errors import MissingDependency, UsageError
-from edgeapp.hw.sysroot import Root, under
+from edgeapp.hw.sysroot import Root, sysroot, under
 
 RUN_ENV = "EDGEAPP_COMPILER_RUN"
 IMAGE_ENV = "EDGEAPP_COMPILER_IMAGE"
@@ -154,7 +154,7 @@ def qemu_missing(machine: str, root: Root = None) -> str:
     from edgeapp.core.install_plan import qemu_install_line
     from edgeapp.hw.osinfo import read_platform
 
-    line = qemu_install_line(read_platform(root))
+    line = qemu_install_line(read_platform(sysroot(root)))
     return (f"the Edge TPU compiler is an x86-64 program and this is {machine} Linux: it runs "
             f"through QEMU user-mode emulation, which is not installed ({' or '.join(QEMU_NAMES)} "
             f"on PATH, or a binfmt_misc x86-64 registration); {line}")
