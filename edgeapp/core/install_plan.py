@@ -4,7 +4,7 @@
 edgeapp prints these commands; it never downloads or installs system packages itself. Pure:
 hw/hostinfo.read_platform reads /etc/os-release, dpkg's architecture and the Python version.
 
-Routes, by platform (Coral's apt repository is gone: no plan names it):
+Routes, by platform (Coral's package source is gone: no plan names it):
 - Mendel (Coral Dev Board / Dev Board Mini): keep the pair Mendel installed (libedgetpu1-std 16.0
   + python3-tflite-runtime 2.5.0.post1) and disable Coral's apt sources on the board, which now
   fail `apt-get update`.
@@ -183,7 +183,7 @@ def _usb_step() -> Step:
 
 
 def _mendel(p: Platform) -> Plan:
-    """Mendel ships Coral's pair; Coral's apt repository it was installed from is gone, so
+    """Mendel ships Coral's pair; the Coral package source it came from is gone, so
     the plan keeps what is there and stops `apt-get update` from failing on its sources."""
     verdict, source = _decided(Build(GOOGLE, "16.0", GOOGLE_16_TF, "plan"), "tflite-runtime", "2.5.0.post1")
     steps = (

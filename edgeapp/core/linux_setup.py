@@ -5,7 +5,7 @@ A PCIe/M.2 Edge TPU on a Raspberry Pi 5 needs the external PCIe connector switch
 (`dtparam=pciex1`), the compatibility overlay without MSI parent (`dtoverlay=pciex1-compat-pi5,
 no-mip`) and, for the apex driver, a kernel with 4K pages (`kernel=kernel8.img`; the Pi 5's
 default kernel_2712 uses 16K) (raspberrypi/linux#6154, google-coral/edgetpu#808).
-The apex/gasket driver comes from source now (Coral's apt repository that shipped gasket-dkms
+The apex/gasket driver comes from source now (the Coral package source that shipped gasket-dkms
 1.0-18 is gone): google/gasket-driver's master has the fixes for Linux 6.4 (class_create) and 6.8
 (eventfd_signal) and builds a gasket-dkms deb with `debuild`; feranick/gasket-driver publishes
 built debs (release 1.0-18.4: gasket-dkms_1.0-18.4_all.deb) that public guides fall back to where
