@@ -11,7 +11,6 @@ parsed and judged by the pure `compiler_output`.
 from __future__ import annotations
 
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from edgeapp.core.compiler_files import parse_version, runtime_needed
 from edgeapp.core.compiler_output import (
     CompileResult,
     Judgement,
@@ -29,7 +29,6 @@ from edgeapp.core.compiler_output import (
     parse_stdout,
     timeout_failure,
 )
-from edgeapp.core.compiler_files import parse_version, runtime_needed
 from edgeapp.core.naming import compiler_outputs
 from edgeapp.errors import MissingDependency, UsageError
 from edgeapp.hw.compiler_host import (
