@@ -131,7 +131,8 @@ set -u
 E=/opt/edgeapp-venv/bin/edgeapp
 export XDG_DATA_HOME=/work/data
 ok=1
-echo "machine=$(uname -m) python=$(/opt/edgeapp-venv/bin/python -c 'import platform; print(platform.machine())')"
+echo "machine=$(uname -m)"
+echo "python_machine=$(/opt/edgeapp-venv/bin/python -c 'import platform; print(platform.machine())')"
 apt-get remove -y -qq qemu-user >/dev/null 2>&1 || true
 $E compiler install --from /work/edgetpu-compiler_16.0_amd64.deb > /work/install.out 2>&1
 echo "install_without_qemu_exit=$?"
