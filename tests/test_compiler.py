@@ -421,7 +421,7 @@ def test_compile_missing_compiler(cli, model_copy, tmp_path, monkeypatch):
     msg = res.stderr.strip()
     assert len(msg.splitlines()) == 1
     assert "edgetpu_compiler not found" in msg and "edgeapp check" in msg
-    assert "x86-64" in msg
+    assert "`edgeapp compiler install`" in msg
 
 
 def test_compile_compiler_option_and_env(cli, fake_compiler, model_copy, tmp_path, monkeypatch):
@@ -436,14 +436,14 @@ def test_compile_compiler_option_and_env(cli, fake_compiler, model_copy, tmp_pat
 
 
 def test_find_compiler_order(fake_compiler, tmp_path):
-    assert C.find_compiler() == str(fake_compiler.path)  # PATH
+    assert C.find_compiler().path == str(fake_compiler.path)  # PATH
     other = tmp_path / "other_compiler"
     shutil.copy(fake_compiler.path, other)
-    assert C.find_compiler(env={"EDGETPU_COMPILER": str(other), "PATH": ""}) == str(other)
-    assert C.find_compiler(fake_compiler.path, env={"EDGETPU_COMPILER": str(other)}) == \
+    assert C.find_compiler(env={"EDGETPU_COMPILER": str(other), "PATH": ""}).path == str(other)
+    assert C.find_compiler(fake_compiler.path, env={"EDGETPU_COMPILER": str(other)}).path == \
         str(fake_compiler.path)
     with pytest.raises(MissingDependency):
-        C.find_compiler(env={"PATH": str(tmp_path / "empty")})
+        C.find_compiler(env={"PATH": str(tmp_path / "empty"), "EDGEAPP_DATA_DIR": str(tmp_path / "data")})
 
 
 def test_compile_rejects_invalid_model(cli, fake_compiler, tmp_path):

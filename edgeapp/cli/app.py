@@ -16,6 +16,7 @@ from edgeapp.cli import (
     check,
     classify,
     compile,
+    compiler,
     convert,
     detect,
     devices,
@@ -43,6 +44,7 @@ for module in (convert, check, compile, classify, detect, pose, segment, camera,
                doctor, retrain):
     app.add_typer(module.app)
 app.add_typer(models.app)  # a group: models list | pull | path
+app.add_typer(compiler.app)  # a group: compiler install | show | remove
 use_everywhere(app)  # usage lines, argument rows and choice errors as a reader expects (cli/command.py)
 
 

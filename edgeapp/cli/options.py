@@ -409,3 +409,20 @@ class progress_bar:
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+@contextlib.contextmanager
+def elapsed_spinner(label: str) -> Iterator[None]:
+    """A spinner with the elapsed time on stderr while one long step runs (a compile under
+    emulation); nothing in scripts and pipes."""
+    if not sys.stderr.isatty() or os.environ.get("EDGEAPP_NO_PROGRESS"):
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
+
+    progress = Progress(SpinnerColumn(), "{task.description}", TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    with progress:
+        progress.add_task(label, total=None)
+        yield

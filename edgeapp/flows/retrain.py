@@ -27,12 +27,12 @@ from edgeapp.core.head import head_tensors, logit_range
 from edgeapp.core.learn import SgdOptions, head_scores, imprint, train_softmax
 from edgeapp.core.learn_eval import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
 from edgeapp.core.naming import EDGETPU_SUFFIX, cpu_twin_path, edgetpu_twin_path, sidecar_path
+from edgeapp.core.registry import file_sha256
 from edgeapp.core.tflite.append import append_operators
 from edgeapp.core.tflite.model import Model, load_model, parse_model
 from edgeapp.errors import InvalidModel, UsageError
 from edgeapp.flows.embedding_cache import EmbeddingCache, content_keys
 from edgeapp.flows.inputs import IMAGE_SUFFIXES
-from edgeapp.hw.verdicts import file_sha256
 
 METHODS = ("imprint", "softmax")
 Notice = Callable[[str], None]
