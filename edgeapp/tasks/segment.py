@@ -52,7 +52,7 @@ class Segment(TaskKind):
     guess_rank = 2
 
     def claims(self, shapes, ops, input_size=None) -> bool:
-        return len(shapes) == 1 and is_segmentation_output(shapes[0])
+        return len(shapes) == 1 and is_segmentation_output(shapes[0], input_size)
 
     def plan(self, engine: Any, options: dict) -> tuple:
         if not self.claims_engine(engine):
