@@ -90,7 +90,7 @@ def pull_command(
             pulled = m.pull(entry, reg, edgetpu=edgetpu, reporter=rep)
         lacking = m.missing_ops(entry)
         if lacking:
-            say("warning: " + m.missing_ops_note(entry, lacking, _runtimes(), reg))
+            say("warning: " + m.missing_ops_note(entry, lacking, _runtimes()))
         files = [{"role": f.role, "path": str(f.path), "how": f.how, "verified_by": f.ref.verified_by}
                  for f in pulled.files]
         docs.append({"name": entry.name, "task": entry.task, "files": files,

@@ -345,7 +345,7 @@ def cli_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except EdgeappError as e:
-            say(f"error: {e}")
+            say(f"error: {_worded(e)}")
             raise typer.Exit(int(e.exit_code)) from None
         except KeyboardInterrupt as e:
             _say_interrupted(e)
@@ -366,6 +366,15 @@ def cli_errors(fn: F) -> F:
             raise typer.Exit(int(ExitCode.ERROR)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _worded(error: EdgeappError) -> str:
+    """The error's line in the CLI's words: a model for another task names that task's command."""
+    from edgeapp.errors import WrongTask
+
+    if isinstance(error, WrongTask):
+        return error.worded(lambda task: f"use `edgeapp {task}` (camera: --task {task})")
+    return str(error)
 
 
 def _silence_stdout() -> None:

@@ -313,16 +313,16 @@ def missing_ops(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> list[
     return sorted(set(ops) - PROVIDED_OPS)
 
 
-def missing_ops_note(entry: ModelEntry, ops: list[str], runtimes: list[str],
-                     reg: Optional[Registry] = None) -> str:
-    """One line: which model needs what that the installed runtime lacks, and which models of
-    the same task in the registry run everywhere."""
+def missing_ops_note(entry: ModelEntry, ops: list[str], runtimes: list[str]) -> str:
+    """One line: which model needs what that the installed runtime lacks, and what its task
+    suggests instead (TaskKind.instead_of_custom_ops)."""
+    from edgeapp import tasks
+
     have = ", ".join(runtimes) or "no TFLite runtime"
-    others = [e.name for e in (reg.models.values() if reg is not None else ())
-              if e.task == entry.task and not e.custom_ops and e.name != entry.name]
-    alternative = f"; these {entry.task} models run everywhere: {', '.join(others[:4])}" if others else ""
+    instead = tasks.kind(entry.task).instead_of_custom_ops if entry.task in tasks.names() else None
     return (f"{entry.name} needs the custom operator(s) {', '.join(ops)}, which the installed "
-            f"TFLite runtime ({have}) lacks: `edgeapp {entry.task}` will refuse it{alternative}")
+            f"TFLite runtime ({have}) lacks: `edgeapp {entry.task}` will refuse it"
+            + (f"; {instead}" if instead else ""))
 
 
 # --- MODEL arguments that name a registry model ------------------------------------------------

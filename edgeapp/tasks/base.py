@@ -153,6 +153,7 @@ class TaskKind:
     nothing: ClassVar[str] = "(nothing above threshold)"
     guess_rank: ClassVar[int] = 5  # guess_task asks kinds in this order (specific shapes first)
     ultralytics_task: ClassVar[Optional[str]] = None  # the task of Ultralytics' exports it runs
+    instead_of_custom_ops: ClassVar[Optional[str]] = None  # advice for models needing a custom op
 
     @property
     def defaults(self) -> Dict[str, Any]:

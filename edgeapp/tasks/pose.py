@@ -33,6 +33,7 @@ class Pose(TaskKind):
         RESIZE,
     )
     labels = False  # keypoints have their own names
+    instead_of_custom_ops = "MoveNet models (movenet_lightning, movenet_thunder) run everywhere"
     resample = "bilinear"
     events = "presence"
     nothing = "(no keypoint above threshold)"
