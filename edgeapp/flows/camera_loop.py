@@ -57,7 +57,7 @@ class _Inline:
         self._queued.append((key, image))
 
     def next_done(self, timeout: Optional[float] = None):
-        from edgeapp.execution.parallel import Done
+        from edgeapp.execution.runner import Done
 
         key, image = self._queued.pop(0)
         run = self.task.run_frame if isinstance(self.task, BoundTask) else self.task

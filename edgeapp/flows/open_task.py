@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from edgeapp.errors import InvalidModel
-from edgeapp.execution.parallel import Runner
+from edgeapp.execution.runner import Runner
 from edgeapp.tasks.base import BoundTask
 from edgeapp.tasks.model import ImageModel
 
