@@ -25,8 +25,9 @@ from conftest import CLASSES, ROOT
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.core.frames import fit_frame
 from edgeapp.errors import ExitCode
-from edgeapp.flows.camera import CameraStats, has_display, run_camera
+from edgeapp.flows.camera_loop import CameraStats, run_camera
 from edgeapp.hw.capture import FrameGrabber, OpenCVSource, ReconnectPolicy, parse_source
+from edgeapp.sinks.display import has_display
 
 cv2 = pytest.importorskip("cv2")
 

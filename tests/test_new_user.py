@@ -141,14 +141,21 @@ def test_a_model_by_name_says_once_that_it_runs_on_the_cpu(cli, env, color_image
 # --- 7: help texts ---------------------------------------------------------------------------------
 
 def commands() -> list[tuple[str, ...]]:
+    """Every command and sub-command as the user reaches them, the lazily built ones included
+    (each task's and the camera's)."""
+    import typer
+
     from edgeapp.cli.app import app
 
-    groups = [g for g in app.registered_groups if g.typer_instance.info.name]
-    singles = [(info.name,) for g in app.registered_groups if not g.typer_instance.info.name
-               for info in g.typer_instance.registered_commands]
-    nested = [(g.typer_instance.info.name, info.name) for g in groups
-              for info in g.typer_instance.registered_commands]
-    return [()] + singles + [(g.typer_instance.info.name,) for g in groups] + nested
+    group = typer.main.get_command(app)
+    ctx = group.make_context("edgeapp", ["--help"], resilient_parsing=True)
+    found: list[tuple[str, ...]] = [()]
+    for name in group.list_commands(ctx):
+        found.append((name,))
+        sub = group.get_command(ctx, name)
+        if hasattr(sub, "list_commands"):
+            found += [(name, inner) for inner in sub.list_commands(ctx)]
+    return found
 
 
 NOISE = re.compile(r"\\|<?list\[|<class |typing\.|NoneType|Optional\[|\{[A-Za-z_]+\}|PosixPath")
