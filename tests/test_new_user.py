@@ -538,20 +538,19 @@ class Interpreter(_real.Interpreter):
 
 @pytest.fixture(scope="module")
 def crashing_runtime(tmp_path_factory) -> dict:
-    """tflite-runtime, as edgeapp finds it (a user site-packages folder, which the model check's
-    `python -I` child is given too), standing in for a runtime broken on this machine."""
-    if default_runtime()[0] != "ai-edge-litert" or any(
-            (Path(p) / "tflite_runtime").exists() for p in sys.path if p):
-        pytest.skip("needs ai-edge-litert and no real tflite-runtime")
-    base = tmp_path_factory.mktemp("userbase")
-    site = base / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    (site / "tflite_runtime").mkdir(parents=True)
-    (site / "tflite_runtime" / "__init__.py").write_text("")
-    (site / "tflite_runtime" / "interpreter.py").write_text(STAND_IN_RUNTIME)
-    info = site / "tflite_runtime-2.14.0.dist-info"
+    """tflite-runtime 2.14.0 in a folder of $EDGEAPP_RUNTIME_PATH (where edgeapp and the model
+    check's `python -I` child look first, in a venv or outside one), standing in for a runtime
+    broken on this machine."""
+    if default_runtime()[0] != "ai-edge-litert":
+        pytest.skip("the stand-in runtime wraps ai-edge-litert")
+    folder = tmp_path_factory.mktemp("runtimes")
+    (folder / "tflite_runtime").mkdir()
+    (folder / "tflite_runtime" / "__init__.py").write_text("")
+    (folder / "tflite_runtime" / "interpreter.py").write_text(STAND_IN_RUNTIME)
+    info = folder / "tflite_runtime-2.14.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tflite-runtime\nVersion: 2.14.0\n")
-    return {"PYTHONUSERBASE": str(base)}
+    return {"EDGEAPP_RUNTIME_PATH": str(folder)}
 
 
 @pytest.mark.parametrize("spawn", ["0", "1"], ids=["fork", "spawn"])
