@@ -1,4 +1,4 @@
-"""The accelerator's real state (issue 23): clock mode, heat and the clock it costs, USB link and
+"""The accelerator's real state: clock mode, heat and the clock it costs, USB link and
 firmware state, `--performance` reaching the delegate, and a USB Accelerator that vanishes
 mid-batch and comes back. Fake sysfs trees under EDGEAPP_SYSROOT (the one root every read goes
 through) and the stand-in Edge TPU library (tests/standin.py); no timing assertions."""

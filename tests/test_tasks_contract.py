@@ -3,8 +3,8 @@
 A task added to the registry is run here through batch and camera records (the same keys),
 its results files, its wording and drawing on empty and full results, the live view, MQTT
 frames and events, `--device all` on stand-in Edge TPUs, `--cluster local:2` and the Python
-API, on tiny models the suite builds. The KeyErrors issue 20 found (segment in the live view,
-events of pose and segment) were exactly such a task taken down a path by hand.
+API, on tiny models the suite builds. KeyErrors once met in the field (segmentation in the live
+view, events of pose and segmentation) were exactly such a task taken down a path by hand.
 """
 
 from __future__ import annotations
