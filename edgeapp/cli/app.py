@@ -62,7 +62,8 @@ def main_options(
     runtime: Annotated[Optional[RuntimeName], typer.Option(
         "--runtime", envvar="EDGEAPP_RUNTIME",
         help="Default TFLite runtime (default: the best installed). $EDGEAPP_RUNTIME_PATH: folders "
-             "searched first for one (e.g. made by `pip install --target`).", show_default=False)] = None,
+             "searched first for one (e.g. made by `pip install --no-deps --target`).",
+        show_default=False)] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Show the version and exit.")] = False,
 ) -> None:

@@ -89,9 +89,10 @@ class Runtime:
 
 
 # Folders searched first for a runtime (os.pathsep-separated): one kept outside this Python's
-# packages, e.g. `pip install --target DIR tflite-runtime==2.14.0` to pair that version with a
-# given libedgetpu build. Every command and the model check's child (`python -I`, which ignores
-# PYTHONPATH) use it; the tests plant their stand-in runtimes there, in a venv or outside one.
+# packages, e.g. `pip install --no-deps --target DIR ai-edge-litert==1.4.0` to pair that version
+# with a given libedgetpu build without changing the environment (its dependencies, numpy first,
+# come from the environment). Every command and the model check's child (`python -I`, which
+# ignores PYTHONPATH) use it; the tests plant their stand-in runtimes there, in a venv or not.
 RUNTIME_PATH_ENV = "EDGEAPP_RUNTIME_PATH"
 
 
