@@ -3,7 +3,7 @@
 A task added to the registry is run here through batch and camera records (the same keys),
 its results files, its wording and drawing on empty and full results, the live view, MQTT
 frames and events, `--device all` on stand-in Edge TPUs, `--cluster local:2` and the Python
-API, on the tiny models of the suite's pool (`POOL`) that the task's own `plan` accepts: the
+API, on the tiny models of the suite's pool (`pool`) that the task's own `plan` accepts: the
 parameters come from the registry, not from a list of task names. The KeyErrors a task once
 met when taken down a path by hand (segment in the live view, events of pose and segment)
 are what this catches.

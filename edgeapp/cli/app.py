@@ -104,7 +104,9 @@ def main_options(
              "or several Edge TPUs (usb:0,usb:1 or all).")] = "auto",
     runtime: Annotated[Optional[RuntimeName], typer.Option(
         "--runtime", envvar="EDGEAPP_RUNTIME",
-        help="Default TFLite runtime (default: the best installed).", show_default=False)] = None,
+        help="Default TFLite runtime (default: the best installed). $EDGEAPP_RUNTIME_PATH: folders "
+             "searched first for one (e.g. made by `pip install --no-deps --target`).",
+        show_default=False)] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Show the version and exit.")] = False,
 ) -> None:
