@@ -414,7 +414,7 @@ def test_bench_synthetic_says_honestly_why_the_edge_tpu_cannot_be_measured(tmp_p
     assert "--compiler" not in r.stderr
 
 
-# --- a CPU model on an explicit Edge TPU: one rule, exit 2 (README) -------------------------------
+# --- a CPU model on an explicit Edge TPU: one rule, exit 2 (docs/exit-codes.md) -------------------
 
 @pytest.mark.parametrize("device", ["usb", "edgetpu", "pci:0"])
 def test_cpu_model_on_an_explicit_edge_tpu_is_a_usage_error(cli, tiny_model, color_images, tmp_path,
