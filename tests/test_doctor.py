@@ -209,7 +209,7 @@ def test_doctor_command_on_a_broken_fake_system(cli, tmp_path, monkeypatch):
     assert line.startswith("fail") and "-> sudo usermod -aG plugdev alice" in line
 
 
-# -- the accelerator's state, kernels, a Raspberry Pi 5, containers (issue 23) -----------------------
+# -- the accelerator's state, kernels, a Raspberry Pi 5, containers --------------------------------
 
 def _file(root: Path, path: str, text: str) -> Path:
     p = root / path.lstrip("/")

@@ -113,6 +113,25 @@ def exposure_warning(addr: ServeAddress, port: int, token: Optional[str]) -> Opt
             "(--serve-token none): anyone who can reach this machine sees the camera")
 
 
+def announcement(live: "LiveView", addr: ServeAddress, token: Optional[str],
+                 show_token: bool) -> List[str]:
+    """The lines that tell the user where to look: the exposure warning, then each URL, with the
+    token only when `show_token` (a terminal: never a log or a pipe, where under systemd stderr
+    is the journal)."""
+    lines = []
+    warning = exposure_warning(addr, live.port, token)
+    if warning:
+        lines.append(warning)
+    for n, url in enumerate(live.urls):
+        line = f"live view {'also on' if n else 'on'} {url}"
+        if token is not None and show_token:
+            line += f"?token={token}"
+        elif token is not None and n == 0:
+            line += f" (with its token: open {url}?token=YOUR-TOKEN once; the page keeps it)"
+        lines.append(line)
+    return lines
+
+
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
