@@ -10,7 +10,7 @@ from typing import Optional
 
 
 class ExitCode(IntEnum):
-    """Process exit codes, documented in README.md."""
+    """Process exit codes, documented in docs/exit-codes.md."""
 
     OK = 0
     ERROR = 1  # unexpected failure (a bug): please report it

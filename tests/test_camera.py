@@ -225,7 +225,7 @@ def _unopenable_sources(tmp_path: Path, video: Path) -> dict:
 
 
 def test_a_source_that_cannot_be_opened_exits_5(cli, tiny_model, color_video, tmp_path):
-    """One documented exit code, whatever the reason the source gives no frame (README)."""
+    """One documented exit code (docs/exit-codes.md), whatever the reason the source gives no frame."""
     for case, source in _unopenable_sources(tmp_path, color_video[0]).items():
         r = cli("camera", tiny_model, "--source", source, "--no-display")
         assert r.exit_code == ExitCode.DEVICE_UNAVAILABLE, (case, r.exit_code, r.stderr)

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -136,6 +137,18 @@ def test_a_missing_file_on_the_mirror_is_a_download_error_and_resumable(cli, dat
     kept = list((data / "compiler").glob(".download-*/edgetpu_compiler.part"))
     assert len(kept) == 1 and kept[0].read_text() == standin.WRAPPER  # verified bytes kept for the next run
     assert json.loads(cli("compiler", "show", "--format", "json").stdout)["installed"] == []
+
+
+def test_no_network_names_the_compilers_own_mirror_variable(cli, data, monkeypatch):
+    with socket.socket() as s:  # a port nobody listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("EDGEAPP_COMPILER_URL", f"http://127.0.0.1:{port}/")
+    res = cli("compiler", "install")
+    assert res.exit_code == ExitCode.DOWNLOAD_FAILED, res.stderr
+    line = res.stderr.strip().splitlines()[-1]
+    assert "connection refused" in line and "EDGEAPP_COMPILER_URL" in line and "docs/compiler.md" in line
+    assert "EDGEAPP_MODELS_URL" not in line  # the models' mirror cannot serve the compiler
 
 
 def test_corals_deb_installs_into_the_data_folder_and_compile_uses_it(cli, data, bundles, model):

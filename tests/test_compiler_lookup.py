@@ -31,7 +31,7 @@ def test_compile_runs_a_relative_compiler_path_and_doctor_honours_the_same_varia
     if os.uname().machine in ("x86_64", "amd64"):
         checks = {c["name"]: c for c in json.loads(cli("doctor", "-f", "json").stdout)["checks"]}
         assert checks["edgetpu_compiler"]["status"] == "ok"
-        assert checks["edgetpu_compiler"]["detail"] == f"16.0.384591198 at {fake_compiler.path}"
+        assert checks["edgetpu_compiler"]["detail"] == f"16.0.384591198 at {fake_compiler.path} ($EDGETPU_COMPILER)"
         monkeypatch.setenv("EDGETPU_COMPILER", "./nope")
         checks = {c["name"]: c for c in json.loads(cli("doctor", "-f", "json").stdout)["checks"]}
         assert checks["edgetpu_compiler"]["status"] == "fail"

@@ -23,8 +23,6 @@ README_MAX_LINES = 300
 # Pages other branches are writing; the index links them already. The lead removes each entry
 # when its page lands on main (a link to a missing page outside this list fails).
 PAGES_IN_FLIGHT = {
-    "docs/compiler.md",        # installing and running edgetpu_compiler
-    "docs/install-sources.md",  # where libedgetpu, the runtimes and the compiler come from
     "docs/onnx-and-pytorch.md",  # convert from ONNX and PyTorch
 }
 
@@ -374,7 +372,7 @@ def test_links_to_missing_files_and_headings_fail():
     assert check_link(page, "exit-codes.md#no-such-heading") == \
         "no heading #no-such-heading in docs/exit-codes.md"
     assert check_link(page, "no-such-page.md") == "no such file"
-    assert check_link(page, "compiler.md") is None  # in flight, or there
+    assert check_link(page, "compiler.md") is None
     assert slug("A headless camera you can watch: `--serve`, and results to MQTT: `--mqtt`") == \
         "a-headless-camera-you-can-watch---serve-and-results-to-mqtt---mqtt"
 

@@ -1,6 +1,6 @@
 """Help texts and usage lines as a reader expects them: every command's --help free of Python
 noise and backslashes, every word kept, arguments named plainly, bad choices listing the
-choices, and the help saying what the README says.
+choices, and the help saying what the docs say (docs/classify.md).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ class CpuKernels(str, Enum):
 CpuKernelsOpt = Annotated[CpuKernels, typer.Option(
     "--cpu-kernels", help="CPU int8 kernels: fast (the runtime's default, XNNPACK with "
                           "ai-edge-litert) or reference (TFLite's builtin kernels: the rounding of "
-                          "tflite-runtime and Coral's published CPU results; slower, see README).")]
+                          "tflite-runtime and Coral's published CPU results; slower, see docs/choosing-a-device.md).")]
 
 
 @dataclass

@@ -95,7 +95,7 @@ def fetch_google(env: Mapping[str, str], rep: Reporter,
         part = parts / (ref.path + ".part")
         part.parent.mkdir(parents=True, exist_ok=True)
         url = base + quote(ref.path, safe="/")
-        download(url, part, ref.path, ref.size, rep, timeout)
+        download(url, part, ref.path, ref.size, rep, timeout, mirror=(CF.URL_ENV, "docs/compiler.md"))
         _, _, got = digests(part)
         if got != ref.git_blob_sha1:
             shutil.rmtree(parts, ignore_errors=True)

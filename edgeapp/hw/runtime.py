@@ -43,7 +43,7 @@ _DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tfl
                   "tensorflow": ("tensorflow", "tensorflow-cpu")}
 # CPU kernels: "fast" is the runtime's default (ai-edge-litert applies XNNPACK); "reference" is
 # the builtin op resolver without default delegates, whose int8 rounding is TFLite's reference
-# rounding, as tflite-runtime and Coral's published CPU results have it (see README).
+# rounding, as tflite-runtime and Coral's published CPU results have it (docs/choosing-a-device.md).
 CPU_KERNELS = ("fast", "reference")
 
 

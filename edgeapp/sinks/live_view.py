@@ -9,7 +9,7 @@ hand-off from the inference loop.
 
 Why the standard library's ThreadingHTTPServer: nothing to install on a Pi or a Dev Board
 (Python 3.7), one thread per connection suits a handful of viewers and an MJPEG stream, which
-is a blocking loop of writes, and the inference loop is plain threads already. See the README.
+is a blocking loop of writes, and the inference loop is plain threads already. See docs/camera.md.
 
 The hand-off never slows inference: the loop's `on_frame` keeps a reference to the newest frame
 (no copy, no drawing, no encoding) and returns. An encoder thread draws the overlay if the loop
