@@ -156,7 +156,6 @@ def build_colors() -> None:
 
 def build_helper_models() -> None:
     """Models the exporters would not make on purpose: built node by node."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
