@@ -54,7 +54,10 @@ def onnx_module():
 def onnx2tf_ops_folder() -> Path:
     """Where onnx2tf keeps one converter module per ONNX operator (found without importing
     onnx2tf, which imports TensorFlow)."""
-    spec = importlib.util.find_spec("onnx2tf")
+    try:
+        spec = importlib.util.find_spec("onnx2tf")
+    except (ImportError, ValueError):  # a broken or blocked installation
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependency(f"converting ONNX models needs onnx2tf: {INSTALL}")
     return Path(list(spec.submodule_search_locations)[0]) / "ops"
