@@ -83,8 +83,9 @@ def scores(ref: np.ndarray, got: np.ndarray, labels=None) -> dict:
     from edgeapp.core.quant_metrics import cosine_per_sample, sqnr_db
 
     cos = cosine_per_sample(ref, got)
+    agree = float(np.mean(ref.argmax(1) == got.argmax(1)))
     out = {"cosine_mean": round(float(cos.mean()), 4), "cosine_min": round(float(cos.min()), 4),
-           "sqnr_db": round(sqnr_db(ref, got), 2), "top1_agreement": round(float(np.mean(ref.argmax(1) == got.argmax(1))), 4)}
+           "sqnr_db": round(sqnr_db(ref, got), 2), "top1_agreement": round(agree, 4)}
     if labels is not None:
         out["float_top1"] = round(float(np.mean(ref.argmax(1) == labels)), 4)
         out["int8_top1"] = round(float(np.mean(got.argmax(1) == labels)), 4)
