@@ -104,10 +104,3 @@ def non_integer_ops(model: Model, io_type: str = "uint8") -> list[str]:
             break
     return bad
 
-
-def version_problems(tflite: Model) -> list[str]:
-    """Operators whose version edgetpu_compiler 16 does not know (it would refuse the model)."""
-    from edgeapp.core.edgetpu_rules import MAX_KNOWN_VERSION
-
-    return [f"{op.op} #{op.index} version {op.version}" for op in tflite.operators
-            if op.op in MAX_KNOWN_VERSION and op.version > MAX_KNOWN_VERSION[op.op]]
