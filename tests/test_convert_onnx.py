@@ -115,7 +115,7 @@ def test_int8_model_agrees_with_onnx_runtime(onnx_converted, onnx_data):
     ref, got = ort_outputs(FIXTURES / "colors_nchw.onnx", images), tflite_outputs(out, images)
     cos = np.sum(ref * got, 1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(got, axis=1)
     assert cos.min() > 0.98 and np.mean(ref.argmax(1) == got.argmax(1)) >= 0.98, cos.min()
-    labels = np.array(["blue", "green", "red"].index(p.parent.name) for p in images)
+    labels = np.array([["blue", "green", "red"].index(p.parent.name) for p in images])
     assert np.mean(got.argmax(1) == labels) >= 0.95
 
 
