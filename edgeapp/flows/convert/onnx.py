@@ -28,14 +28,17 @@ from edgeapp.flows.convert.onnx_graph import INSTALL, OnnxInput, fixed_model
 SAMPLE_DATA = "calibration_image_sample_data_20x128x128x3_float32.npy"  # what onnx2tf looks for
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"INFO: (\d+) / (\d+)\s*$")
+_NODE = re.compile(r"INFO: onnx_op_type: (\S+) onnx_op_name: (.+?)\s*$")
 
 
 class _LogWatcher:
     """sys.stdout during onnx2tf: lines to the log without colour codes; each node's
     "INFO: k / N" line advances the progress bar; its last ERROR line kept for the message."""
 
-    def __init__(self, log, advance) -> None:
+    def __init__(self, log, advance, names_so_far=None) -> None:
         self.log, self.advance, self.buffer, self.errors = log, advance, "", []
+        self.names_so_far = names_so_far  # () -> {(namespace, name): count} of Keras' name counters
+        self.marks: list = []  # (ONNX node name, Keras name counters before its layers were made)
 
     def write(self, text: str) -> int:
         self.buffer += _ANSI.sub("", text)
@@ -46,6 +49,9 @@ class _LogWatcher:
                 self.advance()
             elif line.startswith("ERROR:"):
                 self.errors.append(line[6:].strip())
+            node = _NODE.search(line)
+            if node and self.names_so_far is not None:
+                self.marks.append((node.group(2), self.names_so_far()))
         return len(text)
 
     def flush(self) -> None:
@@ -102,22 +108,57 @@ def _run_onnx2tf(onnx_path: Path, work: Path, inp: OnnxInput, steps: int, log_pa
         raise MissingDependency(f"converting ONNX models needs onnx2tf: {INSTALL}") from None
     cwd = os.getcwd()
     with open(log_path, "w", encoding="utf-8", buffering=1) as log, progress(steps, "onnx2tf") as advance:
-        watcher = _LogWatcher(log, advance)
+        watcher = _LogWatcher(log, advance, _keras_name_counters())
         try:
             os.chdir(work)  # where onnx2tf looks for its sample data
             with chatter_into(log, watcher):
-                return onnx2tf.convert(
+                model = onnx2tf.convert(
                     input_onnx_file_path=str(onnx_path), output_folder_path=str(work / "onnx2tf"),
                     disable_model_save=True, batch_size=1, disable_group_convolution=True,
                     not_use_onnxsim=importlib_missing("onnxsim"),
                     keep_nwc_or_nhwc_or_ndhwc_input_names=[inp.name] if inp.layout == "NHWC" else None,
                     verbosity="debug")
+            model.edgeapp_sources = _sources_by_counters(watcher.marks, _keras_name_counters())
+            return model
         except MemoryError:
             raise ConvertError("not enough memory to convert this model with onnx2tf") from None
         except (Exception, SystemExit) as e:  # onnx2tf exits on some errors, raises on others
             raise ConvertError(_failure(e, watcher.errors, log_path)) from None
         finally:
             os.chdir(cwd)
+
+
+def _keras_name_counters():
+    """A function returning a copy of tf-keras' layer-name counters (which name the TF layers
+    onnx2tf makes: tf.math.add, tf.math.add_1, ...), or None when tf-keras has them elsewhere."""
+    try:
+        from tf_keras.src import backend
+    except ImportError:
+        return None
+
+    def snapshot() -> dict:
+        return dict(backend.get_default_graph_uid_map())
+
+    try:
+        snapshot()
+    except Exception:  # another tf-keras layout: names stay as onnx2tf gives them
+        return None
+    return snapshot
+
+
+def _sources_by_counters(marks: list, final) -> dict:
+    """TF layer name -> the ONNX node being converted when tf-keras named it: the counters
+    between one node's mark and the next say which names that node's layers took."""
+    if not marks or final is None:
+        return {}
+    out = {}
+    bounds = [m[1] for m in marks[1:]] + [final()]
+    for (node, before), after in zip(marks, bounds):
+        for key, end in after.items():
+            name = key[1] if isinstance(key, tuple) else key
+            for n in range(before.get(key, 0), end):  # tf-keras names layers zero-based
+                out[name if n == 0 else f"{name}_{n}"] = node
+    return out
 
 
 def importlib_missing(name: str) -> bool:
@@ -185,6 +226,7 @@ def _name_layers(keras_model) -> dict:
     for layer in keras_model.layers:
         nodes = getattr(layer, "_inbound_nodes", None) or []
         source = (getattr(nodes[0], "call_kwargs", None) or {}).get("name") if nodes else None
+        source = getattr(keras_model, "edgeapp_sources", {}).get(layer.name) or source
         if not isinstance(source, str) or not source:
             continue
         scope = _SCOPE_CHARS.sub("_", source).strip("/") or "node"
