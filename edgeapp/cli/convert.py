@@ -39,7 +39,8 @@ MeanOpt = Annotated[float, typer.Option(
 StdOpt = Annotated[Optional[float], typer.Option(
     "--std", help="See --mean (127.5/127.5 for [-1, 1]). Default 255.", show_default=False)]
 ScaleOpt = Annotated[Optional[str], typer.Option(
-    "--scale", metavar="S", help="Instead of --std: the model takes (pixel − mean) × SCALE, e.g. 1/255.", show_default=False)]
+    "--scale", metavar="S", help="Instead of --std: the model takes (pixel − mean) × S, e.g. 1/255.",
+    show_default=False)]
 EvalOpt = Annotated[Optional[Path], typer.Option(
     "--eval", help="A separate folder (one sub-folder per class) to measure agreement and accuracy on, "
     "instead of held-out calibration images.", show_default=False)]

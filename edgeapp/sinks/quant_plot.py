@@ -17,7 +17,8 @@ CAP_DB = 80.0  # above this the error is negligible: bars are cut so the low one
 
 def plot_layers(layers: list, path: Path, title: str = "") -> Optional[Path]:
     """Bars of SQNR (dB) per layer in graph order (`index`), low = lossy; the layers with a
-    cause (else the worst) named and red; a line at 30 dB. Returns the file, or raises MissingDependency without matplotlib."""
+    cause (else the worst) named and red; a line at 30 dB. Returns the file; MissingDependency
+    without matplotlib."""
     try:
         import matplotlib
     except ImportError:
