@@ -53,7 +53,7 @@ def onnx_converted(onnx_data, tmp_path_factory):
     """name -> (report, output path), each fixture converted once."""
     out = tmp_path_factory.mktemp("onnx_out")
     runs = {
-        "colors_nchw": ["-c", onnx_data / "photos", "--val", "30"],
+        "colors_nchw": ["-c", onnx_data / "photos", "--val", "15"],
         "colors_dynamic_batch": ["-c", onnx_data / "photos", "--io", "int8"],
         "colors_softmax": ["-c", onnx_data / "photos", "--scale", "1/255"],
         "colors_outlier": ["-c", onnx_data / "white", "--report"],
@@ -121,11 +121,11 @@ def test_int8_model_agrees_with_onnx_runtime(onnx_converted, onnx_data):
 
 def test_held_out_images_are_not_calibrated_on(onnx_converted):
     report, out, _ = onnx_converted["colors_nchw"]
-    assert report["samples"] == 30 and report["calibration_samples"] == 60
+    assert report["samples"] == 15 and report["calibration_samples"] == 75
     assert report["agreement_detail"]["measured_on"] == "held-out calibration images"
     assert report["float_top5"] == 1.0  # 3 classes: top-5 holds every class
     sidecar = json.loads(out.with_suffix(".json").read_text())
-    assert sidecar["agreement"]["samples"] == 30 and sidecar["labels"] == ["blue", "green", "red"]
+    assert sidecar["agreement"]["samples"] == 15 and sidecar["labels"] == ["blue", "green", "red"]
     assert sidecar["agreement"]["outputs"][0]["sqnr_db"] > 20
 
 

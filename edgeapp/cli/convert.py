@@ -31,7 +31,7 @@ SizeOpt = Annotated[int, typer.Option("--calibration-size", "--samples", "-n", m
                                       help="Calibration images to use (a random subset).")]
 ValOpt = Annotated[int, typer.Option(
     "--val", min=0, help="Calibration images held out (never calibrated on) to measure float vs int8 "
-    "agreement; at most half of them. 0: measure on the calibration images.")]
+    "agreement; at most a fifth of them. 0: measure on the calibration images.")]
 IOOpt = Annotated[IOType, typer.Option("--io", help="Input/output tensor type. uint8 is what Coral's models "
                                                     "and examples use.")]
 MeanOpt = Annotated[float, typer.Option(

@@ -121,10 +121,10 @@ def _load_npy(source: Path, size: tuple[int, int], channels: int, limit: Optiona
 
 def split_held_out(found: Sources, calibration_size: int, val: int, seed: int = 0) -> tuple:
     """(calibration Sources, held-out Sources or None): `val` images kept aside for measuring
-    agreement, never calibrated on; at most half of the images, so calibration keeps the rest."""
+    agreement, never calibrated on; at most a fifth of the images, so calibration keeps most."""
     if not found.paths or val <= 0 or len(found.paths) < 2:
         return found, None
-    n_val = min(val, len(found.paths) // 2)
+    n_val = min(val, max(1, len(found.paths) // 5))
     order = list(range(len(found.paths)))
     random.Random(seed).shuffle(order)
     held, rest = sorted(order[:n_val]), sorted(order[n_val:])
