@@ -14,8 +14,8 @@ pip takes torch/torchvision from this machine's disk):
 
 The fixtures (16x16 RGB input, 3 colour classes as in tests/conftest.py, trained here in a few
 seconds, exported with the legacy TorchScript exporter, opset 13):
-  * colors_nchw.onnx: Conv+BN+ReLU6, depthwise Conv+BN+ReLU6, 1x1 Conv+ReLU, GlobalAveragePool,
-    Gemm: a static NCHW CNN with logits out.
+  * colors_nchw.onnx: Conv+BN+ReLU6, padded MaxPool, depthwise Conv+BN+ReLU6, 1x1 Conv+ReLU,
+    GlobalAveragePool, Gemm: a static NCHW CNN with logits out.
   * colors_dynamic_batch.onnx: the same network, batch exported as a symbolic dim ("batch") and
     flattened with x.view(x.size(0), -1) (Shape/Gather/Concat/Reshape in the graph).
   * colors_softmax.onnx: the same network ending in Softmax (float probabilities out).
@@ -68,7 +68,8 @@ def colors_net(softmax: bool = False, outlier: bool = False):
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.block1 = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU6())
+            self.block1 = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU6(),
+                                        nn.MaxPool2d(3, stride=1, padding=1))
             self.block2 = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False),
                                         nn.BatchNorm2d(8), nn.ReLU6(), nn.Conv2d(8, 16, 1), nn.ReLU())
             self.head = nn.Linear(16, 3)

@@ -5,6 +5,10 @@ NHWC inputs and no TRANSPOSE per layer), batch 1, grouped convolutions split (co
 not know CONV_2D version 6); edgeapp's own quantization then does the rest, exactly as for Keras.
 The float original that agreement is measured against is ONNX Runtime running the file.
 
+onnx2tf is told the graph is for int8 (its `output_integer_quantized_tflite`) while saving
+nothing: it then pads MaxPool with 0 (PAD) instead of the float minimum (PADV2), which would set
+that tensor's int8 range to ±3.4e38, is not on the Edge TPU, and which XNNPACK refuses.
+
 onnx2tf runs in a temporary work folder seeded with the sample-data file it would otherwise
 download (calibration_image_sample_data_20x128x128x3_float32.npy, made from the user's own
 images), so converting never needs a network; its chatter goes to a log file, its progress to
@@ -115,6 +119,7 @@ def _run_onnx2tf(onnx_path: Path, work: Path, inp: OnnxInput, steps: int, log_pa
                 model = onnx2tf.convert(
                     input_onnx_file_path=str(onnx_path), output_folder_path=str(work / "onnx2tf"),
                     disable_model_save=True, batch_size=1, disable_group_convolution=True,
+                    output_integer_quantized_tflite=True,  # only the int8-safe graph: see below
                     not_use_onnxsim=importlib_missing("onnxsim"),
                     keep_nwc_or_nhwc_or_ndhwc_input_names=[inp.name] if inp.layout == "NHWC" else None,
                     verbosity="debug")
