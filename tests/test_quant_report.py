@@ -110,3 +110,23 @@ def test_a_range_widened_by_its_consumer_is_credited_to_the_consumer():
 def test_causes_in_words(row, words):
     cause, fix = diagnose(row)
     assert words in cause and fix
+
+
+def test_keras_conversion_report(tiny_keras, tiny_data, tmp_path):
+    """--report on the Keras path: the same debugger, table and files as for ONNX."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "colors.tflite"
+    proc = subprocess.run([sys.executable, "-m", "edgeapp", "convert", str(tiny_keras), "-o", str(out), "-c",
+                           str(tiny_data / "train"), "--samples", "40", "--report"], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.with_suffix(".report.json").read_text())
+    ops = {row["op"] for row in doc["layers"]}
+    assert {"CONV_2D", "FULLY_CONNECTED"} <= ops and all(row["sqnr_db"] > 10 for row in doc["layers"][:3])
+    assert "SQNR dB" in proc.stdout and out.with_suffix(".report.png").is_file()
