@@ -102,8 +102,9 @@ def attribute_shared_ranges(layers: list) -> None:
         for r in widened:
             r["range_set_by"] = r_name(owner)
         values = [r["local_sqnr_db"] for r in [owner, *widened] if r.get("local_sqnr_db") is not None]
-        if values:
+        if values and widened:
             owner["sqnr_db"] = min(values)
+            owner["rel_rmse"] = max(r.get("rel_rmse") or 0.0 for r in [owner, *widened])
 
 
 def _widened(row: dict, owner: dict) -> bool:

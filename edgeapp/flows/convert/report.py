@@ -68,11 +68,15 @@ def layer_report(saved_model: str, calibration: np.ndarray, tflite: Model, data:
 
     try:
         with filtered_native_stderr():
-            options = tf.lite.experimental.QuantizationDebugOptions(
-                layer_direct_compare_metrics={"edgeapp": collector})
-            debugger = tf.lite.experimental.QuantizationDebugger(
-                converter=make_converter(saved_model, calibration, None), debug_dataset=dataset,
-                debug_options=options)
+            debug = tf.lite.experimental
+            calibrated = debug.QuantizationDebugger(converter=make_converter(saved_model, calibration, None),
+                                                    debug_dataset=dataset)
+            # Run the debug model it made from its bytes: only then does the debugger's interpreter
+            # keep every intermediate tensor (and skip XNNPACK, which does not write them), so the
+            # float values the direct comparison reads are real, not a reused buffer's.
+            debugger = debug.QuantizationDebugger(
+                quant_debug_model_content=calibrated.quant_model, debug_dataset=dataset,
+                debug_options=debug.QuantizationDebugOptions(layer_direct_compare_metrics={"edgeapp": collector}))
             debugger.run()
     except MemoryError:
         raise ConvertError("not enough memory for the quantization report") from None
