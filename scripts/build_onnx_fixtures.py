@@ -19,6 +19,8 @@ seconds, exported with the legacy TorchScript exporter, opset 13):
   * colors_dynamic_batch.onnx: the same network, batch exported as a symbolic dim ("batch") and
     flattened with x.view(x.size(0), -1) (Shape/Gather/Concat/Reshape in the graph).
   * colors_softmax.onnx: the same network ending in Softmax (float probabilities out).
+  * colors_hardswish.onnx: the same network with HardSwish in the first block and a
+    squeeze-excite gate of HardSigmoid (MobileNetV3's activations), trained on its own.
   * colors_outlier.onnx: the same network plus a white-pixel detector added to the second
     block's output (node "outlier_add"): near-white pixels (R+G+B > 2.8) add up to 100 to that
     activation (the rest stays within 0..7), so its calibration range is set by rare outliers.
@@ -61,7 +63,7 @@ def color_data(n: int, seed: int):
     return x.transpose(0, 3, 1, 2), y  # NCHW, 0..1
 
 
-def colors_net(softmax: bool = False, outlier: bool = False):
+def colors_net(softmax: bool = False, outlier: bool = False, hard: bool = False):
     import torch
     from torch import nn
 
@@ -79,10 +81,15 @@ def colors_net(softmax: bool = False, outlier: bool = False):
                 self.white.weight[0] = 500.0  # channel 0 only: 500 * (R + G + B) - 1400
                 self.white.bias.zero_()
                 self.white.bias[0] = -1400.0
-            self.softmax, self.outlier = softmax, outlier
+            self.softmax, self.outlier, self.hard = softmax, outlier, hard
+            if hard:  # MobileNetV3's activations: HardSwish, and a squeeze-excite gate of HardSigmoid
+                self.block1[2] = nn.Hardswish()
+                self.gate = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(16, 16, 1), nn.Hardsigmoid())
 
         def forward(self, x):
             y = self.block2(self.block1(x))
+            if self.hard:
+                y = y * self.gate(y)
             if self.outlier:
                 y = y + torch.relu(self.white(x))  # exported as node "outlier_add" (renamed below)
             y = y.mean(dim=(2, 3), keepdim=True)
@@ -142,6 +149,8 @@ def build_colors() -> None:
     soft = colors_net(softmax=True)
     soft.load_state_dict(base.state_dict())
     export(soft.eval(), FIXTURES / "colors_softmax.onnx", output="probabilities")
+    torch.manual_seed(2)
+    export(train_colors(colors_net(hard=True)), FIXTURES / "colors_hardswish.onnx")
     torch.manual_seed(1)
     outlier = colors_net(outlier=True)
     state = {k: v for k, v in base.state_dict().items() if not k.startswith("white.")}
@@ -196,7 +205,7 @@ def check_fixtures() -> None:
     import onnxruntime as ort
 
     x, y = color_data(90, seed=5)
-    for name in ("colors_nchw", "colors_dynamic_batch", "colors_softmax", "colors_outlier"):
+    for name in ("colors_nchw", "colors_dynamic_batch", "colors_softmax", "colors_outlier", "colors_hardswish"):
         s = ort.InferenceSession(str(FIXTURES / f"{name}.onnx"))
         out = np.concatenate([s.run(None, {"input": x[i:i + 1]})[0] for i in range(len(x))])
         acc = float(np.mean(out.argmax(1) == y))

@@ -57,6 +57,7 @@ def onnx_converted(onnx_data, tmp_path_factory):
         "colors_dynamic_batch": ["-c", onnx_data / "photos", "--io", "int8"],
         "colors_softmax": ["-c", onnx_data / "photos", "--scale", "1/255"],
         "colors_outlier": ["-c", onnx_data / "white", "--report"],
+        "colors_hardswish": ["-c", onnx_data / "photos"],
     }
     done = {}
     for name, args in runs.items():
@@ -90,7 +91,8 @@ def tflite_outputs(model: Path, images: list) -> np.ndarray:
     return np.concatenate(rows)
 
 
-@pytest.mark.parametrize("name", ["colors_nchw", "colors_dynamic_batch", "colors_softmax", "colors_outlier"])
+@pytest.mark.parametrize("name", ["colors_nchw", "colors_dynamic_batch", "colors_softmax", "colors_outlier",
+                                  "colors_hardswish"])
 def test_every_fixture_converts_fully_mapped_and_integer(onnx_converted, name):
     report, out, _ = onnx_converted[name]
     m = load_model(out)
@@ -99,6 +101,7 @@ def test_every_fixture_converts_fully_mapped_and_integer(onnx_converted, name):
     assert m.input_tensors[0].dtype == report["io"] and m.output_tensors[0].dtype == report["io"]
     assert not {"TRANSPOSE", "SHAPE", "STRIDED_SLICE", "DEQUANTIZE", "PADV2"} & set(m.op_names), m.op_names
     assert "MAX_POOL_2D" in m.op_names  # its padding: PAD with zeros, not PADV2 with float's minimum
+    assert not {"HARD_SWISH", "RELU_0_TO_1"} & set(m.op_names)  # what compiler 16 lacks
     assert all(t.dtype in ("int8", "uint8", "int32") for t in m.tensors)
     too_new = [(op.op, op.version) for op in m.operators
                if op.op in MAX_KNOWN_VERSION and op.version > MAX_KNOWN_VERSION[op.op]]
@@ -128,6 +131,19 @@ def test_held_out_images_are_not_calibrated_on(onnx_converted):
     sidecar = json.loads(out.with_suffix(".json").read_text())
     assert sidecar["agreement"]["samples"] == 15 and sidecar["labels"] == ["blue", "green", "red"]
     assert sidecar["agreement"]["outputs"][0]["sqnr_db"] > 20
+
+
+def test_hard_activations_become_ops_the_compiler_knows(onnx_converted):
+    """HardSwish is built from ADD/RELU6/MUL (not fused into HARD_SWISH); the RELU_0_TO_1 the
+    converter fuses for HardSigmoid becomes RELU6 on a [0, 1] int8 range, the same result."""
+    report, out, _ = onnx_converted["colors_hardswish"]
+    m = load_model(out)
+    assert "RELU6" in m.op_names and "MUL" in m.op_names
+    assert any("RELU_0_TO_1 -> RELU6" in n for n in report["notes"]), report["notes"]
+    for op in m.operators:
+        if op.op == "RELU6" and m.tensors[op.outputs[0]].quantization.per_tensor[0] < 0.004:
+            scale, zero = m.tensors[op.outputs[0]].quantization.per_tensor
+            assert (scale, zero) == (pytest.approx(1 / 255), -128)
 
 
 def test_dynamic_batch_is_fixed_to_one(onnx_converted):

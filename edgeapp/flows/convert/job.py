@@ -131,7 +131,8 @@ def _report_base(p: Prepared, model: FloatModel, q, samples: int) -> dict:
     job, tflite = p.job, q.model
     return {"model": str(job.output), "source": str(job.model), "source_format": p.format,
             "io": job.io, "size_bytes": tflite.size, "input_shape": list(tflite.input_tensors[0].shape),
-            "calibration_samples": samples, "notes": list(model.notes),
+            "calibration_samples": samples,
+            "notes": list(model.notes) + [f"{n} (same int8 result; compiler 16 knows it)" for n in q.swapped],
             "ops": dict(Counter(op.op for op in tflite.operators).most_common()),
             "op_versions": {op.op: op.version for op in tflite.operators}}
 

@@ -30,6 +30,10 @@ from edgeapp.flows.convert.base import FloatModel, Progress, first_line, no_prog
 from edgeapp.flows.convert.onnx_graph import INSTALL, OnnxInput, fixed_model
 
 SAMPLE_DATA = "calibration_image_sample_data_20x128x128x3_float32.npy"  # what onnx2tf looks for
+# Activations the Edge TPU lacks, built by onnx2tf from ops it has: HardSwish as x·ReLU6(x+3)·⅙
+# with a ⅙ the TFLite converter does not fuse into HARD_SWISH (MobileNetV3: 5 of 190 ops mapped
+# otherwise), LeakyReLU as max(0,x) + min(0,αx) (MAXIMUM/MINIMUM instead of LEAKY_RELU).
+EDGETPU_PSEUDO_OPS = ("hardswish", "leakyrelu")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"INFO: (\d+) / (\d+)\s*$")
 _NODE = re.compile(r"INFO: onnx_op_type: (\S+) onnx_op_name: (.+?)\s*$")
@@ -120,6 +124,7 @@ def _run_onnx2tf(onnx_path: Path, work: Path, inp: OnnxInput, steps: int, log_pa
                     input_onnx_file_path=str(onnx_path), output_folder_path=str(work / "onnx2tf"),
                     disable_model_save=True, batch_size=1, disable_group_convolution=True,
                     output_integer_quantized_tflite=True,  # only the int8-safe graph: see below
+                    replace_to_pseudo_operators=list(EDGETPU_PSEUDO_OPS),
                     not_use_onnxsim=importlib_missing("onnxsim"),
                     keep_nwc_or_nhwc_or_ndhwc_input_names=[inp.name] if inp.layout == "NHWC" else None,
                     verbosity="debug")

@@ -2,7 +2,8 @@
 
 A float model's batch-1 NHWC SavedModel, calibrated on the user's images preprocessed as
 inference will preprocess them: TFLITE_BUILTINS_INT8 only (no Flex ops), per-channel weights,
-uint8 (or int8) input and output. The result is validated and run through edgeapp's own `check`
+uint8 (or int8) input and output; operators newer than compiler 16 replaced by older ones with
+the same int8 result (core/tflite/patch.py). The result is validated and run through edgeapp's own `check`
 before anything is written, so a failed conversion leaves no model behind.
 """
 
@@ -17,6 +18,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from edgeapp.core.tflite.model import Model, parse_model
+from edgeapp.core.tflite.patch import older_equivalents
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert.base import FloatModel, first_line, tensorflow
 from edgeapp.flows.convert.data import write_atomic
@@ -27,6 +29,7 @@ class Quantized:
     flatbuffer: bytes
     model: Model  # the parsed, validated graph
     checked: object  # core.check_report.CheckResult: what edgetpu_compiler 16 will map
+    swapped: list  # operators replaced by older equivalents the compiler knows
 
 
 @contextlib.contextmanager
@@ -80,6 +83,7 @@ def quantize(saved_model: str, calibration: np.ndarray, out: Path, io_type: str 
         raise ConvertError("not enough memory to quantize this model") from None
     except Exception as e:  # the converter raises ConverterError and friends
         raise ConvertError(f"TFLite converter failed: {first_line(e)}") from None
+    flatbuffer, swapped = older_equivalents(flatbuffer)
     tflite = parse_model(flatbuffer, str(out))
     bad = non_integer_ops(tflite, io_type)
     if bad:
@@ -87,7 +91,7 @@ def quantize(saved_model: str, calibration: np.ndarray, out: Path, io_type: str 
                            f"tensors in {', '.join(bad)}; these operations have no int8 kernel")
     checked = check_model(tflite, flatbuffer)
     write_atomic(out, flatbuffer)
-    return Quantized(flatbuffer, tflite, checked)
+    return Quantized(flatbuffer, tflite, checked, swapped)
 
 
 def non_integer_ops(model: Model, io_type: str = "uint8") -> list[str]:
