@@ -141,7 +141,7 @@ def run_onnx2tf(model: Path, cal: np.ndarray, work: Path, custom: bool) -> tuple
     return found[0], time.time() - t, None
 
 
-def bench_model(bench: Path, name: str, out: Path) -> dict:
+def bench_model(bench: Path, name: str, out: Path, only=None) -> dict:
     model = bench / f"{name}.onnx"
     if name == "digits_cnn":
         cal_files, val_files = digits(bench)
@@ -163,6 +163,8 @@ def bench_model(bench: Path, name: str, out: Path) -> dict:
             "onnx2tf_cind": lambda: run_onnx2tf(model, cal, out / name / "onnx2tf_cind", True),
             "onnx2tf_default": lambda: run_onnx2tf(model, cal, out / name / "onnx2tf_default", False)}
     for key, fn in runs.items():
+        if only and key not in only:
+            continue
         path, seconds, error = fn()
         if path is None:
             row[key] = {"error": error, "seconds": round(seconds, 1)}
@@ -181,10 +183,12 @@ def main() -> None:
                                                      "regnet_x_400mf"])
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--only", nargs="*", choices=["edgeapp", "onnx2tf_cind", "onnx2tf_default"],
+                    help="run only these converters")
     args = ap.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-onnx-"))
-    rows = [bench_model(args.bench, name, out) for name in args.models]
+    rows = [bench_model(args.bench, name, out, args.only) for name in args.models]
     text = json.dumps(rows, indent=2)
     if args.json:
         args.json.write_text(text + "\n")

@@ -6,6 +6,7 @@ The one place TensorFlow is imported (`tensorflow()`), with its start-up chatter
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Optional
 
@@ -48,8 +49,14 @@ def tensorflow():
 
 
 def first_line(e: BaseException) -> str:
+    """The line of an exception's message that says what went wrong: TensorFlow's graph errors
+    start with "in user code:" and a stack, the `XxxError: ...` line comes later."""
     text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    if not text:
+        return type(e).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    named = [line for line in lines if re.match(r"^\w+(Error|Exception): ", line)]
+    return named[0] if named else lines[0]
 
 
 def no_progress(total: int, label: str):

@@ -41,7 +41,8 @@ def exported(model: FloatModel) -> Iterator[str]:
         except MemoryError:
             raise ConvertError("not enough memory to export the float model") from None
         except Exception as e:  # TensorFlow's tracing raises many types
-            raise ConvertError(f"cannot export the float model for TensorFlow Lite: {first_line(e)}") from None
+            raise ConvertError(f"cannot export the float model for TensorFlow Lite (the source converter "
+                               f"made a graph TensorFlow cannot run): {first_line(e)}") from None
         yield tmp
 
 
