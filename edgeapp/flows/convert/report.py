@@ -24,6 +24,7 @@ from edgeapp.core.quant_report import (
     rank,
 )
 from edgeapp.core.tflite.model import Model
+from edgeapp.core.tflite.patch import EQUIVALENT_OLDER_OPS
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert.base import first_line, tensorflow
 from edgeapp.flows.convert.quantize import make_converter
@@ -86,6 +87,7 @@ def layer_report(saved_model: str, calibration: np.ndarray, tflite: Model, data:
     debugger.layer_statistics_dump(dump)
     rows = list(csv.DictReader(io.StringIO(dump.getvalue())))
     context = _model_context(tflite, data)
+    written = {op.op for op in tflite.operators}
     layers = []
     if len(rows) != len(collector.layers) or any(
             not np.isclose(float(r["scale"]), a.scale, rtol=1e-5) for r, a in zip(rows, collector.layers)):
@@ -95,6 +97,8 @@ def layer_report(saved_model: str, calibration: np.ndarray, tflite: Model, data:
         layer = {"name": row["tensor_name"], "op": row["op_name"], "index": index, **acc.result(),
                  "scale": float(row["scale"]), "zero_point": int(float(row["zero_point"]))}
         layer.update(context.get(row["tensor_name"], {}))
+        if layer["op"] not in written and layer["op"] in EQUIVALENT_OLDER_OPS:  # swapped after the debugger
+            layer["debugged_as"], layer["op"] = layer["op"], EQUIVALENT_OLDER_OPS[layer["op"]][0]
         source = _source_layer(row["tensor_name"], layer_names or {})
         if source:
             layer["source"] = source
