@@ -53,7 +53,7 @@ def find_sources(source: Path, option: str) -> Sources:
     if source.suffix.lower() == ".npy" and source.is_file():
         return Sources(source)
     if not source.exists() and not glob.has_magic(text):
-        raise UsageError(f"{option} {source}: not found (a folder of images, a glob or an .npy file)")
+        raise UsageError(f"{option} {source}: not found (a folder of images or an .npy file)")
     if source.is_file():
         raise UsageError(f"{option} {source}: give a folder of images, a glob or an .npy file")
     try:
