@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, SHARED
 
-HEAVY = ("tensorflow", "cv2", "ai_edge_litert", "tflite_runtime", "keras")
+HEAVY = ("tensorflow", "cv2", "ai_edge_litert", "tflite_runtime", "keras", "onnx", "onnx2tf", "onnxruntime")
 
 
 def run(*args, **kw):

@@ -82,7 +82,7 @@ def test_bad_inputs_fail_cleanly(tmp_path, tiny_data):
     not_keras = tmp_path / "model.keras"
     not_keras.write_text("nope")
     cases = [
-        ((tmp_path / "missing.keras", "-o", tmp_path / "o.tflite", "-c", tiny_data / "train"), ExitCode.USAGE),
+        ((tmp_path / "missing.keras", "-o", tmp_path / "o.tflite", "-c", tiny_data / "train"), ExitCode.MODEL_INVALID),
         ((not_keras, "-o", tmp_path / "o.tflite", "-c", tiny_data / "train"), ExitCode.MODEL_INVALID),
         ((tmp_path, "-o", tmp_path / "o.tflite", "-c", tiny_data / "train"), ExitCode.MODEL_INVALID),
         ((not_keras, "-o", tmp_path / "o.bin", "-c", tiny_data / "train"), ExitCode.USAGE),

@@ -1,7 +1,6 @@
-"""`edgeapp convert`: a Keras model to a full-integer int8 TFLite model, with a report."""
+"""`edgeapp convert`: a Keras or ONNX model to a full-integer int8 TFLite model, with a report."""
 
 import json
-from collections import Counter
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -21,115 +20,125 @@ class IOType(str, Enum):
     float32 = "float32"
 
 
+ModelArg = Annotated[Path, typer.Argument(
+    help="Keras (.keras, .h5, SavedModel folder) or ONNX (.onnx) model.", metavar="MODEL", show_default=False)]
+OutputOpt = Annotated[Path, typer.Option("--output", "-o", metavar="OUT.tflite", help="The .tflite file to write.",
+                                         show_default=False)]
+CalibrationOpt = Annotated[Path, typer.Option(
+    "--calibration", "-c", show_default=False, help="Calibration images: a folder (sub-folders = classes), a "
+    "quoted glob, or an .npy array (N,H,W,C) of uint8 pixels or of float model inputs.")]
+SizeOpt = Annotated[int, typer.Option("--calibration-size", "--samples", "-n", min=1,
+                                      help="Calibration images to use (a random subset).")]
+ValOpt = Annotated[int, typer.Option(
+    "--val", min=0, help="Calibration images held out (never calibrated on) to measure float vs int8 "
+    "agreement; at most a fifth of them. 0: measure on the calibration images.")]
+IOOpt = Annotated[IOType, typer.Option("--io", help="Input/output tensor type. uint8 is what Coral's models "
+                                                    "and examples use.")]
+MeanOpt = Annotated[float, typer.Option(
+    "--mean", help="Your float model takes (pixel − mean)/std. Default: [0, 1] inputs.")]
+StdOpt = Annotated[Optional[float], typer.Option(
+    "--std", help="See --mean (127.5/127.5 for [-1, 1]). Default 255.", show_default=False)]
+ScaleOpt = Annotated[Optional[str], typer.Option(
+    "--scale", metavar="S", help="Instead of --std: the model takes (pixel − mean) × S, e.g. 1/255.",
+    show_default=False)]
+EvalOpt = Annotated[Optional[Path], typer.Option(
+    "--eval", help="A separate folder (one sub-folder per class) to measure agreement and accuracy on, "
+    "instead of held-out calibration images.", show_default=False)]
+LabelsOpt = Annotated[Optional[Path], typer.Option(
+    "--labels", "-l", help="Labels file to store with the model (default: class folder names).",
+    show_default=False)]
+ValLabelsOpt = Annotated[Optional[Path], typer.Option(
+    "--val-labels", help="The model's classes in index order (a labels file): class folders are matched "
+    "to it by name for top-1/top-5 accuracy (default: --labels, else the sorted folder order).",
+    show_default=False)]
+InputSizeOpt = Annotated[Optional[str], typer.Option(
+    "--input-size", metavar="HxW", help="Height and width for an ONNX model whose input size is symbolic.",
+    show_default=False)]
+ReportOpt = Annotated[bool, typer.Option(
+    "--report", help="Per layer: float vs int8 SQNR on the calibration images, worst first, with the likely "
+    "cause and fix; writes OUT.report.json and OUT.report.png.")]
+CompileOpt = Annotated[bool, typer.Option(
+    "--compile", help="Then compile it for the Edge TPU with edgetpu_compiler, when installed (x86-64 Linux): "
+    "writes OUT_edgetpu.tflite beside OUT.tflite.")]
+CompilerOpt = Annotated[Optional[str], typer.Option(
+    "--compiler", help="The edgetpu_compiler executable for --compile (default: $EDGETPU_COMPILER, else PATH).",
+    show_default=False)]
+
+
 @app.command("convert")
 @cli_errors
-def convert_command(
-    model: Annotated[Path, typer.Argument(help="Keras model: .keras, .h5, or a SavedModel folder.",
-                                          metavar="MODEL", show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", metavar="OUT.tflite",
-                                         help="The .tflite file to write.", show_default=False)],
-    calibration: Annotated[Path, typer.Option(
-        "--calibration", "-c", help="Calibration images: a folder (sub-folders = classes) or an "
-        ".npy array (N,H,W,C) of uint8 pixels, or of float model inputs.", show_default=False)],
-    samples: Annotated[int, typer.Option("--samples", "-n", min=1,
-                                         help="Calibration images to use (random subset).")] = 300,
-    io: Annotated[IOType, typer.Option("--io", help="Input/output tensor type. uint8 is what "
-                                                    "Coral's models and examples use.")] = IOType.uint8,
-    mean: Annotated[float, typer.Option(
-        "--mean", help="Your float model takes (pixel − mean)/std. Default: [0, 1] inputs.")] = 0.0,
-    std: Annotated[float, typer.Option("--std", help="See --mean (127.5/127.5 for [-1, 1]).")] = 255.0,
-    eval_dir: Annotated[Optional[Path], typer.Option(
-        "--eval", help="Folder with one sub-folder per class: report float and int8 accuracy.",
-        show_default=False)] = None,
-    labels: Annotated[Optional[Path], typer.Option(
-        "--labels", "-l", help="Labels file to store with the model (default: class folder names).",
-        show_default=False)] = None,
-    fmt: ReportFormatOpt = ReportFormat.table,
-    compile_: Annotated[bool, typer.Option(
-        "--compile", help="Then compile it for the Edge TPU with edgetpu_compiler, when installed "
-                          "(x86-64 Linux): writes OUT_edgetpu.tflite beside OUT.tflite.")] = False,
-    compiler: Annotated[Optional[str], typer.Option(
-        "--compiler", help="The edgetpu_compiler executable for --compile (default: "
-                           "$EDGETPU_COMPILER, else PATH).", show_default=False)] = None,
-) -> None:
-    """Quantize a Keras model to full-integer int8 TFLite, calibrated on your images.
+def convert_command(model: ModelArg, output: OutputOpt, calibration: CalibrationOpt, samples: SizeOpt = 300,
+                    val: ValOpt = 50, io: IOOpt = IOType.uint8, mean: MeanOpt = 0.0, std: StdOpt = None,
+                    scale: ScaleOpt = None, eval_dir: EvalOpt = None, labels: LabelsOpt = None,
+                    val_labels: ValLabelsOpt = None, input_size: InputSizeOpt = None, report: ReportOpt = False,
+                    fmt: ReportFormatOpt = ReportFormat.table, compile_: CompileOpt = False,
+                    compiler: CompilerOpt = None) -> None:
+    """Quantize a Keras or ONNX model to full-integer int8 TFLite, calibrated on your images.
 
-    Writes OUT.tflite and OUT.json (labels and preprocessing, read by classify), then reports
-    float vs int8 agreement, size, operators and the `edgeapp check` verdict (what will run on
-    the Edge TPU). Needs TensorFlow: pip install 'edgeapp[convert]'.
+    Writes OUT.tflite and OUT.json (labels, preprocessing and the measured agreement, read by
+    classify), then reports float vs int8 agreement on held-out images, size, operators and the
+    `edgeapp check` verdict (what will run on the Edge TPU). Needs TensorFlow: pip install
+    'edgeapp[convert]'; ONNX models also the onnx extra: pip install 'edgeapp[convert,onnx]'.
     """
-    from edgeapp.core.meta import ModelMeta, write_sidecar
-    from edgeapp.flows import convert as converter
+    from edgeapp.core.labels import read_labels
+    from edgeapp.flows.convert import job as convert_job
 
-    given_labels = _check_before_tensorflow(output, calibration, eval_dir, labels, mean, std)
-    say(f"loading {model} (TensorFlow)")
-    float_model = converter.load_float_model(model)
-    h, w, c = float_model.input_shape
-    cal = converter.load_dataset(calibration, (w, h), c, samples)
-    evaluation = converter.load_dataset(eval_dir, (w, h), c, None, seed=1) if eval_dir else cal
-    say(f"calibrating on {len(cal.x)} sample(s), input {h}x{w}x{c}")
-    with progress_bar(len(cal.x), "calibrating") as advance:
-        tflite = converter.quantize(float_model, converter.normalize(cal, mean, std), output, io.value,
-                                    progress=advance)
-
-    names = evaluation.class_names or cal.class_names
-    label_map = given_labels or ({i: n for i, n in enumerate(names)} if names else None)
-    task = _task_of(tflite, label_map, labels)
-    sidecar = write_sidecar(output, ModelMeta(labels=label_map, mean=mean, std=std, task=task,
-                                              extra={"source": str(model)}))
-    report = converter.evaluate(output, float_model, evaluation, mean, std)
-    report.update(model=str(output), source=str(model), sidecar=str(sidecar), io=io.value,
-                  size_bytes=tflite.size, input_shape=list(tflite.input_tensors[0].shape),
-                  calibration_samples=len(cal.x),
-                  ops=dict(Counter(op.op for op in tflite.operators).most_common()))
-    report["task"] = task
-    if task == "classify" and report["agreement"] is not None and report["agreement"] < 0.9:
-        say(f"warning: int8 agrees with float on only {report['agreement']:.1%} of samples; "
+    job = convert_job.ConvertJob(
+        model=model, output=output, calibration=calibration, calibration_size=samples, val=val,
+        eval_dir=eval_dir, io=io.value, mean=finite("--mean", mean), std=_std(std, scale),
+        labels=read_labels(labels) if labels else None,
+        val_labels=read_labels(val_labels) if val_labels else None,
+        input_size=parse_input_size(input_size), report=report)
+    prepared = convert_job.prepare(job)  # everything checkable before TensorFlow loads
+    result = convert_job.run(prepared, say, progress_bar)
+    agreement = result.get("agreement")
+    if result["task"] == "classify" and agreement is not None and agreement < 0.9:
+        say(f"warning: int8 agrees with float on only {agreement:.1%} of samples; "
             "calibrate with more representative images or check --mean/--std")
-    code = finish_report(output, report, fmt.value, compile_, compiler)
+    code = finish_report(output, result, fmt.value, compile_, compiler)
     if code:
         raise typer.Exit(code)
 
 
-def _check_before_tensorflow(output: Path, calibration: Path, eval_dir: Optional[Path],
-                             labels: Optional[Path], mean: float, std: float) -> Optional[dict]:
-    """Everything that can be checked without TensorFlow, before its seconds of loading; the
-    labels given with --labels."""
-    from edgeapp.core.labels import read_labels
+def _std(std: Optional[float], scale: Optional[str]) -> float:
+    """--std, or 1/--scale (a number or a fraction such as 1/255); never both."""
     from edgeapp.errors import UsageError
-    from edgeapp.flows import convert as converter
 
-    finite("--mean", mean)
+    if scale is not None:
+        if std is not None:
+            raise UsageError("give --std or --scale, not both (--scale S is --std 1/S)")
+        try:
+            num, _, den = scale.partition("/")
+            value = float(num) / float(den) if den else float(num)
+        except (ValueError, ZeroDivisionError):
+            raise UsageError(f"--scale {scale!r}: give a number or a fraction, e.g. 1/255") from None
+        finite("--scale", value)
+        if value <= 0:
+            raise UsageError(f"--scale must be greater than 0, not {scale}")
+        std = 1.0 / value
+    std = 255.0 if std is None else std
     finite("--std", std)
     if std <= 0:
-        raise UsageError(f"--std must be greater than 0, not {std:g} (the model takes "
-                         "(pixel - mean) / std)")
-    if output.suffix.lower() != ".tflite":
-        raise UsageError(f"--output {output}: use a .tflite file name")
-    converter.check_output(output)
-    converter.check_dataset_source(calibration, "--calibration")
-    if eval_dir is not None:
-        converter.check_dataset_source(eval_dir, "--eval")
-    return read_labels(labels) if labels else None
+        raise UsageError(f"--std must be greater than 0, not {std:g} (the model takes (pixel - mean) / std)")
+    return std
 
 
-def _task_of(tflite, label_map: Optional[dict], labels: Optional[Path]) -> str:
-    """The converted model's task by its outputs; for a classifier, labels that do not fit its
-    class vector are said."""
-    from edgeapp.core.labels import label_count_warning
-    from edgeapp.tasks import guess_from
+def parse_input_size(text: Optional[str]) -> Optional[tuple]:
+    """`224x224` (or `224,224`, or one number for a square) -> (height, width)."""
+    from edgeapp.errors import UsageError
 
-    task = guess_from([t.shape for t in tflite.output_tensors],
-                      [op.op for op in tflite.operators]) or "classify"
-    if task == "classify":  # keypoints and pixel maps have no one-label-per-output rule
-        classes = 1
-        for d in tflite.output_tensors[0].shape:
-            classes *= int(d)
-        warning = label_count_warning(label_map, classes, f"--labels {labels}" if labels
-                                      else "the class folders")
-        if warning:
-            say(f"warning: {warning}")
-    return task
+    if text is None:
+        return None
+    parts = text.lower().replace(",", "x").split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) == 1:
+        dims = dims * 2
+    if len(dims) != 2 or min(dims) <= 0:
+        raise UsageError(f"--input-size {text!r}: give HxW, e.g. 224x224")
+    return dims
 
 
 def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
@@ -178,13 +187,44 @@ def _print_report(r: dict) -> None:
     rows = [("model", f"{r['model']} ({format_bytes(r['size_bytes'])}, {r['io']} I/O, input "
                       f"{r['input_shape']})"),
             ("sidecar", r["sidecar"]),
-            ("calibration", f"{r['calibration_samples']} sample(s)"),
-            ("top-1 agreement", f"{r['agreement']:.2%} of {r['samples']} (float vs int8)")]
-    if r["float_accuracy"] is not None:
-        rows.append(("accuracy", f"float {r['float_accuracy']:.4f}, int8 {r['int8_accuracy']:.4f}"))
+            ("calibration", f"{r['calibration_samples']} sample(s)")]
+    rows += [("note", n) for n in r.get("notes") or []]
+    detail = r.get("agreement_detail") or {}
+    where = f" on {detail['measured_on']}" if detail.get("measured_on") else ""
+    if r.get("agreement") is not None:
+        rows.append(("top-1 agreement", f"{r['agreement']:.2%} of {r['samples']} (float vs int8{where})"))
+    if r.get("float_accuracy") is not None:
+        top5 = (f"; top-5 float {r['float_top5']:.4f}, int8 {r['int8_top5']:.4f}"
+                if r.get("float_top5") is not None else "")
+        rows.append(("accuracy", f"top-1 float {r['float_accuracy']:.4f}, int8 {r['int8_accuracy']:.4f}{top5}"))
+    for o in detail.get("outputs") or []:
+        sqnr = "identical" if o["sqnr_db"] is None else f"{o['sqnr_db']:.1f} dB"
+        rows.append((f"output {o['name']}", f"cosine {o['cosine']:.4f} (min {o['cosine_min']:.4f}), SQNR {sqnr}"))
     rows.append(("operators", ", ".join(f"{k}×{v}" for k, v in r["ops"].items())))
     if r.get("edgetpu_verdict"):
         rows.append(("Edge TPU check", r["edgetpu_verdict"]))
+    if r.get("report"):
+        rows.append(("layer report", f"{r['report']['json']}" + (f", {r['report']['plot']}" if r["report"]["plot"]
+                                                                  else "")))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         typer.echo(f"{k:<{width}}  {v}")
+    if r.get("report"):
+        typer.echo("")
+        typer.echo(render_layers(r["report"]["layers"]))
+
+
+def render_layers(layers: list, limit: int = 10) -> str:
+    """The worst layers as a table: SQNR, op, name, and the cause and fix when one is found."""
+    lines = [f"{'SQNR dB':>8}  {'rel RMSE':>8}  {'op':<18} layer"]
+    for row in layers[:limit]:
+        sqnr = "    inf" if row["sqnr_db"] is None else f"{row['sqnr_db']:8.1f}"
+        rel = "" if row.get("rel_rmse") is None else f"{row['rel_rmse']:8.4f}"
+        name = row.get("source") or row["name"].split(";")[0]
+        lines.append(f"{sqnr}  {rel:>8}  {row['op']:<18} {name}")
+        if row.get("cause"):
+            lines.append(f"{'':>20}cause: {row['cause']}")
+            lines.append(f"{'':>20}fix: {row['fix']}")
+    if len(layers) > limit:
+        lines.append(f"... {len(layers) - limit} more layer(s) in the JSON report")
+    return "\n".join(lines)

@@ -74,6 +74,21 @@ def sidecar_path(model_path: PathLike) -> Path:
     return Path(model_path).with_suffix(".json")
 
 
+def report_path(model_path: PathLike) -> Path:
+    """`X.report.json` beside `X.tflite`: convert --report's per-layer quantization errors."""
+    return Path(model_path).with_suffix(".report.json")
+
+
+def report_plot_path(model_path: PathLike) -> Path:
+    """`X.report.png` beside `X.tflite`: the picture of convert --report."""
+    return Path(model_path).with_suffix(".report.png")
+
+
+def convert_log_path(model_path: PathLike) -> Path:
+    """`X.onnx2tf.log` beside `X.tflite`: what onnx2tf printed while converting an ONNX model."""
+    return Path(model_path).with_suffix(".onnx2tf.log")
+
+
 def segment_source(path: PathLike) -> Path:
     """`X.tflite` beside `X_segment_I_of_N_edgetpu.tflite`: the model the compiler split, which
     is also the CPU twin of the whole pipeline."""

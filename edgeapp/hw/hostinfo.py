@@ -122,3 +122,15 @@ def host_info(root: Root = None) -> dict:
         "os": platform.platform(),
         "python": platform.python_version(),
     }
+
+
+def available_memory(root: Root = None) -> Optional[int]:
+    """Bytes the kernel says a new process can use without swapping (MemAvailable), or None."""
+    for line in (_read(sysroot(root) / "proc/meminfo") or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            parts = line.split()
+            try:
+                return int(parts[1]) * (1024 if len(parts) > 2 and parts[2].lower() == "kb" else 1)
+            except (IndexError, ValueError):
+                return None
+    return None

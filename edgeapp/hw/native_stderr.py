@@ -15,18 +15,22 @@ import os
 import re
 import sys
 import tempfile
-from typing import Iterator
+from typing import Iterator, Optional, TextIO
 
 ROUTINE_PREFIXES = ("fully_quantize:", "WARNING: All log messages before absl::InitializeLog()",
                     "Estimated count of arithmetic ops",
                     "To enable the following instructions:")  # cpu_feature_guard's 2nd line
 # absl/glog lines of severity I(nfo) or W(arning): `I0000 00:00:1795463749.232396  5526 port.cc:153] `
 _ABSL_ROUTINE = re.compile(r"^[IW]\d{4} [\d:.]+ +\d+ \S+\.(?:cc|h):\d+\]")
+# The GPU build of TensorFlow (which tf-keras pulls in beside tensorflow-cpu) on a machine without
+# CUDA: `E0000 ... cuda_platform.cc:52] failed call to cuInit: ...`. Not an error for edgeapp.
+_NO_GPU = re.compile(r"^E\d{4} [\d:.]+ +\d+ cuda_\w+\.cc:\d+\] failed call to cuInit")
 
 
 def is_routine(line: str) -> bool:
     text = line.strip()
-    return not text or text.startswith(ROUTINE_PREFIXES) or bool(_ABSL_ROUTINE.match(text))
+    return (not text or text.startswith(ROUTINE_PREFIXES) or bool(_ABSL_ROUTINE.match(text))
+            or bool(_NO_GPU.match(text)))
 
 
 @contextlib.contextmanager
@@ -58,3 +62,40 @@ def filtered_native_stderr() -> Iterator[None]:
                 if not is_routine(line):
                     sys.stderr.write(line + "\n")
             sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def chatter_into(log: TextIO, stdout: Optional[TextIO] = None) -> Iterator[None]:
+    """Everything a converter prints goes to the file `log`: Python's stdout (through `stdout`,
+    a writer that may watch it, when given) and warnings, and native writes to fd 1 and 2;
+    sys.stderr stays on the terminal (our progress bar, our lines)."""
+    import warnings
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        saved = (os.dup(1), os.dup(2))
+    except OSError:
+        saved = None
+    python = (sys.stdout, sys.stderr)
+    direct = os.fdopen(os.dup(saved[1]), "w", buffering=1, encoding="utf-8", errors="replace") if saved else None
+    log.flush()
+    if saved:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        sys.stderr = direct
+    sys.stdout = stdout or log
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = lambda msg, cat, fn, ln, *a: log.write(f"{cat.__name__}: {msg}\n")
+            yield
+    finally:
+        log.flush()
+        sys.stdout, sys.stderr = python
+        if saved:
+            direct.close()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])

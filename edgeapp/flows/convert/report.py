@@ -1,0 +1,162 @@
+"""`convert --report`: per layer, how much the int8 model loses and why.
+
+TensorFlow Lite's own QuantizationDebugger runs the calibrated model with every quantized op
+checked against its float twin fed the same (dequantized) inputs, so each layer's error is its
+own, not an accumulation of the layers before it. edgeapp adds, through the debugger's
+direct-compare hook, what the debugger does not aggregate: SQNR over all samples, the activation
+histogram (max vs 99.99th percentile), plus from the quantized model the weights' per-channel
+ranges and the inputs' scales of Add/Concat. Worst layer first, with the cause and the fix.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Optional
+
+import numpy as np
+
+from edgeapp.core.quant_report import (
+    LayerAccumulator,
+    attribute_shared_ranges,
+    channel_range_ratio,
+    diagnose,
+    rank,
+)
+from edgeapp.core.tflite.model import Model
+from edgeapp.core.tflite.patch import EQUIVALENT_OLDER_OPS
+from edgeapp.errors import ConvertError
+from edgeapp.flows.convert.base import first_line, tensorflow
+from edgeapp.flows.convert.quantize import make_converter
+
+WEIGHTED_OPS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}
+
+
+class _Collector:
+    """The debugger's direct-compare metric: called once per layer per sample, in the same layer
+    order every sample; `next_sample` (called by the dataset) restarts the order."""
+
+    def __init__(self) -> None:
+        self.layers: list = []
+        self.position = 0
+
+    def next_sample(self) -> None:
+        self.position = 0
+
+    def __call__(self, f, q, scale, zero_point) -> float:
+        if self.position == len(self.layers):
+            self.layers.append(LayerAccumulator())
+        acc = self.layers[self.position]
+        self.position += 1
+        acc.add(f, q, float(scale), int(zero_point))
+        return 0.0
+
+
+def layer_report(saved_model: str, calibration: np.ndarray, tflite: Model, data: bytes,
+                 layer_names: Optional[dict] = None, samples: int = 32) -> list:
+    """The rows of the report, worst first: name, op, sqnr_db, rel_rmse, outlier figures,
+    cause, fix (and `source`, the ONNX node, when known)."""
+    tf = tensorflow()
+    from edgeapp.hw.native_stderr import filtered_native_stderr
+
+    x = calibration[:samples]
+    collector = _Collector()
+
+    def dataset():
+        for i in range(len(x)):
+            collector.next_sample()
+            yield [x[i:i + 1]]
+
+    try:
+        with filtered_native_stderr():
+            debug = tf.lite.experimental
+            calibrated = debug.QuantizationDebugger(converter=make_converter(saved_model, calibration, None),
+                                                    debug_dataset=dataset)
+            # Run the debug model it made from its bytes: only then does the debugger's interpreter
+            # keep every intermediate tensor (and skip XNNPACK, which does not write them), so the
+            # float values the direct comparison reads are real, not a reused buffer's.
+            debugger = debug.QuantizationDebugger(
+                quant_debug_model_content=calibrated.quant_model, debug_dataset=dataset,
+                debug_options=debug.QuantizationDebugOptions(layer_direct_compare_metrics={"edgeapp": collector}))
+            debugger.run()
+    except MemoryError:
+        raise ConvertError("not enough memory for the quantization report") from None
+    except Exception as e:  # the debugger's conversion or run
+        raise ConvertError(f"TensorFlow Lite's quantization debugger failed: {first_line(e)}") from None
+    dump = io.StringIO()
+    debugger.layer_statistics_dump(dump)
+    rows = list(csv.DictReader(io.StringIO(dump.getvalue())))
+    context = _model_context(tflite, data)
+    written = {op.op for op in tflite.operators}
+    layers = []
+    if len(rows) != len(collector.layers) or any(
+            not np.isclose(float(r["scale"]), a.scale, rtol=1e-5) for r, a in zip(rows, collector.layers)):
+        raise ConvertError("TensorFlow Lite's quantization debugger reported its layers in another order "
+                           "than it ran them: no per-layer report")
+    for index, (row, acc) in enumerate(zip(rows, collector.layers)):
+        layer = {"name": row["tensor_name"], "op": row["op_name"], "index": index, **acc.result(),
+                 "scale": float(row["scale"]), "zero_point": int(float(row["zero_point"]))}
+        layer.update(context.get(row["tensor_name"], {}))
+        if layer["op"] not in written and layer["op"] in EQUIVALENT_OLDER_OPS:  # swapped after the debugger
+            layer["debugged_as"], layer["op"] = layer["op"], EQUIVALENT_OLDER_OPS[layer["op"]][0]
+        source = _source_layer(row["tensor_name"], layer_names or {})
+        if source:
+            layer["source"] = source
+        layers.append(layer)
+    attribute_shared_ranges(layers)
+    for layer in layers:
+        layer["cause"], layer["fix"] = diagnose(layer)
+    return rank(layers)
+
+
+def _source_layer(tensor_name: str, layer_names: dict) -> Optional[str]:
+    """The source model's layer (an ONNX node) behind a TFLite tensor name such as
+    `model_5/block2/conv/Relu;model_5/tf.math.add_3/Add;...`: the first fused part whose scope
+    is a TF layer onnx2tf named (the longest such layer name wins)."""
+    for part in tensor_name.split(";"):
+        rest = part.partition("/")[2]
+        best = max((k for k in layer_names if rest == k or rest.startswith(k + "/")), key=len, default=None)
+        if best:
+            return layer_names[best]
+    return None
+
+
+def _model_context(tflite: Model, data: bytes) -> dict:
+    """Per output tensor name: the weights' per-channel range ratio, a Softmax's class count,
+    the input scale ratio of a mixing op."""
+    from edgeapp.core.edgetpu_ops import constant_reader
+
+    read = constant_reader(data)
+    out = {}
+    for op in tflite.operators:
+        if not op.outputs or op.outputs[0] < 0:
+            continue
+        name = tflite.tensors[op.outputs[0]].name
+        info = {}
+        if op.op in WEIGHTED_OPS and len(op.inputs) > 1 and op.inputs[1] >= 0:
+            ratio = _weight_ratio(tflite.tensors[op.inputs[1]], read, WEIGHTED_OPS[op.op])
+            if ratio is not None:
+                info["weight_range_ratio"] = round(ratio, 1)
+        if op.op == "SOFTMAX":
+            info["classes"] = int(tflite.tensors[op.outputs[0]].shape[-1])
+        scales = [tflite.tensors[i].quantization.per_tensor[0] for i in op.inputs
+                  if i >= 0 and tflite.tensors[i].quantization and not tflite.tensors[i].is_constant]
+        scales = [s for s in scales if s > 0]
+        if len(scales) >= 2:
+            info["input_scale_ratio"] = round(max(scales) / min(scales), 2)
+        out[name] = info
+    return out
+
+
+def _weight_ratio(tensor, read, axis: int) -> Optional[float]:
+    raw = read(tensor)
+    if raw is None or tensor.dtype != "int8" or not tensor.quantization:
+        return None
+    values = np.frombuffer(raw, np.int8).astype(np.float64).reshape(tensor.shape)
+    scales = np.asarray(tensor.quantization.scale, np.float64)
+    q_axis = tensor.quantization.quantized_dimension if len(scales) > 1 else axis
+    if len(scales) > 1:
+        shape = [1] * values.ndim
+        shape[q_axis] = len(scales)
+        values = values * scales.reshape(shape)
+    return channel_range_ratio(values, q_axis)

@@ -1,0 +1,132 @@
+"""The maths behind convert's agreement numbers and --report: SQNR, cosine, output matching,
+per-layer statistics and the causes named, on arrays whose answers are known."""
+
+import math
+
+import numpy as np
+import pytest
+
+from edgeapp.core.quant_metrics import align, class_agreement, compare_outputs, cosine_per_sample, sqnr_db, top_k
+from edgeapp.core.quant_report import (
+    LayerAccumulator,
+    attribute_shared_ranges,
+    channel_range_ratio,
+    diagnose,
+    rank,
+)
+
+
+def quantize(x: np.ndarray, scale: float, zero: int) -> np.ndarray:
+    return np.clip(np.rint(x / scale + zero), -128, 127).astype(np.int8)
+
+
+def test_sqnr_is_signal_over_noise_in_db():
+    ref = np.ones(1000)
+    assert sqnr_db(ref, ref + 0.01) == pytest.approx(40.0)
+    assert sqnr_db(ref, ref) == math.inf
+    assert sqnr_db(np.zeros(3), np.ones(3)) == -math.inf
+
+
+def test_cosine_and_top_k():
+    a = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    b = np.array([[2.0, 0.0], [-1.0, -1.0], [0.0, 0.0]])
+    assert cosine_per_sample(a, b).tolist() == pytest.approx([1.0, -1.0, 1.0])
+    assert top_k(np.array([[0.1, 0.7, 0.2]]), 2).tolist() == [[1, 2]]
+
+
+def test_outputs_are_matched_across_the_layout_change():
+    rng = np.random.default_rng(0)
+    nchw = rng.normal(size=(4, 3, 5, 6))
+    nhwc = nchw.transpose(0, 2, 3, 1)
+    assert np.array_equal(align(nchw, nhwc), nchw)
+    assert align(nchw, rng.normal(size=(4, 7))) is None
+    logits = rng.normal(size=(4, 10))
+    rows = compare_outputs([logits, nchw], [nhwc, logits + 0.001], ["logits", "map"])
+    assert [r["name"] for r in rows] == ["logits", "map"]
+    assert rows[0]["cosine"] > 0.999 and rows[1]["sqnr_db"] is None  # identical: no finite SQNR
+
+
+def test_class_agreement_and_accuracy():
+    ref = np.eye(3)[[0, 1, 2, 0]]
+    got = np.eye(3)[[0, 1, 1, 0]]
+    out = class_agreement(ref, got, np.array([0, 1, 2, 2]))
+    assert out["agreement"] == 0.75 and out["float_accuracy"] == 0.75 and out["int8_accuracy"] == 0.5
+    assert out["float_top5"] == 1.0
+
+
+def test_rare_outliers_are_found_by_the_percentile():
+    """99.99th percentile vs max: 20 spikes among 1,000,000 values are outliers; a spread-out
+    range is not."""
+    rng = np.random.default_rng(1)
+    bulk = rng.uniform(0, 6, (100, 10000))
+    spiked = bulk.copy()
+    spiked[np.arange(0, 100, 5), 7] = 100.0
+    for data, outlier in ((spiked, True), (bulk, False)):
+        acc = LayerAccumulator()
+        scale = data.max() / 255
+        for row in data:
+            acc.add(row, quantize(row, scale, -128), scale, -128)
+        r = acc.result()
+        assert (r["outlier_ratio"] > 4) is outlier, r
+        assert r["p99_99"] == pytest.approx(6.0, rel=0.01)
+        deq = (quantize(data, scale, -128).astype(float) + 128) * scale
+        assert r["sqnr_db"] == pytest.approx(sqnr_db(data, deq), abs=0.01)
+
+
+def test_weight_channel_ranges():
+    w = np.ones((4, 3, 3, 2))
+    w[1] *= 0.001
+    assert channel_range_ratio(w, 0) == pytest.approx(1000.0)
+    assert channel_range_ratio(np.zeros((3, 2)), 0) is None
+
+
+def layer(name, op, sqnr, max_abs, scale=0.1, zero=-128, **kw):
+    return {"name": name, "op": op, "sqnr_db": sqnr, "max_abs": max_abs, "scale": scale, "zero_point": zero,
+            "p99_99": kw.pop("p99_99", max_abs), "outlier_ratio": kw.pop("outlier_ratio", 1.0), **kw}
+
+
+def test_a_range_widened_by_its_consumer_is_credited_to_the_consumer():
+    """The converter gives an Add's input the Add's range: the rounding shows up in the conv
+    before it, the cause is the Add's outliers; the Add is listed first."""
+    layers = [layer("conv", "CONV_2D", 28.0, 6.6, scale=0.4),
+              layer("add", "ADD", 80.0, 103.0, scale=0.4, p99_99=6.5, outlier_ratio=16.0),
+              layer("fc", "FULLY_CONNECTED", 45.0, 7.0, scale=0.05)]
+    attribute_shared_ranges(layers)
+    for row in layers:
+        row["cause"], row["fix"] = diagnose(row)
+    ranked = rank(layers)
+    assert [r["name"] for r in ranked] == ["add", "conv", "fc"]
+    assert ranked[0]["sqnr_db"] == 28.0 and ranked[0]["local_sqnr_db"] == 80.0
+    assert "outliers" in ranked[0]["cause"] and ranked[1]["range_set_by"] == "add"
+    assert ranked[2]["cause"] is None  # 45 dB: nothing worth saying
+
+
+@pytest.mark.parametrize("row, words", [
+    (layer("s", "SOFTMAX", 20.0, 1.0, classes=1000), "Softmax over 1000 classes"),
+    (layer("a", "ADD", 20.0, 5.0, input_scale_ratio=40.0), "scales 40x apart"),
+    (layer("c", "FULLY_CONNECTED", 20.0, 5.0, weight_range_ratio=500.0), "differ 500x"),
+    (layer("r", "CONV_2D", 20.0, 5.0), "no single cause"),
+])
+def test_causes_in_words(row, words):
+    cause, fix = diagnose(row)
+    assert words in cause and fix
+
+
+def test_keras_conversion_report(tiny_keras, tiny_data, tmp_path):
+    """--report on the Keras path: the same debugger, table and files as for ONNX."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "colors.tflite"
+    proc = subprocess.run([sys.executable, "-m", "edgeapp", "convert", str(tiny_keras), "-o", str(out), "-c",
+                           str(tiny_data / "train"), "--samples", "40", "--report"], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.with_suffix(".report.json").read_text())
+    ops = {row["op"] for row in doc["layers"]}
+    assert {"CONV_2D", "FULLY_CONNECTED"} <= ops and all(row["sqnr_db"] > 10 for row in doc["layers"][:3])
+    assert "SQNR dB" in proc.stdout and out.with_suffix(".report.png").is_file()
