@@ -22,9 +22,7 @@ README_MAX_LINES = 300
 
 # Pages other branches are writing; the index links them already. The lead removes each entry
 # when its page lands on main (a link to a missing page outside this list fails).
-PAGES_IN_FLIGHT = {
-    "docs/onnx-and-pytorch.md",  # convert from ONNX and PyTorch
-}
+PAGES_IN_FLIGHT: set = set()
 
 SHELL_FENCES = {"", "bash", "sh", "shell", "console", "shell-session"}
 COMMAND_NAME = re.compile(r"^[a-z][a-z0-9-]*$")  # else a placeholder: MODEL, <task>, ...

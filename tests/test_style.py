@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "edgeapp"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
+MAX_CLI_FUNCTION_LINES = 60
 # Data tables may run longer than code: module -> why (none today).
 SIZE_EXEMPT: dict = {}
 
@@ -49,11 +50,13 @@ def test_no_module_over_500_lines():
 
 
 def test_no_function_over_80_lines():
+    """And none over 60 in cli/: a command parses, calls a flow and renders."""
     long = []
     for p in _modules():
+        limit = MAX_CLI_FUNCTION_LINES if p.relative_to(PKG).parts[0] == "cli" else MAX_FUNCTION_LINES
         for node in ast.walk(ast.parse(p.read_text(), str(p))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
-                if n > MAX_FUNCTION_LINES:
-                    long.append(f"{p.relative_to(PKG)}:{node.lineno} {node.name} ({n} lines)")
-    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+                if n > limit:
+                    long.append(f"{p.relative_to(PKG)}:{node.lineno} {node.name} ({n} lines, limit {limit})")
+    assert not long, "functions over the limit:\n" + "\n".join(long)

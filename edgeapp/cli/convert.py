@@ -58,10 +58,12 @@ ReportOpt = Annotated[bool, typer.Option(
     "--report", help="Per layer: float vs int8 SQNR on the calibration images, worst first, with the likely "
     "cause and fix; writes OUT.report.json and OUT.report.png.")]
 CompileOpt = Annotated[bool, typer.Option(
-    "--compile", help="Then compile it for the Edge TPU with edgetpu_compiler, when installed (x86-64 Linux): "
-    "writes OUT_edgetpu.tflite beside OUT.tflite.")]
+    "--compile", help="Then compile it for the Edge TPU with edgetpu_compiler, when installed (`edgeapp "
+    "compiler install`; natively on x86-64 Linux, else under QEMU or Docker): writes OUT_edgetpu.tflite beside "
+    "OUT.tflite.")]
 CompilerOpt = Annotated[Optional[str], typer.Option(
-    "--compiler", help="The edgetpu_compiler executable for --compile (default: $EDGETPU_COMPILER, else PATH).",
+    "--compiler", help="The edgetpu_compiler executable for --compile (default: $EDGETPU_COMPILER, else "
+    "PATH, else the one `edgeapp compiler install` installed).",
     show_default=False)]
 
 
@@ -92,7 +94,7 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
     prepared = convert_job.prepare(job)  # everything checkable before TensorFlow loads
     result = convert_job.run(prepared, say, progress_bar)
     agreement = result.get("agreement")
-    if result["task"] == "classify" and agreement is not None and agreement < 0.9:
+    if agreement is not None and agreement < 0.9:  # top-1 agreement: measured for classifiers
         say(f"warning: int8 agrees with float on only {agreement:.1%} of samples; "
             "calibrate with more representative images or check --mean/--std")
     code = finish_report(output, result, fmt.value, compile_, compiler)
@@ -147,9 +149,11 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
     the exit code: 0, or the compile step's code when it ran and did not map everything."""
     from edgeapp.cli.check import verdict_line
     from edgeapp.errors import MissingDependency
-    from edgeapp.flows.check import check_file
+    from edgeapp.flows.check import check_file, predicted_compiler
 
-    checked = check_file(output)
+    version, why = predicted_compiler()  # as `edgeapp check` predicts: the installed compiler's
+    checked = check_file(output, version)
+    checked.summary["compiler_version_why"] = why
     report["edgetpu_check"] = checked.summary
     report["edgetpu_verdict"] = verdict_line(checked)
     compiled = None

@@ -192,6 +192,12 @@ class TaskKind:
         """What to tell the user before running (labels that do not fit the model)."""
         return []
 
+    def labels_warning(self, labels: Optional[dict], output_shapes: Sequence[Sequence[int]],
+                       source: str) -> Optional[str]:
+        """Why `labels` (from `source`, for messages) do not fit a model of this task with these
+        outputs, or None."""
+        return None
+
     def refuse(self, engine: Any) -> WrongTask:
         """The refusal of another task's model, naming the task that fits it (each face words
         how to run it: `edgeapp pose`, `model.pose()`)."""

@@ -44,13 +44,18 @@ class Classify(TaskKind):
         """An embedding extractor (its values are features, not class scores); labels that do
         not fit the class vector."""
         from edgeapp.core.embedding import embedding_note
-        from edgeapp.core.labels import label_count_warning
+        from edgeapp.tasks.model import output_shapes
 
-        classes = int(np.prod(model.engine.outputs[0]["shape"]))
         source = f"--labels {labels_file}" if labels_file else "the model's labels"
         notes = [embedding_note(model.engine.model),
-                 label_count_warning(model.labels, classes, source)]
+                 self.labels_warning(model.labels, output_shapes(model.engine), source)]
         return [n for n in notes if n]
+
+    def labels_warning(self, labels: Optional[dict], output_shapes, source: str) -> Optional[str]:
+        """One label per score: a labels file of another size names other classes."""
+        from edgeapp.core.labels import label_count_warning
+
+        return label_count_warning(labels, int(np.prod(output_shapes[0])), source)
 
     def interpret(self, outputs, prepared: Prepared, plan: tuple, options: dict,
                   labels: Optional[dict]) -> Result:

@@ -173,19 +173,17 @@ def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, sa
 
 def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
     """The task by the outputs, and the sidecar X.json: labels, preprocessing, agreement."""
-    from edgeapp.core.labels import label_count_warning
     from edgeapp.core.meta import ModelMeta, write_sidecar
-    from edgeapp.tasks import guess_from
+    from edgeapp.tasks import guess_from, kind
 
     job = p.job
     names = cal.class_names
     label_map = job.labels or ({i: n for i, n in enumerate(names)} if names else None)
-    task = guess_from([t.shape for t in tflite.output_tensors], [op.op for op in tflite.operators]) or "classify"
-    if task == "classify":  # keypoints and pixel maps have no one-label-per-output rule
-        classes = 1
-        for d in tflite.output_tensors[0].shape:
-            classes *= int(d)
-        warning = label_count_warning(label_map, classes, "--labels" if job.labels else "the class folders")
+    shapes = [t.shape for t in tflite.output_tensors]
+    task = guess_from(shapes, [op.op for op in tflite.operators])  # what it is for, when known
+    if task is not None:
+        warning = kind(task).labels_warning(label_map, shapes,
+                                            "--labels" if job.labels else "the class folders")
         if warning:
             say(f"warning: {warning}")
     agreement = {k: v for k, v in report["agreement_detail"].items()}
