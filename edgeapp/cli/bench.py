@@ -149,10 +149,9 @@ def _device(ctx: typer.Context, device: Optional[str], synthetic: bool) -> str:
     from edgeapp.hw.device_choice import parse_devices
 
     dev = resolve_device(ctx, device)
-    if synthetic and device is None and dev == "auto":
+    if synthetic and device is None and parse_devices(dev).text == "auto":
         dev = "all"
-    if dev.strip().lower() != "all":
-        parse_devices(dev)  # UsageError for a bad device string or list
+    parse_devices(dev)  # UsageError for a bad device string or list, before any work
     return dev
 
 
@@ -182,19 +181,21 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
 
     from edgeapp.errors import CompileError, MissingDependency
     from edgeapp.flows.bench import run_bench
+    from edgeapp.flows.bench_devices import plan_devices
     from edgeapp.flows.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
 
+    plan = plan_devices(dev)
     with tempfile.TemporaryDirectory(prefix="edgeapp-synthetic-") as tmp:
         path = write_synthetic(Path(tmp) / "synthetic_int8.tflite", DEFAULT_SPEC)
         say(DEFAULT_SPEC.describe())
         reason = None
-        if dev in ("all", "auto") and not edge_tpu_present():
+        if plan.tpu_optional and not edge_tpu_present():
             reason = "no Edge TPU found, so edgetpu_compiler was not run on the synthetic model"
-        elif dev != "cpu":
+        elif not plan.cpu_only:
             try:
                 compile_for_edgetpu(path)
             except (MissingDependency, CompileError) as e:
-                if dev not in ("all", "auto"):
+                if not plan.tpu_optional:
                     raise  # an Edge TPU was asked for explicitly
                 reason = str(e)
         doc = run_bench(str(path), dev, threads, opts, progress, no_tpu_reason=reason)

@@ -296,19 +296,6 @@ def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
     return [n]
 
 
-def devices_for(device: str) -> list[str]:
-    """What to measure one by one. `all`: the CPU and every Edge TPU found (one `edgetpu`
-    entry, reported unavailable with the reason, when none is); a list: those TPUs."""
-    from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
-
-    if device == "all":
-        return ["cpu"] + (find_tpus() or ["edgetpu"])
-    choice = parse_devices(device)
-    if choice.several:
-        return resolve_tpus(choice)
-    return [device]
-
-
 def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchOptions,
               progress=None, no_tpu_reason: Optional[str] = None) -> dict:
     """Benchmark `model_path` on the device(s) and thread counts asked for: the JSON document.
@@ -316,7 +303,11 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     A CPU model X.tflite runs on the Edge TPU as X_edgetpu.tflite when that is beside it; a
     compiled model runs on the CPU as its twin (runtime.open_model). `no_tpu_reason` says why
     there is no compiled model to run on the Edge TPU (e.g. no compiler for --synthetic).
+    A run that measured nothing raises DeviceUnavailable (bench_devices.check_measured).
     """
+    from edgeapp.flows.bench_devices import check_measured, plan_devices
+
+    plan = plan_devices(device)
     counts = thread_counts(threads)
     segments = None
     if not opts.synthetic:
@@ -324,27 +315,21 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
 
         segments = find_segment_files(model_path)
     if segments is not None:
-        return _run_pipeline_bench(segments, device, counts, opts, progress)
-    results = []
+        return check_measured(_run_pipeline_bench(segments, plan, counts, opts, progress), plan)
     model = load_model(model_path)  # read once: every device and thread count runs this parse
     compiled_twin = None
     if not model.is_edgetpu_compiled and edgetpu_twin_path(model_path).exists():
         compiled_twin = _load_compiled(edgetpu_twin_path(model_path))
-    for dev in devices_for(device):
+    results = []
+    for dev in plan.devices:
         tpu = dev not in ("cpu", "auto")
         target = compiled_twin if tpu and compiled_twin is not None else model
         if tpu and no_tpu_reason and not target.is_edgetpu_compiled:
-            results.append(unavailable("edgetpu", no_tpu_reason, str(model_path)))
+            results.append({**unavailable("edgetpu", no_tpu_reason, str(model_path)), "device_name": dev})
             continue
-        for n in ([None] if tpu else counts):
-            r = bench_device(target, dev, n, opts, strict=device != "all")
-            results.append(r)
-            if progress:
-                progress(r)
-            if r.get("available") and r["device"] == "edgetpu":
-                break
-            if not r.get("available"):
-                break
+        results += _measure(target, dev, [None] if tpu else counts, opts, progress, plan.lenient)
+    if plan.cpu_after and not any(r.get("available") for r in results):
+        results += _measure(model, "cpu", counts, opts, progress, False)  # the CPU twin takes over
     _mark_best(results)
     doc = {"schema": SCHEMA, "host": host_section(results), "model": _model_section(model),
            "results": results}
@@ -357,30 +342,53 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
 
         doc["parallel"] = bench_parallel(tpus[0]["model"], [r["device_name"] for r in tpus], opts,
                                          random_input, opts.samples)
-    return doc
+    return check_measured(doc, plan)
 
 
-def _run_pipeline_bench(segments: list, device: str, counts: list, opts: BenchOptions,
+def _measure(target, dev: str, counts: list, opts: BenchOptions, progress, lenient: bool) -> list:
+    """One device at each thread count (an Edge TPU once); stops at the first unusable one."""
+    results = []
+    for n in counts:
+        r = bench_device(target, dev, n, opts, strict=not lenient)
+        results.append(r)
+        if progress:
+            progress(r)
+        if not r.get("available") or r["device"] == "edgetpu":
+            break
+    return results
+
+
+def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
                         progress=None) -> dict:
-    """A segment set: the pipeline over as many TPUs, and (with all) its whole model on the CPU."""
+    """A segment set: the pipeline over as many TPUs, and its whole model on the CPU with all,
+    with --device cpu, or when auto lets the CPU take over from a pipeline that cannot run."""
     from edgeapp.core.naming import segment_source
     from edgeapp.core.segments import set_label
+    from edgeapp.errors import UsageError
     from edgeapp.flows.bench_multi import bench_pipeline
 
-    results = []
+    n = len(segments)
+    if plan.one_tpu:
+        raise UsageError(f"{n} segments run on {n} Edge TPUs, one each: use --device all or name "
+                         f"{n} TPUs (usb:0,usb:1,...), not {plan.text}")
     whole = Path(opts.cpu_model) if opts.cpu_model else segment_source(segments[0])
-    if device == "all" and whole.exists():
-        for n in counts:
-            r = bench_device(str(whole), "cpu", n, opts)
-            results.append(r)
-            if progress:
-                progress(r)
-        _mark_best(results)
-    model = {**_model_section(load_model(segments[0])), "path": set_label(segments),
-             "segments": len(segments)}
+    results: list = []
+    if plan.every and whole.exists():
+        results += _measure(str(whole), "cpu", counts, opts, progress, False)
+    if plan.cpu_only:
+        pipe = {"mode": "pipeline", "available": False, "segments": n,
+                "reason": f"--device cpu runs the whole model {whole.name} instead"}
+    else:
+        pipe = bench_pipeline(segments, plan.text, opts, random_input, opts.samples)
+    if not results and (plan.cpu_only or plan.tpu_optional and not pipe.get("available")):
+        if not whole.exists():
+            raise DeviceUnavailable(f"{pipe['reason']}: the whole model's CPU twin {whole} was not "
+                                    "found; pass --cpu-model X.tflite (the model that was segmented)")
+        results += _measure(str(whole), "cpu", counts, opts, progress, False)
+    _mark_best(results)
+    model = {**_model_section(load_model(segments[0])), "path": set_label(segments), "segments": n}
     doc = {"schema": SCHEMA, "host": host_section(results), "model": model, "results": results}
-    doc["pipeline"] = bench_pipeline(segments, "all" if device == "all" else device, opts,
-                                     random_input, opts.samples)
+    doc["pipeline"] = pipe
     return doc
 
 
