@@ -215,18 +215,20 @@ def _report(doc: dict, fmt: ReportFormat, output: Optional[Path]) -> None:
     line = json.dumps(doc, separators=(",", ":")) + "\n"
     try:
         append_line(output, line)
-    except OSError as e:  # a full disk must not lose the measurement
+    except (OSError, UsageError) as e:  # a full disk, a file for a folder: keep the measurement
         if fmt != ReportFormat.json:
             typer.echo(line, nl=False)
-        raise UsageError(f"cannot append to {output}: {e.strerror or e}; the JSON document is on "
-                         "stdout instead") from None
+        why = str(e) if isinstance(e, UsageError) else f"cannot append to {output}: {e.strerror or e}"
+        raise UsageError(f"{why}; the JSON document is on stdout instead") from None
     say(f"appended to {output}")
 
 
 def append_line(path: Path, line: str) -> None:
     """Append one whole line, or nothing: a write cut short (full disk) is truncated away, so
     the file stays one JSON document per line for scripts/bench_report.py."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from edgeapp.sinks.records import make_parent_folder
+
+    make_parent_folder(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # novermin: int flags, not a union type
     try:
         size = os.fstat(fd).st_size
@@ -248,7 +250,8 @@ def _progress(result: dict) -> None:
     if result.get("available"):
         threads = result["threads"] if result["threads"] else "default"
         name = result.get("device_name") or result["device"]
-        say(f"{name} ({threads} threads): mean {result['latency_ms']['mean']:.3f} ms "
+        lat = result["latency_ms"]
+        say(f"{name} ({threads} threads): median {lat['p50']:.3f} ms, mean {lat['mean']:.3f} ms "
             f"over {result['runs']} runs")
 
 
@@ -293,7 +296,8 @@ def format_table(doc: dict) -> str:
                f"{_fmt(r['power_w'], '.2f'):>6} {r['power_source']:>8} "
                f"{_fmt(r['tops_per_watt'], '.4f'):>7} {_fmt(r['mj_per_inference'], '.2f'):>7}")
         if r.get("best"):
-            row += "  <- best"
+            row += "  <- best" + (" (within noise)" if (doc.get("thread_sweep") or {}).get("within_noise")
+                                  else "")
         lines.append(row)
     for dev, c in (doc.get("comparison") or {}).items():
         lines.append(f"{dev} speed-up over CPU: cold {_fmt(c['cold_speedup'])}×, "
@@ -302,6 +306,10 @@ def format_table(doc: dict) -> str:
     lines += _clock_lines(doc)
     if host.get("governor_warning"):
         notes.insert(0, "warning: " + host["governor_warning"])
+    if doc.get("thread_sweep"):
+        from edgeapp.flows.bench_threads import sweep_note
+
+        notes.insert(0, sweep_note(doc["thread_sweep"]))
     notes += doc.get("notes", [])
     if notes:
         lines.append("")

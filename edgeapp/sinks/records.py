@@ -165,10 +165,21 @@ def make_parent_folder(output: Path) -> None:
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        blocker = next((a for a in reversed(output.parents) if a.exists() and not a.is_dir()), None)
-        if blocker is not None:
-            raise UsageError(f"cannot write {output}: {blocker} is a file, not a folder") from None
+        check_parent_folder(output)
         raise UsageError(f"cannot create the folder of {output}: {e.strerror or e}") from None
+
+
+def check_parent_folder(output: Path) -> None:
+    """Fail now where `make_parent_folder` would fail later (a file where a folder should be,
+    a folder edgeapp may not write in), without creating anything: for files written after
+    a long run (`bench --plot`)."""
+    output = Path(output)
+    blocker = next((a for a in reversed(output.parents) if a.exists() and not a.is_dir()), None)
+    if blocker is not None:
+        raise UsageError(f"cannot write {output}: {blocker} is a file, not a folder")
+    existing = next((a for a in output.parents if a.exists()), None)
+    if existing is not None and output.parent != existing and not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot create the folder of {output}: {existing} is not writable")
 
 
 @contextlib.contextmanager
