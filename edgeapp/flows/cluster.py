@@ -146,12 +146,15 @@ def _quiet_worker_processes() -> None:
     at critical, which every worker (a restarted one too) inherits. Ctrl-C is ignored only
     while that server starts (milliseconds), not while the cluster does.
     """
+    import multiprocessing
     import signal
     from multiprocessing import forkserver
 
     import dask
     from distributed.utils import get_mp_context
 
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows: Dask's default
+        return
     dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
     get_mp_context()  # Dask's preload list (its modules imported once, in the server)
     main = threading.current_thread() is threading.main_thread()
