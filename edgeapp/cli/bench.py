@@ -42,8 +42,9 @@ BenchDeviceOpt = Annotated[Optional[str], typer.Option(
     "--device", "-d", metavar="DEVICE",
     help="auto, cpu, edgetpu, usb[:N], pci[:N]; a list of Edge TPUs (usb:0,usb:1: each alone, "
          "then together); or all (the CPU and every Edge TPU found, each alone, then the TPUs "
-         "together). A segment set runs as a pipeline. Default: the global --device, else auto "
-         "(all with --synthetic).",
+         "together). A list ending in auto (usb:0,auto) also measures the CPU twin when none of "
+         "its TPUs can run. A segment set runs as a pipeline. Default: the global --device, else "
+         "auto (all with --synthetic).",
     show_default=False)]
 RunsOpt = Annotated[int, typer.Option("--runs", "-n", min=1, help="Timed inferences.")]
 WarmupOpt = Annotated[int, typer.Option("--warmup", min=0,
@@ -54,8 +55,9 @@ DurationOpt = Annotated[Optional[float], typer.Option(
     show_default=False)]
 SweepOpt = Annotated[Optional[str], typer.Option(
     "--threads", metavar="N|auto",
-    help="CPU interpreter threads; auto sweeps 1..cores and marks the best. "
-         "Default: the runtime's.", show_default=False)]
+    help="CPU interpreter threads; auto times 1..cores in interleaved rounds and marks the best "
+         "by the median of round medians (or says they are within noise). Default: the runtime's.",
+    show_default=False)]
 PowerOpt = Annotated[PowerMode, typer.Option(
     "--power", help="Power source: auto tries rapl, hwmon, vcgencmd (Edge TPU: nominal 2 W).")]
 WattsOpt = Annotated[Optional[float], typer.Option(
@@ -70,9 +72,9 @@ SyntheticOpt = Annotated[bool, typer.Option(
                         "CPU's peak).")]
 PlotOpt = Annotated[Optional[Path], typer.Option(
     "--plot", metavar="FILE.png",
-    help="Also draw the thread sweep, the latency distributions, the latency per window of a "
-         "--duration run and the multi-TPU scaling or per-segment times (needs matplotlib: pip "
-         "install 'edgeapp[plot]').",
+    help="Also draw the thread sweep, the latency distributions (outliers shown), the latency per "
+         "window of a --duration run and the multi-TPU scaling or per-segment times, into FILE "
+         "(its folder is made; needs matplotlib: pip install 'edgeapp[plot]').",
     show_default=False)]
 UsbQueueOpt = Annotated[Optional[int], typer.Option(
     "--usb-queue", metavar="N", help="libedgetpu's Usb.MaxBulkInQueueLength (0-255; its default "
