@@ -4,7 +4,7 @@ The Python API (`edgeapp.open_model`, `edgeapp.Model`) is loaded on first use, s
 edgeapp stays cheap for the CLI.
 """
 
-__version__ = "0.1.0"
+from edgeapp.core.version import VERSION as __version__
 
 __all__ = ["open_model", "Model", "__version__"]
 

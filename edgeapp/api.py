@@ -8,24 +8,28 @@
     print(model.run("cat.jpg"))                           # the model's own task: {"classes": [...]}
     for record in model.batch(["a.jpg", "b.png"]):        # records as `edgeapp classify -f jsonl`
         print(record)
+    outcome = model.camera("video.mp4", on_record=print)  # frames, as `edgeapp camera`
 
     with edgeapp.open_model("ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite",
                             device="all") as model:       # every Edge TPU side by side
-        for record in model.batch(paths, task="detect", threshold=0.5):
+        for record in model.detect_batch(paths, threshold=0.5):
             ...
 
-The functions are the ones the CLI runs (flows.open_task, flows.batch, tasks/), so results are
-identical; errors are edgeapp.errors exceptions (InvalidModel, DeviceUnavailable, InputError...).
+Every task of tasks/ is a method (`model.<task>(image, **options)` and `model.<task>_batch(paths,
+**options)`) and a `task=` name; its options and their defaults are the task's own, the same as
+its command's, and the functions are the ones the CLI runs (flows.open_task, flows.batch,
+flows.camera, tasks/), so results are identical. Errors are edgeapp.errors exceptions
+(InvalidModel, DeviceUnavailable, InputError...).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
-from edgeapp.tasks import kind
+from edgeapp.tasks import kind, names
 from edgeapp.tasks.base import BoundTask, Result
 
 PathLike = Union[str, Path]
@@ -35,8 +39,9 @@ class Model:
     """An opened image model on its device(s). Not thread-safe: one Model per thread. Close it
     (or use `with`) when it runs on several Edge TPUs, to end their threads."""
 
-    def __init__(self, opened: OpenTask) -> None:
+    def __init__(self, opened: OpenTask, reopen: Optional[dict] = None) -> None:
         self._opened = opened
+        self._reopen = reopen or {}  # how it was opened: the camera opens it again for frames
         self._bound: dict = {}
 
     @property
@@ -70,7 +75,15 @@ class Model:
     def run(self, image: Any, task: Optional[str] = None, **options: Any) -> dict:
         """One image (a path, bytes, a Pillow image or a uint8 array) through `task` (default:
         the model's): the record's task fields, e.g. {"objects": [...]}."""
-        return self._run_one(self._task(task, options), image).fields
+        return self.result(image, task, **options).fields
+
+    def result(self, image: Any, task: Optional[str] = None, **options: Any) -> Result:
+        """As `run`, with what the record does not hold (`extras`, e.g. a segmentation's class
+        map at the image's size)."""
+        bound = self._task(task, options)
+        tensor, prepared = bound.prepare(image)
+        ((_, done),) = self._opened.runner.imap([(0, tensor)])
+        return bound.interpret(done.outputs, prepared)
 
     def batch(self, paths: Iterable[PathLike], task: Optional[str] = None, workers: int = 2,
               **options: Any) -> Iterator[dict]:
@@ -79,40 +92,35 @@ class Model:
         exception."""
         return iter_records(_strings(paths), self._opened.runner, self._task(task, options), workers)
 
-    def classify(self, image: Any, top_k: int = 5, threshold: float = 0.0) -> list:
-        """Classes of one image, best first."""
-        return self.run(image, "classify", top_k=top_k, threshold=threshold)["classes"]
+    def camera(self, source: Any = "0", *, task: Optional[str] = None,
+               on_record: Optional[Callable[[dict], None]] = None, display: bool = False,
+               record: Optional[PathLike] = None, output: Optional[PathLike] = None,
+               max_frames: Optional[int] = None, duration: Optional[float] = None,
+               drop_frames: Optional[bool] = None, reconnect: float = 10.0,
+               serve: Optional[str] = None, serve_token: Optional[str] = None,
+               mqtt: Optional[str] = None, mqtt_mode: str = "frames",
+               on_notice: Optional[Callable[[str], None]] = None, stop: Any = None,
+               **options: Any) -> Any:
+        """Run `task` (default: the model's) on the frames of a camera (index), a video file or a
+        stream, as `edgeapp camera` does: every frame's record to `on_record`, and optionally a
+        window, a recording, a results file (`output`), the live view (`serve`: PORT or
+        HOST:PORT) and MQTT (`mqtt`: mqtt://host/prefix). Stops at the end of a file, after
+        `max_frames` or `duration`, or when the threading.Event `stop` is set. The model is
+        opened again for frames on the same devices. Returns the flows.camera.CameraOutcome
+        (`stats`, `warnings`, `error`: None when the run succeeded)."""
+        from edgeapp.flows.camera import CameraRequest, CameraRun, LiveViewSettings, MqttSettings
 
-    def detect(self, image: Any, threshold: float = 0.4, top_k: Optional[int] = None,
-               resize: str = "stretch") -> list:
-        """Objects in one image, boxes [xmin, ymin, xmax, ymax] in its pixels, best first."""
-        return self.run(image, "detect", threshold=threshold, top_k=top_k, resize=resize)["objects"]
-
-    def pose(self, image: Any, threshold: float = 0.2, resize: str = "stretch") -> list:
-        """Poses in one image: [{"score", "keypoints": [{"name", "x", "y", "score"}]}], pixels."""
-        return self.run(image, "pose", threshold=threshold, resize=resize)["poses"]
-
-    def segment(self, image: Any, resize: str = "stretch") -> Tuple[list, Any]:
-        """(classes present [{"id", "label", "share"}], class map at the image's size)."""
-        result = self._run_one(self._task("segment", {"resize": resize}), image)
-        return result.fields["classes"], result.extras["mask"]
-
-    def classify_batch(self, paths: Iterable[PathLike], top_k: int = 5, threshold: float = 0.0,
-                       workers: int = 2) -> Iterator[dict]:
-        return self.batch(paths, "classify", workers, top_k=top_k, threshold=threshold)
-
-    def detect_batch(self, paths: Iterable[PathLike], threshold: float = 0.4,
-                     top_k: Optional[int] = None, resize: str = "stretch",
-                     workers: int = 2) -> Iterator[dict]:
-        return self.batch(paths, "detect", workers, threshold=threshold, top_k=top_k, resize=resize)
-
-    def pose_batch(self, paths: Iterable[PathLike], threshold: float = 0.2, resize: str = "stretch",
-                   workers: int = 2) -> Iterator[dict]:
-        return self.batch(paths, "pose", workers, threshold=threshold, resize=resize)
-
-    def segment_batch(self, paths: Iterable[PathLike], resize: str = "stretch",
-                      workers: int = 2) -> Iterator[dict]:
-        return self.batch(paths, "segment", workers, resize=resize)
+        name = task or self.task
+        _check_api_options(name, options)
+        request = CameraRequest(
+            task=name, options=options, source=str(source), display=display,
+            record=Path(record) if record is not None else None,
+            records_output=Path(output) if output is not None else None,
+            max_frames=max_frames, duration=duration, drop_frames=drop_frames, reconnect=reconnect,
+            live_view=LiveViewSettings(serve, token=serve_token) if serve is not None else None,
+            mqtt=MqttSettings(mqtt, mqtt_mode) if mqtt is not None else None,
+            on_record=on_record, **self._reopen)
+        return CameraRun(request, on_notice, stop).run()
 
     def close(self) -> None:
         self._opened.close()
@@ -123,20 +131,66 @@ class Model:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def __getattr__(self, attribute: str) -> Any:
+        """`model.<task>(image, **options)` and `model.<task>_batch(paths, **options)` for every
+        task: the task's items (`TaskKind.api_value`), or its records."""
+        name, batch = (attribute[:-len("_batch")], True) if attribute.endswith("_batch") else \
+            (attribute, False)
+        if attribute.startswith("_") or name not in names():
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attribute!r}")
+        return _batch_method(self, name) if batch else _image_method(self, name)
+
+    def __dir__(self) -> List[str]:
+        return sorted(set(super().__dir__()) | set(names()) | {f"{n}_batch" for n in names()})
+
     def _task(self, task: Optional[str], options: dict) -> BoundTask:
         default = self._opened.task
         if (task is None or task == default.name) and not options:
             return default
         name = task or default.name
+        _check_api_options(name, options)
         key = (name, tuple(sorted(options.items())))
         if key not in self._bound:
             self._bound[key] = BoundTask(kind(name), self._opened.model, options)
         return self._bound[key]
 
-    def _run_one(self, task: BoundTask, image: Any) -> Result:
-        tensor, prepared = task.prepare(image)
-        ((_, done),) = self._opened.runner.imap([(0, tensor)])
-        return task.interpret(done.outputs, prepared)
+
+def _check_api_options(task: str, options: dict) -> None:
+    from edgeapp.errors import UsageError
+
+    takes = {o.name for o in kind(task).options_for("api")}
+    other = sorted(set(options) - takes)
+    if other:
+        raise UsageError(f"{task}: unknown option(s) {', '.join(other)} (it takes "
+                         f"{', '.join(sorted(takes)) or 'none'})")
+
+
+def _options_doc(task: str) -> str:
+    lines = []
+    for o in kind(task).options_for("api"):
+        default = o.default_text if o.default is None and o.default_text else repr(o.default)
+        lines.append(f"    {o.name} (default {default}): {o.help}")
+    return "\n".join(lines) or "    (none)"
+
+
+def _image_method(model: Model, task: str) -> Callable[..., Any]:
+    def method(image: Any, **options: Any) -> Any:
+        return kind(task).api_value(model.result(image, task, **options))
+
+    method.__name__ = task
+    method.__doc__ = (f"One image through the {task} task. {kind(task).__doc__ or ''}\n\nOptions:\n"
+                      + _options_doc(task))
+    return method
+
+
+def _batch_method(model: Model, task: str) -> Callable[..., Any]:
+    def method(paths: Iterable[PathLike], workers: int = 2, **options: Any) -> Iterator[dict]:
+        return model.batch(paths, task, workers, **options)
+
+    method.__name__ = f"{task}_batch"
+    method.__doc__ = (f"Records of images through the {task} task (see Model.batch).\n\nOptions:\n"
+                      + _options_doc(task))
+    return method
 
 
 def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = None,
@@ -149,14 +203,18 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
     else on the CPU (a compiled model's CPU twin); `device` may also list several Edge TPUs
     (`usb:0,usb:1`) or say `all`. Labels and normalization come from the arguments, else the
     model's sidecar JSON or metadata; `task` (default: what the model is for) and its
-    `options` (top_k, threshold, resize...) are what `run` and `batch` use when not told.
-    `path` may also name one of Coral's published models (`edgeapp models list`): it is
-    pulled and verified when not cached. `performance` (low, medium, high, max) is libedgetpu's
-    clock setting for the Edge TPU (see the README, "Keeping the Edge TPU fast and cool")."""
+    `options` (top_k, threshold, resize...: the task's own, with its command's defaults) are
+    what `run` and `batch` use when not told. `path` may also name one of Coral's published
+    models (`edgeapp models list`): it is pulled and verified when not cached. `performance`
+    (low, medium, high, max) is libedgetpu's clock setting for the Edge TPU."""
     place = Placement(device, str(cpu_model) if cpu_model else None, runtime, threads, True,
                       cpu_kernels, performance)
-    return Model(open_task(path, task, place, options=options, labels_file=labels, mean=mean,
-                           std=std, fast_decode=fast_decode))
+    if task is not None:
+        _check_api_options(task, options)
+    opened = open_task(path, task, place, options=options, labels_file=labels, mean=mean, std=std,
+                       fast_decode=fast_decode)
+    return Model(opened, {"model": path, "place": place, "labels_file": labels, "mean": mean,
+                          "std": std})
 
 
 def _strings(paths: Iterable[PathLike]) -> Iterator[str]:

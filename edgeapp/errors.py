@@ -10,7 +10,7 @@ from typing import Optional
 
 
 class ExitCode(IntEnum):
-    """Process exit codes, documented in README.md."""
+    """Process exit codes, documented in docs/exit-codes.md."""
 
     OK = 0
     ERROR = 1  # unexpected failure (a bug): please report it
@@ -54,6 +54,23 @@ class InputError(EdgeappError):
 
 class InvalidModel(EdgeappError):
     exit_code = ExitCode.MODEL_INVALID
+
+
+class WrongTask(InvalidModel):
+    """A model that is for another task than the one asked. `task` names the task its outputs
+    fit (None: no task edgeapp knows); each face says how to run that task in its own words:
+    `worded(hint)`. Plain `str()` is the Python API's wording."""
+
+    def __init__(self, message: str, task: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.task = task
+
+    def worded(self, hint) -> str:
+        """The message with `hint(task)`, how this face runs the task that fits."""
+        return f"{self.message}: {hint(self.task)}" if self.task else self.message
+
+    def __str__(self) -> str:
+        return self.worded(lambda task: f"use model.{task}(...) or open_model(..., task={task!r})")
 
 
 class DeviceUnavailable(EdgeappError):

@@ -11,7 +11,7 @@ classes, N = 2,100 at 320x320 and 8,400 at 640x640): background scores near zero
 of `--objects` objects a cluster of neighbouring anchors above the threshold with overlapping
 boxes, so NMS has real work (int8, scale 1/250, zero -128). A third row times the real 3-class
 fixture export (N = 1,344) on a held-out image.
-Goal (issue 21): <= 1 ms at 320 and <= 3 ms at 640 on the 2-core machine, faster than Ultralytics.
+Goal (YOLO post-processing speed): <= 1 ms at 320 and <= 3 ms at 640 on the 2-core machine, faster than Ultralytics.
 """
 
 from __future__ import annotations

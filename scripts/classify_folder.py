@@ -4,7 +4,7 @@
 
 The same pipeline as `edgeapp classify` (Edge TPU when usable, else the CPU twin; decoding ahead
 on worker threads); a bad image becomes a row with its error instead of stopping the batch.
-Errors are one line and the exit codes are the CLI's (README, "Exit codes"): 2 for a missing or
+Errors are one line and the exit codes are the CLI's (docs/exit-codes.md): 2 for a missing or
 empty folder, 4 for a model that cannot be used, 3 when some images failed (their rows say why).
 """
 

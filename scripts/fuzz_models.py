@@ -21,7 +21,7 @@ commands run in processes forked from this one after the imports (`python -m edg
 in-process by runpy, in its own process group); --subprocess runs real `python -m edgeapp`
 processes instead (what the repro lines do).
 
-    python scripts/fuzz_models.py --mutants 2000 --jobs 2            # the README table
+    python scripts/fuzz_models.py --mutants 2000 --jobs 2            # the table in docs/containment.md
     python scripts/fuzz_models.py --mutants 100 --seed 1 --bases classifier,det_op_uint8
 """
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""How accurate `edgeapp retrain` is with N photos per class: the numbers in README's "Your own
-classes", measured here so anyone can re-run them.
+"""How accurate `edgeapp retrain` is with N photos per class: the numbers in docs/retrain.md
+("What to expect"), measured here so anyone can re-run them.
 
     python scripts/retrain_accuracy.py [--model EXTRACTOR.tflite] [--repeats 5] [--json]
 

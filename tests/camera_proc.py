@@ -138,9 +138,9 @@ class StreamServer:
 class CameraProc:
     """`python -m edgeapp camera ...` in the background; stderr lines collected as they come."""
 
-    def __init__(self, *args: object, env: Optional[dict] = None) -> None:
+    def __init__(self, *args: object, env: Optional[dict] = None, cwd: Path = ROOT) -> None:
         cmd = [sys.executable, "-m", "edgeapp", "camera", *[str(a) for a in args]]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env={**os.environ, **(env or {})})
         self.lines: list[str] = []
         self.stdout = ""

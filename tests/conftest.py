@@ -45,9 +45,10 @@ def write_color_folders(root: Path, per_class: int, seed: int, size: int = SIZE)
     return root
 
 
-# What the suite would otherwise write into the user's home: edgeapp's cache (probe verdicts,
+# What the suite would otherwise read or write in the user's home: edgeapp's cache (probe verdicts,
 # pulled models, bench peaks) and Keras' home (keras.json, datasets).
-PRIVATE_HOMES = {"EDGEAPP_CACHE_DIR": "edgeapp-cache", "KERAS_HOME": "keras-home"}
+PRIVATE_HOMES = {"EDGEAPP_CACHE_DIR": "edgeapp-cache", "EDGEAPP_DATA_DIR": "edgeapp-data",
+                 "KERAS_HOME": "keras-home"}
 
 
 @pytest.fixture(scope="session", autouse=True)

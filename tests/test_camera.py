@@ -25,8 +25,9 @@ from conftest import CLASSES, ROOT
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.core.frames import fit_frame
 from edgeapp.errors import ExitCode
-from edgeapp.flows.camera import CameraStats, has_display, run_camera
+from edgeapp.flows.camera_loop import CameraStats, run_camera
 from edgeapp.hw.capture import FrameGrabber, OpenCVSource, ReconnectPolicy, parse_source
+from edgeapp.sinks.display import has_display
 
 cv2 = pytest.importorskip("cv2")
 
@@ -224,7 +225,7 @@ def _unopenable_sources(tmp_path: Path, video: Path) -> dict:
 
 
 def test_a_source_that_cannot_be_opened_exits_5(cli, tiny_model, color_video, tmp_path):
-    """One documented exit code, whatever the reason the source gives no frame (README)."""
+    """One documented exit code (docs/exit-codes.md), whatever the reason the source gives no frame."""
     for case, source in _unopenable_sources(tmp_path, color_video[0]).items():
         r = cli("camera", tiny_model, "--source", source, "--no-display")
         assert r.exit_code == ExitCode.DEVICE_UNAVAILABLE, (case, r.exit_code, r.stderr)
@@ -338,20 +339,31 @@ FAST_RECONNECT = ReconnectPolicy(timeout=0.6, first_delay=0.05, max_delay=0.2)
 GUARD = 20.0  # seconds: a loop test that would hang stops here and fails its asserts
 
 
+def most_attempts(policy: ReconnectPolicy) -> int:
+    """How many reopenings the backoff leaves room for: each waits its delay (first_delay,
+    doubling up to max_delay; the last one cut to what is left of the timeout) and a wait never
+    ends early, so a loaded machine makes fewer, never more."""
+    waited, delay, attempts = 0.0, policy.first_delay, 0
+    while waited < policy.timeout:
+        waited += min(delay, policy.timeout - waited)
+        delay = min(delay * 2, policy.max_delay)
+        attempts += 1
+    return attempts
+
+
 def test_lost_live_source_bounded_reconnect_then_summary():
     src = FakeSource(frames=10, fail_open_after_loss=True)
     records = []
-    t0 = time.monotonic()
     stats = run_camera(src, FakeTask(), drop=False, reconnect=FAST_RECONNECT,
                        on_record=records.append, duration=GUARD)
-    elapsed = time.monotonic() - t0
+    # given up by the reconnect policy, not stopped by the guard's duration
     assert stats.stop == "source lost" and stats.lost
     assert stats.processed == stats.captured == 10 == len(records)
-    # backoff 0.05, 0.1, 0.2, 0.2 ... within 0.6 s: a handful of attempts, not a busy loop
-    # (a loaded machine makes fewer attempts in the same time, never more)
-    assert 1 <= stats.reconnect_attempts <= 6 and stats.reconnects == 0
-    assert 0.5 <= elapsed < GUARD
-    assert "reconnect" in stats.summary_line()
+    # every attempt closed and reopened the source, with backoff: not a busy loop
+    assert 1 <= stats.reconnect_attempts <= most_attempts(FAST_RECONNECT) == 5
+    assert stats.reconnects == 0 and src.opens == 1 + stats.reconnect_attempts
+    assert stats.reopen_error == "device gone"
+    assert f"0 reconnect(s) in {stats.reconnect_attempts} attempt(s)" in stats.summary_line()
     assert src.closes >= 1
 
 
@@ -418,6 +430,7 @@ def test_video_file_played_as_live_drops(color_video):
     assert stats.captured == 24 and stats.processed <= 2 and stats.dropped >= 22
     assert stats.processed + stats.dropped == stats.captured
     # paced at the file's frame rate, not decoded flat out: frame 23 is due 23/30 s after frame 0
+    # (the bound pacing's own schedule sets: a loaded machine takes longer, never less)
     assert stats.seconds >= 23 / 30
 
 
@@ -436,7 +449,7 @@ def test_stop_event_and_duration():
                        duration=GUARD)
     assert stats.stop == "stopped"
     stats = run_camera(FakeSource(frames=10**6, interval=0.002), FakeTask(), duration=0.3)
-    assert stats.stop == "duration" and 0.25 < stats.seconds < GUARD
+    assert stats.stop == "duration"  # said only once the run's own clock passed --duration
 
 
 def test_grabber_keep_mode_blocks_instead_of_growing():

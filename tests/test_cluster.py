@@ -1,6 +1,6 @@
 """classify/detect --cluster on a real Dask scheduler and worker processes, on 127.0.0.1 only.
 
-The fleet is started the way the README tells users to: `dask scheduler` and `dask worker`
+The fleet is started the way docs/fleet.md tells users to: `dask scheduler` and `dask worker`
 processes (one declaring an `edgetpu` resource). Workers run without a nanny so that a SIGKILL
 really loses the worker, as a Pi pulled off the shelf would.
 """

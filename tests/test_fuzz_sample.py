@@ -1,8 +1,8 @@
 """A fixed-seed sample of the model fuzzer (scripts/fuzz_models.py) over the suite's own models.
 
 100 mutants of the converted classifier and two detection models, each through classify,
-detect, check and bench: none may crash, show a traceback or hang. The README's table comes
-from the full run (2,000 mutants, more base models).
+detect, check and bench: none may crash, show a traceback or hang. The table in
+docs/containment.md (Model fuzzing) comes from the full run (2,000 mutants, more base models).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES
 from edgeapp.core.pairing import UNKNOWN, WORKS
 from edgeapp.flows.doctor import install_plan
 from edgeapp.hw.osinfo import read_platform
@@ -63,30 +64,31 @@ def commands(plan) -> list:
     return [c for step in plan.steps for c in step.commands]
 
 
-def test_mendel_5_3_keeps_corals_own_pair(tmp_path):
+def test_mendel_5_3_keeps_what_mendel_installed(tmp_path):
     root = fake_system(tmp_path, "mendel-5.3", "arm64", [("libedgetpu1-std", "arm64", "16.0"),
                                                           ("python3-tflite-runtime", "arm64", "2.5.0.post1")])
     plan = install_plan(root, machine="aarch64", python=(3, 7))
     assert plan.platform.describe() == "Mendel GNU/Linux 5 (Eagle), arm64, Python 3.7"
-    assert (plan.route, plan.verdict) == ("coral-apt", WORKS)
-    assert commands(plan) == ["sudo apt-get update",
-                              "sudo apt-get install -y libusb-1.0-0 libedgetpu1-std python3-tflite-runtime",
-                              "python3 -m pip uninstall -y tflite-runtime",
+    assert (plan.route, plan.verdict) == ("mendel", WORKS)
+    assert commands(plan) == [DISABLE_CORAL_SOURCES, "python3 -m pip uninstall -y tflite-runtime",
                               "sudo usermod -aG plugdev $USER"]
+    assert "fail `apt-get update`" in plan.steps[0].what
     assert "tflite-runtime 2.5.0.post1" in plan.runtime and "--system-site-packages" in " ".join(plan.notes)
-    assert "Coral's pair" in plan.headline() and "google-coral/edgetpu#660" in plan.headline()
+    assert "google-coral/edgetpu#660" in plan.headline()
 
 
-def test_python_3_9_on_debian_uses_corals_apt_repository(tmp_path):
-    plan = install_plan(fake_system(tmp_path, "bullseye", "armhf"), python=(3, 9))
-    assert (plan.route, plan.verdict, plan.platform.arch) == ("coral-apt", WORKS, "armhf")
-    assert commands(plan)[2:5] == [
-        "curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg | sudo gpg --dearmor -o "
-        "/usr/share/keyrings/coral-edgetpu.gpg",
-        'echo "deb [signed-by=/usr/share/keyrings/coral-edgetpu.gpg] https://packages.cloud.google.com/apt '
-        'coral-edgetpu-stable main" | sudo tee /etc/apt/sources.list.d/coral-edgetpu.list',
-        "sudo apt-get update"]
-    assert "sudo apt-get install -y libedgetpu1-std python3-tflite-runtime" in commands(plan)
+def test_python_3_9_on_debian_bullseye_pairs_a_community_deb_with_pypis_tflite_runtime(tmp_path):
+    plan = install_plan(fake_system(tmp_path, "bullseye", "arm64"), machine="aarch64", python=(3, 9))
+    deb = "libedgetpu1-std_16.0tf2.15.1-1.bullseye_arm64.deb"
+    assert (plan.route, plan.verdict, plan.platform.arch) == ("community-deb", UNKNOWN, "arm64")
+    assert commands(plan) == ["sudo apt-get update", "sudo apt-get install -y libusb-1.0-0 wget",
+                              f"wget {RELEASES}/v16.0TF2.15.1-1/{deb}", f"sudo apt-get install -y ./{deb}",
+                              "python3 -m pip install 'tflite-runtime==2.13.0' 'numpy<2'",
+                              "sudo usermod -aG plugdev $USER"]
+    assert "edgeapp probes it on first Edge TPU use" in plan.headline()
+    armhf = install_plan(fake_system(tmp_path / "b", "bullseye", "armhf"), python=(3, 9))
+    assert armhf.route == "none" and "bullseye/armhf" in armhf.notes[0]
+    assert any(f"{RELEASES[:-len('/download')]}" in n for n in armhf.notes)
 
 
 @pytest.mark.parametrize("release, dpkg_arch, machine, python, deb, runtime_cmd, verdict", [
@@ -151,10 +153,9 @@ def test_doctor_prints_the_plan_for_its_root(cli, tmp_path, monkeypatch):
     lines = table.stdout.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("plan for "))
     assert lines[start].startswith("plan for Debian GNU/Linux 12 (bookworm), arm64, Python ")
-    if sys.version_info < (3, 10):  # the plan is for the Python doctor runs on: <= 3.9 is Coral's apt pair
-        assert "  sudo apt-get install -y libedgetpu1-std python3-tflite-runtime" in lines[start:]
-        report = json.loads(cli("doctor", "--root", root, "--format", "json").stdout)
-        assert report["plan"]["route"] == "coral-apt" and report["plan"]["platform"]["arch"] == "arm64"
+    if sys.version_info < (3, 10):  # the plan is for the Python doctor runs on: <= 3.9 takes tflite-runtime
+        assert "  python3 -m pip install 'tflite-runtime==2.13.0' 'numpy<2'" in " ".join(lines[start:]) or \
+            any("tflite-runtime==2.13.0" in ln for ln in lines[start:])
         return
     deb = "libedgetpu1-std_16.0tf2.19.1-1.bookworm_arm64.deb"
     assert f"  wget {RELEASES}/16.0TF2.19.1-1/{deb}" in lines[start:]

@@ -358,7 +358,6 @@ def test_stalled_viewer_costs_others_nothing_and_stop_is_clean(live):
             reader.close()
         assert_newer_frames(images)
         assert stats(live.base)["frames_processed"] > before  # inference went on
-        t0 = time.monotonic()
         rc = live.stop(signal.SIGTERM, timeout=30)  # with the stalled viewer still connected
     finally:
         stalled.close()
@@ -367,10 +366,11 @@ def test_stalled_viewer_costs_others_nothing_and_stop_is_clean(live):
     assert s["stop"] == "stopped" and s["frames_processed"] > 0
     lv = s["live_view"]
     assert lv["viewers_total"] >= 5 and lv["frames_encoded"] > 0
-    assert lv["frames_encoded"] <= SERVE_FPS * s["seconds"] + 2  # never above --serve-fps
+    # never above --serve-fps: the encoder waits 1/SERVE_FPS between frames (a bound the rate
+    # limit's own schedule sets: a loaded machine encodes fewer, never more)
+    assert lv["frames_encoded"] <= SERVE_FPS * s["seconds"] + 2
     assert live.stdout == ""  # with --serve, records go to stdout only when asked
     assert TOKEN not in live.stderr  # nor in the summary
-    print(f"stop took {time.monotonic() - t0:.2f} s")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -515,9 +515,10 @@ def test_mqtts_verifies_the_broker(cli, tiny_model, short_video, certs, tmp_path
         assert r.exit_code == 0, r.stderr
         sub.wait(lambda: len(sub.on("cam5/frames")) == len(expected), what="frames over TLS")
         assert last_json(r.stderr)["mqtt"]["published"] == len(expected)
-        # without our CA the broker's certificate is refused: nothing sent, the run unharmed
+        # without our CA the broker's certificate is refused: nothing sent, every frame still
+        # processed; a file's results that never reached the broker make the run a failure
         r = cli("camera", tiny_model, "--source", video, "--mqtt", url, "--summary", "json")
-        assert r.exit_code == 0, r.stderr
+        assert r.exit_code == ExitCode.INPUTS_FAILED, r.stderr
         m = last_json(r.stderr)["mqtt"]
         assert m["published"] == 0 and m["dropped"] == len(expected) and not m["connected"]
         assert last_json(r.stderr)["frames_processed"] == len(expected)

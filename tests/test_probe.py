@@ -73,7 +73,7 @@ void tflite_plugin_destroy_delegate(void* delegate) {}
 KINDS = ("CRASH", "HANG", "NULL_DELEGATE", "LOADS")
 RUNTIME, RUNTIME_VERSION = default_runtime()  # ai-edge-litert, or tflite-runtime on Python <= 3.9
 LITERT = f"{RUNTIME} {RUNTIME_VERSION}"
-BUILD_FIX = "known build mismatch; install a matching pair (see README)"
+BUILD_FIX = "known build mismatch; install a matching pair (`edgeapp doctor` prints one; docs/install.md)"
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ from edgeapp.hw.verdicts import VerdictCache
 
 pytestmark = pytest.mark.shared
 
-REAL = ROOT.parent / "shared" / "libedgetpu" / "k8" / "libedgetpu.so.1.0"
+REAL = (ROOT.parent / "shared" / "libedgetpu" / "k8" / "libedgetpu.so.1.0").resolve()  # as the loader names it
 LIBUSB_SONAME = b"libusb-1.0.so.0\x00"
 try:
     LITERT_VERSION = metadata.version("ai-edge-litert")

@@ -18,7 +18,7 @@ from edgeapp.core.learn import dense, imprint, l2_normalize, softmax, train_soft
 from edgeapp.core.tflite.append import NewOperator, NewTensor, append_operators
 from edgeapp.core.tflite.model import load_model, parse_model
 from edgeapp.errors import InvalidModel
-from edgeapp.tasks import guess_from
+from edgeapp.tasks import noun_for
 
 CORAL_EXTRACTOR = SHARED / "mobilenet_v1_1.0_224_quant_embedding_extractor.tflite"
 CORAL_EXTRACTOR_TPU = SHARED / "mobilenet_v1_1.0_224_quant_embedding_extractor_edgetpu.tflite"
@@ -79,7 +79,7 @@ def test_class_score_models_are_refused(tiny_model, tmp_path):
 def test_other_outputs_are_refused_in_one_line(tmp_path, shapes, kind):
     model = load_model(writer_model(tmp_path / "m.tflite", shapes))
     with pytest.raises(InvalidModel, match=kind) as e:
-        require_extractor(model, guess=guess_from)  # as retrain asks it
+        require_extractor(model, guess=noun_for)  # as retrain asks it
     assert "\n" not in str(e.value) and "--base takes an embedding extractor" in str(e.value)
 
 

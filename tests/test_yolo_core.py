@@ -46,29 +46,6 @@ def iou(a, b) -> float:
 # ----------------------------------------------------------------------------- real models
 
 
-@pytest.fixture(scope="module")
-def engines():
-    from edgeapp.hw.runtime import open_model
-
-    cache = {}
-
-    def get(path: Path):
-        if path not in cache:
-            cache[path] = open_model(path, "cpu")
-        return cache[path]
-
-    return get
-
-
-class Spec:
-    """The fields of pipeline.InputSpec that prepare_yolo reads, from an engine."""
-
-    def __init__(self, engine):
-        _, self.height, self.width, self.channels = engine.input_shape
-        self.dtype = engine.input_dtype
-        self.scale, self.zero_point = engine.input_quantization
-
-
 def test_the_fixtures_are_there():
     kinds = {record(m)["layout"] for m in MODELS}
     assert kinds == {"yolov8", "yolov5", "dfl"} and len(IMAGES) >= 3
@@ -76,26 +53,31 @@ def test_the_fixtures_are_there():
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda p: p.stem)
-def test_decoding_matches_ultralytics(engines, model):
+def test_decoding_matches_ultralytics(model):
     """Same detections as Ultralytics' NMS on the same file: class, IoU >= 0.9, score within
-    one output quantization step, for every image; and the same quantized input bytes."""
+    one output quantization step, for every image; and the same quantized input bytes. The
+    image goes the way `edgeapp detect` takes it: the model opened for the detect task at its
+    defaults, which prepares (letterbox, pixel / 255) and interprets."""
+    from edgeapp.flows.open_task import Placement, open_task
+
     rec = record(model)
-    engine = engines(model)
-    layout = yolo.engine_yolo_layout(engine)
-    assert layout.kind == rec["layout"]
-    quant = yolo.output_quantization(engine)
-    assert [list(q) for q in quant] == [[o["scale"], o["zero_point"]] for o in rec["outputs"]]
-    step = quant[layout.scores][0]  # one step of the score tensor, in score units:
-    if layout.kind == "dfl":  # logits there; the sigmoid's slope is at most 1/4
-        step /= 4
-    total = 0
-    for name, want in rec["images"].items():
-        tensor, ctx = yolo.prepare_yolo(FIXTURES / "images" / name, Spec(engine))
-        assert hashlib.sha256(tensor.tobytes()).hexdigest() == want["input_sha256"], name
-        got = yolo.get_yolo_objects(engine.run(tensor), quant, layout, ctx["fit"])
-        assert_same_detections([(o.id, o.score, o.bbox.as_list()) for o in got],
-                               want["detections"], step, name)
-        total += len(got)
+    with open_task(model, "detect", Placement(device="cpu")) as opened:
+        detect = opened.task
+        layout = detect.plan.layout
+        assert layout.kind == rec["layout"]
+        quant = yolo.output_quantization(opened.engine)
+        assert [list(q) for q in quant] == [[o["scale"], o["zero_point"]] for o in rec["outputs"]]
+        step = quant[layout.scores][0]  # one step of the score tensor, in score units:
+        if layout.kind == "dfl":  # logits there; the sigmoid's slope is at most 1/4
+            step /= 4
+        total = 0
+        for name, want in rec["images"].items():
+            tensor, prepared = detect.prepare(FIXTURES / "images" / name)
+            assert hashlib.sha256(tensor.tobytes()).hexdigest() == want["input_sha256"], name
+            got = detect.interpret(opened.engine.run(tensor), prepared).fields["objects"]
+            assert_same_detections([(o["id"], o["score"], o["bbox"]) for o in got],
+                                   want["detections"], step, name)
+            total += len(got)
     assert total > 0, "the fixture model detects nothing: it cannot test decoding"
 
 

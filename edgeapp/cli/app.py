@@ -1,48 +1,91 @@
-"""The `edgeapp` command: one Typer app per command module, joined here.
+"""The `edgeapp` command: one Typer app per command module, joined here, and one command per
+task of tasks/ (cli/task_commands.py), built when first asked for.
 
 Command modules import their heavy dependencies (runtimes, OpenCV, TensorFlow) inside the
-command function, so `edgeapp --help` stays fast and light.
+command function, and task commands and the camera (whose options come from every task) are
+built only when run or asked for help: `edgeapp --help` reads the tasks' names and one-line
+summaries from their folder and imports none of them.
 """
 
-from typing import Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
 
 from edgeapp import __version__
-from edgeapp.cli import (
-    bench,
-    camera,
-    check,
-    classify,
-    compile,
-    convert,
-    detect,
-    devices,
-    doctor,
-    models,
-    pose,
-    retrain,
-    segment,
-)
+from edgeapp.cli import bench, camera, check, compile, compiler, convert, devices, doctor, models, retrain
 from edgeapp.cli.command import Group, use_everywhere
 from edgeapp.cli.options import Globals, RuntimeName
+
+
+class EdgeappGroup(Group):
+    """The top-level group: the registered commands, plus the lazily built ones (each task's
+    command and the camera), listed in the order a user meets them."""
+
+    _built: Dict[str, Any] = {}
+
+    def _lazy(self) -> Dict[str, Tuple[Callable[[], Any], Callable[[], str]]]:
+        from edgeapp import tasks
+        from edgeapp.cli.task_commands import task_command
+
+        lazy: Dict[str, Tuple[Callable[[], Any], Callable[[], str]]] = {
+            name: ((lambda n=name: task_command(n)), (lambda n=name: tasks.summary(n)))
+            for name in tasks.names()}
+        lazy["camera"] = (camera.command, lambda: camera.SUMMARY)
+        return lazy
+
+    def list_commands(self, ctx: Any) -> List[str]:
+        static = list(super().list_commands(ctx))
+        lazy = [n for n in self._lazy() if n not in static]
+        at = static.index("compile") + 1 if "compile" in static else len(static)
+        return static[:at] + lazy + static[at:]
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        found = super().get_command(ctx, name)
+        if found is None and name in self._lazy():
+            if name not in self._built:
+                self._built[name] = self._lazy()[name][0]()
+            found = self._built[name]
+        return found
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The commands and their one-line help, without building the lazy ones."""
+        names = self.list_commands(ctx)
+        lazy = self._lazy()
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            if name in lazy:
+                rows.append((name, _shorten(lazy[name][1](), limit)))
+                continue
+            command = super().get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _shorten(text: str, limit: int) -> str:
+    text = text.strip().rstrip(".")
+    if len(text) <= limit:
+        return text
+    return text[:max(0, limit - 3)].rsplit(" ", 1)[0] + "..."
 
 app = typer.Typer(
     name="edgeapp",
     help="From a Keras model to fast inference on the Google Coral Edge TPU "
          "(with CPU fallback when no Edge TPU is usable).",
     no_args_is_help=True,
-    cls=Group,
+    cls=EdgeappGroup,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for module in (convert, check, compile, classify, detect, pose, segment, camera, bench, devices,
-               doctor, retrain):
+for module in (convert, check, compile, bench, devices, doctor, retrain):
     app.add_typer(module.app)
 app.add_typer(models.app)  # a group: models list | pull | path
+app.add_typer(compiler.app)  # a group: compiler install | show | remove
 use_everywhere(app)  # usage lines, argument rows and choice errors as a reader expects (cli/command.py)
 
 
@@ -61,7 +104,9 @@ def main_options(
              "or several Edge TPUs (usb:0,usb:1 or all).")] = "auto",
     runtime: Annotated[Optional[RuntimeName], typer.Option(
         "--runtime", envvar="EDGEAPP_RUNTIME",
-        help="Default TFLite runtime (default: the best installed).", show_default=False)] = None,
+        help="Default TFLite runtime (default: the best installed). $EDGEAPP_RUNTIME_PATH: folders "
+             "searched first for one (e.g. made by `pip install --no-deps --target`).",
+        show_default=False)] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Show the version and exit.")] = False,
 ) -> None:

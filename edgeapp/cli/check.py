@@ -2,17 +2,18 @@
 
 import json
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, resolve_model
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, choices, cli_errors, resolve_model
 from edgeapp.core.units import format_bytes
 from edgeapp.errors import ExitCode
 
 app = typer.Typer()
 
+CompilerVersion = choices("CompilerVersion", ["14", "16"])
 
 
 @app.command("check")
@@ -22,15 +23,23 @@ def check_command(
                                                "Coral model's name (`edgeapp models list`).",
                                           show_default=False)],
     fmt: ReportFormatOpt = ReportFormat.table,
+    compiler_version: Annotated[Optional[CompilerVersion], typer.Option(
+        "--compiler-version", help="Predict for this compiler: 14 (Google's GitHub files; emits "
+                                   "Edge TPU runtime 13) or 16 (the last release; runtime 14). "
+                                   "Default: the installed one, else 16.",
+        show_default=False)] = None,
 ) -> None:
     """Predict which operations the Edge TPU compiler will map, from the model file alone.
 
-    Works on any OS, without edgetpu_compiler. Exit code 0 when the whole model is predicted to
-    run on the Edge TPU, 8 when part or none of it is (see the reasons and advice).
+    Works on any OS, without edgetpu_compiler. Says which compiler version it predicts for.
+    Exit code 0 when the whole model is predicted to run on the Edge TPU, 8 when part or none
+    of it is (see the reasons and advice).
     """
-    from edgeapp.flows.check import check_file
+    from edgeapp.flows.check import check_file, predicted_compiler
 
-    result = check_file(resolve_model(model, "cpu")[0])  # a Coral model's name: its CPU model
+    version, why = predicted_compiler(int(compiler_version.value) if compiler_version else None)
+    result = check_file(resolve_model(model, "cpu")[0], version)  # a Coral model's name: its CPU model
+    result.summary["compiler_version_why"] = why
     if fmt == ReportFormat.json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -89,6 +98,9 @@ def render(result) -> str:
                                + [r[5]]).rstrip())
     s = result.summary
     lines += ["", f"verdict     {verdict_line(result)}"]
+    if "compiler_version" in s:
+        lines.append(f"compiler    edgetpu_compiler {s['compiler_version']} (Edge TPU runtime "
+                     f"{s['runtime_needed']}): {s.get('compiler_version_why', '')}".rstrip(": "))
     lines.append(f"operations  {s['ops_tpu']} of {s['ops_total']} on the Edge TPU ({_pct(s['ops_tpu_share'])}), "
                  f"{s['ops_cpu']} on the CPU")
     lines.append(f"MACs        {_count(s['macs_tpu'])} of {_count(s['macs_total'])} on the Edge TPU "

@@ -7,16 +7,17 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, elapsed_spinner, say
 from edgeapp.core.units import format_bytes
+from edgeapp.errors import EdgeappError
 
 app = typer.Typer()
 
 
-
 CompilerOpt = Annotated[Optional[str], typer.Option(
-    "--compiler", help="The edgetpu_compiler executable (default: $EDGETPU_COMPILER, else PATH).",
-    show_default=False)]
+    "--compiler", help="The edgetpu_compiler executable, or a folder laid out as Google's "
+                       "(default: $EDGETPU_COMPILER, else PATH, else the one `edgeapp compiler "
+                       "install` installed).", show_default=False)]
 
 
 @app.command("compile")
@@ -33,8 +34,10 @@ def compile_command(
     min_runtime: Annotated[Optional[int], typer.Option(
         "--min-runtime", "-m", min=10, help="Oldest Edge TPU runtime version to support.",
         show_default=False)] = None,
-    timeout: Annotated[float, typer.Option("--timeout", "-t", min=1,
-                                           help="Seconds before the compilation is stopped.")] = 180,
+    timeout: Annotated[Optional[float], typer.Option(
+        "--timeout", "-t", min=1, help="Seconds before the compilation is stopped (default 180, "
+                                       "5x that when the compiler runs emulated).",
+        show_default=False)] = None,
     search_delegate: Annotated[bool, typer.Option(
         "--search-delegate", help="Retry with earlier stopping points when the compiler fails "
                                   "on an unsupported operation (what Ultralytics' YOLO export "
@@ -46,11 +49,14 @@ def compile_command(
     fmt: ReportFormatOpt = ReportFormat.table,
     compiler: CompilerOpt = None,
 ) -> None:
-    """Compile MODEL for the Edge TPU with edgetpu_compiler (x86-64 Linux only).
+    """Compile MODEL for the Edge TPU with Google's edgetpu_compiler.
 
-    Exit code 0 when every operation is mapped, 8 when some or none run on the Edge TPU, 9 when
-    the compiler fails or times out, 7 when it is not installed (`edgeapp check` predicts the
-    mapping without it).
+    The compiler is an x86-64 Linux program: edgeapp runs it natively there, through QEMU
+    user-mode emulation on ARM Linux, in a linux/amd64 Docker container on macOS; `edgeapp
+    compiler install` gets it. The report names the compiler version that ran and the Edge TPU
+    runtime version the output needs. Exit code 0 when every operation is mapped, 8 when some
+    or none run on the Edge TPU, 9 when the compiler fails or times out, 7 when it is not
+    installed (`edgeapp check` predicts the mapping without it).
     """
     from edgeapp.flows.compile import compile_file
 
@@ -58,9 +64,16 @@ def compile_command(
         from edgeapp.errors import UsageError
 
         raise UsageError("--delegate-search-step goes with --search-delegate")
-    report = compile_file(model, out_dir=out_dir, segments=segments, min_runtime=min_runtime,
-                          timeout=timeout, search_delegate=search_delegate, search_step=search_step,
-                          compiler=compiler, log=say)
+    try:
+        with elapsed_spinner(f"compiling {model.name}"):
+            report = compile_file(model, out_dir=out_dir, segments=segments, min_runtime=min_runtime,
+                                  timeout=timeout, search_delegate=search_delegate,
+                                  search_step=search_step, compiler=compiler, log=say)
+    except EdgeappError as e:
+        if fmt is ReportFormat.json:  # scripts read stdout: an error object, then the exit code
+            typer.echo(json.dumps({"model": str(model), "error": str(e),
+                                   "exit_code": int(e.exit_code)}, indent=2))
+        raise
     emit(report, fmt.value)
     finish(report)
 
@@ -88,7 +101,6 @@ def finish(report) -> None:
 
 
 
-
 VERDICTS = {"fully_mapped": "fully mapped to the Edge TPU",
             "partially_mapped": "partially mapped (some operations run on the CPU)",
             "not_mapped": "nothing mapped to the Edge TPU",
@@ -97,8 +109,13 @@ VERDICTS = {"fully_mapped": "fully mapped to the Edge TPU",
 
 def render(report) -> str:
     r = report.result
+    from edgeapp.core.compiler_files import runtime_text
+
+    runs = "" if report.runs == "native" else f", run through {report.runs}"
     rows = [("verdict", VERDICTS[report.judgement.verdict]),
-            ("compiler", f"{report.compiler} (version {r.compiler_version or '?'})")]
+            ("compiler", f"{report.compiler} (version {report.compiler_version or '?'}{runs})")]
+    if report.judgement.verdict != "failed":
+        rows.append(("needs runtime", runtime_text(report.runtime_needed)))
     if r.compile_ms is not None:
         rows.append(("compile time", f"{r.compile_ms} ms"))
     rows.append(("input", f"{r.input_model or report.model} ({format_bytes(r.input_size_bytes)})"))

@@ -1,13 +1,12 @@
-"""The one body of the image commands (classify, detect, pose, segment, and any task to come).
+"""The one body of the task commands (cli/task_commands.py builds one per task of tasks/).
 
-Each command module declares its Typer signature (the shared options of cli/options.py plus
-its task's own) and calls `run_images` with its task's name and options; everything else is
-here, the same for every task: inputs, --annotate, local or --cluster, --device lists/all,
-the results writer, progress, the summary line and the exit code.
+Everything here is the same for every task: inputs, --annotate and a task's own output folders,
+local or --cluster, --device lists/all, the results writer, progress, the summary line and the
+exit code.
 """
 
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 
@@ -22,46 +21,58 @@ from edgeapp.cli.options import (
 )
 from edgeapp.errors import ExitCode, UsageError
 
-# A command's own per-image hook: (path, prepared, result) -> fields to add to the record.
-OnResult = Callable[[Any, Any, Any], Optional[dict]]
-
 
 class Folders:
     """The image folders a run writes into, checked before any work: --annotate, and a task's
-    own (segment's --mask); their drawings are never taken as inputs."""
+    own (TaskOption.folder, e.g. segment's --mask); their files are never taken as inputs."""
 
-    def __init__(self, annotate: Optional[Path], extra: Optional[dict] = None) -> None:
-        from edgeapp.cli.annotate import ImageFolder
+    def __init__(self, annotate: Optional[Path], extra: Optional[Dict[Any, Optional[Path]]] = None) -> None:
+        from edgeapp.sinks.image_folder import ImageFolder
 
         self.annotate = ImageFolder(annotate) if annotate is not None else None
-        self.extra = {option: ImageFolder(folder, option)
+        self.extra = {option: ImageFolder(folder, option.flag_names[0])
                       for option, folder in (extra or {}).items() if folder is not None}
-        self.paths = {"--annotate": annotate, **(extra or {})}
 
     def all(self) -> list:
         return ([self.annotate] if self.annotate else []) + list(self.extra.values())
 
     def exclude_own(self, paths: List[str]) -> List[str]:
         for folder in self.all():
-            paths = folder.exclude_own(paths)
+            paths = folder.exclude_own(paths, say)
         return paths
 
     def summary(self, ok: int) -> List[str]:
-        names = {"--annotate": "annotated images", "--mask": "class maps"}
-        return [f"{names.get(option, option)} in {folder}"
-                for option, folder in self.paths.items() if folder is not None and ok]
+        if not ok:
+            return []
+        named = [("annotated images", self.annotate)] if self.annotate else []
+        named += [(option.folder, folder) for option, folder in self.extra.items()]
+        return [f"{what} in {folder.folder}" for what, folder in named]
+
+    def hook(self, kind: Any):
+        """The per-image writer of these folders: (path, prepared, result) -> fields to add."""
+        if not self.all():
+            return None
+
+        def write(path, prepared, result) -> Optional[dict]:
+            if self.annotate is not None:
+                self.annotate.annotate(path, prepared.image,
+                                       lambda bgr: kind.draw(bgr, result.fields, result.extras))
+            added: dict = {}
+            for option, folder in self.extra.items():
+                added.update(kind.to_folder(option, folder, path, result))
+            return added or None
+
+        return write
 
 
 def run_images(ctx: typer.Context, task: str, options: dict, *,
-               extra_folders: Optional[dict] = None,
-               on_result: Optional[Callable[[Folders], OnResult]] = None,
-) -> None:
+               folders: Optional[Dict[Any, Optional[Path]]] = None) -> None:
     """Run `task` with `options` over the command's inputs, as its shared options say.
 
     `ctx.params` holds the shared options by name (model, inputs, labels, fmt, output, resume,
     mean, std, workers, fast_decode, device, cpu_model, threads, cpu_kernels, runtime,
-    no_probe, cluster, ship_bytes, chunk_size, annotate). `extra_folders` {option: folder}
-    are a task's own output folders; `on_result(folders)` makes its per-image hook;
+    no_probe, cluster, ship_bytes, chunk_size, annotate). `folders` {TaskOption: folder}: the
+    task's own output folders given.
     """
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.tasks import kind as task_kind
@@ -70,33 +81,21 @@ def run_images(ctx: typer.Context, task: str, options: dict, *,
     kind = task_kind(task)
     check_common(p, options)
     fmt = results_format(p.get("fmt"), p.get("output"))
-    if p.get("cluster") and (p.get("annotate") or extra_folders and any(extra_folders.values())):
-        raise UsageError("--annotate and --mask write files where the images are processed: not "
-                         "with --cluster")
-    folders = Folders(p.get("annotate"), extra_folders)  # OpenCV and the folders checked first
-    paths = folders.exclude_own(expand_inputs(p["inputs"]))
-    hook = _hook(kind, folders, on_result)
+    writing = (["--annotate"] if p.get("annotate") else []) + [
+        option.flag_names[0] for option, folder in (folders or {}).items() if folder is not None]
+    if p.get("cluster") and writing:
+        raise UsageError(f"{' and '.join(writing)} write files where the images are processed: "
+                         "not with --cluster")
+    out = Folders(p.get("annotate"), folders)  # OpenCV and the folders checked first
+    paths = out.exclude_own(expand_inputs(p["inputs"]))
     if p.get("cluster"):
         stats, where = _on_cluster(ctx, task, options, paths, fmt)
     else:
-        stats, where = _locally(ctx, task, options, paths, fmt, hook)
-    parts = stats.summary(where, p.get("output")) + folders.summary(stats.ok)
+        stats, where = _locally(ctx, task, options, paths, fmt, out.hook(kind))
+    parts = stats.summary(where, p.get("output")) + out.summary(stats.ok)
     say("; ".join(parts))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
-
-
-def _hook(kind: Any, folders: Folders, on_result) -> Optional[OnResult]:
-    own = on_result(folders) if on_result is not None else None
-    if folders.annotate is None:
-        return own
-
-    def annotate_and_more(path, prepared, result) -> Optional[dict]:
-        folders.annotate.annotate(path, prepared.image,
-                                  lambda bgr: kind.draw(bgr, result.fields, result.extras))
-        return own(path, prepared, result) if own is not None else None
-
-    return annotate_and_more
 
 
 def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt, hook) -> tuple:
@@ -133,7 +132,7 @@ def _on_cluster(ctx: typer.Context, task: str, options: dict, paths: List[str], 
     place = placement(ctx)
     job = Job(task, str(model), place, labels=read_labels(p["labels"]) if p.get("labels") else None,
               mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
-              options=kind(task).options(options), decode_workers=decode_workers(p.get("workers")))
+              options=kind(task).settle(options), decode_workers=decode_workers(p.get("workers")))
     writer = _writer(Layout(kind(task)), fmt, p, (job.model, place.cpu_model))
     with writer, resumable(writer, p), progress_bar(len(paths), task) as advance:
         stats = run_cluster(paths, job, writer, p["cluster"], p.get("ship_bytes", False),

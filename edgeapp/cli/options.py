@@ -13,7 +13,6 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple, TypeVar
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.core.boxes import ResizeMode
 from edgeapp.core.limits import MAX_THREADS
 from edgeapp.errors import EdgeappError, ExitCode, interrupt_of, is_interrupt
 from edgeapp.hw.runtime import RUNTIMES
@@ -46,7 +45,7 @@ class CpuKernels(str, Enum):
 CpuKernelsOpt = Annotated[CpuKernels, typer.Option(
     "--cpu-kernels", help="CPU int8 kernels: fast (the runtime's default, XNNPACK with "
                           "ai-edge-litert) or reference (TFLite's builtin kernels: the rounding of "
-                          "tflite-runtime and Coral's published CPU results; slower, see README).")]
+                          "tflite-runtime and Coral's published CPU results; slower, see docs/choosing-a-device.md).")]
 
 
 @dataclass
@@ -108,15 +107,6 @@ OutputOpt = Annotated[Optional[Path], typer.Option(
     show_default=False)]
 ResumeOpt = Annotated[bool, typer.Option(
     "--resume", help="Skip inputs already in --output (after a killed or failed run).")]
-ResizeOpt = Annotated[ResizeMode, typer.Option(
-    "--resize", help="How images are fitted to the model input: stretch (what most models are "
-                     "trained with) or letterbox (keep the aspect ratio, pad). Results are mapped "
-                     "back to the original image either way.")]
-DecoderOpt = Annotated[str, typer.Option(
-    "--decoder", metavar="auto|ssd|yolov8|yolov5|dfl",
-    help="How detection outputs are read: auto (from their shapes), ssd (the TFLite post-process "
-         "op), yolov8 (Ultralytics v8/11/v5u, also transposed), yolov5 (classic, with "
-         "objectness) or dfl (split box logits and class scores).")]
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Output format: table, jsonl or csv. Default: what the --output "
                            "file's extension says (.csv, .jsonl), else table.", show_default=False)]
@@ -155,15 +145,18 @@ def resolve_device(ctx: typer.Context, device: Optional[str]) -> str:
     return g.device if g else "auto"
 
 
-def plain(value):
+def choice_value(value):
     """An option's value as its plain string when it is a choice: Typer hands the command an
     Enum, while `ctx.params` holds the Enum (Typer 0.29) or the string (0.23, Python 3.9)."""
     return value.value if isinstance(value, Enum) else value
 
 
+plain = choice_value  # TODO(lead): rename the remaining callers (cli/bench.py) after the merges
+
+
 def resolve_runtime(ctx: typer.Context, runtime: Optional[RuntimeName]) -> Optional[str]:
     if runtime is not None:
-        return plain(runtime)
+        return choice_value(runtime)
     g = ctx.find_object(Globals)
     return g.runtime if g else None
 
@@ -352,7 +345,7 @@ def cli_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except EdgeappError as e:
-            say(f"error: {e}")
+            say(f"error: {_worded(e)}")
             raise typer.Exit(int(e.exit_code)) from None
         except KeyboardInterrupt as e:
             _say_interrupted(e)
@@ -373,6 +366,15 @@ def cli_errors(fn: F) -> F:
             raise typer.Exit(int(ExitCode.ERROR)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _worded(error: EdgeappError) -> str:
+    """The error's line in the CLI's words: a model for another task names that task's command."""
+    from edgeapp.errors import WrongTask
+
+    if isinstance(error, WrongTask):
+        return error.worded(lambda task: f"use `edgeapp {task}` (camera: --task {task})")
+    return str(error)
 
 
 def _silence_stdout() -> None:
@@ -409,3 +411,20 @@ class progress_bar:
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+@contextlib.contextmanager
+def elapsed_spinner(label: str) -> Iterator[None]:
+    """A spinner with the elapsed time on stderr while one long step runs (a compile under
+    emulation); nothing in scripts and pipes."""
+    if not sys.stderr.isatty() or os.environ.get("EDGEAPP_NO_PROGRESS"):
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
+
+    progress = Progress(SpinnerColumn(), "{task.description}", TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    with progress:
+        progress.add_task(label, total=None)
+        yield

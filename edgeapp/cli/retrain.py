@@ -36,43 +36,41 @@ class Method(str, Enum):
     softmax = "softmax"
 
 
+DataDirArg = Annotated[Path, typer.Argument(
+    help="A folder with one sub-folder of photos per class (the sub-folder names are the labels).",
+    show_default=False)]
+BaseOpt = Annotated[Path, typer.Option(
+    "--base", "-b", help="An embedding extractor: a .tflite file (its *_edgetpu.tflite build runs "
+                         "on the Edge TPU) or a name from `edgeapp models list --task embed`, "
+                         "e.g. mobilenet_v1_embedding.", show_default=False)]
+OutputOpt = Annotated[Path, typer.Option(
+    "--output", "-o", help="The classifier to write, X.tflite (a compiled base also gives "
+                           "X_edgetpu.tflite), with its sidecar X.json.", show_default=False)]
+MethodOpt = Annotated[Method, typer.Option(
+    "--method", "-m", help="imprint: weight imprinting, for a few photos per class, in "
+                           "milliseconds; softmax: softmax regression by SGD, more accurate with "
+                           "more photos.")]
+ValOpt = Annotated[float, typer.Option(
+    "--val", min=0.0, help="Share of each class held out to score the result (0 to 0.9).")]
+EpochsOpt = Annotated[int, typer.Option(
+    "--epochs", min=1, help="softmax: at most this many epochs (early stopping).")]
+LrOpt = Annotated[float, typer.Option(
+    "--lr", help="softmax: the initial learning rate (it decays as lr / (1 + epoch / 20)).")]
+L2Opt = Annotated[float, typer.Option("--l2", min=0.0, help="softmax: L2 regularization of the weights.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="softmax: the seed of the batch order.")]
+NoCacheOpt = Annotated[bool, typer.Option(
+    "--no-cache", help="Extract every embedding again (and cache nothing).")]
+
+
 @app.command("retrain")
 @cli_errors
 def retrain_command(
-    ctx: typer.Context,
-    data_dir: Annotated[Path, typer.Argument(
-        help="A folder with one sub-folder of photos per class (the sub-folder names are the "
-             "labels).", show_default=False)],
-    base: Annotated[Path, typer.Option(
-        "--base", "-b", help="An embedding extractor: a .tflite file (its *_edgetpu.tflite build "
-                             "runs on the Edge TPU) or a name from `edgeapp models list --task "
-                             "embed`, e.g. mobilenet_v1_embedding.", show_default=False)],
-    output: Annotated[Path, typer.Option(
-        "--output", "-o", help="The classifier to write, X.tflite (a compiled base also gives "
-                               "X_edgetpu.tflite), with its sidecar X.json.", show_default=False)],
-    method: Annotated[Method, typer.Option(
-        "--method", "-m", help="imprint: weight imprinting, for a few photos per class, in "
-                               "milliseconds; softmax: softmax regression by SGD, more accurate "
-                               "with more photos.")] = Method.imprint,
-    val: Annotated[float, typer.Option(
-        "--val", min=0.0, help="Share of each class held out to score the result (0 to 0.9).")] = 0.2,
-    epochs: Annotated[int, typer.Option("--epochs", min=1, help="softmax: at most this many "
-                                                                "epochs (early stopping).")] = 300,
-    lr: Annotated[float, typer.Option("--lr", help="softmax: the initial learning rate (it "
-                                                   "decays as lr / (1 + epoch / 20)).")] = 2.0,
-    l2: Annotated[float, typer.Option("--l2", min=0.0, help="softmax: L2 regularization of the "
-                                                            "weights.")] = 1e-4,
-    seed: Annotated[int, typer.Option("--seed", help="softmax: the seed of the batch order.")] = 0,
-    no_cache: Annotated[bool, typer.Option(
-        "--no-cache", help="Extract every embedding again (and cache nothing).")] = False,
-    fmt: ReportFormatOpt = ReportFormat.table,
-    workers: WorkersOpt = None,
-    device: DeviceOpt = None,
-    cpu_model: CpuModelOpt = None,
-    threads: ThreadsOpt = None,
-    runtime: RuntimeOpt = None,
-    no_probe: NoProbeOpt = False,
-    performance: PerformanceOpt = None,
+    ctx: typer.Context, data_dir: DataDirArg, base: BaseOpt, output: OutputOpt,
+    method: MethodOpt = Method.imprint, val: ValOpt = 0.2, epochs: EpochsOpt = 300,
+    lr: LrOpt = 2.0, l2: L2Opt = 1e-4, seed: SeedOpt = 0, no_cache: NoCacheOpt = False,
+    fmt: ReportFormatOpt = ReportFormat.table, workers: WorkersOpt = None,
+    device: DeviceOpt = None, cpu_model: CpuModelOpt = None, threads: ThreadsOpt = None,
+    runtime: RuntimeOpt = None, no_probe: NoProbeOpt = False, performance: PerformanceOpt = None,
 ) -> None:
     """Retrain a classifier's last layer on your own classes, without TensorFlow.
 
@@ -81,35 +79,39 @@ def retrain_command(
     written after the extractor as one .tflite that `classify`, `camera` and `bench` take.
     Unreadable photos are reported and skipped.
     """
-    finite("--lr", lr)
-    finite("--l2", l2)
-    from edgeapp.core.learn import SgdOptions
     from edgeapp.flows.embedding_cache import EmbeddingCache
     from edgeapp.flows.open_task import open_task
-    from edgeapp.flows.retrain import RetrainOptions, class_folders, retrain
+    from edgeapp.flows.retrain import class_folders, retrain
     from edgeapp.hw.hostinfo import usable_cores
 
-    if val > 0.9:
-        raise UsageError(f"--val {val}: hold out at most 0.9 of each class, so some are left to "
-                         "train on")
-    if lr <= 0:
-        raise UsageError(f"--lr must be above 0, not {lr}")
+    options = _options(method, val, epochs, lr, l2, seed)
     total = len(class_folders(data_dir).paths)  # refusals of the folder come before any model
-    options = RetrainOptions(method.value, val, SgdOptions(epochs=epochs, lr=lr, l2=l2, seed=seed))
     opened = open_task(base, "embed", placement(ctx), on_notice=say, resolve=resolve_model,
                        cpu_replicas=usable_cores())
     with opened, progress_bar(total, "embed") as advance:
         doc = retrain(opened.runner, data_dir, output, options, workers=decode_workers(workers),
                       cache=None if no_cache else EmbeddingCache(), progress=advance,
                       on_notice=say, cpu_model=cpu_model, base_name=str(base))
-    if fmt == ReportFormat.json:
-        typer.echo(json.dumps(doc, indent=2))
-    else:
-        typer.echo(render(doc))
+    typer.echo(json.dumps(doc, indent=2) if fmt == ReportFormat.json else render(doc))
     im = doc["images"]
     say(f"{im['extracted']} embedding(s) extracted on {doc['device']}, {im['cached']} from the "
         f"cache" + (f", {im['skipped']} image(s) skipped" if im["skipped"] else "")
         + f"; wrote {', '.join(doc['models'])} and {doc['sidecar']}")
+
+
+def _options(method: Method, val: float, epochs: int, lr: float, l2: float, seed: int):
+    """The retrain options, checked before anything is opened."""
+    from edgeapp.core.learn import SgdOptions
+    from edgeapp.flows.retrain import RetrainOptions
+
+    finite("--lr", lr)
+    finite("--l2", l2)
+    if val > 0.9:
+        raise UsageError(f"--val {val}: hold out at most 0.9 of each class, so some are left to "
+                         "train on")
+    if lr <= 0:
+        raise UsageError(f"--lr must be above 0, not {lr}")
+    return RetrainOptions(method.value, val, SgdOptions(epochs=epochs, lr=lr, l2=l2, seed=seed))
 
 
 def _pct(x: Optional[float]) -> str:

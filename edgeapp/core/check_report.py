@@ -46,12 +46,16 @@ class CheckResult:
         return {"model": self.model, "ops": [o.to_json() for o in self.ops], "summary": self.summary}
 
 
-def check_model(model: Model, data: Optional[bytes] = None) -> CheckResult:
-    """Predict the Edge TPU mapping of `model`; `data` (the file's bytes) enables the rules
-    that read constant operands (axes, paddings, strides, zero pads)."""
+def check_model(model: Model, data: Optional[bytes] = None, compiler: int = 16) -> CheckResult:
+    """Predict the Edge TPU mapping of `model` by compiler version `compiler` (14 or 16);
+    `data` (the file's bytes) enables the rules that read constant operands (axes, paddings,
+    strides, zero pads)."""
     read = constant_reader(data) if data is not None else None
-    preds, blockers = predict(model, read)
-    return CheckResult(model=model.path, ops=preds, summary=summarize(model, preds, blockers))
+    preds, blockers = predict(model, read, compiler)
+    summary = summarize(model, preds, blockers)
+    summary["compiler_version"] = compiler
+    summary["runtime_needed"] = 14 if compiler >= 16 else 13
+    return CheckResult(model=model.path, ops=preds, summary=summary)
 
 
 def _io(t: Tensor) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -17,6 +17,11 @@ def dequantize(values: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
     if values.dtype.kind == "f" or not scale:
         return values.astype(np.float32, copy=False)
     return (values.astype(np.float32) - np.float32(zero_point)) * np.float32(scale)
+
+
+def is_score_vector(shape: Sequence[int]) -> bool:
+    """One score per class: at most one dimension larger than 1 ([1, N], [N], [1, 1, 1, N])."""
+    return sum(1 for d in shape if d > 1) <= 1
 
 
 def get_scores(output: np.ndarray, scale: float = 0.0, zero_point: int = 0) -> np.ndarray:

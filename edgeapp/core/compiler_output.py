@@ -312,9 +312,10 @@ class Judgement:
 
 
 def judge(result: CompileResult, returncode: Optional[int] = 0,
-          missing_outputs: Sequence[str] = ()) -> Judgement:
+          missing_outputs: Sequence[str] = (), printed: bool = True) -> Judgement:
     """Decide from the parsed counts: 0 subgraphs or 0 mapped operations fail even when the
-    compiler says it succeeded; partial mapping and streamed parameters are warnings."""
+    compiler says it succeeded; partial mapping and streamed parameters are warnings.
+    `printed`: whether the compiler wrote anything at all (else no "last lines" to point at)."""
     errors: list[str] = [f.explain() for f in result.failures]
     warnings: list[str] = []
     if result.compiled and result.succeeded is not False and returncode in (0, None):
@@ -324,7 +325,9 @@ def judge(result: CompileResult, returncode: Optional[int] = 0,
     if not errors and (returncode not in (0, None) or result.succeeded is False) \
             and not result.compiled:
         errors.append(f"edgetpu_compiler failed (exit status {returncode}) without a known "
-                      "message (its last lines follow)")
+                      "message (its last lines follow)" if printed else
+                      f"the compiler exited with status {returncode} and printed nothing: is it "
+                      "edgetpu_compiler? (`edgeapp compiler show` says which one compile runs)")
     if errors:
         return Judgement("failed", int(ExitCode.COMPILE_FAILED), errors)
     if not result.compiled and result.total_ops is None:

@@ -20,6 +20,12 @@ from edgeapp.core.tflite.schema import ACTIVATIONS, options_type
 SOFTMAX_MAX_ELEMENTS = 16000
 COMPILER_VERSION = 16
 
+# The Edge TPU runtime version each operator needs where that is newer than 13 (Coral's
+# "Supported operations" table, column "Runtime version required"). Compilers 14 and 15 emit
+# runtime 13 and leave these on the CPU; compiler 16 emits runtime 14 and maps them.
+RUNTIME_14_OPS = frozenset({"LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "RSQRT", "SQUARED_DIFFERENCE",
+                            "TRANSPOSE"})
+
 # Operators of the compiler-16 table. TRANSPOSE is listed (runtime 14) but compiler 16 leaves
 # it on the CPU in practice ("otherwise supported, but not mapped"): see _special().
 SUPPORTED = frozenset({
@@ -432,15 +438,27 @@ def _precision_problem(model: Model, op: Operator) -> Optional[tuple[str, str]]:
             "than the Edge TPU's 8-bit arithmetic resolves)")
 
 
-def op_problems(model: Model, op: Operator, read: Optional[ConstantReader] = None
-                ) -> list[tuple[str, str]]:
-    """(cause, text) for every rule `op` breaks on its own; empty when it can be mapped."""
+def _runtime_problem(op: Operator, compiler: int) -> Optional[tuple[str, str]]:
+    """An operator that needs a newer Edge TPU runtime than this compiler version emits."""
+    if compiler >= 16 or op.op not in RUNTIME_14_OPS:
+        return None
+    return ("unsupported_op", f"{op.op} needs Edge TPU runtime 14, which only compiler 16 emits "
+                              f"(compiler {compiler} emits runtime 13 and leaves it on the CPU)")
+
+
+def op_problems(model: Model, op: Operator, read: Optional[ConstantReader] = None,
+                compiler: int = COMPILER_VERSION) -> list[tuple[str, str]]:
+    """(cause, text) for every rule `op` breaks on its own with compiler version `compiler`
+    (14 or 16); empty when it can be mapped."""
     if op.op == EDGETPU_CUSTOM_OP:
         return []
     if model.is_edgetpu_compiled:  # e.g. a head `retrain` appended after the compiled part
         return [("compiled", "the model is already compiled: only edgetpu-custom-op runs on the "
                              "Edge TPU, this operator runs on the CPU")]
     problems = [p for p in (_version_problem(op), _operator_problem(op)) if p]
+    runtime = _runtime_problem(op, compiler)
+    if runtime and not any(cause == "unsupported_op" for cause, _ in problems):
+        problems.append(runtime)
     problems += _tensor_rules(model, op)
     if op.op in SUPPORTED:
         problems += [("limit", text) for text in _limit_rules(model, op, read)]

@@ -186,11 +186,13 @@ def dynamic_tensor_ops(model: Model, made: Optional[dict[int, int]] = None) -> l
     return found
 
 
-def predict(model: Model, read: Optional[ConstantReader] = None) -> tuple[list[OpPrediction], list[str]]:
-    """Per-operator predictions (in the model's operator order) and model-level blockers."""
+def predict(model: Model, read: Optional[ConstantReader] = None,
+            compiler: int = COMPILER_VERSION) -> tuple[list[OpPrediction], list[str]]:
+    """Per-operator predictions (in the model's operator order) and model-level blockers, for
+    compiler version `compiler` (14 or 16)."""
     made = _producers(model)
     macs = count_macs(model)
-    own = {op.index: op_problems(model, op, read) for op in model.operators}
+    own = {op.index: op_problems(model, op, read, compiler) for op in model.operators}
     blockers = [f"op {i} ({model.operators[i].op}): {text}" for i, probs in own.items()
                 for cause, text in probs if cause == "version"]
     dyn = dynamic_tensor_ops(model, made)

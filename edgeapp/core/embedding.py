@@ -24,7 +24,6 @@ from edgeapp.errors import InvalidModel
 SCORE_OPS = frozenset({"SOFTMAX", "LOGISTIC", "LOG_SOFTMAX"})
 FORM_OPS = frozenset({"RESHAPE", "SQUEEZE", "QUANTIZE", "DEQUANTIZE"})  # same values, new form
 PROBABILITY_SCALE = 1.0 / 256
-_KINDS = {"detect": "detection", "pose": "pose estimation", "segment": "segmentation"}
 _HINT = ("--base takes an embedding extractor (one output, a feature vector [1, 1, 1, D] or "
          "[1, D]), e.g. mobilenet_v1_embedding (`edgeapp models list --task embed`)")
 
@@ -58,6 +57,7 @@ def quantized_as_probabilities(t: Tensor) -> bool:
     return abs(scale - PROBABILITY_SCALE) < 1e-9 and zero == (0 if t.dtype == "uint8" else -128)
 
 
+# (output shapes, op names) -> what a model is for, in words ("a detection model"), or None
 Guess = Callable[[Sequence[Sequence[int]], Sequence[str]], Optional[str]]
 
 
@@ -65,7 +65,7 @@ def require_extractor(model: Model, label_count: Optional[int] = None,
                       guess: Optional[Guess] = None) -> int:
     """The embedding depth D of `model`; InvalidModel (one line, with what fits) when it is not
     an embedding extractor. `label_count`: how many labels its metadata has, if any. `guess`
-    (shapes, op names) -> the task a model is for (tasks.guess_from), to name it in refusals."""
+    (shapes, op names) -> what a model is for in words (its task's noun), to name it in refusals."""
     def output_task(shapes, ops) -> Optional[str]:
         return guess(shapes, ops) if guess is not None else None
 
@@ -74,15 +74,14 @@ def require_extractor(model: Model, label_count: Optional[int] = None,
         raise InvalidModel(f"{name} has {len(model.inputs)} inputs, not one image: {_HINT}")
     shapes = [t.shape for t in model.output_tensors]
     if len(shapes) != 1:
-        task = output_task(shapes, model.op_names)
-        kind = f"a {_KINDS.get(task, task)} model" if task else "a model"
+        kind = output_task(shapes, model.op_names) or "a model"
         raise InvalidModel(f"{name} is {kind} with {len(shapes)} outputs, not an embedding "
                            f"extractor: {_HINT}")
     out = model.output_tensors[0]
     depth = embedding_depth(out.shape)
     if depth is None:
-        task = output_task(shapes, model.op_names)
-        kind = f" (it looks like a {_KINDS[task]} model)" if task in _KINDS else ""
+        noun = output_task(shapes, model.op_names)
+        kind = f" (it looks like {noun})" if noun else ""
         raise InvalidModel(f"{name}: output {list(out.shape)} is not a feature vector{kind}: {_HINT}")
     source = output_source(model, out.index)
     why = None

@@ -4,15 +4,17 @@
 edgeapp prints these commands; it never downloads or installs system packages itself. Pure:
 hw/hostinfo.read_platform reads /etc/os-release, dpkg's architecture and the Python version.
 
-Routes, by platform:
-- Mendel (Coral Dev Board / Dev Board Mini): Coral's own pair from Coral's apt repository, which
-  Mendel ships preinstalled (libedgetpu1-std 16.0 + python3-tflite-runtime 2.5.0.post1).
-- Debian, Raspberry Pi OS, Ubuntu with Python <= 3.9: the same pair from Coral's apt repository
-  (Coral's python3-tflite-runtime is built for the system Python 3.6-3.9 only, edgetpu#873).
-- Those with Python >= 3.10: a community libedgetpu deb built against a newer TensorFlow
-  (feranick/libedgetpu releases) for the codename and architecture, plus the runtime from PyPI:
-  ai-edge-litert (x86-64, arm64), tflite-runtime 2.14.0 on 32-bit ARM (no ai-edge-litert wheel).
+Routes, by platform (Coral's package source is gone: no plan names it):
+- Mendel (Coral Dev Board / Dev Board Mini): keep the pair Mendel installed (libedgetpu1-std 16.0
+  + python3-tflite-runtime 2.5.0.post1) and disable Coral's apt sources on the board, which now
+  fail `apt-get update`.
+- Debian, Raspberry Pi OS, Ubuntu: a community libedgetpu deb built against a newer TensorFlow
+  (feranick/libedgetpu GitHub releases) for the codename and architecture, plus the runtime from
+  PyPI: ai-edge-litert (x86-64, arm64, Python >= 3.10), tflite-runtime 2.14.0 on 32-bit ARM (no
+  ai-edge-litert wheel), and on Python <= 3.9 (Debian bullseye) the newest tflite-runtime wheel
+  that installs there, paired through core/pairing.py's table (unknown pairs are probed).
 - macOS, Windows, other Linux: no published working pair; the plan says so and what remains.
+docs/install-sources.md says how each file named here is known to exist.
 """
 
 from __future__ import annotations
@@ -23,30 +25,40 @@ from typing import Dict, List, Tuple
 from edgeapp.core.debian import parse_os_release
 from edgeapp.core.pairing import COMMUNITY, GOOGLE, GOOGLE_16_TF, Build, decide
 
-CORAL_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
-CORAL_KEYRING = "/usr/share/keyrings/coral-edgetpu.gpg"
-CORAL_SOURCE = f"deb [signed-by={CORAL_KEYRING}] https://packages.cloud.google.com/apt coral-edgetpu-stable main"
 COMMUNITY_REPO = "https://github.com/feranick/libedgetpu"
 COMMUNITY_RELEASES = COMMUNITY_REPO + "/releases"
 
-# Community debs by (suite, Debian architecture) -> the TensorFlow version of the rebuild. Release
-# tag 16.0TF<tf>-1, asset libedgetpu1-std_16.0tf<tf>-1.<suite>_<arch>.deb; each debuild makes the
-# -std and -max packages of one architecture together (feranick/libedgetpu README). Names as
-# public install scripts and Dockerfiles download them: 16.0TF2.19.1-1 bookworm_amd64,
-# bookworm_arm64, trixie_arm64, ubuntu24.04_amd64, ubuntu24.04_arm64; Frigate
-# (docker/main/install_deps.sh) 16.0TF2.17.1-1 bookworm_amd64/arm64. No armhf and no Ubuntu 22.04
-# asset of 16.0TF2.19.1-1 appears in those sources; 16.0TF2.17.1-1 has bookworm_armhf
-# (Raspberry Pi install scripts) and ubuntu22.04 (…ubuntu22.04_arm64.deb): those use 2.17.1.
-COMMUNITY_DEBS: Dict[Tuple[str, str], str] = {
-    ("bookworm", "amd64"): "2.19.1",
-    ("bookworm", "arm64"): "2.19.1",
-    ("trixie", "arm64"): "2.19.1",
-    ("ubuntu24.04", "amd64"): "2.19.1",
-    ("ubuntu24.04", "arm64"): "2.19.1",
-    ("bookworm", "armhf"): "2.17.1",
-    ("ubuntu22.04", "amd64"): "2.17.1",
-    ("ubuntu22.04", "arm64"): "2.17.1",
+# Community debs by (suite, Debian architecture) -> (release tag, TensorFlow version of the
+# rebuild). Asset libedgetpu1-std_16.0tf<tf>-1.<suite>_<arch>.deb; each debuild makes the -std
+# and -max packages of one architecture together (feranick/libedgetpu README). Names as public
+# install scripts and Dockerfiles download them: 16.0TF2.19.1-1 bookworm_amd64, bookworm_arm64,
+# trixie_arm64, ubuntu24.04_amd64, ubuntu24.04_arm64; Frigate (docker/main/install_deps.sh)
+# 16.0TF2.17.1-1 bookworm_amd64/arm64. No armhf and no Ubuntu 22.04 asset of 16.0TF2.19.1-1
+# appears in those sources; 16.0TF2.17.1-1 has bookworm_armhf (Raspberry Pi install scripts) and
+# ubuntu22.04 (…ubuntu22.04_arm64.deb): those use 2.17.1. Bullseye: release v16.0TF2.15.1-1
+# (tag with a "v") has bullseye_arm64, downloaded by two independent public install notes; no
+# bullseye armhf or amd64 file name appears in any source we could read.
+COMMUNITY_DEBS: Dict[Tuple[str, str], Tuple[str, str]] = {
+    ("bookworm", "amd64"): ("16.0TF2.19.1-1", "2.19.1"),
+    ("bookworm", "arm64"): ("16.0TF2.19.1-1", "2.19.1"),
+    ("trixie", "arm64"): ("16.0TF2.19.1-1", "2.19.1"),
+    ("ubuntu24.04", "amd64"): ("16.0TF2.19.1-1", "2.19.1"),
+    ("ubuntu24.04", "arm64"): ("16.0TF2.19.1-1", "2.19.1"),
+    ("bookworm", "armhf"): ("16.0TF2.17.1-1", "2.17.1"),
+    ("ubuntu22.04", "amd64"): ("16.0TF2.17.1-1", "2.17.1"),
+    ("ubuntu22.04", "arm64"): ("16.0TF2.17.1-1", "2.17.1"),
+    ("bullseye", "arm64"): ("v16.0TF2.15.1-1", "2.15.1"),
 }
+# Python <= 3.9 has no ai-edge-litert: PyPI's tflite-runtime, the newest cp39 wheel each
+# architecture installs on Debian bullseye (glibc 2.31). 2.14.0's ARM wheels are manylinux_2_34
+# (glibc 2.34), so ARM takes 2.13.0 (manylinux2014); x86-64 has 2.14.0 as manylinux2014.
+# (`pip download --python-version 3.9 --platform ... tflite-runtime==V` against PyPI.)
+OLD_PYTHON_RUNTIME = {"arm64": "2.13.0", "armhf": "2.13.0", "amd64": "2.14.0"}
+# Coral's apt sources, as Mendel and Coral's old guides wrote them, matched by host and path
+# in a sed address (so the package names no repository URL to send anyone to).
+DISABLE_CORAL_SOURCES = (r"sudo sed -i -E 's|^(deb .*cloud\.google\.com/apt)|# \1|' "
+                         "/etc/apt/sources.list /etc/apt/sources.list.d/*.list")
+QEMU_PACKAGE = "qemu-user"  # /usr/bin/qemu-x86_64 in Debian bookworm and trixie (checked with apt)
 # PyPI's newest tflite-runtime, 2.14.0, has cp311 armv7l wheels (manylinux_2_34) and needs numpy 1.
 ARMHF_RUNTIME = ("tflite-runtime", "2.14.0")
 USB_ACCESS = "sudo usermod -aG plugdev $USER"
@@ -116,7 +128,7 @@ class Step:
 @dataclass(frozen=True)
 class Plan:
     platform: Platform
-    route: str  # coral-apt, community-deb or none
+    route: str  # mendel, community-deb or none
     libedgetpu: str  # the Edge TPU runtime to have, or "" when no route
     runtime: str  # the TFLite runtime to have
     verdict: str  # the pairing table's verdict on that pair: works or unknown ("" without a route)
@@ -158,8 +170,6 @@ def plan_for(p: Platform) -> Plan:
                           "edgeapp in a Debian/Ubuntu container",))
     if p.os_id == "mendel":
         return _mendel(p)
-    if p.python <= (3, 9):
-        return _coral_apt(p)
     return _community(p)
 
 
@@ -172,70 +182,59 @@ def _usb_step() -> Step:
     return Step("USB Accelerator access without root", (USB_ACCESS,))
 
 
-def _coral_pair(p: Platform, steps: Tuple[Step, ...], notes: Tuple[str, ...], reinstall: str) -> Plan:
-    """Coral's apt pair (libedgetpu 16.0 and python3-tflite-runtime 2.5.0.post1), one plan shape
-    for Mendel and for Debian/Raspberry Pi OS systems on Python <= 3.9: only the steps differ."""
-    verdict, source = _decided(Build(GOOGLE, "16.0", GOOGLE_16_TF, "plan"), "tflite-runtime", "2.5.0.post1")
-    return Plan(p, "coral-apt", "libedgetpu1-std 16.0 (Coral)", "tflite-runtime 2.5.0.post1 (Coral's apt "
-                "package python3-tflite-runtime)", verdict, source, steps, notes,
-                f"{p.python_exe} -m pip uninstall -y tflite-runtime && sudo apt-get install -y " + reinstall)
-
-
 def _mendel(p: Platform) -> Plan:
+    """Mendel ships Coral's pair; the Coral package source it came from is gone, so
+    the plan keeps what is there and stops `apt-get update` from failing on its sources."""
+    verdict, source = _decided(Build(GOOGLE, "16.0", GOOGLE_16_TF, "plan"), "tflite-runtime", "2.5.0.post1")
     steps = (
-        Step("Coral's pair, preinstalled on Mendel (this reinstalls it)",
-             ("sudo apt-get update",
-              "sudo apt-get install -y libusb-1.0-0 libedgetpu1-std python3-tflite-runtime")),
+        Step("Coral's apt sources on the board now fail `apt-get update` (the repository is gone): "
+             "comment them out; the pair Mendel installed stays", (DISABLE_CORAL_SOURCES,)),
         Step("keep the system tflite-runtime: no PyPI build of it in edgeapp's environment",
              (f"{p.python_exe} -m pip uninstall -y tflite-runtime",)),
         _usb_step(),
     )
-    notes = ("run edgeapp with the system python3, or from a venv made with "
-             "`python3 -m venv --system-site-packages`, so it sees Coral's tflite_runtime",
+    notes = ("keep Mendel's libedgetpu1-std 16.0 and python3-tflite-runtime 2.5.0.post1: nothing "
+             "publishes them any more, so do not remove them (reflashing Mendel brings them back)",
+             "run edgeapp with the system python3, or from a venv made with "
+             "`python3 -m venv --system-site-packages`, so it sees Mendel's tflite_runtime",
              USB_ACCESS_NOTE)
-    return _coral_pair(p, steps, notes, "--reinstall python3-tflite-runtime libedgetpu1-std")
+    return Plan(p, "mendel", "libedgetpu1-std 16.0 (preinstalled by Mendel)",
+                "tflite-runtime 2.5.0.post1 (Mendel's python3-tflite-runtime)", verdict, source, steps,
+                notes, f"{p.python_exe} -m pip uninstall -y tflite-runtime (Mendel's own "
+                "python3-tflite-runtime pairs with its libedgetpu 16.0)")
 
 
-def _coral_apt(p: Platform) -> Plan:
-    steps = (
-        Step("Coral's apt repository",
-             ("sudo apt-get update",
-              "sudo apt-get install -y curl gnupg libusb-1.0-0",
-              f"curl -fsSL {CORAL_KEY} | sudo gpg --dearmor -o {CORAL_KEYRING}",
-              f'echo "{CORAL_SOURCE}" | sudo tee /etc/apt/sources.list.d/coral-edgetpu.list',
-              "sudo apt-get update")),
-        Step("Coral's pair: libedgetpu 16.0 (TensorFlow 2.5) and tflite-runtime 2.5.0.post1",
-             ("sudo apt-get install -y libedgetpu1-std python3-tflite-runtime",)),
-        Step("no PyPI tflite-runtime in edgeapp's environment (2.12 and newer crash with 16.0)",
-             (f"{p.python_exe} -m pip uninstall -y tflite-runtime",)),
-        _usb_step(),
-    )
-    notes = ("Coral's python3-tflite-runtime is built for the system python3 (3.6-3.9): run edgeapp "
-             "with it, or from a venv made with `python3 -m venv --system-site-packages`",
-             "libedgetpu1-max instead of libedgetpu1-std runs the Edge TPU at full clock (hotter)",
-             USB_ACCESS_NOTE)
-    return _coral_pair(p, steps, notes, "python3-tflite-runtime (Coral's apt repository; `edgeapp "
-                       "doctor` shows the plan)")
+def _runtime_for(p: Platform) -> Tuple[str, str, str]:
+    """(runtime, version, why not) from PyPI for this architecture and Python."""
+    if p.python <= (3, 9):
+        version = OLD_PYTHON_RUNTIME.get(p.arch)
+        if version is None:
+            return "", "", f"no tflite-runtime wheels for {p.arch}"
+        return "tflite-runtime", version, ""
+    if p.arch == "armhf":
+        runtime, version = ARMHF_RUNTIME
+        if p.python != (3, 11):
+            return "", "", (f"PyPI's tflite-runtime {version} has 32-bit ARM wheels only for "
+                            f"Python 3.11, not {p.python[0]}.{p.python[1]}")
+        return runtime, version, ""
+    if p.arch in ("amd64", "arm64"):
+        return "ai-edge-litert", "", ""
+    return "", "", f"no TFLite runtime wheels for {p.arch}"
 
 
 def _community(p: Platform) -> Plan:
-    tf = COMMUNITY_DEBS.get((p.suite, p.arch))
-    if p.arch == "armhf":
-        runtime, runtime_version = ARMHF_RUNTIME
-        if p.python != (3, 11):
-            return _no_route(p, f"PyPI's tflite-runtime {runtime_version} has 32-bit ARM wheels only for "
-                                f"Python 3.11, not {p.python[0]}.{p.python[1]}",
-                             ("use Raspberry Pi OS Bookworm (Python 3.11) or a 64-bit OS",))
-    elif p.arch in ("amd64", "arm64"):
-        runtime, runtime_version = "ai-edge-litert", ""
-    else:
-        return _no_route(p, f"no TFLite runtime wheels for {p.arch}", ())
-    if tf is None:
+    runtime, runtime_version, why = _runtime_for(p)
+    if why:
+        return _no_route(p, why, ("use Raspberry Pi OS Bookworm (Python 3.11) or a 64-bit OS",)
+                         if p.arch == "armhf" else ())
+    found = COMMUNITY_DEBS.get((p.suite, p.arch))
+    if found is None:
         return _no_route(p, f"no community libedgetpu deb known for {p.suite or p.os_id}/{p.arch}",
                          (f"look for libedgetpu1-std_*.{p.suite}_{p.arch}.deb at {COMMUNITY_RELEASES}",))
+    tag, tf = found
     version = f"16.0tf{tf}-1"
     deb = f"libedgetpu1-std_{version}.{p.suite}_{p.arch}.deb"
-    url = f"{COMMUNITY_RELEASES}/download/16.0TF{tf}-1/{deb}"
+    url = f"{COMMUNITY_RELEASES}/download/{tag}/{deb}"
     tf_minor = tuple(int(x) for x in tf.split(".")[:2])
     verdict, source = _decided(Build(COMMUNITY, version, tf_minor, "plan"), runtime, runtime_version)
     if runtime == "ai-edge-litert":
@@ -258,6 +257,9 @@ def _community(p: Platform) -> Plan:
     if p.arch == "armhf":
         notes.insert(0, "on a Raspberry Pi, pip takes numpy and opencv-python from piwheels "
                         "(Raspberry Pi OS configures it)")
+    if p.python <= (3, 9):
+        notes.insert(0, f"Python {p.python[0]}.{p.python[1]} has no ai-edge-litert: tflite-runtime "
+                        f"{runtime_version} is the newest PyPI wheel that installs here")
     return Plan(p, "community-deb", f"libedgetpu1-std {version} (community build for TensorFlow {tf}, "
                 f"feranick/libedgetpu)", runtime_text, verdict, source, steps, tuple(notes),
                 f"wget {url} && sudo apt-get install -y ./{deb}")
@@ -276,3 +278,12 @@ def _macos(p: Platform) -> Plan:
 def _no_route(p: Platform, why: str, notes: Tuple[str, ...], steps: Tuple[Step, ...] = ()) -> Plan:
     return Plan(p, "none", "", "", "", "", steps, (why,) + tuple(notes),
                 f"{why}; edgeapp runs on the CPU (`edgeapp doctor` shows what remains)")
+
+
+def qemu_install_line(p: Platform) -> str:
+    """The one command that gives this ARM Linux system an x86-64 user-mode emulator."""
+    if p.debian_like:
+        return (f"install it with `sudo apt-get install {QEMU_PACKAGE}` (it brings /usr/bin/qemu-x86_64), "
+                "then run the command again")
+    return ("install QEMU's user-mode emulator for x86-64 (qemu-x86_64) with this system's package "
+            "manager, then run the command again")

@@ -5,8 +5,11 @@ A PCIe/M.2 Edge TPU on a Raspberry Pi 5 needs the external PCIe connector switch
 (`dtparam=pciex1`), the compatibility overlay without MSI parent (`dtoverlay=pciex1-compat-pi5,
 no-mip`) and, for the apex driver, a kernel with 4K pages (`kernel=kernel8.img`; the Pi 5's
 default kernel_2712 uses 16K) (raspberrypi/linux#6154, google-coral/edgetpu#808).
-Coral's gasket-dkms 1.0-18 does not build on Linux 6.4 and newer (class_create, eventfd_signal
-changes); community builds do (feranick/gasket-driver 1.0-18.2, google-coral/edgetpu#822).
+The apex/gasket driver comes from source now (the Coral package source that shipped gasket-dkms
+1.0-18 is gone): google/gasket-driver's master has the fixes for Linux 6.4 (class_create) and 6.8
+(eventfd_signal) and builds a gasket-dkms deb with `debuild`; feranick/gasket-driver publishes
+built debs (release 1.0-18.4: gasket-dkms_1.0-18.4_all.deb) that public guides fall back to where
+Google's source no longer builds (Linux 6.12 dropped no_llseek). docs/install-sources.md.
 """
 
 from __future__ import annotations
@@ -16,7 +19,13 @@ from typing import List, Optional, Set, Tuple
 
 PI5_PCIE_LINES = ("dtparam=pciex1", "dtoverlay=pciex1-compat-pi5,no-mip")
 PI5_4K_KERNEL_LINE = "kernel=kernel8.img"
+GOOGLE_GASKET = "https://github.com/google/gasket-driver"
 COMMUNITY_GASKET = "https://github.com/feranick/gasket-driver"
+COMMUNITY_GASKET_DEB = "gasket-dkms_1.0-18.4_all.deb"
+COMMUNITY_GASKET_URL = f"{COMMUNITY_GASKET}/releases/download/1.0-18.4/{COMMUNITY_GASKET_DEB}"
+GASKET_BUILD = ("sudo apt-get install -y git devscripts debhelper dkms dh-dkms && "
+                f"git clone {GOOGLE_GASKET}.git && cd gasket-driver && debuild -us -uc -tc -b && "
+                "sudo dpkg -i ../gasket-dkms_1.0-18_all.deb")
 USB_RULE = 'SUBSYSTEM=="usb",ATTRS{{idVendor}}=="{vendor}",ATTRS{{idProduct}}=="{product}",GROUP="plugdev"'
 
 # Sections of config.txt that apply to a Raspberry Pi 5 ([all], [pi5], none); others are skipped.
@@ -78,13 +87,14 @@ def module_names(modules_dep: str) -> Set[str]:
 
 
 def gasket_fix(release: Optional[str]) -> str:
-    """How to get apex/gasket modules for this kernel."""
+    """How to get apex/gasket modules for this kernel (it needs the kernel's headers)."""
     version = kernel_major_minor(release)
-    if version is not None and version >= (6, 0):
-        return (f"Coral's gasket-dkms does not build on Linux {version[0]}.{version[1]}: build the "
-                f"community one ({COMMUNITY_GASKET}: `debuild -us -uc -tc -b`, then "
-                "`sudo dpkg -i ../gasket-dkms_*.deb`), then reboot")
-    return "sudo apt-get install gasket-dkms (Coral's apt repository; needs linux-headers), then reboot"
+    if version is not None and version >= (6, 12):
+        return (f"Linux {version[0]}.{version[1]}: install the community gasket-dkms deb "
+                f"(`wget {COMMUNITY_GASKET_URL} && sudo apt-get install -y dkms ./{COMMUNITY_GASKET_DEB}`; "
+                f"Google's source needs patches past 6.12), with this kernel's headers, then reboot")
+    return (f"build the driver from Google's source with DKMS (`{GASKET_BUILD}`), with this "
+            "kernel's headers installed, then reboot")
 
 
 def rule_vendors(rule_lines: List[str], vendors: Tuple[str, ...]) -> Set[str]:

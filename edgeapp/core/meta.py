@@ -27,7 +27,8 @@ class ModelMeta:
     labels: Optional[dict[int, str]] = None
     mean: Optional[float] = None  # the float model takes (pixel − mean) / std
     std: Optional[float] = None
-    task: Optional[str] = None  # a task name (edgeapp/tasks: classify, detect, pose, segment)
+    task: Optional[str] = None  # the edgeapp task it was made for (edgeapp/tasks), from a sidecar
+    ultralytics_task: Optional[str] = None  # the task an Ultralytics export's metadata names
     source: Optional[str] = None  # where this was read from
     extra: dict = field(default_factory=dict)
 
@@ -51,7 +52,7 @@ def read_meta(model_path: str | Path) -> ModelMeta:
     ultra = _ultralytics_file(model_path)
     if ultra:  # a YOLO export: its class names, pixels / 255, and its task
         return ModelMeta(labels=metadata_names(ultra), mean=0.0, std=255.0,
-                         task="detect" if ultra.get("task", "detect") == "detect" else None,
+                         ultralytics_task=ultra.get("task"),
                          source=f"{model_path} (Ultralytics metadata)")
     labels = embedded_labels(model_path)
     return ModelMeta(labels=labels, source=f"{model_path} (embedded)" if labels else None)

@@ -125,7 +125,8 @@ TABLE: Tuple[Row, ...] = (
     # interpreter with the delegate.
     Row(GOOGLE, (2, 5), (2, 6), "tensorflow", (2, 12), None, CRASH, "google-coral/edgetpu#812, mattn/go-tflite#52"),
     # ai-edge-litert (first release 1.0.1, 2024) is built from TensorFlow sources after 2.16, past
-    # the struct changes above; issue 9 of this project and edgetpu#812's "any later version".
+    # the struct changes in the module docstring, so it reads past the old struct as tflite-runtime
+    # >= 2.12 does; edgetpu#812's "any later version".
     Row(GOOGLE, (2, 5), (2, 6), "ai-edge-litert", ANY, None, CRASH,
         "google-coral/edgetpu#812: runtimes newer than TF 2.11 segfault with it"),
     # google-ai-edge/LiteRT#3611 (2025-09-18), feranick: libedgetpu "now supports tensorflow up to

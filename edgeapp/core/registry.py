@@ -217,19 +217,29 @@ def file_url(template: str, path: str, commit: str = "") -> str:
 
 def digests(path: Union[str, Path]) -> tuple[int, str, str]:
     """(size, SHA-256, git object id) of a file, in one read."""
-    p = Path(path)
+    return _hash_file(Path(path), git=True)  # type: ignore[return-value]
+
+
+def file_sha256(path: Union[str, Path]) -> str:
+    """A file's SHA-256, read in blocks (never the whole file in memory): the one content hash
+    of edgeapp (probe verdicts, embedding caches, installed compilers)."""
+    return _hash_file(Path(path), git=False)[1]
+
+
+def _hash_file(p: Path, git: bool) -> tuple[int, str, Optional[str]]:
     size = p.stat().st_size
-    sha256, git = hashlib.sha256(), hashlib.sha1()
-    git.update(b"blob %d\0" % size)
+    sha256 = hashlib.sha256()
+    blob = hashlib.sha1(b"blob %d\0" % size) if git else None
     n = 0
     with open(p, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
             sha256.update(chunk)
-            git.update(chunk)
+            if blob is not None:
+                blob.update(chunk)
             n += len(chunk)
-    if n != size:  # the file changed while we read it: the git id above is wrong
-        return digests(p)
-    return size, sha256.hexdigest(), git.hexdigest()
+    if blob is not None and n != size:  # the file changed while we read it: the git id is wrong
+        return _hash_file(p, git)
+    return n, sha256.hexdigest(), blob.hexdigest() if blob is not None else None
 
 
 def git_blob_sha1(data: bytes) -> str:

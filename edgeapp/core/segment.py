@@ -17,10 +17,17 @@ from edgeapp.core.boxes import Fit
 from edgeapp.core.classify import dequantize
 
 
-def is_segmentation_output(shape: Sequence[int]) -> bool:
-    """[1, H, W, C] class scores or a [1, H, W] class map, with H and W larger than 1."""
+def is_segmentation_output(shape: Sequence[int], input_size: Optional[Sequence[int]] = None) -> bool:
+    """[1, H, W, C] class scores or a [1, H, W] class map, with H and W larger than 1 and, when
+    the input's (width, height) is known, the input's aspect ratio (a map is the image, scaled):
+    a YOLO head's [1, 84, 8400] is no map."""
     s = tuple(shape)
-    return len(s) in (3, 4) and s[0] == 1 and s[1] > 1 and s[2] > 1
+    if not (len(s) in (3, 4) and s[0] == 1 and s[1] > 1 and s[2] > 1):
+        return False
+    if input_size is None:
+        return True
+    width, height = input_size
+    return abs(s[1] / s[2] - height / width) <= 0.1 * (height / width)
 
 
 def class_map(output: np.ndarray, scale: float = 0.0, zero_point: int = 0) -> np.ndarray:

@@ -461,14 +461,3 @@ def letterbox_tensor(pixels: np.ndarray, size: tuple[int, int], dtype, scale: fl
 
     boxed, fit = letterbox(pixels if pixels.ndim == 3 else pixels[:, :, None], size)
     return quantize_input(boxed, dtype, scale, zero_point, mean, std)[None], fit
-
-
-def prepare_yolo(source, spec, keep_image: bool = False):
-    """Load one image into a YOLO input: ((1, H, W, C) tensor, context with the Fit).
-    `spec` is a `tasks.model.InputSpec` (pixels / 255, whatever its mean and std say)."""
-    from edgeapp.core.preprocess import load_image
-
-    img = load_image(source, spec.channels)
-    tensor, fit = letterbox_tensor(np.asarray(img, dtype=np.uint8), (spec.width, spec.height),
-                                   spec.dtype, spec.scale, spec.zero_point)
-    return tensor, {"fit": fit, "image": img if keep_image else None}

@@ -1,7 +1,4 @@
-"""Where inference runs: one device, several Edge TPUs side by side, or a segment pipeline.
-
-Every runner takes (key, payload) items and hands back (key, Done) in input order; a payload of
-None (an input that failed before inference) passes through as (key, None) in its place.
+"""Several Edge TPUs side by side: data parallelism over devices (`DevicePool`).
 
 Data parallelism (`DevicePool`): one interpreter per TPU, each driven by its own thread, all
 taking work from one queue, so a faster TPU simply takes more. The TFLite runtime releases the
@@ -20,174 +17,11 @@ import collections
 import queue
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
+from typing import Callable, Optional
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError
 from edgeapp.execution.reconnect import Reconnect
-
-Notice = Callable[[str], None]
-
-
-@dataclass
-class Done:
-    """One result: what the work returned (raw outputs), the device that ran it, and how long
-    the device took (ms)."""
-
-    outputs: Any
-    device: str
-    latency_ms: float
-    model: Optional[str] = None  # the model file that ran, when not the runner's (a CPU twin)
-
-
-class _Raised:
-    """An exception travelling from a worker thread to the caller's thread."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-def _invoke(engine, payload):
-    return engine.run(payload)
-
-
-def _engine(member):
-    """Members are engines, or per-device objects holding one (camera tasks)."""
-    return member if hasattr(member, "interpreter") else member.engine
-
-
-def _name(member) -> str:
-    return _engine(member).name
-
-
-class Runner:
-    """The common face of the runners: `engine` describes the model's inputs and outputs.
-
-    Two ways to feed one: `imap(items)` for a stream (batches), or `submit` while `has_room`
-    and `next_done` for a loop that must stay in control between results (the camera).
-    """
-
-    engine: Any
-    label: str  # where it runs, for summaries: "cpu", "usb:0, usb:1", ...
-    model_path: str  # what records name as the model
-    meta_path: str  # where labels and normalization are looked up (the sidecar's model)
-    window: int = 1  # items in flight at most
-
-    def __init__(self) -> None:
-        self.counts: collections.Counter = collections.Counter()  # results per device
-        self.failures: list[tuple[str, str]] = []  # (device, reason), once per device
-
-    @property
-    def pending(self) -> int:
-        raise NotImplementedError
-
-    @property
-    def has_room(self) -> bool:
-        return self.pending < self.window
-
-    def submit(self, key, payload) -> None:
-        raise NotImplementedError
-
-    def next_done(self, timeout: Optional[float] = None) -> Optional[Tuple[Any, Done]]:
-        """The oldest submitted item's (key, Done), or None if it is not done within `timeout`."""
-        raise NotImplementedError
-
-    def imap(self, items: Iterable[Tuple[Any, Any]]) -> Iterator[Tuple[Any, Optional[Done]]]:
-        """(key, Done) per (key, payload), in order; a None payload comes back as (key, None)."""
-        order: collections.deque = collections.deque()  # keys; _SKIP marks a None payload
-        it = iter(items)
-        exhausted = False
-        while True:
-            while not exhausted and self.has_room and len(order) < 4 * self.window:
-                nxt = next(it, _END)
-                if nxt is _END:
-                    exhausted = True
-                    break
-                key, payload = nxt
-                if payload is None:
-                    order.append((_SKIP, key))
-                else:
-                    self.submit(key, payload)
-                    order.append((None, key))
-            if not order:
-                return
-            mark, key = order.popleft()
-            if mark is _SKIP:
-                yield key, None
-                continue
-            result = None
-            while result is None:
-                result = self.next_done(timeout=0.2)  # a timeout keeps Ctrl-C responsive
-            yield result
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> "Runner":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-_END, _SKIP = object(), object()
-
-
-class SingleRunner(Runner):
-    """One engine in the caller's thread (today's path). With a fallback (`auto`), an Edge TPU
-    that fails hands the rest of the run, the failed item first, to the CPU twin."""
-
-    def __init__(self, member, *, work: Callable = _invoke, fallback: Optional[Callable] = None,
-                 on_notice: Optional[Notice] = None, meta_path: Optional[str] = None,
-                 reconnect: Optional[Reconnect] = None) -> None:
-        super().__init__()
-        self.member, self._work, self._fallback, self._say = member, work, fallback, on_notice
-        self._reconnect = reconnect
-        self.engine = engine = _engine(member)
-        self.label = engine.name
-        self.model_path = engine.model_path
-        self.meta_path = meta_path or engine.requested_model
-        self._queued: collections.deque = collections.deque()
-
-    def run(self, payload) -> Done:
-        while True:
-            t0 = time.perf_counter()
-            try:
-                out = self._work(self.member, payload)
-            except DeviceFailed as e:
-                back = self._reconnect.wait(self.engine.name, e, self.member) if self._reconnect else None
-                if back is not None:
-                    self.member, self.engine = back, _engine(back)
-                    continue
-                if self._fallback is None:
-                    raise
-                self.failures.append((e.device, str(e)))
-                self.member, self._fallback = self._fallback(), None
-                self.engine = _engine(self.member)
-                self.label = f"{self.label}, then {self.engine.name}"
-                if self._say:
-                    self._say(f"{e}; no Edge TPU left: {self.engine.notice or 'running on CPU'} "
-                              "for the rest")
-                continue
-            done = Done(out, self.engine.name, (time.perf_counter() - t0) * 1000.0,
-                        self.engine.model_path)
-            self.counts[done.device] += 1
-            if self._reconnect is not None:
-                self._reconnect.succeeded(done.device)
-            return done
-
-    @property
-    def pending(self) -> int:
-        return len(self._queued)
-
-    def submit(self, key, payload) -> None:
-        self._queued.append((key, payload))
-
-    def next_done(self, timeout=None):
-        if not self._queued:
-            return None
-        key, payload = self._queued.popleft()
-        return key, self.run(payload)
+from edgeapp.execution.runner import Done, Notice, Raised, Runner, engine_of, invoke, member_name
 
 
 class _Jobs:
@@ -219,7 +53,7 @@ class _Jobs:
 class DevicePool(Runner):
     """Data-parallel inference over several engines (one thread each), results in input order."""
 
-    def __init__(self, members: list, *, work: Callable = _invoke, fallback: Optional[Callable] = None,
+    def __init__(self, members: list, *, work: Callable = invoke, fallback: Optional[Callable] = None,
                  on_notice: Optional[Notice] = None, depth: int = 2,
                  meta_path: Optional[str] = None, label: Optional[str] = None,
                  reconnect: Optional[Reconnect] = None) -> None:
@@ -227,10 +61,10 @@ class DevicePool(Runner):
         self._reconnect = reconnect
         if not members:
             raise ValueError("DevicePool needs at least one member")
-        self.engine = _engine(members[0])
+        self.engine = engine_of(members[0])
         self.model_path = self.engine.model_path
         self.meta_path = meta_path or self.engine.requested_model
-        self.label = label or ", ".join(_name(m) for m in members)
+        self.label = label or ", ".join(member_name(m) for m in members)
         self._work, self._fallback, self._say = work, fallback, on_notice
         self._jobs = _Jobs()
         self._results: queue.Queue = queue.Queue()
@@ -248,12 +82,12 @@ class DevicePool(Runner):
         with self._lock:
             self._alive += 1
         t = threading.Thread(target=self._worker, args=(member,), daemon=True,
-                             name=f"edgeapp-{_name(member)}")
+                             name=f"edgeapp-{member_name(member)}")
         self._threads.append(t)
         t.start()
 
     def _worker(self, member) -> None:
-        name, model = _name(member), _engine(member).model_path
+        name, model = member_name(member), engine_of(member).model_path
         while True:
             job = self._jobs.get()
             if job is None:
@@ -271,7 +105,7 @@ class DevicePool(Runner):
                 self._lost(name, e)
                 return
             except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-                self._results.put((seq, _Raised(e)))
+                self._results.put((seq, Raised(e)))
                 continue
             if self._reconnect is not None:
                 self._reconnect.succeeded(name)
@@ -291,16 +125,16 @@ class DevicePool(Runner):
             try:
                 member = fallback()
             except EdgeappError as e:
-                self._results.put((None, _Raised(DeviceUnavailable(
+                self._results.put((None, Raised(DeviceUnavailable(
                     f"every Edge TPU failed ({self._reasons()}) and the CPU twin cannot run: {e}"))))
                 return
-            engine = _engine(member)
+            engine = engine_of(member)
             self._notice(f"{error}; no Edge TPU left: {engine.notice or 'running on CPU'} for the rest")
             self.label += f", then {engine.name}"
             self._start(member)
             return
         self._notice(str(error))
-        self._results.put((None, _Raised(DeviceUnavailable(
+        self._results.put((None, Raised(DeviceUnavailable(
             f"every Edge TPU failed ({', '.join(name for name, _ in self.failures)}); the run stopped "
             "after the last result in input order (add auto to the device list to let the CPU "
             "twin finish)"))))
@@ -334,7 +168,7 @@ class DevicePool(Runner):
                 seq, result = self._results.get(timeout=min(wait, 0.2))
             except queue.Empty:
                 continue
-            if isinstance(result, _Raised):
+            if isinstance(result, Raised):
                 raise result.error
             self._ready[seq] = result
         self._order.popleft()

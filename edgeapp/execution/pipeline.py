@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InvalidModel, UsageError
-from edgeapp.execution.parallel import Done, Notice, Runner, SingleRunner, _invoke
+from edgeapp.execution.runner import Done, Notice, Runner, SingleRunner, invoke
 
 _END = object()
 _POLL_S = 0.1  # how often blocked threads look at the stop flag
@@ -210,7 +210,7 @@ class SegmentPipeline(Runner):
 
 def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str] = None,
                   threads: Optional[int] = None, probe: bool = True,
-                  on_notice: Optional[Notice] = None, work: Callable = _invoke,
+                  on_notice: Optional[Notice] = None, work: Callable = invoke,
                   wrap: Callable = lambda engine: engine, cpu_kernels: str = "fast",
                   tpu_options: Optional[dict] = None) -> Runner:
     """Check the chain, then open segment i on the i-th TPU of `choice` (a list, `all`, or
@@ -239,7 +239,7 @@ def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str]
         engine.notice = f"running {twin_path.name} (the whole model) on CPU"
         return engine
 
-    if work is not _invoke:
+    if work is not invoke:
         raise UsageError("segment pipelines run in classify, detect and bench, not here: pass the "
                          f"whole model ({twin_path.name}) instead")
     single = choice.single

@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from edgeapp.errors import DeviceUnavailable
-from edgeapp.execution.parallel import DevicePool, Notice, Runner, SingleRunner, _engine, _invoke
+from edgeapp.execution.parallel import DevicePool
 from edgeapp.execution.pipeline import open_pipeline
 from edgeapp.execution.reconnect import Reconnect
+from edgeapp.execution.runner import Notice, Runner, SingleRunner, engine_of, invoke
 
 
 def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[str | Path] = None,
                 runtime: Optional[str] = None, threads: Optional[int] = None, probe: bool = True,
-                on_notice: Optional[Notice] = None, work: Callable = _invoke,
+                on_notice: Optional[Notice] = None, work: Callable = invoke,
                 wrap: Callable = lambda engine: engine, depth: int = 2,
                 cpu_replicas: int = 1, cpu_kernels: str = "fast", performance: Optional[str] = None,
                 usb_queue: Optional[int] = None, reconnect: float = 0.0) -> Runner:
@@ -77,14 +78,14 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
                         cpu_kernels=cpu_kernels, **tpu_options)
     if not engines:  # `auto` in the list and no TPU usable: the CPU twin, said once
         member = twin()
-        say(f"no Edge TPU usable: {_engine(member).notice or 'running on CPU'}")
+        say(f"no Edge TPU usable: {engine_of(member).notice or 'running on CPU'}")
         return SingleRunner(member, work=work, on_notice=on_notice, meta_path=str(model))
     return DevicePool([wrap(e) for e in engines], work=work, fallback=twin if choice.fallback else None,
                       on_notice=on_notice, meta_path=str(model), depth=depth, reconnect=waiter)
 
 
 def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kernels: str = "fast",
-               work: Callable = _invoke,
+               work: Callable = invoke,
                wrap: Callable = lambda e: e, on_notice: Optional[Notice] = None,
                meta_path: Optional[str] = None, depth: int = 2) -> Runner:
     """`replicas` one-thread interpreters of the CPU engine's model, fed from one queue.

@@ -1,4 +1,7 @@
-"""Use cases: classify/detect batches, camera, bench, convert, check, compile, doctor.
+"""Use cases, one module each: task batches, the camera run, open_task, the cluster, bench,
+convert, check, compile, doctor, models, retrain.
 
-They combine pure core/ functions with the hardware boundary in hw/, and know nothing of the CLI.
+A flow combines the tasks (tasks/), how inferences run (execution/), where results go (sinks/),
+the hardware and external tools (hw/) and pure maths (core/); it knows nothing of the CLI or
+the API, which both call it, and raises typed errors (errors.py) for them to word.
 """

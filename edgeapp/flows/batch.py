@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from edgeapp.errors import InputError
-from edgeapp.execution.parallel import Runner, SingleRunner
 from edgeapp.execution.prefetch import prefetch
+from edgeapp.execution.runner import Runner, SingleRunner
 from edgeapp.hw.runtime import Engine
 from edgeapp.sinks.records import RecordWriter
 from edgeapp.tasks.base import BoundTask, Prepared, Result

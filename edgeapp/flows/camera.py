@@ -1,349 +1,274 @@
-"""Live and video inference: the loop that takes frames from `capture.FrameGrabber`, runs the
-model on the newest one, draws, records, and keeps the statistics for the summary.
-
-The frame policy (newest frame for live sources, every frame for files) and reconnecting are
-the capture side's: see capture.py. OpenCV is imported only inside functions.
+"""A whole camera run, for the CLI's `camera` and the API's `Model.camera`: the model opened for
+its task on its devices, the source, the sinks (per-frame records, a window, a recording, the
+live view, MQTT, the Edge TPU's health), the frame loop (flows/camera_loop.py), and the outcome:
+statistics, warnings and the error that decides the exit code.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from pathlib import Path
+from typing import Any, Callable, List, Optional
 
-import numpy as np
-from typing_extensions import Protocol
+from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
+from edgeapp.flows.camera_loop import CameraStats, run_camera
+from edgeapp.flows.open_task import Placement
 
-from edgeapp.core.stats import p50_p99
-from edgeapp.errors import UsageError, is_interrupt
-from edgeapp.hw.capture import FrameGrabber, FrameSource, ReconnectPolicy, cv2_module
-from edgeapp.tasks.base import BoundTask, Result, TaskKind, annotate_frame
-
-
-class FrameTask(Protocol):
-    """Turns one BGR frame into results; the loop needs no more (tests pass slow ones)."""
-
-    device: str
-
-    def __call__(self, frame: np.ndarray) -> tuple[Any, float]:
-        """(Result, or the record's task fields; inference milliseconds)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Display and recording
-
-
-def has_display() -> bool:
-    """False on Linux/BSD without an X11 or Wayland display (SSH, services, CI)."""
-    if sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
-        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-    return True
-
-
-class Display:
-    """An OpenCV window; `show` returns False when the user pressed q or Esc or closed it."""
-
-    def __init__(self, title: str = "edgeapp") -> None:
-        self.title = title
-        cv2 = cv2_module()
-        try:
-            cv2.namedWindow(title, cv2.WINDOW_AUTOSIZE)
-        except cv2.error as e:
-            raise UsageError(f"cannot open a window ({str(e).strip().splitlines()[-1]}); "
-                             "use --no-display") from None
-
-    def show(self, img: np.ndarray) -> bool:
-        cv2 = cv2_module()
-        cv2.imshow(self.title, img)
-        key = cv2.waitKey(1) & 0xFF
-        if key in (ord("q"), 27):
-            return False
-        try:
-            return cv2.getWindowProperty(self.title, cv2.WND_PROP_VISIBLE) >= 1
-        except cv2.error:
-            return False
-
-    def close(self) -> None:
-        cv2 = cv2_module()
-        try:
-            cv2.destroyWindow(self.title)
-            cv2.waitKey(1)
-        except cv2.error:
-            pass
-
-
-class Recorder:
-    """Writes annotated frames to a video (mp4v for .mp4/.mov, MJPG for .avi), opened on the
-    first frame so its size is the frames' size."""
-
-    def __init__(self, path: str, fps: Optional[float] = None) -> None:
-        self.path, self.fps = path, fps  # None: the source's frame rate (set by run_camera), else 30
-        self._writer = None
-        self.frames = 0
-
-    def write(self, img: np.ndarray) -> None:
-        cv2 = cv2_module()
-        if self._writer is None:
-            fourcc = "MJPG" if self.path.lower().endswith(".avi") else "mp4v"
-            h, w = img.shape[:2]
-            fps = self.fps if self.fps and self.fps > 0 else 30.0
-            self._writer = cv2.VideoWriter(self.path, cv2.VideoWriter_fourcc(*fourcc), fps, (w, h))
-            if not self._writer.isOpened():
-                self._writer = None
-                raise UsageError(f"--record {self.path}: OpenCV cannot write this video "
-                                 "(use .mp4 or .avi, in a writable folder)")
-        self._writer.write(img)
-        self.frames += 1
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.release()
-            self._writer = None
-
-
-# ---------------------------------------------------------------------------------------------
-# The loop
-
-
-class _Inline:
-    """One task in the loop's own thread, behind the runners' submit/next_done face."""
-
-    window = 1
-
-    def __init__(self, task: Any) -> None:
-        self.task = task
-        self.label = getattr(task, "device", None) or task.engine.name
-        self._queued: list = []
-
-    @property
-    def pending(self) -> int:
-        return len(self._queued)
-
-    @property
-    def has_room(self) -> bool:
-        return not self._queued
-
-    def submit(self, key, image: np.ndarray) -> None:
-        self._queued.append((key, image))
-
-    def next_done(self, timeout: Optional[float] = None):
-        from edgeapp.execution.parallel import Done
-
-        key, image = self._queued.pop(0)
-        run = self.task.run_frame if isinstance(self.task, BoundTask) else self.task
-        result, latency = run(image)
-        return key, Done((result, latency), self.label, latency)
+MQTT_SETTLE = 10.0  # seconds a file's run waits for the broker's first answer before its frames
+Notice = Callable[[str], None]
 
 
 @dataclass
-class CameraStats:
-    source: str
-    device: str
-    policy: str  # "newest" (drop stale frames) or "every" (every frame)
-    captured: int = 0
-    processed: int = 0
-    dropped: int = 0
-    reconnects: int = 0
-    reconnect_attempts: int = 0
-    max_pending: int = 0
-    seconds: float = 0.0
-    stop: str = ""  # end of stream, source lost, max frames, duration, interrupted, ...
-    reopen_error: Optional[str] = None  # why reopening a lost source last failed
-    live: bool = True
-    inference_ms: list[float] = field(default_factory=list)
-    frame_ms: list[float] = field(default_factory=list)  # taken from the queue -> done
-    end_to_end_ms: list[float] = field(default_factory=list)  # captured -> done
+class LiveViewSettings:
+    """--serve: the address as users write it (PORT, HOST or HOST:PORT), viewers' frame rate,
+    the token (or the file holding it); `show_token`: print the URL with its token (only to a
+    terminal: a log or the journal must not get it)."""
+
+    serve: str
+    fps: float = 10.0
+    token: Optional[str] = None
+    token_file: Optional[Path] = None
+    show_token: bool = False
+
+
+@dataclass
+class MqttSettings:
+    """--mqtt: mqtt://[user:pass@]host[:port]/prefix, frames or events, and their knobs."""
+
+    url: str
+    mode: str = "frames"
+    debounce: float = 1.0
+    queue: int = 100
+    discovery: bool = True
+
+
+@dataclass
+class CameraRequest:
+    """What one camera run is asked to do (plain values: the CLI and the API fill it alike)."""
+
+    model: Any
+    task: Optional[str] = None  # None: the model's own
+    place: Placement = field(default_factory=Placement)
+    options: dict = field(default_factory=dict)  # the task's options (None: its default)
+    labels_file: Any = None
+    mean: Optional[float] = None
+    std: Optional[float] = None
+    source: str = "0"
+    width: Optional[int] = None
+    height: Optional[int] = None
+    display: Optional[bool] = False  # None: when there is a display
+    record: Optional[Path] = None
+    max_frames: Optional[int] = None
+    duration: Optional[float] = None
+    drop_frames: Optional[bool] = None  # None: on for cameras and streams, off for files
+    reconnect: float = 10.0
+    records_format: Any = None  # sinks.records.Format; None: JSON lines
+    records_output: Optional[Path] = None
+    records_stdout: Optional[bool] = False  # None: when nothing else shows the results
+    live_view: Optional[LiveViewSettings] = None
+    mqtt: Optional[MqttSettings] = None
+    on_record: Optional[Callable[[dict], None]] = None  # every frame's record, as it is made
+    resolve: Optional[Callable] = None  # a Coral model's name -> (path, notice) (open_task's)
+
+
+@dataclass
+class CameraOutcome:
+    """How a run ended: its statistics, what the outputs say, and the error (None: success)."""
+
+    stats: CameraStats
+    model: str
+    task: str
+    outputs: dict  # "live_view" and "mqtt" summaries, when they ran
+    warnings: List[str]
+    error: Optional[EdgeappError] = None
 
     @property
-    def fps(self) -> float:
-        return self.processed / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def lost(self) -> bool:
-        return self.stop == "source lost"
+    def interrupted(self) -> bool:
+        return self.stats.stop == "interrupted"
 
     def summary(self) -> dict:
-        return {"source": self.source, "device": self.device, "policy": self.policy,
-                "frames_captured": self.captured, "frames_processed": self.processed,
-                "frames_dropped": self.dropped, "seconds": round(self.seconds, 3),
-                "fps": round(self.fps, 2), "inference_ms": p50_p99(self.inference_ms),
-                "frame_ms": p50_p99(self.frame_ms),
-                "end_to_end_ms": p50_p99(self.end_to_end_ms),
-                "reconnects": self.reconnects, "reconnect_attempts": self.reconnect_attempts,
-                "stop": self.stop}
-
-    def summary_line(self) -> str:
-        inf, frm = p50_p99(self.inference_ms), p50_p99(self.frame_ms)
-
-        def ms(p: dict) -> str:
-            return "n/a" if p["p50"] is None else f"p50 {p['p50']:.2f} / p99 {p['p99']:.2f} ms"
-
-        text = (f"{self.source}: {self.captured} frame(s) captured, {self.processed} processed, "
-                f"{self.dropped} dropped in {self.seconds:.2f} s ({self.fps:.1f} FPS) on "
-                f"{self.device}; inference {ms(inf)}; whole frame {ms(frm)}; stop: {self.stop}")
-        if self.reconnect_attempts:
-            text += f"; {self.reconnects} reconnect(s) in {self.reconnect_attempts} attempt(s)"
-        return text
+        return {**self.stats.summary(), "model": self.model, "task": self.task, **self.outputs}
 
 
-class FrameOutput(Protocol):
-    """Gets every processed frame after the loop is done with it (live view, MQTT): it may keep
-    the image, must not change `record`, and must return at once (hand work to its own thread).
-    `annotated`: the overlay is already drawn on `image`. `stats` is updated as frames go.
-    `extras`: what the task's result holds besides the record (a segmentation's class map)."""
+class CameraRun:
+    """One run. Made first (the network settings and paho are checked before a model is
+    opened), then `run()` once; it closes everything it opened, whatever happens."""
 
-    def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool, fps: Optional[float],
-                 stats: "CameraStats", extras: dict) -> None:
-        ...
+    def __init__(self, request: CameraRequest, on_notice: Optional[Notice] = None,
+                 stop: Optional[threading.Event] = None) -> None:
+        self.request, self.say = request, on_notice or (lambda _text: None)
+        self.stop = stop or threading.Event()
+        self.address = self.target = self.token = None
+        self.cap = self.opened = self.live = self.publisher = self.writer = self.health = None
+        self.output_error: List[EdgeappError] = []
+        self._network()
 
+    def _network(self) -> None:
+        view, mqtt = self.request.live_view, self.request.mqtt
+        if view is not None:
+            from edgeapp.sinks.live_http import resolve_token
+            from edgeapp.sinks.live_view import check_exposure, parse_serve
 
-@dataclass
-class Sinks:
-    """Where a camera run's frames go besides the statistics."""
+            self.address = parse_serve(view.serve)
+            self.token, declined = resolve_token(view.token, view.token_file)
+            check_exposure(self.address, self.token, declined)
+        if mqtt is not None:
+            from edgeapp.sinks.mqtt import paho_module, parse_mqtt_url
 
-    on_record: Optional[Callable[[dict], None]] = None  # the per-frame records (results file)
-    display: Optional[Display] = None
-    recorder: Optional[Recorder] = None
-    outputs: Sequence[FrameOutput] = ()  # live view, MQTT
-    overlay: bool = True  # draw the results on the frames shown and recorded
+            self.target = parse_mqtt_url(mqtt.url)
+            paho_module()  # missing: exit 7 with the install line, before opening anything
 
+    def run(self) -> CameraOutcome:
+        from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
+        from edgeapp.sinks.display import Display, has_display
+        from edgeapp.sinks.recorder import Recorder
 
-def run_camera(source: FrameSource, task: Any, *, drop: Optional[bool] = None,
-               max_frames: Optional[int] = None, duration: Optional[float] = None,
-               reconnect: ReconnectPolicy = ReconnectPolicy(), queue_size: int = 4,
-               on_record: Optional[Callable[[dict], None]] = None, display: Optional[Display] = None,
-               recorder: Optional[Recorder] = None, overlay: bool = True,
-               stop_event: Optional[threading.Event] = None,
-               on_notice: Optional[Callable[[str], None]] = None,
-               outputs: Sequence[FrameOutput] = (), runner=None,
-               kind: Optional[TaskKind] = None) -> CameraStats:
-    """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
-
-    `task`: a BoundTask (or any FrameTask). `drop` None: newest-frame for live sources, every
-    frame for files (see the module doc). Each processed frame gives one record to `on_record`:
-    frame index, timestamp, the task's fields, inference latency and the whole frame's time.
-    Ctrl-C stops cleanly (stop "interrupted"). Raises only if the source cannot be opened at
-    all. `outputs` (live view, MQTT) get each processed frame and its record after display and
-    recording. `runner` (execution/parallel.py, opened with frames=True) runs the frames on
-    several Edge TPUs at once, one frame each, results still in frame order; without it `task`
-    runs in this thread. `kind` draws the overlay (default: the task's).
-    """
-    loop = _Loop(source, runner if runner is not None else _Inline(task),
-                 kind or getattr(task, "kind", None),
-                 Sinks(on_record, display, recorder, outputs, overlay))
-    return loop.run(drop, max_frames, duration, reconnect, queue_size, stop_event, on_notice)
-
-
-class _Loop:
-    """One camera run: frames in, results out to the sinks, statistics kept."""
-
-    def __init__(self, source: FrameSource, run: Any, kind: Optional[TaskKind], sinks: Sinks) -> None:
-        self.source, self.run_on, self.kind, self.sinks = source, run, kind, sinks
-        self.draw = sinks.overlay and (sinks.display is not None or sinks.recorder is not None)
-        self.fps_ema: Optional[float] = None
-        self.last_done: Optional[float] = None
-        self.grabber: Any = None
-        self.stats: Any = None
-
-    def run(self, drop, max_frames, duration, reconnect, queue_size, stop_event,
-            on_notice) -> CameraStats:
-        source, run, recorder = self.source, self.run_on, self.sinks.recorder
-        source.open()
-        drop = source.live if drop is None else drop
-        if recorder is not None and recorder.fps is None and source.fps:
-            recorder.fps = source.fps
-        stats = self.stats = CameraStats(source=source.name, device=run.label, live=source.live,
-                                         policy="newest" if drop else "every")
-        grabber = self.grabber = FrameGrabber(source, drop, reconnect, queue_size,
-                                              pace=drop and not source.live, on_notice=on_notice)
-        start = time.perf_counter()
-        grabber.start()
+        r = self.request
         try:
-            stats.stop = self._frames(start, max_frames, duration, stop_event)
-        except KeyboardInterrupt:
-            stats.stop = "interrupted"
-        except Exception as e:  # noqa: BLE001 - what Ctrl-C broke on its way out is Ctrl-C
-            if not is_interrupt(e):
-                raise
-            stats.stop = "interrupted"
+            cap = self.cap = OpenCVSource(r.source, r.width, r.height)
+            cap.check()  # a missing file fails before the model is loaded
+            recorder = Recorder(str(r.record)) if r.record is not None else None
+            self.opened = opened = self._open()
+            kind = opened.task.kind
+            show = has_display() if r.display is None else r.display
+            if (r.width or r.height) and not cap.live:
+                self.say("--width/--height ask a camera for a capture size; a file's frames keep "
+                         "their size")
+            window = Display(f"edgeapp {Path(opened.engine.model_path).name}") if show else None
+            self._records(show, kind)
+            outputs = self._outputs(kind, cap.name)
+            if self.publisher is not None and not cap.live:  # a file: every record to the broker
+                self.publisher.wait_settled(MQTT_SETTLE)
+            stats = run_camera(cap, opened.task, drop=r.drop_frames, max_frames=r.max_frames,
+                               duration=r.duration, reconnect=ReconnectPolicy(timeout=r.reconnect),
+                               on_record=self._on_record, display=window, recorder=recorder,
+                               stop_event=self.stop, on_notice=self.say, runner=opened.runner,
+                               outputs=outputs)
         finally:
-            stats.seconds = time.perf_counter() - start
-            self._close()
-        stats.device = run.label  # "..., then cpu" when a TPU was lost
-        if grabber.error is not None and stats.stop == "capture error":
-            stats.stop = f"capture error: {type(grabber.error).__name__}: {grabber.error}"
-        return stats
+            self.close()
+        return self._outcome(stats)
 
-    def _frames(self, start: float, max_frames, duration, stop_event) -> str:
-        """Feed the devices and hand results on until something stops the run; why it stopped."""
-        stats, grabber, run = self.stats, self.grabber, self.run_on
-        while True:
-            if stop_event is not None and stop_event.is_set():
-                return "stopped"
-            if max_frames is not None and stats.processed >= max_frames:
-                return "max frames"
-            if duration is not None and time.perf_counter() - start >= duration:
-                return "duration"
-            # every device gets a frame (the newest ones, under the drop policy)
-            while run.has_room and (max_frames is None or stats.processed + run.pending < max_frames):
-                frame = grabber.get(timeout=0.0 if run.pending else 0.05)
-                if frame is None:
-                    break
-                run.submit((frame, time.perf_counter()), frame.image)
-            if not run.pending:
-                if grabber.done:
-                    return grabber.end_reason or "end of stream"
-                continue
-            done = run.next_done(timeout=0.05)
-            if done is not None and not self._deliver(*done):
-                return "window closed"
+    def _open(self) -> Any:
+        from edgeapp.flows.open_task import open_task
 
-    def _deliver(self, key: tuple, ran: Any) -> bool:
-        """One result to the sinks; False when the window was closed."""
-        (frame, t0), (result, latency) = key, ran.outputs
-        if not isinstance(result, Result):  # a plain FrameTask's fields
-            result = Result(result)
-        sinks, stats = self.sinks, self.stats
-        if self.draw:
-            annotate_frame(self.kind, frame.image, result, latency, self.fps_ema, ran.device)
-        if sinks.recorder is not None:
-            sinks.recorder.write(frame.image)
-        keep_going = sinks.display.show(frame.image) if sinks.display is not None else True
-        done = time.perf_counter()
-        frame_ms = (done - t0) * 1000.0
-        stats.processed += 1
-        stats.inference_ms.append(latency)
-        stats.frame_ms.append(frame_ms)
-        stats.end_to_end_ms.append((done - frame.captured_at) * 1000.0)
-        if self.last_done is not None and done > self.last_done:
-            inst = 1.0 / (done - self.last_done)
-            self.fps_ema = inst if self.fps_ema is None else 0.9 * self.fps_ema + 0.1 * inst
-        self.last_done = done
-        if sinks.on_record is not None or sinks.outputs:
-            record = {"frame": frame.index, "timestamp": round(frame.timestamp, 3),
-                      "source_ms": frame.source_ms, "device": ran.device, **result.fields,
-                      "latency_ms": round(latency, 3), "frame_ms": round(frame_ms, 3)}
-            if sinks.on_record is not None:
-                sinks.on_record(record)
-            if sinks.outputs:
-                stats.captured, stats.dropped = self.grabber.captured, self.grabber.dropped
-                for out in sinks.outputs:
-                    out.on_frame(frame.image, record, annotated=self.draw, fps=self.fps_ema,
-                                 stats=stats, extras=result.extras)
-        return keep_going
+        r = self.request
+        opened = open_task(r.model, r.task, r.place, options=r.options, labels_file=r.labels_file,
+                           mean=r.mean, std=r.std, on_notice=self.say, resolve=r.resolve,
+                           frames=True, strict_options=False)
+        for note in opened.task.kind.warnings(opened.model, r.labels_file):
+            self.say(f"warning: {note}")
+        return opened
 
-    def _close(self) -> None:
-        stats, grabber, sinks = self.stats, self.grabber, self.sinks
-        if grabber.stop():
-            self.source.close()
-        if sinks.recorder is not None:
-            sinks.recorder.close()
-        if sinks.display is not None:
-            sinks.display.close()
-        stats.captured, stats.dropped = grabber.captured, grabber.dropped
-        stats.reconnects, stats.reconnect_attempts = grabber.reconnects, grabber.reconnect_attempts
-        stats.max_pending = grabber.max_pending
-        stats.reopen_error = grabber.last_error
+    def _records(self, show: bool, kind: Any) -> None:
+        from edgeapp.sinks.records import Format, Layout
+
+        r = self.request
+        to_stdout = r.records_stdout
+        if to_stdout is None:  # the CLI's rule: records unless a window or a sink shows them
+            networked = self.address is not None or self.target is not None
+            to_stdout = not show and not (networked and r.records_format is None)
+        if r.records_output is not None or to_stdout:
+            self.writer = Layout(kind, frames=True).writer(r.records_format or Format.jsonl,
+                                                           r.records_output)
+
+    def _on_record(self, record: dict) -> None:
+        """A results file that cannot be written (a full disk) stops the run, with its summary."""
+        if self.request.on_record is not None:
+            self.request.on_record(record)
+        if self.writer is None or self.output_error:
+            return
+        try:
+            self.writer.write(record)
+        except EdgeappError as e:
+            self.output_error.append(e)
+            self.stop.set()
+
+    def _outputs(self, kind: Any, source: str) -> list:
+        if self.address is not None or self.target is not None:  # the Edge TPU's heat and clock
+            from edgeapp.flows.tpu_health import TpuHealth
+
+            self.health = TpuHealth(self.request.place.performance).start()
+        if self.address is not None:  # first: a port in use fails before anything connects
+            self._live_view(kind, source)
+        if self.target is not None:
+            self._mqtt(kind)
+        return [o for o in (self.live, self.publisher, self.health) if o is not None]
+
+    def _live_view(self, kind: Any, source: str) -> None:
+        from edgeapp.sinks.live_view import LiveView, announcement
+
+        engine, view = self.opened.engine, self.request.live_view
+        note = engine.notice or ("the Edge TPU" if engine.device == "edgetpu" else "--device cpu")
+        self.live = LiveView(self.address, fps=view.fps, kind=kind, token=self.token,
+                             extra=lambda: {**({"mqtt": self.publisher.summary()}
+                                               if self.publisher is not None else {}),
+                                            **self.health.stats()},
+                             info={"model": Path(engine.model_path).name, "task": kind.name,
+                                   "device": engine.device, "device_note": note,
+                                   "source": source}).start()
+        for line in announcement(self.live, self.address, self.token, view.show_token):
+            self.say(line)
+
+    def _mqtt(self, kind: Any) -> None:
+        from edgeapp.core.version import VERSION
+        from edgeapp.sinks.ha_discovery import discovery_messages
+        from edgeapp.sinks.mqtt import MqttOut
+
+        settings, engine = self.request.mqtt, self.opened.engine
+        announce = discovery_messages(kind, self.opened.model.labels, self.target.prefix,
+                                      settings.mode, remove=not settings.discovery,
+                                      model=Path(engine.model_path).name, version=VERSION)
+        self.publisher = MqttOut(self.target, kind=kind, mode=settings.mode,
+                                 debounce=settings.debounce, announce=announce,
+                                 queue_size=settings.queue, on_notice=self.say).start()
+        self.health.publish_to(self.publisher)
+
+    def close(self) -> None:
+        for part in (self.opened, self.live, self.publisher, self.writer, self.health):
+            if part is not None:
+                part.close()
+
+    def _outcome(self, stats: CameraStats) -> CameraOutcome:
+        outputs: dict = {}
+        if self.live is not None:
+            outputs["live_view"] = self.live.summary()
+        if self.publisher is not None:
+            outputs["mqtt"] = self.publisher.summary()
+        warnings = self._warnings(stats, outputs.get("mqtt"))
+        return CameraOutcome(stats, self.opened.engine.model_path, self.opened.task.name, outputs,
+                             warnings, self._error(stats, outputs.get("mqtt")))
+
+    def _warnings(self, stats: CameraStats, mqtt: Optional[dict]) -> List[str]:
+        cap, out = self.cap, []
+        missing = getattr(cap, "missing_frames", 0)
+        if missing and stats.stop == "end of stream" and stats.captured:
+            out.append(f"{cap.name} ended after {cap.position} frame(s), {missing} short of the "
+                       f"{cap.declared_frames} its container declares (truncated?)")
+        if mqtt is not None and not mqtt["ever_connected"]:
+            why = f" ({mqtt['last_error']})" if mqtt.get("last_error") else ""
+            out.append(f"mqtt: the broker at {mqtt['url']} never answered{why}: nothing was published")
+        return out
+
+    def _error(self, stats: CameraStats, mqtt: Optional[dict]) -> Optional[EdgeappError]:
+        """What makes this run a failure, if anything (the CLI's exit code)."""
+        cap, r = self.cap, self.request
+        if self.output_error:
+            stats.stop = "output error"
+            return self.output_error[0]
+        if stats.stop == "interrupted":
+            return None
+        if stats.stop.startswith("capture error"):
+            return EdgeappError(stats.stop)
+        if stats.captured == 0 and stats.stop == "end of stream":  # opened, but not one frame
+            return DeviceUnavailable(f"--source {cap.name}: no frame could be read (an empty or "
+                                     "truncated video?)")
+        if stats.lost:
+            why = f" (last: {stats.reopen_error})" if stats.reopen_error else ""
+            return DeviceUnavailable(f"{cap.name}: camera/stream lost; no frames after "
+                                     f"{stats.reconnect_attempts} reconnect attempt(s) in "
+                                     f"{r.reconnect:g} s{why}")
+        if mqtt is not None and mqtt["dropped"] and not cap.live:  # a file: every result counts
+            return InputError(f"mqtt: {mqtt['dropped']} of {mqtt['dropped'] + mqtt['published']} "
+                              f"message(s) for {cap.name} were not delivered to {mqtt['url']}")
+        return None

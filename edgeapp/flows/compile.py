@@ -11,11 +11,12 @@ from edgeapp.hw.compiler import CompileReport, compile_model, find_compiler
 
 
 def compile_file(model: Union[str, Path], *, out_dir=None, segments: Optional[int] = None,
-                 min_runtime: Optional[int] = None, timeout: float = 180.0,
+                 min_runtime: Optional[int] = None, timeout: Optional[float] = None,
                  search_delegate: bool = False, search_step: Optional[int] = None,
                  compiler: Optional[str] = None,
                  log: Optional[Callable[[str], None]] = None) -> CompileReport:
-    """A compiled model is refused up front: the compiler's own message for it is cryptic."""
+    """A compiled model is refused up front: the compiler's own message for it is cryptic.
+    `timeout` None: the compiler's default, scaled when it runs emulated."""
     m = load_model(model)
     if m.is_edgetpu_compiled:
         raise UsageError(f"{model} is already compiled for the Edge TPU (edgetpu-custom-op): "

@@ -60,7 +60,9 @@ def run_checks(root: str | Path = "/", env: Optional[Mapping[str, str]] = None,
                              {c.name[len("runtime "):]: c for c in runtimes})
     checks.append(probe_cache_check(env))
     checks += device_checks(root, env)
-    checks.append(compiler_check(env, machine))
+    apt = apt_sources_check(root)
+    checks += [apt] if apt else []
+    checks.append(compiler_check(env, machine, root))
     return checks
 
 
@@ -155,18 +157,46 @@ def opencv_check(module: str = "cv2") -> Check:
     return Check("opencv", FAIL, f"installed but does not import: {last}", fix)
 
 
+# PyPI packages whose import name is `pycoral` and that are not Google's library (edgeapp needs
+# none of them): `pycoral` 0.2.0 is a CLI for the Allen Coral Atlas (reef maps), `pycoral-pi5`
+# ships only an aarch64 _pywrap_coral.so exporting one function, its __init__ importing from the
+# wrong folder (issue seen on PyPI's files).
+IMPOSTORS = {"pycoral": "PyPI's `pycoral` (a CLI for the Allen Coral Atlas reef maps, not Google's "
+                        "Edge TPU library)",
+             "pycoral-pi5": "PyPI's `pycoral-pi5` (one prebuilt _pywrap_coral.so whose package does "
+                            "not import)"}
+
+
 def pycoral_check() -> Check:
-    """Google's pycoral has pycoral/utils/edgetpu.py; PyPI's `pycoral` is an unrelated project."""
+    """Google's pycoral has pycoral/utils/edgetpu.py; PyPI's `pycoral` and `pycoral-pi5` are
+    other things under that name. edgeapp needs none of them."""
+    not_needed = "edgeapp does not need pycoral: it loads the Edge TPU delegate itself"
+    dists = [d for d in IMPOSTORS if _dist_version(d) is not None]
     spec = importlib.util.find_spec("pycoral")
+    places = list(spec.submodule_search_locations or []) if spec is not None else []
+    google = any(list(Path(p, "utils").glob("edgetpu.*")) for p in places)
+    if dists and not (google and dists == ["pycoral"] and _is_google_pycoral()):
+        what = " and ".join(f"{IMPOSTORS[d]} {_dist_version(d)}" for d in dists)
+        return Check("pycoral", WARN, f"{what} is installed: {not_needed}, and these shadow the name",
+                     f"pip uninstall -y {' '.join(dists)}")
     if spec is None:
-        return Check("pycoral", OK, "not installed (not needed: edgeapp loads the delegate itself)")
-    places = list(spec.submodule_search_locations or [])
-    if any(list(Path(p, "utils").glob("edgetpu.*")) for p in places):
+        return Check("pycoral", OK, f"not installed ({not_needed})")
+    if google:
         version = _dist_version("pycoral") or "(version unknown)"
-        return Check("pycoral", OK, f"Google's pycoral {version} at {places[0]}")
+        return Check("pycoral", OK, f"Google's pycoral {version} at {places[0]} ({not_needed})")
     return Check("pycoral", WARN, f"the `pycoral` at {places[0] if places else spec.origin} is not "
-                 "Google's (no pycoral.utils.edgetpu): it is an unrelated PyPI package",
-                 "pip uninstall pycoral; Google's comes from Coral's apt repository (python3-pycoral)")
+                 f"Google's (no pycoral.utils.edgetpu), an unrelated package: {not_needed}",
+                 "pip uninstall -y pycoral")
+
+
+def _is_google_pycoral() -> bool:
+    """Google's wheel (from its GitHub releases) is also named `pycoral` on disk: tell it by its
+    metadata, which names Google."""
+    try:
+        meta = metadata.metadata("pycoral")
+    except metadata.PackageNotFoundError:
+        return False
+    return "google" in " ".join(str(meta.get(k) or "") for k in ("Author", "Author-email", "Home-page")).lower()
 
 
 # --- Edge TPU library and the probe verdicts -----------------------------------------------
@@ -239,29 +269,46 @@ def probe_cache_check(env: Mapping[str, str]) -> Check:
 
 # --- compiler ------------------------------------------------------------------------------
 
-def compiler_check(env: Mapping[str, str], machine: str) -> Check:
-    """The compiler `edgeapp compile` would run: the same lookup ($EDGETPU_COMPILER, PATH)."""
-    from edgeapp.errors import MissingDependency
-    from edgeapp.hw.compiler import ENV_VAR, find_compiler
+def compiler_check(env: Mapping[str, str], machine: str, root: str | Path = "/") -> Check:
+    """The compiler `edgeapp compile` would run: the same lookup ($EDGETPU_COMPILER, PATH, the
+    installed one), its version, and how it runs on this machine."""
+    from edgeapp.errors import EdgeappError, MissingDependency
+    from edgeapp.hw.compiler import ENV_VAR, find_compiler, read_version
 
-    if machine not in ("x86_64", "amd64"):
-        return Check("edgetpu_compiler", WARN, f"not available on {machine} (x86-64 Linux only)",
-                     "compile on an x86-64 PC (or Colab); `edgeapp check` shows what would map")
+    name = "edgetpu_compiler"
     try:
         tool = find_compiler(env=env)
     except MissingDependency as e:
         if env.get(ENV_VAR):  # set, but to nothing usable: `compile` would fail the same way
-            return Check("edgetpu_compiler", FAIL, str(e).split(";")[0],
+            return Check(name, FAIL, str(e).split(";")[0],
                          f"point ${ENV_VAR} at the edgetpu_compiler executable, or unset it")
-        return Check("edgetpu_compiler", WARN, "not installed: needed to compile models for the Edge TPU",
-                     "sudo apt install edgetpu-compiler (Coral's apt repository)")
+        return Check(name, WARN, "not installed: needed to compile models for the Edge TPU "
+                     "(`edgeapp check` predicts the mapping without it)", "edgeapp compiler install")
+    where = f"{tool.path} ({tool.source})"
     try:
-        log_command([tool, "--version"])
-        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        return Check("edgetpu_compiler", FAIL, f"{tool} does not run: {e}", "reinstall edgetpu-compiler")
-    version = re.search(r"version\s+(\S+)", out)
-    return Check("edgetpu_compiler", OK, f"{version.group(1) if version else out.strip()} at {tool}")
+        runs = tool.runner(env, machine)
+    except EdgeappError as e:  # ARM Linux without QEMU, macOS without Docker
+        return Check(name, WARN, f"{tool.version or 'installed'} at {where}, but cannot run here",
+                     str(e).split("; ", 1)[-1])
+    try:
+        version = read_version(tool, env) if runs.mode != "docker" else (tool.version or "?")
+    except MissingDependency as e:
+        return Check(name, FAIL, f"{where} does not run: {e}", "edgeapp compiler install")
+    how = "" if runs.mode == "native" else f", runs {runs.describe()}"
+    return Check(name, OK, f"{version} at {where}{how}")
+
+
+def apt_sources_check(root: str | Path = "/") -> Optional[Check]:
+    """Coral's apt sources left in /etc/apt: `apt-get update` fails on them since the repository
+    went away (404/403). Only reported when there are some."""
+    from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES
+    from edgeapp.hw.osinfo import coral_apt_sources
+
+    files = coral_apt_sources(root)
+    if not files:
+        return None
+    return Check("apt sources", WARN, f"{', '.join(files)} still list Coral's package source, which is "
+                 "gone (404/403): `apt-get update` fails on it", DISABLE_CORAL_SOURCES)
 
 
 # --- helpers -------------------------------------------------------------------------------

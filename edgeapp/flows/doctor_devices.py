@@ -68,7 +68,8 @@ def device_checks(root: Root, env: Mapping[str, str]) -> list[Check]:
     nodes = [s["path"] for s in states if s["type"] == "pci"]
     if not states and not cards:
         checks.append(Check("edge tpu", WARN, "none found (USB or PCIe/M.2): edgeapp runs on the CPU",
-                            "plug in a Coral USB Accelerator, or see README for PCIe/M.2 drivers"))
+                            "plug in a Coral USB Accelerator (a PCIe/M.2 card: docs/install.md, "
+                            "\"The Edge TPU runtime\")"))
     if platform.system() == "Linux" or not is_real(root):
         checks += udev_checks(root, env, present=bool(usb))
         checks += container_checks(root, usb, nodes, cards)
@@ -133,8 +134,8 @@ def udev_checks(root: Root, env: Mapping[str, str], present: bool) -> list[Check
     if not rules:
         return [Check("udev rule", bad, "no udev rule for the Coral USB Accelerator (1a6e/18d1): "
                       "only root can use it",
-                      "sudo apt-get install libedgetpu1-std as the plan below says (the package installs "
-                      "the rule), then unplug and replug")]
+                      "install the Edge TPU runtime as the plan below says (its libedgetpu1-std package "
+                      "installs the rule), then unplug and replug")]
     files = sorted({f for f, _ in rules})
     checks = [Check("udev rule", OK, ", ".join(files))]
     named = rule_vendors([line for _, line in rules], USB_VENDORS)

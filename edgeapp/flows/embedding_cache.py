@@ -18,8 +18,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from edgeapp.core.registry import file_sha256
 from edgeapp.core.userdirs import cache_dir
-from edgeapp.hw.verdicts import file_sha256
 
 
 def content_keys(paths: Sequence[str], workers: int = 2) -> list[Optional[str]]:

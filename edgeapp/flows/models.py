@@ -314,12 +314,15 @@ def missing_ops(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> list[
 
 
 def missing_ops_note(entry: ModelEntry, ops: list[str], runtimes: list[str]) -> str:
-    """One line: which model needs what that the installed runtime lacks, and what to use."""
+    """One line: which model needs what that the installed runtime lacks, and what its task
+    suggests instead (TaskKind.instead_of_custom_ops)."""
+    from edgeapp import tasks
+
     have = ", ".join(runtimes) or "no TFLite runtime"
-    alternative = "; MoveNet models (movenet_lightning, movenet_thunder) run everywhere" \
-        if entry.task == "pose" else ""
+    instead = tasks.kind(entry.task).instead_of_custom_ops if entry.task in tasks.names() else None
     return (f"{entry.name} needs the custom operator(s) {', '.join(ops)}, which the installed "
-            f"TFLite runtime ({have}) lacks: `edgeapp {entry.task}` will refuse it{alternative}")
+            f"TFLite runtime ({have}) lacks: `edgeapp {entry.task}` will refuse it"
+            + (f"; {instead}" if instead else ""))
 
 
 # --- MODEL arguments that name a registry model ------------------------------------------------

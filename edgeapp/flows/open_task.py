@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from edgeapp.errors import InvalidModel
-from edgeapp.execution.parallel import Runner
+from edgeapp.execution.runner import Runner
 from edgeapp.tasks.base import BoundTask
 from edgeapp.tasks.model import ImageModel
 
@@ -104,12 +104,12 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
                              cpu_kernels=place.cpu_kernels, cpu_replicas=cpu_replicas,
                              performance=place.performance, reconnect=place.reconnect, **kw)
     except InvalidModel:
-        _refuse_posenet(path)
+        _explain_unopenable(path)
         raise
     try:
         loaded = image_model(runner.engine, runner.meta_path, labels_file, mean, std, fast_decode,
                              labels)
-        name = task or task_for(runner.engine, loaded.meta.task)
+        name = task or task_for(runner.engine, loaded.meta)
         if not strict_options:
             takes = kind(name).defaults
             options = {k: v for k, v in (options or {}).items() if k in takes}
@@ -129,10 +129,11 @@ def _resolve_quietly(path: Path, device: str) -> tuple:
     return (found.path, found.notice) if found is not None else (path, None)
 
 
-def _refuse_posenet(path: Path) -> None:
-    """A PoseNet model the runtime cannot open (it lacks Coral's op): say why in one line."""
-    from edgeapp.core.pose import POSENET_OP, posenet_refusal
+def _explain_unopenable(path: Path) -> None:
+    """A model the runtime cannot open that a task knows better (PoseNet without Coral's op):
+    the task's one-line reason instead of the runtime's."""
     from edgeapp.core.tflite.model import load_model
+    from edgeapp.tasks import kind, names
 
     if not path.is_file():
         return
@@ -140,5 +141,7 @@ def _refuse_posenet(path: Path) -> None:
         parsed = load_model(path)
     except InvalidModel:
         return
-    if POSENET_OP in {op.op for op in parsed.operators}:
-        raise InvalidModel(posenet_refusal(str(path))) from None
+    for name in names():
+        why = kind(name).unopenable(str(path), parsed)
+        if why:
+            raise InvalidModel(why) from None

@@ -27,12 +27,12 @@ from edgeapp.core.head import head_tensors, logit_range
 from edgeapp.core.learn import SgdOptions, head_scores, imprint, train_softmax
 from edgeapp.core.learn_eval import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
 from edgeapp.core.naming import EDGETPU_SUFFIX, cpu_twin_path, edgetpu_twin_path, sidecar_path
+from edgeapp.core.registry import file_sha256
 from edgeapp.core.tflite.append import append_operators
 from edgeapp.core.tflite.model import Model, load_model, parse_model
 from edgeapp.errors import InvalidModel, UsageError
 from edgeapp.flows.embedding_cache import EmbeddingCache, content_keys
 from edgeapp.flows.inputs import IMAGE_SUFFIXES
-from edgeapp.hw.verdicts import file_sha256
 
 METHODS = ("imprint", "softmax")
 Notice = Callable[[str], None]
@@ -184,7 +184,7 @@ def retrain(runner: Any, data_dir: str | Path, out: str | Path,
     """Extract, train, score, write; the report (see `report`). `runner` runs the extractor
     (flows/open_task, as `classify` opens its model)."""
     from edgeapp.core.meta import read_meta
-    from edgeapp.tasks import guess_from
+    from edgeapp.tasks import noun_for
 
     if options.method not in METHODS:
         raise UsageError(f"unknown method {options.method!r}; choose one of: {', '.join(METHODS)}")
@@ -193,7 +193,7 @@ def retrain(runner: Any, data_dir: str | Path, out: str | Path,
     requested = load_model(runner.engine.requested_model or runner.engine.model_path)
     plan = output_plan(requested, Path(out), cpu_model)
     labels = read_meta(runner.meta_path).labels
-    depths = {require_extractor(m, len(labels) if labels else None, guess_from)
+    depths = {require_extractor(m, len(labels) if labels else None, noun_for)
               for m in [runner.engine.model] + [load_model(b) for b, _ in plan]}
     if len(depths) != 1:
         raise InvalidModel(f"{requested.path} and its CPU twin give embeddings of different sizes "
@@ -276,8 +276,9 @@ def _write_atomic(target: Path, data: bytes) -> None:
 
 def _write_sidecar(model_path: Path, names: list, mean, std, info: dict) -> str:
     from edgeapp.core.meta import ModelMeta, write_sidecar
+    from edgeapp.tasks.classify import KIND as CLASSIFY
 
-    meta = ModelMeta(labels=dict(enumerate(names)), mean=mean, std=std, task="classify",
+    meta = ModelMeta(labels=dict(enumerate(names)), mean=mean, std=std, task=CLASSIFY.name,
                      extra={"retrain": info})
     try:
         return str(write_sidecar(model_path, meta))

@@ -115,26 +115,22 @@ def edge_tpu_present() -> bool:
 
 
 def compile_for_edgetpu(path: str | Path) -> Path:
-    """Compile the synthetic model with `edgetpu_compiler` (via edgeapp.hw.compiler: --compiler is
-    not offered here, $EDGETPU_COMPILER and PATH are) into X_edgetpu.tflite beside it; raise
-    MissingDependency / CompileError with the reason otherwise."""
-    import platform
-
+    """Compile the synthetic model with `edgetpu_compiler` (the one lookup of edgeapp.hw.compiler:
+    --compiler is not offered here; $EDGETPU_COMPILER, PATH and `edgeapp compiler install`'s are)
+    into X_edgetpu.tflite beside it; raise MissingDependency / CompileError with the reason."""
     from edgeapp.errors import CompileError, MissingDependency
-    from edgeapp.hw.compiler import COMPILER_NAME, ENV_VAR, compile_model, compiler_runs_here, find_compiler
+    from edgeapp.hw.compiler import COMPILER_NAME, ENV_VAR, compile_model, find_compiler
 
-    if not compiler_runs_here():  # a Dev Board, a Pi: the TPU side can never be measured here
-        raise MissingDependency(
-            f"--synthetic cannot measure the Edge TPU on this {platform.system()} "
-            f"{platform.machine()}: its model must be compiled by {COMPILER_NAME}, which runs only "
-            "on x86-64 Linux; bench a model compiled on a PC instead (`edgeapp bench "
-            "X_edgetpu.tflite`), or run --synthetic on an x86-64 Linux PC with the Edge TPU")
     try:
         exe = find_compiler()
     except MissingDependency:  # bench has no --compiler option: do not suggest one
         raise MissingDependency(f"--synthetic needs {COMPILER_NAME} to measure the Edge TPU (looked at "
-                                f"${ENV_VAR} and PATH): sudo apt-get install edgetpu-compiler "
-                                "(Coral's apt repository)") from None
+                                f"${ENV_VAR}, PATH and edgeapp's own install): `edgeapp compiler "
+                                "install` gets Google's") from None
+    try:
+        exe.runner()  # ARM Linux without QEMU, macOS without Docker: say what to install
+    except MissingDependency as e:
+        raise MissingDependency(f"--synthetic cannot compile its model here: {e}") from None
     p = Path(path)
     report = compile_model(p, exe)
     out = edgetpu_twin_path(p)

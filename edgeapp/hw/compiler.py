@@ -1,14 +1,16 @@
 """Google's `edgetpu_compiler`: the thin wrapper that finds and runs it.
 
-Finds the compiler (--compiler, $EDGETPU_COMPILER, PATH), runs it with an argv list (never a
-shell) under a timeout, kills its process group when it hangs, and reads the `.log` files it
-writes. What the compiler printed is parsed and judged by the pure `compiler_output`.
+Finds the compiler (--compiler, $EDGETPU_COMPILER, PATH, then the one `edgeapp compiler
+install` put in the user's data folder), runs it with an argv list (never a shell) under a
+timeout, kills its process group when it hangs, and reads the `.log` files it writes. A
+compiler laid out as Google's (edgetpu_compiler_bin/ with its loader) is run through that
+loader, natively, under QEMU or in Docker (hw/compiler_host.py). What the compiler printed is
+parsed and judged by the pure `compiler_output`.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from edgeapp.core.compiler_files import parse_version, runtime_needed
 from edgeapp.core.compiler_output import (
     CompileResult,
     Judgement,
@@ -28,6 +31,16 @@ from edgeapp.core.compiler_output import (
 )
 from edgeapp.core.naming import compiler_outputs
 from edgeapp.errors import MissingDependency, UsageError
+from edgeapp.hw.compiler_host import (
+    EMULATION_TIMEOUT_FACTOR,
+    Bundle,
+    Runner,
+    bundle_at,
+    choose_runner,
+    command,
+    host_kind,
+    is_x86_64_linux,
+)
 from edgeapp.hw.proc import log_command
 
 COMPILER_NAME = "edgetpu_compiler"
@@ -39,50 +52,106 @@ DEFAULT_TIMEOUT_S = 180  # the compiler's own default (-t)
 
 
 def compiler_runs_here() -> bool:
-    """Google ships edgetpu_compiler for x86-64 Linux only (not for a Dev Board or a Pi)."""
-    return platform.system() == "Linux" and platform.machine().lower() in ("x86_64", "amd64")
+    """Google's compiler is an x86-64 Linux program: native here, emulated elsewhere."""
+    return is_x86_64_linux(*host_kind())
 
 
 def install_help() -> str:
-    """How to get the compiler on this machine (it exists for x86-64 Linux only)."""
-    machine = platform.machine().lower()
-    system = platform.system()
-    if compiler_runs_here():
-        how = ("on Debian/Ubuntu x86-64: add Coral's apt repository (coral.ai/docs/edgetpu/"
-               "compiler) and `sudo apt-get install edgetpu-compiler`")
-    else:
-        what = f"{system} {machine}".strip()
-        how = (f"it runs only on x86-64 Linux, not on this {what}: compile on an x86-64 Linux PC "
-               "(or in Coral's Colab notebook) and copy X_edgetpu.tflite here")
-    return (f"{how}; or set --compiler PATH / ${ENV_VAR}. Without it, `edgeapp check MODEL` "
-            "predicts what would run on the Edge TPU")
+    """How to get the compiler on this machine: edgeapp installs Google's own files."""
+    return (f"`edgeapp compiler install` fetches Google's compiler and verifies it (or `edgeapp "
+            f"compiler install --from edgetpu-compiler_16.0_amd64.deb` if you have Coral's package); "
+            f"or point --compiler / ${ENV_VAR} at one. Without it, `edgeapp check MODEL` predicts "
+            "what would run on the Edge TPU")
 
 
-def find_compiler(explicit: Optional[str | Path] = None, env: Optional[Mapping[str, str]] = None) -> str:
-    """The compiler executable: `explicit`, else $EDGETPU_COMPILER, else PATH. The one lookup
-    of `compile`, `convert --compile`, `bench --synthetic` and `doctor`.
+@dataclass(frozen=True)
+class Compiler:
+    """The compiler `compile` runs: where it was found and, for Google's folder layout, the
+    bundle run through its own loader (natively, under QEMU or in Docker)."""
+
+    path: str  # the executable, wrapper or folder, as found
+    source: str  # --compiler, $EDGETPU_COMPILER, PATH, installed
+    bundle: Optional[Bundle] = None
+    version: Optional[str] = None  # recorded when edgeapp installed it
+    record: Optional[dict] = None  # the installed one's install.json
+
+    def runner(self, env: Optional[Mapping[str, str]] = None, machine: Optional[str] = None) -> Runner:
+        """How it runs on this machine (`machine`: another architecture's view, for doctor)."""
+        if self.bundle is None:
+            return Runner("native")
+        return choose_runner(env, machine=machine)
+
+    def argv(self, args: list[str], env: Optional[Mapping[str, str]] = None,
+             folders: tuple = ()) -> list[str]:
+        """The argv running it with `args` (no shell); a bundle through its own loader."""
+        if self.bundle is None:
+            return [self.path, *args]
+        return command(self.runner(env), self.bundle, args, env, folders)
+
+
+def find_compiler(explicit: Optional[str | Path] = None, env: Optional[Mapping[str, str]] = None,
+                  installed: bool = True) -> Compiler:
+    """The compiler: `explicit`, else $EDGETPU_COMPILER, else PATH, else the newest one
+    `edgeapp compiler install` put in the user's data folder. The one lookup of `compile`,
+    `convert --compile`, `bench --synthetic` and `doctor`.
 
     A value with a directory part (`./c.sh`, `bin/c`, `~/c`) is that file, relative to the
     current directory, and is returned absolute (a bare `c.sh` handed to the OS would be looked
-    up on PATH); a bare name is looked up on PATH, then in the current directory.
+    up on PATH); a bare name is looked up on PATH, then in the current directory. A folder laid
+    out as Google's (edgetpu_compiler_bin/ inside) is that compiler.
     """
     env = os.environ if env is None else env
     for source, value in (("--compiler", explicit), (f"${ENV_VAR}", env.get(ENV_VAR))):
-        if not value:
-            continue
-        text = os.path.expanduser(str(value))
-        candidates = [] if os.path.dirname(text) else [shutil.which(text, path=env.get("PATH"))]
-        candidates.append(os.path.abspath(text))
-        for found in candidates:
-            if found and os.path.isfile(found) and os.access(found, os.X_OK):
-                return os.path.abspath(found)
-        why = "not executable" if os.path.isfile(text) else "no such file"
-        raise MissingDependency(f"{source} {value}: {why}; {install_help()}")
+        if value:
+            return _named(source, str(value), env)
     found = shutil.which(COMPILER_NAME, path=env.get("PATH"))
     if found:
-        return found
-    raise MissingDependency(f"{COMPILER_NAME} not found (looked at --compiler, ${ENV_VAR} and "
-                            f"PATH); {install_help()}")
+        return Compiler(found, "PATH", bundle_at(Path(found)))
+    if installed:
+        from edgeapp.hw.compiler_install import newest_installed
+
+        record = newest_installed(env)
+        if record is not None:
+            folder = Path(record["path"])
+            return Compiler(str(folder), "installed", bundle_at(folder), record.get("version"), record)
+    raise MissingDependency(f"{COMPILER_NAME} not found (looked at --compiler, ${ENV_VAR}, PATH and "
+                            f"edgeapp's own install); {install_help()}")
+
+
+def _named(source: str, value: str, env: Mapping[str, str]) -> Compiler:
+    text = os.path.expanduser(value)
+    if os.path.isdir(text):
+        bundle = bundle_at(Path(text).resolve())
+        if bundle is None:
+            raise MissingDependency(f"{source} {value}: a folder without edgetpu_compiler_bin/"
+                                    f"{COMPILER_NAME} and its loader; {install_help()}")
+        return Compiler(os.path.abspath(text), source, bundle)
+    candidates = [] if os.path.dirname(text) else [shutil.which(text, path=env.get("PATH"))]
+    candidates.append(os.path.abspath(text))
+    for found in candidates:
+        if found and os.path.isfile(found) and os.access(found, os.X_OK):
+            return Compiler(os.path.abspath(found), source, bundle_at(Path(found).resolve()))
+    why = "not executable" if os.path.isfile(text) else "no such file"
+    raise MissingDependency(f"{source} {value}: {why}; {install_help()}")
+
+
+def read_version(compiler: Compiler, env: Optional[Mapping[str, str]] = None,
+                 timeout: float = 60.0) -> str:
+    """The version the compiler prints for --version (by running it); MissingDependency when
+    it cannot run here, CompileError-free: an unreadable answer is that answer's first line."""
+    argv = compiler.argv(["--version"], env)
+    log_command(argv)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise MissingDependency(f"{compiler.path} does not run: {getattr(e, 'strerror', None) or e}") from None
+    text = proc.stdout + proc.stderr
+    version = parse_version(text)
+    if version is None:
+        first = next((ln for ln in text.splitlines() if ln.strip()), f"exit {proc.returncode}")
+        raise MissingDependency(f"{compiler.path} --version did not print a version: {first.strip()}")
+    return version
 
 
 # ----------------------------------------------------------------------------- running
@@ -171,9 +240,26 @@ class CompileReport:
     stdout: str = ""
     stderr: str = ""
     logs: dict = field(default_factory=dict)  # log path -> text
+    runs: str = "native"  # native, qemu, binfmt or docker
+    source: str = ""  # where the compiler was found: --compiler, $EDGETPU_COMPILER, PATH, installed
+    min_runtime: Optional[int] = None
+
+    recorded_version: Optional[str] = None  # what `compiler install` read, if it installed it
+
+    @property
+    def compiler_version(self) -> Optional[str]:
+        """The version the compiler printed when it ran (else the one recorded at install)."""
+        return self.result.compiler_version or self.recorded_version
+
+    @property
+    def runtime_needed(self) -> Optional[int]:
+        """The Edge TPU runtime version the output needs (what this compiler version emits)."""
+        return runtime_needed(self.compiler_version, self.min_runtime)
 
     def to_json(self) -> dict:
-        return {"model": self.model, "compiler": self.compiler, "command": self.command,
+        return {"model": self.model, "compiler": self.compiler, "compiler_source": self.source,
+                "compiler_version": self.compiler_version, "runs": self.runs,
+                "runtime_needed": self.runtime_needed, "command": self.command,
                 "returncode": self.returncode, "seconds": round(self.seconds, 3),
                 "timed_out": self.timed_out, "out_dir": self.out_dir, "outputs": self.outputs,
                 "cpu_model": self.cpu_model, "verdict": self.judgement.verdict,
@@ -182,49 +268,76 @@ class CompileReport:
                 "stdout": self.stdout, "stderr": self.stderr, "logs": self.logs}
 
 
-def compile_model(model: str | Path, compiler: str, out_dir: Optional[str | Path] = None, *,
+def default_timeout(runner: Runner) -> float:
+    """The compiler's own 180 s, scaled for emulation (QEMU, Docker on another CPU)."""
+    return DEFAULT_TIMEOUT_S * (EMULATION_TIMEOUT_FACTOR if runner.emulated else 1)
+
+
+def compile_model(model: str | Path, compiler: Compiler | str, out_dir: Optional[str | Path] = None, *,
                   segments: Optional[int] = None, min_runtime: Optional[int] = None,
-                  timeout: float = DEFAULT_TIMEOUT_S, search_delegate: bool = False,
+                  timeout: Optional[float] = None, search_delegate: bool = False,
                   search_step: Optional[int] = None,
                   log: Optional[Callable[[str], None]] = None) -> CompileReport:
     """Run the compiler on `model` (already validated), parse and judge what it did.
 
     Writes X_edgetpu.tflite and X_edgetpu.log into `out_dir` (default: beside the model) and
     keeps the CPU twin X.tflite beside them (copied, with its sidecar .json, when `out_dir` is
-    elsewhere), which is what `classify` falls back to without an Edge TPU.
+    elsewhere), which is what `classify` falls back to without an Edge TPU. `timeout` None: the
+    compiler's default, scaled when it runs emulated.
     """
+    if isinstance(compiler, str):
+        compiler = Compiler(compiler, "given", bundle_at(Path(compiler)))
+    runner = compiler.runner()
+    timeout = default_timeout(runner) if timeout is None else timeout
     model = Path(model)
     out = Path(out_dir) if out_dir is not None else model.parent
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out} is a file; pass a folder for the compiled model")
     out.mkdir(parents=True, exist_ok=True)
-    argv = build_argv(compiler, model, out, segments=segments, min_runtime=min_runtime,
-                      timeout=timeout, search_delegate=search_delegate, search_step=search_step)
+    args = build_argv(compiler.path, model, out, segments=segments, min_runtime=min_runtime,
+                      timeout=timeout, search_delegate=search_delegate, search_step=search_step)[1:]
+    if runner.mode == "docker":  # the container sees the same absolute paths
+        args = [os.path.abspath(a) if a in (str(model), str(out)) else a for a in args]
+    argv = command(runner, compiler.bundle, args, folders=(str(model.parent), str(out))) \
+        if compiler.bundle is not None else [compiler.path, *args]
     if log is not None:
         log("running: " + " ".join(shlex.quote(a) for a in argv))
+    pairs = compiler_outputs(model, out, segments)
+    before = {p: _stamp(p) for pair in pairs for p in pair}  # files of an earlier run do not count
     ran = run(argv, timeout)
     text = ran.stdout + ("\n" + ran.stderr if ran.stderr else "")
     result = parse_stdout(text)
     if ran.timed_out:
         result.failures.append(timeout_failure(timeout))
         result.succeeded = False
-    pairs = compiler_outputs(model, out, segments)
+    fresh = {p for p, stamp in before.items() if _stamp(p) not in (None, stamp)}
     logs = {}
     for _tfl, log_path in pairs:
         try:
-            logs[str(log_path)] = log_path.read_text(errors="replace")
+            if log_path in fresh:
+                logs[str(log_path)] = log_path.read_text(errors="replace")
         except OSError:
             continue
     for text_log in logs.values():
         apply_log(result, text_log)  # the first log with an operator table wins
-    outputs = [{"model": str(t), "log": str(lp), "exists": t.is_file()} for t, lp in pairs]
+    outputs = [{"model": str(t), "log": str(lp), "exists": t in fresh and t.is_file()} for t, lp in pairs]
     missing = [o["model"] for o in outputs if not o["exists"]] if result.compiled else []
-    judgement = judge(result, ran.returncode, missing)
+    judgement = judge(result, ran.returncode, missing, printed=bool(text.strip()))
     twin = _keep_twin(model, out) if not missing and result.compiled else None
-    return CompileReport(model=str(model), compiler=compiler, command=argv,
+    return CompileReport(model=str(model), compiler=compiler.path, command=argv,
                          returncode=ran.returncode, seconds=ran.seconds, timed_out=ran.timed_out,
                          out_dir=str(out), outputs=outputs, cpu_model=twin, result=result,
-                         judgement=judgement, stdout=ran.stdout, stderr=ran.stderr, logs=logs)
+                         judgement=judgement, stdout=ran.stdout, stderr=ran.stderr, logs=logs,
+                         runs=runner.mode, source=compiler.source, min_runtime=min_runtime,
+                         recorded_version=compiler.version)
+
+
+def _stamp(path: Path) -> Optional[tuple]:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def _keep_twin(model: Path, out: Path) -> Optional[str]:

@@ -3,7 +3,8 @@
 A cut or stalled connection is resumed with an HTTP Range request (restarted when the server
 ignores ranges), a few times per file; what arrived is fsynced, so the caller can verify it and
 rename it. urllib honours the usual proxy variables (http_proxy, https_proxy, no_proxy). What
-to download, and whether the bytes are right, is the caller's (flows/models.py).
+to download, and whether the bytes are right, is the caller's (flows/models.py,
+hw/compiler_install.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
 from edgeapp.core.units import format_bytes
@@ -46,9 +47,10 @@ class Reporter:
 
 
 def download(url: str, part: Path, name: str, size: Optional[int], rep: Reporter,
-             timeout: float) -> None:
+             timeout: float, mirror: Tuple[str, str] = (URL_ENV, "docs/models.md")) -> None:
     """Fetch `url` into `part`, resuming what is there; returns when the server has sent all.
-    `size`: the published size when known (more is refused, as much is done); `name` for messages."""
+    `size`: the published size when known (more is refused, as much is done); `name` for messages;
+    `mirror`: the caller's mirror variable and the page saying how to use it, for network errors."""
     import urllib.error
     import urllib.request
 
@@ -79,7 +81,7 @@ def download(url: str, part: Path, name: str, size: Optional[int], rep: Reporter
                 rep.note(f"{_network_reason(url, reason, timeout)}: trying again "
                          f"({attempt + 1}/{ATTEMPTS})")
                 continue
-            raise DownloadError(_network_message(url, reason, timeout)) from None
+            raise DownloadError(_network_message(url, reason, timeout, mirror)) from None
         with resp:
             status = resp.getcode()  # None for file:// URLs
             append = bool(have) and status == 206 and \
@@ -157,11 +159,11 @@ def _network_reason(url: str, reason, timeout: float) -> str:
     return f"cannot download from {host}: {text}"
 
 
-def _network_message(url: str, reason, timeout: float) -> str:
+def _network_message(url: str, reason, timeout: float, mirror: Tuple[str, str]) -> str:
     proxy = _proxy_for(url)
     via = f" through the proxy {proxy}" if proxy else ""
     hint = "" if url.startswith("file:") else \
-        f"; check the network, or set {URL_ENV} to a mirror or a file:// copy (see README)"
+        f"; check the network, or set {mirror[0]} to a mirror or a file:// copy ({mirror[1]})"
     return f"{_network_reason(url, reason, timeout)}{via} ({url}){hint}"
 
 

@@ -10,7 +10,7 @@ import platform
 import struct
 import sys
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from edgeapp.core.debian import native_architecture, parse_dpkg_status
 from edgeapp.core.install_plan import Platform, debian_arch
@@ -42,3 +42,23 @@ def read_platform(root: Path | str = "/", machine: Optional[str] = None,
     exe = sys.executable if here and python is None and sys.executable else "python3"
     return Platform.from_os_release(release, system=system or platform.system(), arch=arch,
                                     python=version, python_exe=exe)
+
+
+# Google's apt host and path as Coral's guides and Mendel wrote them into apt's sources; matched
+# to warn that they now fail `apt-get update` (the host alone would match Google Cloud's own).
+_CORAL_APT = "cloud.google.com/apt"
+
+
+def coral_apt_sources(root: Path | str = "/") -> List[str]:
+    """apt source files (as paths on that system) with an active line naming Coral's repository."""
+    from edgeapp.hw.sysroot import under
+
+    etc = under(str(root), "/etc/apt")
+    files = [etc / "sources.list"] + sorted((etc / "sources.list.d").glob("*.list")) + \
+        sorted((etc / "sources.list.d").glob("*.sources"))
+    found = []
+    for f in files:
+        text = _read(f) or ""
+        if any(_CORAL_APT in ln and not ln.lstrip().startswith("#") for ln in text.splitlines()):
+            found.append("/" + str(f.relative_to(under(str(root), "/"))))
+    return found

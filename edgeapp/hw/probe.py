@@ -36,7 +36,7 @@ from edgeapp.hw.child import START_TIMEOUT_S, ChildResult, label_child, run_chil
 from edgeapp.hw.verdicts import ModelKey, Pair, Verdict, VerdictCache
 
 TRUST_ENV = "EDGEAPP_TRUST_MODEL"
-FIX = "known build mismatch; install a matching pair (see README)"
+FIX = "known build mismatch; install a matching pair (`edgeapp doctor` prints one; docs/install.md)"
 MODEL_FIX = "the file is corrupt or uses an unsupported feature"
 
 

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,7 +43,7 @@ _DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tfl
                   "tensorflow": ("tensorflow", "tensorflow-cpu")}
 # CPU kernels: "fast" is the runtime's default (ai-edge-litert applies XNNPACK); "reference" is
 # the builtin op resolver without default delegates, whose int8 rounding is TFLite's reference
-# rounding, as tflite-runtime and Coral's published CPU results have it (see README).
+# rounding, as tflite-runtime and Coral's published CPU results have it (docs/choosing-a-device.md).
 CPU_KERNELS = ("fast", "reference")
 
 
@@ -88,8 +88,32 @@ class Runtime:
         return load(library, options)
 
 
+# Folders searched first for a runtime (os.pathsep-separated): one kept outside this Python's
+# packages, e.g. `pip install --no-deps --target DIR ai-edge-litert==1.4.0` to pair that version
+# with a given libedgetpu build without changing the environment (its dependencies, numpy first,
+# come from the environment). Every command and the model check's child (`python -I`, which
+# ignores PYTHONPATH) use it; the tests plant their stand-in runtimes there, in a venv or not.
+RUNTIME_PATH_ENV = "EDGEAPP_RUNTIME_PATH"
+
+
+def runtime_path(environ: Optional[Mapping[str, str]] = None) -> list[str]:
+    """The folders of $EDGEAPP_RUNTIME_PATH, in order."""
+    value = (os.environ if environ is None else environ).get(RUNTIME_PATH_ENV, "")
+    return [folder for folder in value.split(os.pathsep) if folder]
+
+
+def _runtime_path_first() -> None:
+    """Put $EDGEAPP_RUNTIME_PATH's folders first on sys.path (once each), before a runtime is
+    looked for, imported or its version read."""
+    missing = [folder for folder in runtime_path() if folder not in sys.path]
+    if missing:
+        sys.path[:0] = missing
+        importlib.invalidate_caches()
+
+
 def available_runtimes() -> list[str]:
     """Runtimes that are installed, without importing them."""
+    _runtime_path_first()
     return [n for n in RUNTIMES
             if importlib.util.find_spec(RUNTIME_MODULES[n][0].split(".")[0]) is not None]
 
@@ -97,6 +121,7 @@ def available_runtimes() -> list[str]:
 def import_runtime(name: str) -> Any:
     """The module object holding `Interpreter` for runtime `name`; ImportError when it has none."""
     module_name, attribute = RUNTIME_MODULES[name]
+    _runtime_path_first()
     if name == "tensorflow" and module_name not in sys.modules:
         from edgeapp.hw.native_stderr import filtered_native_stderr
 
@@ -115,10 +140,13 @@ def import_runtime(name: str) -> Any:
 
 def runtime_import_code(name: str) -> str:
     """Python source that imports runtime `name` as `import_runtime` does (for a child process
-    that must not import edgeapp itself, e.g. doctor's isolated import checks)."""
+    that must not import edgeapp itself, e.g. doctor's isolated import checks), with
+    $EDGEAPP_RUNTIME_PATH first on its sys.path."""
     module_name, attribute = RUNTIME_MODULES[name]
     target = ".".join(filter(None, [module_name, attribute]))
-    return f"import {module_name}; {target}.Interpreter"
+    folders = runtime_path()
+    first = f"import sys; sys.path[:0] = {folders!r}; " if folders else ""
+    return f"{first}import {module_name}; {target}.Interpreter"
 
 
 def find_runtime(name: Optional[str] = None) -> Runtime:
@@ -144,6 +172,7 @@ def find_runtime(name: Optional[str] = None) -> Runtime:
 
 def runtime_version(name: str) -> str:
     """The installed version of a runtime's distribution, without importing it."""
+    _runtime_path_first()
     for dist in _DISTRIBUTIONS[name]:
         try:
             return metadata.version(dist)

@@ -8,7 +8,6 @@ Keyed by content hashes, so a check costs once per file (see probe.py for what i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -16,18 +15,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
+from edgeapp.core.registry import file_sha256
+
 MAX_MODEL_VERDICTS = 2000  # oldest forgotten first
 CACHED_NOTE = "`edgeapp doctor --forget-probes` to probe again"
 _PATHMARK = "{model}"  # in cached model messages: the path of the file as given this time
-
-
-def file_sha256(path: str) -> str:
-    """Content hash, read in blocks (never the whole file in memory)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)

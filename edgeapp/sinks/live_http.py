@@ -1,6 +1,6 @@
 """The live view's HTTP side: routes, MJPEG streaming, and who may read them.
 
-Access (see the README's "Who can see the camera"):
+Access (see docs/camera.md, "Who can see the camera"):
 - Host: a request must name this machine: the address it listens on, `localhost`, the host
   name, `HOSTNAME.local`, an address of this machine, or a name in $EDGEAPP_SERVE_HOSTS. Any
   other Host gets 421 Misdirected Request: a web page the user visits cannot reach the camera

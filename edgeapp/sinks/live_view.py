@@ -9,7 +9,7 @@ hand-off from the inference loop.
 
 Why the standard library's ThreadingHTTPServer: nothing to install on a Pi or a Dev Board
 (Python 3.7), one thread per connection suits a handful of viewers and an MJPEG stream, which
-is a blocking loop of writes, and the inference loop is plain threads already. See the README.
+is a blocking loop of writes, and the inference loop is plain threads already. See docs/camera.md.
 
 The hand-off never slows inference: the loop's `on_frame` keeps a reference to the newest frame
 (no copy, no drawing, no encoding) and returns. An encoder thread draws the overlay if the loop
@@ -111,6 +111,25 @@ def exposure_warning(addr: ServeAddress, port: int, token: Optional[str]) -> Opt
     where = "every network interface" if addr.all_interfaces else addr.host
     return (f"warning: the live view listens on {where} (port {port}) without a token "
             "(--serve-token none): anyone who can reach this machine sees the camera")
+
+
+def announcement(live: "LiveView", addr: ServeAddress, token: Optional[str],
+                 show_token: bool) -> List[str]:
+    """The lines that tell the user where to look: the exposure warning, then each URL, with the
+    token only when `show_token` (a terminal: never a log or a pipe, where under systemd stderr
+    is the journal)."""
+    lines = []
+    warning = exposure_warning(addr, live.port, token)
+    if warning:
+        lines.append(warning)
+    for n, url in enumerate(live.urls):
+        line = f"live view {'also on' if n else 'on'} {url}"
+        if token is not None and show_token:
+            line += f"?token={token}"
+        elif token is not None and n == 0:
+            line += f" (with its token: open {url}?token=YOUR-TOKEN once; the page keeps it)"
+        lines.append(line)
+    return lines
 
 
 def _bracket(host: str) -> str:

@@ -140,7 +140,7 @@ class ChangeDetector:
     def update(self, record: dict) -> list[dict]:
         t = _frame_time(record)
         if self.kind.events == "presence":
-            return self._presence(self.kind.present(record), t)
+            return self._presence(self.kind.presence(record), t)
         return self._top(self.kind.top(record), t)
 
     def state(self) -> dict:
@@ -404,13 +404,14 @@ class MqttOut:
         with self._lock:
             queued = len(self._queue)
         return {"url": str(self.target), "mode": self.mode, "connected": self.connected,
+                "ever_connected": self.connects > 0,
                 "published": self.published, "dropped": self.dropped, "queued": queued,
                 "events": self.events, "reconnects": max(0, self.connects - 1),
                 "last_error": self.last_error}
 
 
 # ---------------------------------------------------------------------------------------------
-# The Edge TPU's health for Home Assistant (issue 23): a temperature sensor where the device
+# The Edge TPU's health for Home Assistant: a temperature sensor where the device
 # has one (PCIe/M.2 cards), a throttling flag always; state on PREFIX/edgetpu, retained.
 
 HEALTH_TOPIC = "edgetpu"

@@ -166,7 +166,7 @@ def latency_panel(ax, samples: dict) -> None:
 
 
 def _windows_panel(ax, results: list) -> None:
-    """Warm latency per time window of --duration runs; a throttling run says so (issue 23)."""
+    """Warm latency per time window of --duration runs; a throttling run says so (bench's throttling check)."""
     for r in results:
         label = _label(r) + (" (throttling)" if r.get("throttling") else "")
         ax.plot([w["start_s"] for w in r["windows"]], [w["p50_ms"] for w in r["windows"]], "o-", label=label)

@@ -1,51 +1,78 @@
-"""The tasks edgeapp runs, one module each, and the one list of them.
+"""The tasks edgeapp runs: every module in this folder defining `KIND` is one, found here.
 
-Every path (batch, camera, cluster, API, CLI choices, model registry, results files, overlay,
-live view, MQTT) asks here; adding a task is a module in this folder and a line in `_MODULES`
-(CONTRIBUTING.md, "How to add a task"). Modules are imported on first use, so listing the
-names costs nothing (`edgeapp --help`).
+Every path (the task's command, camera, cluster, API, model registry, results files, overlay,
+live view, MQTT) asks here; adding a task is adding a module to this folder (CONTRIBUTING.md,
+"How to add a task"). A task's name is its module's name, and its module's docstring is its
+command's help. Names and one-line summaries are read from the folder without importing the
+modules, so `edgeapp --help` costs nothing; a task's module is imported on first use.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Optional, Tuple
+import importlib.util
+import pkgutil
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
 
-# name -> the module defining its `KIND`, in the order help and lists show them.
-_MODULES = {
-    "classify": "edgeapp.tasks.classify",
-    "detect": "edgeapp.tasks.detect",
-    "pose": "edgeapp.tasks.pose",
-    "segment": "edgeapp.tasks.segment",
-}
-# Tasks that run inside other commands only (retrain extracts embeddings): no command, camera
-# mode or MQTT events of their own.
-_INTERNAL = {
-    "embed": "edgeapp.tasks.embed",
-}
+_HERE = Path(__file__).resolve().parent
+_NOT_TASKS = ("base", "model")  # what a task is, and an opened image model
+_INTERNAL = "internal"  # the sub-package of tasks that run inside other commands (retrain's embed)
+_found: Dict[str, Tuple[str, ...]] = {}
 _kinds: dict = {}
 
 
+def _discover(package: str, folder: Path) -> Tuple[str, ...]:
+    if package not in _found:
+        _found[package] = tuple(sorted(
+            m.name for m in pkgutil.iter_modules([str(folder)])
+            if not m.ispkg and not m.name.startswith("_") and m.name not in _NOT_TASKS))
+    return _found[package]
+
+
 def names() -> Tuple[str, ...]:
-    """The task names, in the order commands and help list them."""
-    return tuple(_MODULES)
+    """The task names, in the order commands and help list them (alphabetical)."""
+    return _discover(__name__, _HERE)
 
 
 def internal_names() -> Tuple[str, ...]:
-    return tuple(_INTERNAL)
+    """Tasks other commands run (no command of their own)."""
+    return _discover(f"{__name__}.{_INTERNAL}", _HERE / _INTERNAL)
+
+
+def module_of(name: str) -> str:
+    """The module defining task `name` (UsageError for an unknown one)."""
+    if name in names():
+        return f"{__name__}.{name}"
+    if name in internal_names():
+        return f"{__name__}.{_INTERNAL}.{name}"
+    from edgeapp.errors import UsageError
+
+    raise UsageError(f"unknown task {name!r}: one of {', '.join(names())}")
 
 
 def kind(name: str) -> Any:
     """The TaskKind called `name` (UsageError for an unknown one)."""
     found = _kinds.get(name)
     if found is None:
-        module = _MODULES.get(name) or _INTERNAL.get(name)
-        if module is None:
-            from edgeapp.errors import UsageError
-
-            raise UsageError(f"unknown task {name!r}: one of {', '.join(names())}")
-        found = _kinds.setdefault(name, importlib.import_module(module).KIND)
+        found = importlib.import_module(module_of(name)).KIND
+        if found.name != name:
+            raise TypeError(f"{module_of(name)} defines the task {found.name!r}: a task's name is "
+                            "its module's")
+        found = _kinds.setdefault(name, found)
     return found
+
+
+def summary(name: str) -> str:
+    """The first line of the task module's docstring (its command's one-line help), read
+    without importing the module."""
+    import ast
+
+    module = module_of(name)
+    spec = importlib.util.find_spec(module)
+    source = spec.loader.get_source(module) if spec is not None and spec.loader is not None else None
+    doc = ast.get_docstring(ast.parse(source)) if source else importlib.import_module(module).__doc__
+    return (doc or name).strip().splitlines()[0]
 
 
 def guess_task(engine: Any) -> Optional[str]:
@@ -57,21 +84,32 @@ def guess_task(engine: Any) -> Optional[str]:
 
 def guess_from(shapes: Any, ops: Any = (), input_size: Any = None) -> Optional[str]:
     """The task these output shapes (and operator names, and the input (width, height)) are
-    for; the most specific kinds are asked first (`TaskKind.guess_rank`), the classifier, which
-    takes any one vector, last."""
-    for n in sorted(names(), key=lambda n: kind(n).guess_rank):
+    for; the most specific kinds are asked first (`TaskKind.guess_rank`, then the name)."""
+    for n in sorted(names(), key=lambda n: (kind(n).guess_rank, n)):
         if kind(n).claims(shapes, ops, input_size):
             return n
     return None
 
 
-def task_for(engine: Any, meta_task: Optional[str] = None) -> str:
-    """The task to run a model as when the user did not say: its metadata's, else its outputs'."""
+def noun_for(shapes: Any, ops: Any = ()) -> Optional[str]:
+    """What a model with these outputs (and operators) is for, in words ("a detection model")."""
+    found = guess_from(shapes, ops)
+    return kind(found).noun if found is not None else None
+
+
+def task_for(engine: Any, meta: Any = None) -> str:
+    """The task to run a model as when the user did not say: its metadata's (an edgeapp sidecar's
+    task, or the task whose `ultralytics_task` an Ultralytics export names), else its outputs'."""
     from edgeapp.errors import InvalidModel
     from edgeapp.tasks.model import describe_outputs
 
-    if meta_task in names():
-        return str(meta_task)
+    if meta is not None and meta.task in names():
+        return str(meta.task)
+    ultralytics = getattr(meta, "ultralytics_task", None)
+    if ultralytics is not None:
+        for name in names():
+            if kind(name).ultralytics_task == ultralytics:
+                return name
     found = guess_task(engine)
     if found is None:
         raise InvalidModel(f"{engine.model_path}: outputs {describe_outputs(engine)} are not those "

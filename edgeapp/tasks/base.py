@@ -1,11 +1,13 @@
 """What a task is: one definition that every path asks, and the same task bound to a model.
 
-A `TaskKind` (one per module in tasks/, listed in tasks/__init__.py) says everything the paths
-need of a task: which models it takes (`plan`), how an image or a camera frame becomes the
-input (`prepare`, `prepare_frame`), how the raw outputs become record fields (`interpret`),
-the record of a failed image (`empty`), its results-file rows and table text, its overlay, and
-what an event is for MQTT. Batch, camera, cluster, the API, results files, the live view and
-MQTT go through it; none of them tells tasks apart by the keys of a record.
+A `TaskKind` (one per module in tasks/, found by tasks/__init__.py) says everything the paths
+need of a task: its options (`options`: each one's type, default, help, flags and the paths
+that take it: the command, the camera, the API), which models it takes (`claims`, `plan`), how
+an image or a camera frame becomes the input (`prepare`, `prepare_frame`), how the raw outputs
+become record fields (`interpret`), the record of a failed image (`empty`), its results-file
+rows and table text, its overlay, and what an event is for MQTT. The command, the camera, the
+cluster, the API, results files, the live view and MQTT go through it; none of them tells
+tasks apart by name or by the keys of a record.
 
 A `BoundTask` is a kind with its options, bound to an opened model: what actually runs.
 """
@@ -19,9 +21,72 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edgeapp.core.boxes import Fit, ResizeMode
-from edgeapp.errors import InvalidModel, UsageError
+from edgeapp.core.boxes import Fit
+from edgeapp.errors import UsageError, WrongTask
 from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs
+
+# The paths a task option can reach: its own command (and --cluster), the camera, the Python API.
+PATHS = ("command", "camera", "api")
+
+
+@dataclass(frozen=True)
+class TaskOption:
+    """One option of a task, declared once: the command, the camera and the API derive theirs
+    from it (cli/task_commands.py, cli/camera.py, api.py).
+
+    `type` is int, float, str or Path; `choices` makes a str a choice; a `default` of None
+    means "the task decides" (say how in `default_text`). `folder`: an image folder the command
+    writes one file per input into (the task's `to_folder` writes it), named in the summary."""
+
+    name: str  # the key in the task's options, and the Python keyword
+    default: Any
+    help: str
+    flags: Tuple[str, ...] = ()  # default: ("--name-with-dashes",)
+    type: Any = None  # default: the default's type
+    choices: Tuple[str, ...] = ()
+    min: Optional[float] = None
+    max: Optional[float] = None
+    metavar: Optional[str] = None
+    paths: Tuple[str, ...] = PATHS
+    default_text: Optional[str] = None  # what a None default means, for help texts
+    folder: Optional[str] = None  # "class maps": an output folder, not an input of `interpret`
+
+    @property
+    def flag_names(self) -> Tuple[str, ...]:
+        return self.flags or ("--" + self.name.replace("_", "-"),)
+
+    @property
+    def value_type(self) -> Any:
+        return self.type if self.type is not None else type(self.default)
+
+    def check(self, value: Any) -> Any:
+        """A value given through the API or a cluster job, as the command line would take it."""
+        if value is None or self.folder:
+            return value
+        if self.choices:
+            value = getattr(value, "value", value)
+            if value not in self.choices:
+                raise UsageError(f"{self.flag_names[0]} {value!r}: one of {', '.join(self.choices)}")
+            return value
+        kind = self.value_type
+        if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise UsageError(f"{self.flag_names[0]} must be a number, not {value!r}")
+        if kind is int and int(value) != value:
+            raise UsageError(f"{self.flag_names[0]} must be a whole number, not {value!r}")
+        value = kind(value) if kind in (int, float) else value
+        for bound, ok in ((self.min, lambda b: value >= b), (self.max, lambda b: value <= b)):
+            if bound is not None and not ok(bound):
+                raise UsageError(f"{self.flag_names[0]} {value}: must be between "
+                                 f"{self.min if self.min is not None else '-inf'} and "
+                                 f"{self.max if self.max is not None else 'inf'}")
+        return value
+
+
+RESIZE = TaskOption(
+    "resize", "stretch", choices=("stretch", "letterbox"),
+    help="How images are fitted to the model input: stretch (what most models are trained with) "
+         "or letterbox (keep the aspect ratio, pad). Results are mapped back to the original "
+         "image either way.")
 
 
 @dataclass
@@ -68,11 +133,6 @@ def item_name(item: dict) -> str:
     return str(label) if label is not None else str(item.get("id"))
 
 
-def use(task: str) -> str:
-    """How to run a model as `task`: its command, or the camera's --task."""
-    return f"use `edgeapp {task}` (camera: --task {task})"
-
-
 def event_name(item: dict) -> Any:
     """What an event calls an item: its label, else its class id."""
     return item.get("label") if item.get("label") is not None else item.get("id")
@@ -81,16 +141,28 @@ def event_name(item: dict) -> Any:
 class TaskKind:
     """One task. Subclasses set the class attributes and override what differs."""
 
-    name: ClassVar[str] = ""  # the command, --task value and registry key
+    name: ClassVar[str] = ""  # the command, --task value and registry key (the module's name)
     field: ClassVar[str] = ""  # the record key holding the results
     noun: ClassVar[str] = ""  # "a classifier", for messages that name the task a model is for
     wanted: ClassVar[str] = ""  # what the outputs should be, for refusals
     columns: ClassVar[Tuple[str, ...]] = ()  # results-file columns of one row (`rows`)
-    defaults: ClassVar[Dict[str, Any]] = {}  # option defaults (every option the task takes)
+    options: ClassVar[Tuple[TaskOption, ...]] = ()  # every option the task takes
+    labels: ClassVar[bool] = True  # its results name classes: it takes --labels
     resample: ClassVar[str] = "lanczos"  # how images are resized: lanczos (Pillow) or bilinear
     events: ClassVar[Optional[str]] = None  # MQTT events: "top" (top result changes), "presence"
     nothing: ClassVar[str] = "(nothing above threshold)"
     guess_rank: ClassVar[int] = 5  # guess_task asks kinds in this order (specific shapes first)
+    ultralytics_task: ClassVar[Optional[str]] = None  # the task of Ultralytics' exports it runs
+    instead_of_custom_ops: ClassVar[Optional[str]] = None  # advice for models needing a custom op
+
+    @property
+    def defaults(self) -> Dict[str, Any]:
+        """The options `interpret` gets when none is given (output folders are not among them)."""
+        return {o.name: o.default for o in self.options if not o.folder}
+
+    def options_for(self, path: str) -> Tuple[TaskOption, ...]:
+        """The options this path (PATHS) takes."""
+        return tuple(o for o in self.options if path in o.paths)
 
     # -- the model --------------------------------------------------------------------------------
 
@@ -100,23 +172,35 @@ class TaskKind:
         height), when known) is for this task (guessing)."""
         return False
 
+    def claims_engine(self, engine: Any) -> bool:
+        """`claims` asked of an opened model."""
+        from edgeapp.tasks.model import input_size, op_names, output_shapes
+
+        return self.claims(output_shapes(engine), op_names(engine), input_size(engine))
+
     def plan(self, engine: Any, options: dict) -> Any:
         """Check that `engine`'s model is for this task (InvalidModel naming the task it is for,
         if not) and work out what `interpret` needs of it (layout, quantization)."""
+        return None
+
+    def unopenable(self, path: str, parsed: Any) -> Optional[str]:
+        """Why a model the runtime could not open is this task's and cannot run here (a
+        parsed core.tflite model), or None: the runtime's own reason stands."""
         return None
 
     def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:
         """What to tell the user before running (labels that do not fit the model)."""
         return []
 
-    def refuse(self, engine: Any) -> InvalidModel:
-        """The refusal of another task's model, naming the command that fits it."""
+    def refuse(self, engine: Any) -> WrongTask:
+        """The refusal of another task's model, naming the task that fits it (each face words
+        how to run it: `edgeapp pose`, `model.pose()`)."""
         from edgeapp.tasks import guess_task, kind
 
         found = guess_task(engine)
-        fits = f"; it looks like {kind(found).noun}: {use(found)}" if found else ""
-        return InvalidModel(f"{engine.model_path}: outputs {describe_outputs(engine)} are not "
-                            f"{self.wanted}{fits}")
+        fits = f"; it looks like {kind(found).noun}" if found else ""
+        return WrongTask(f"{engine.model_path}: outputs {describe_outputs(engine)} are not "
+                         f"{self.wanted}{fits}", found)
 
     # -- one image --------------------------------------------------------------------------------
 
@@ -169,7 +253,7 @@ class TaskKind:
         """events "top": (label, score) of the result that counts, or None."""
         return None
 
-    def present(self, fields: dict) -> Dict[Any, tuple]:
+    def presence(self, fields: dict) -> Dict[Any, tuple]:
         """events "presence": label -> (count, best score) of what is in the image."""
         return {}
 
@@ -180,14 +264,25 @@ class TaskKind:
 
     # -- options ----------------------------------------------------------------------------------
 
-    def options(self, given: Optional[dict] = None) -> dict:
-        """The defaults, overridden by the options given (None: the default)."""
+    def settle(self, given: Optional[dict] = None) -> dict:
+        """The options `interpret` runs with: the defaults, overridden by those given (None: the
+        default), each checked as its flag would be."""
+        declared = {o.name: o for o in self.options if not o.folder}
         given = {k: v for k, v in (given or {}).items() if v is not None}
-        unknown = sorted(set(given) - set(self.defaults))
+        unknown = sorted(set(given) - set(declared))
         if unknown:
             raise UsageError(f"{self.name}: unknown option(s) {', '.join(unknown)} (it takes "
-                             f"{', '.join(sorted(self.defaults)) or 'none'})")
-        return {**self.defaults, **given}
+                             f"{', '.join(sorted(declared)) or 'none'})")
+        return {**self.defaults, **{k: declared[k].check(v) for k, v in given.items()}}
+
+    def api_value(self, result: "Result") -> Any:
+        """What `model.<task>(image)` returns: the record's items (a task may add its extras)."""
+        return result.fields[self.field]
+
+    def to_folder(self, option: TaskOption, folder: Any, path: str, result: "Result") -> dict:
+        """Write `result`'s file for input `path` into `folder` (sinks/image_folder.ImageFolder)
+        for the output-folder `option`; the fields this adds to the record."""
+        raise NotImplementedError(f"{self.name} declares --{option.name} but writes no file")
 
 
 def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanczos",
@@ -217,7 +312,7 @@ class BoundTask:
     def __init__(self, kind: TaskKind, model: ImageModel, options: Optional[dict] = None,
                  engine: Any = None) -> None:
         self.kind, self.model = kind, model
-        self.options = kind.options(options)
+        self.options = kind.settle(options)
         self.engine = engine if engine is not None else model.engine
         self.plan = kind.plan(self.engine, self.options)
         self._others: dict = {}
@@ -270,7 +365,3 @@ def annotate_frame(kind: Optional[TaskKind], img: np.ndarray, result: Result,
         kind.draw(img, result.fields, result.extras)
     return draw_status(img, latency_ms, fps, device)
 
-
-def resize_mode(value: Any) -> str:
-    """A --resize value as its string (stretch, letterbox)."""
-    return ResizeMode(value).value

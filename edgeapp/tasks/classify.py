@@ -1,4 +1,9 @@
-"""classify: the top-k classes of an image, best first ({"classes": [{"id", "label", "score"}]})."""
+"""Classify images on the Edge TPU, or on the CPU when none is usable.
+
+MODEL: a classification .tflite model (uint8, int8 or float input). Results stream to stdout
+(or --output) as they are produced; a bad image gives an error record and the batch goes on
+(exit code 3 at the end).
+"""
 
 from __future__ import annotations
 
@@ -6,36 +11,33 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from edgeapp.core.classify import class_fields, get_classes_from_scores, get_scores
-from edgeapp.errors import InvalidModel
-from edgeapp.tasks.base import Entity, Prepared, Result, TaskKind, event_name, use
-from edgeapp.tasks.model import ImageModel, describe_outputs, output_quantization
+from edgeapp.core.classify import class_fields, get_classes_from_scores, get_scores, is_score_vector
+from edgeapp.tasks.base import Entity, Prepared, Result, TaskKind, TaskOption, event_name
+from edgeapp.tasks.model import ImageModel, output_quantization
 
 
 class Classify(TaskKind):
+    """The top-k classes of an image, best first: {"classes": [{"id", "label", "score"}]}."""
+
     name = "classify"
     field = "classes"
     noun = "a classifier"
     wanted = "one score vector"
     columns = ("rank", "id", "label", "score")
-    defaults = {"top_k": 5, "threshold": 0.0}
+    options = (
+        TaskOption("top_k", 5, "Classes per image.", ("--top-k", "-k"), min=1),
+        TaskOption("threshold", 0.0, "Minimum score to report.", ("--threshold", "-t")),
+    )
     events = "top"
     nothing = "(no class above threshold)"
-    guess_rank = 9  # any one output: asked last
+    guess_rank = 9  # any score vector: asked last
 
     def claims(self, shapes, ops, input_size=None) -> bool:
-        return len(shapes) == 1
+        return len(shapes) == 1 and is_score_vector(shapes[0])
 
     def plan(self, engine: Any, options: dict) -> tuple:
-        from edgeapp.tasks import guess_task, kind
-
-        found = guess_task(engine)
-        if found not in (None, self.name):
-            raise InvalidModel(f"{engine.model_path} is {kind(found).noun} (output "
-                               f"{describe_outputs(engine)}), not a classifier: {use(found)}")
-        if len(engine.outputs) != 1:
-            raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs; a classifier "
-                               "has one")
+        if not self.claims_engine(engine):
+            raise self.refuse(engine)
         return output_quantization(engine)
 
     def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:

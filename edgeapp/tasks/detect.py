@@ -1,13 +1,11 @@
-"""detect: objects as boxes in the original image's pixels ({"objects": [{"id", "label", "score",
-"bbox": [xmin, ymin, xmax, ymax]}]}), best first.
+"""Detect objects in images on the Edge TPU, or on the CPU when none is usable.
 
-Two families of models, told apart by their outputs (or named with the `decoder` option):
-- ssd: models ending in TFLite's detection post-process op (SSD MobileNet, EfficientDet-Lite),
-  four outputs that core/detect.py recognises and reads; images stretched (or letterboxed)
-  with LANCZOS, as Coral's examples do;
-- yolov8, yolov5, dfl: YOLO exports (Ultralytics v8/11/v5u, classic v5, split DFL), decoded
-  and NMS'd on the host by core/yolo.py exactly as Ultralytics' predictor does, on images
-  letterboxed as Ultralytics letterboxes them (grey 114, centred, linear resize).
+MODEL: a detection model ending in the TFLite detection post-process op (SSD MobileNet,
+EfficientDet-Lite...), or a YOLO export (Ultralytics YOLOv8/11/v5u `*_full_integer_quant` and
+its `_edgetpu` build, classic YOLOv5, split DFL), decoded and NMS'd as Ultralytics does. Boxes
+are [xmin, ymin, xmax, ymax] in the original image's pixels. Results stream to stdout (or
+--output) as they are produced; a bad image gives an error record and the batch goes on (exit
+code 3 at the end).
 """
 
 from __future__ import annotations
@@ -19,8 +17,18 @@ import numpy as np
 
 from edgeapp.core.detect import engine_layout, get_objects, object_fields
 from edgeapp.core.yolo import CONF, IOU, LAYOUTS, MAX_DET, YOLO_MEAN, YOLO_STD
-from edgeapp.errors import InvalidModel, UsageError
-from edgeapp.tasks.base import Entity, Prepared, Result, TaskKind, event_name, item_name, jinja_literal
+from edgeapp.errors import InvalidModel
+from edgeapp.tasks.base import (
+    RESIZE,
+    Entity,
+    Prepared,
+    Result,
+    TaskKind,
+    TaskOption,
+    event_name,
+    item_name,
+    jinja_literal,
+)
 from edgeapp.tasks.model import InputSpec
 
 DECODERS = ("auto", "ssd") + LAYOUTS
@@ -36,17 +44,44 @@ class Plan:
 
 
 class Detect(TaskKind):
+    """Objects as boxes in the original image's pixels, best first: {"objects": [{"id", "label",
+    "score", "bbox": [xmin, ymin, xmax, ymax]}]}.
+
+    Two families of models, told apart by their outputs (or named with the `decoder` option):
+    - ssd: models ending in TFLite's detection post-process op (SSD MobileNet, EfficientDet-Lite),
+      four outputs that core/detect.py recognises and reads; images stretched (or letterboxed)
+      with LANCZOS, as Coral's examples do;
+    - yolov8, yolov5, dfl: YOLO exports (Ultralytics v8/11/v5u, classic v5, split DFL), decoded
+      and NMS'd on the host by core/yolo.py exactly as Ultralytics' predictor does, on images
+      letterboxed as Ultralytics letterboxes them (grey 114, centred, linear resize).
+    """
+
     name = "detect"
     field = "objects"
     noun = "a detection model"
     wanted = ("a detection model's outputs (the TFLite detection post-process op's four, or a "
               "YOLO export's)")
     columns = ("rank", "id", "label", "score", "xmin", "ymin", "xmax", "ymax")
-    defaults = {"threshold": None, "top_k": None, "resize": "stretch", "decoder": "auto",
-                "iou": IOU, "max_det": MAX_DET}
+    options = (
+        TaskOption("threshold", None, "Minimum score of an object.", ("--threshold", "-t"),
+                   type=float, default_text=f"{SSD_THRESHOLD} for SSD models, {CONF} for YOLO, as "
+                                            "Ultralytics"),
+        TaskOption("top_k", None, "At most this many objects per image, best first.",
+                   ("--top-k", "-k"), type=int, min=1, default_text="all above the threshold"),
+        RESIZE,
+        TaskOption("decoder", "auto", "How detection outputs are read: auto (from their shapes), "
+                   "ssd (the TFLite post-process op), yolov8 (Ultralytics v8/11/v5u, also "
+                   "transposed), yolov5 (classic, with objectness) or dfl (split box logits and "
+                   "class scores).", choices=DECODERS),
+        TaskOption("iou", IOU, "YOLO: boxes of a class overlapping a better one by more than this "
+                   "(IoU) are dropped (NMS).", min=0.0, max=1.0),
+        TaskOption("max_det", MAX_DET, "YOLO: at most this many objects per image after NMS.",
+                   min=1),
+    )
     events = "presence"
     nothing = "(no object above threshold)"
     guess_rank = 1
+    ultralytics_task = "detect"  # YOLO detection exports (not -seg, -pose, -cls, -obb)
 
     def claims(self, shapes, ops, input_size=None) -> bool:
         from edgeapp.core.yolo import is_yolo_output
@@ -57,19 +92,17 @@ class Detect(TaskKind):
         from edgeapp.core.yolo import engine_yolo_layout, output_quantization
 
         decoder = options["decoder"]
-        if decoder not in DECODERS:
-            raise UsageError(f"--decoder {decoder}: one of {', '.join(DECODERS)}")
         quant = output_quantization(engine)
         if decoder == "ssd" or (decoder == "auto" and len(engine.outputs) == 4):
             return Plan("ssd", self._ssd_layout(engine), quant,
-                        _or(options["threshold"], SSD_THRESHOLD))
+                        given_or(options["threshold"], SSD_THRESHOLD))
         try:
             layout = engine_yolo_layout(engine, None if decoder == "auto" else decoder)
         except InvalidModel:
             if decoder == "auto":  # neither family: name the task these outputs are for
                 raise self.refuse(engine) from None
             raise
-        return Plan(layout.kind, layout, quant, _or(options["threshold"], CONF))
+        return Plan(layout.kind, layout, quant, given_or(options["threshold"], CONF))
 
     def _ssd_layout(self, engine: Any) -> Any:
         """The post-process op's four outputs; another model named for what it is (a YOLO
@@ -146,7 +179,7 @@ class Detect(TaskKind):
 
         draw_objects(img, fields["objects"])
 
-    def present(self, fields: dict) -> Dict[Any, tuple]:
+    def presence(self, fields: dict) -> Dict[Any, tuple]:
         seen: dict = {}
         for o in fields.get("objects") or []:
             count, best = seen.get(event_name(o), (0, 0.0))
@@ -176,6 +209,7 @@ def _yolo_input(pixels: np.ndarray, spec: InputSpec) -> tuple:
     return letterbox_tensor(pixels, spec.size, spec.dtype, spec.scale, spec.zero_point, mean, std)
 
 
-def _or(value: Optional[float], default: float) -> float:
+def given_or(value: Optional[float], default: float) -> float:
+    """An option's value, else the decoder's default for it."""
     return default if value is None else float(value)
 

@@ -1,8 +1,10 @@
-"""pose: 17 COCO keypoints per person in the original image's pixels ({"poses": [{"score",
-"keypoints": [{"name", "x", "y", "score"}]}]}).
+"""Estimate human poses: 17 COCO keypoints per image, on the Edge TPU or the CPU.
 
-MoveNet single-pose ([1, 1, 17, 3]), or PoseNet's four outputs where the runtime has Coral's
-PosenetDecoderOp. Images are resized with libcoral's bilinear filter, as Coral's references.
+MODEL: a MoveNet single-pose model (output [1, 1, 17, 3]: y, x, score per keypoint), or a
+PoseNet model where the runtime has Coral's PosenetDecoderOp. Keypoints are (x, y) in the
+original image's pixels with their scores; images are resized as libcoral does it (bilinear),
+so results match Coral's reference keypoints. Results stream as they are produced; a bad image
+gives an error record and the batch goes on (exit code 3 at the end).
 """
 
 from __future__ import annotations
@@ -10,19 +12,28 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from edgeapp.core.pose import POSENET_OP, is_pose_output, movenet_pose, pose_fields, posenet_poses
-from edgeapp.tasks.base import Entity, Prepared, Result, TaskKind, jinja_literal
+from edgeapp.tasks.base import RESIZE, Entity, Prepared, Result, TaskKind, TaskOption, jinja_literal
 from edgeapp.tasks.model import op_names, output_quantization
 
 PERSON = "person"  # what pose events call a pose
 
 
 class Pose(TaskKind):
+    """17 COCO keypoints per person in the original image's pixels: {"poses": [{"score",
+    "keypoints": [{"name", "x", "y", "score"}]}]}."""
+
     name = "pose"
     field = "poses"
     noun = "a pose estimation model"
     wanted = "a MoveNet single-pose output [1, 1, 17, 3] or a PoseNet decoder op"
     columns = ("pose", "pose_score", "keypoint", "x", "y", "score")
-    defaults = {"threshold": 0.2, "resize": "stretch"}
+    options = (
+        TaskOption("threshold", 0.2, "Minimum keypoint score to report (and draw).",
+                   ("--threshold", "-t")),
+        RESIZE,
+    )
+    labels = False  # keypoints have their own names
+    instead_of_custom_ops = "MoveNet models (movenet_lightning, movenet_thunder) run everywhere"
     resample = "bilinear"
     events = "presence"
     nothing = "(no keypoint above threshold)"
@@ -31,12 +42,16 @@ class Pose(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return POSENET_OP in ops or (len(shapes) == 1 and is_pose_output(shapes[0]))
 
+    def unopenable(self, path: str, parsed: Any) -> Optional[str]:
+        """PoseNet needs Coral's PosenetDecoderOp, which the runtimes here lack."""
+        from edgeapp.core.pose import posenet_refusal
+
+        return posenet_refusal(path) if POSENET_OP in {op.op for op in parsed.operators} else None
+
     def plan(self, engine: Any, options: dict) -> tuple:
-        posenet = POSENET_OP in op_names(engine)
-        if not posenet and not (len(engine.outputs) == 1 and
-                                is_pose_output(engine.outputs[0]["shape"])):
+        if not self.claims_engine(engine):
             raise self.refuse(engine)
-        return posenet, output_quantization(engine)
+        return POSENET_OP in op_names(engine), output_quantization(engine)
 
     def interpret(self, outputs, prepared: Prepared, plan: tuple, options: dict,
                   labels: Optional[dict]) -> Result:
@@ -60,7 +75,7 @@ class Pose(TaskKind):
 
         draw_poses(img, fields["poses"])
 
-    def present(self, fields: dict) -> Dict[Any, tuple]:
+    def presence(self, fields: dict) -> Dict[Any, tuple]:
         poses = fields.get("poses") or []
         return {PERSON: (len(poses), max(p["score"] for p in poses))} if poses else {}
 

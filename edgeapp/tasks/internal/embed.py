@@ -1,4 +1,4 @@
-"""embed: an image's embedding, the feature vector an extractor outputs ({"embedding": [floats]}).
+"""An image's embedding: the feature vector an extractor outputs ({"embedding": [floats]}).
 
 Not a command of its own: `retrain` runs it through the same batch pipeline as `classify`
 (decoding ahead, several devices, failures as records) to learn a new last layer.
@@ -22,7 +22,6 @@ class Embed(TaskKind):
     noun = "an embedding extractor"
     wanted = "one feature vector"
     columns = ("embedding",)
-    defaults: dict = {}
     guess_rank = 99  # never guessed: an extractor's output looks like a classifier's
 
     def plan(self, engine: Any, options: dict) -> tuple:

@@ -1,8 +1,9 @@
-"""Image folders the inference commands write into (--annotate, --mask): one file per input."""
+"""Image folders the inference commands write into (--annotate, a task's own such as segment's
+--mask): one file per input, names kept unique, never read back as inputs."""
 
 import os
 from pathlib import Path
-from typing import Callable, Optional, Set
+from typing import Callable, List, Optional, Set
 
 from edgeapp.errors import UsageError
 
@@ -23,15 +24,14 @@ class ImageFolder:
         self.folder, self.option = folder, option
         self.used: Set[str] = set()
 
-    def exclude_own(self, paths: list) -> list:
+    def exclude_own(self, paths: List[str], on_notice: Callable[[str], None] = lambda _t: None) -> List[str]:
         """Inputs minus the images inside this folder: `detect . --annotate ann/` run twice must
         not process its own drawings."""
-        from edgeapp.cli.options import say
-
         own = os.path.realpath(self.folder) + os.sep
         kept = [p for p in paths if not os.path.realpath(p).startswith(own)]
         if len(kept) < len(paths):
-            say(f"skipping {len(paths) - len(kept)} image(s) in the {self.option} folder {self.folder}")
+            on_notice(f"skipping {len(paths) - len(kept)} image(s) in the {self.option} folder "
+                      f"{self.folder}")
         if not kept:
             raise UsageError(f"no images left: every input is in the {self.option} folder {self.folder}")
         return kept

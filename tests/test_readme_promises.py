@@ -1,0 +1,31 @@
+"""What the README promises a reader: a first command that works with bullseye's pip, what a
+Lite image needs for OpenCV, where the reference kernels match Coral's numbers.
+"""
+
+from __future__ import annotations
+
+from conftest import ROOT
+
+
+def readme_section(title: str, page: str = "README.md") -> str:
+    text = (ROOT / page).read_text()
+    return text.split(f"\n## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_first_command_to_copy_works_with_bullseyes_pip():
+    first = readme_section("Try it").split("```bash\n", 1)[1].split("\n", 1)[0]
+    assert first.startswith("pip install . && edgeapp classify"), first
+    assert "-e" not in first.split("&&")[0]  # pip 20.3 cannot install a setup.py-less project editable
+
+
+def test_the_install_table_says_what_a_lite_image_needs_for_opencv():
+    install = readme_section("Install").split("\n### ", 1)[0]  # the install table, not pip's report
+    rows = [ln for ln in install.splitlines() if ln.startswith(("| Raspberry Pi OS", "| Debian 11"))]
+    assert rows and all("libgl1" in row or "as for 64-bit" in row for row in rows), rows
+    assert "opencv-python-headless" in install and "Lite" in install
+
+
+def test_the_readme_says_where_reference_kernels_match_coral():
+    text = " ".join(readme_section("CPU kernels", "docs/choosing-a-device.md").split())
+    assert "reproduce Coral's numbers on x86-64" in text
+    assert "On 64-bit ARM" in text and "NEON" in text and "0.285" in text
