@@ -98,9 +98,9 @@ def test_csv_table_annotate_bad_input_and_resume(cli, ps_models, tmp_path):
     x, y = round(float(good_rows[0]["x"])), round(float(good_rows[0]["y"]))
     assert ann[y, x].tolist() == [255, 0, 0]
     assert not (tmp_path / "ann" / "broken.png").exists()
-    # --resume redoes nothing that is done: only the failed image again
+    # --resume redoes nothing that is in the file (a failed image's record included, as in JSONL)
     r = cli("pose", ps_models["pose"], good, bad, "-f", "csv", "-o", out, "--resume")
-    assert "1 already done" in r.stderr
+    assert "2 already done" in r.stderr
     # ... and appends to results of this model only, as classify and detect do
     other = tmp_path / "other_pose.tflite"
     other.write_bytes(Path(ps_models["pose"]).read_bytes())

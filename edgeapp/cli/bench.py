@@ -42,8 +42,9 @@ BenchDeviceOpt = Annotated[Optional[str], typer.Option(
     "--device", "-d", metavar="DEVICE",
     help="auto, cpu, edgetpu, usb[:N], pci[:N]; a list of Edge TPUs (usb:0,usb:1: each alone, "
          "then together); or all (the CPU and every Edge TPU found, each alone, then the TPUs "
-         "together). A segment set runs as a pipeline. Default: the global --device, else auto "
-         "(all with --synthetic).",
+         "together). A list ending in auto (usb:0,auto) also measures the CPU twin when none of "
+         "its TPUs can run. A segment set runs as a pipeline. Default: the global --device, else "
+         "auto (all with --synthetic).",
     show_default=False)]
 RunsOpt = Annotated[int, typer.Option("--runs", "-n", min=1, help="Timed inferences.")]
 WarmupOpt = Annotated[int, typer.Option("--warmup", min=0,
@@ -54,8 +55,9 @@ DurationOpt = Annotated[Optional[float], typer.Option(
     show_default=False)]
 SweepOpt = Annotated[Optional[str], typer.Option(
     "--threads", metavar="N|auto",
-    help="CPU interpreter threads; auto sweeps 1..cores and marks the best. "
-         "Default: the runtime's.", show_default=False)]
+    help="CPU interpreter threads; auto times 1..cores in interleaved rounds and marks the best "
+         "by the median of round medians (or says they are within noise). Default: the runtime's.",
+    show_default=False)]
 PowerOpt = Annotated[PowerMode, typer.Option(
     "--power", help="Power source: auto tries rapl, hwmon, vcgencmd (Edge TPU: nominal 2 W).")]
 WattsOpt = Annotated[Optional[float], typer.Option(
@@ -70,9 +72,9 @@ SyntheticOpt = Annotated[bool, typer.Option(
                         "CPU's peak).")]
 PlotOpt = Annotated[Optional[Path], typer.Option(
     "--plot", metavar="FILE.png",
-    help="Also draw the thread sweep, the latency distributions, the latency per window of a "
-         "--duration run and the multi-TPU scaling or per-segment times (needs matplotlib: pip "
-         "install 'edgeapp[plot]').",
+    help="Also draw the thread sweep, the latency distributions (outliers shown), the latency per "
+         "window of a --duration run and the multi-TPU scaling or per-segment times, into FILE "
+         "(its folder is made; needs matplotlib: pip install 'edgeapp[plot]').",
     show_default=False)]
 UsbQueueOpt = Annotated[Optional[int], typer.Option(
     "--usb-queue", metavar="N", help="libedgetpu's Usb.MaxBulkInQueueLength (0-255; its default "
@@ -149,10 +151,9 @@ def _device(ctx: typer.Context, device: Optional[str], synthetic: bool) -> str:
     from edgeapp.hw.device_choice import parse_devices
 
     dev = resolve_device(ctx, device)
-    if synthetic and device is None and dev == "auto":
+    if synthetic and device is None and parse_devices(dev).text == "auto":
         dev = "all"
-    if dev.strip().lower() != "all":
-        parse_devices(dev)  # UsageError for a bad device string or list
+    parse_devices(dev)  # UsageError for a bad device string or list, before any work
     return dev
 
 
@@ -182,19 +183,21 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
 
     from edgeapp.errors import CompileError, MissingDependency
     from edgeapp.flows.bench import run_bench
+    from edgeapp.flows.bench_devices import plan_devices
     from edgeapp.flows.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
 
+    plan = plan_devices(dev)
     with tempfile.TemporaryDirectory(prefix="edgeapp-synthetic-") as tmp:
         path = write_synthetic(Path(tmp) / "synthetic_int8.tflite", DEFAULT_SPEC)
         say(DEFAULT_SPEC.describe())
         reason = None
-        if dev in ("all", "auto") and not edge_tpu_present():
+        if plan.tpu_optional and not edge_tpu_present():
             reason = "no Edge TPU found, so edgetpu_compiler was not run on the synthetic model"
-        elif dev != "cpu":
+        elif not plan.cpu_only:
             try:
                 compile_for_edgetpu(path)
             except (MissingDependency, CompileError) as e:
-                if dev not in ("all", "auto"):
+                if not plan.tpu_optional:
                     raise  # an Edge TPU was asked for explicitly
                 reason = str(e)
         doc = run_bench(str(path), dev, threads, opts, progress, no_tpu_reason=reason)
@@ -214,18 +217,20 @@ def _report(doc: dict, fmt: ReportFormat, output: Optional[Path]) -> None:
     line = json.dumps(doc, separators=(",", ":")) + "\n"
     try:
         append_line(output, line)
-    except OSError as e:  # a full disk must not lose the measurement
+    except (OSError, UsageError) as e:  # a full disk, a file for a folder: keep the measurement
         if fmt != ReportFormat.json:
             typer.echo(line, nl=False)
-        raise UsageError(f"cannot append to {output}: {e.strerror or e}; the JSON document is on "
-                         "stdout instead") from None
+        why = str(e) if isinstance(e, UsageError) else f"cannot append to {output}: {e.strerror or e}"
+        raise UsageError(f"{why}; the JSON document is on stdout instead") from None
     say(f"appended to {output}")
 
 
 def append_line(path: Path, line: str) -> None:
     """Append one whole line, or nothing: a write cut short (full disk) is truncated away, so
     the file stays one JSON document per line for scripts/bench_report.py."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from edgeapp.sinks.records import make_parent_folder
+
+    make_parent_folder(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # novermin: int flags, not a union type
     try:
         size = os.fstat(fd).st_size
@@ -247,7 +252,8 @@ def _progress(result: dict) -> None:
     if result.get("available"):
         threads = result["threads"] if result["threads"] else "default"
         name = result.get("device_name") or result["device"]
-        say(f"{name} ({threads} threads): mean {result['latency_ms']['mean']:.3f} ms "
+        lat = result["latency_ms"]
+        say(f"{name} ({threads} threads): median {lat['p50']:.3f} ms, mean {lat['mean']:.3f} ms "
             f"over {result['runs']} runs")
 
 
@@ -292,7 +298,8 @@ def format_table(doc: dict) -> str:
                f"{_fmt(r['power_w'], '.2f'):>6} {r['power_source']:>8} "
                f"{_fmt(r['tops_per_watt'], '.4f'):>7} {_fmt(r['mj_per_inference'], '.2f'):>7}")
         if r.get("best"):
-            row += "  <- best"
+            row += "  <- best" + (" (within noise)" if (doc.get("thread_sweep") or {}).get("within_noise")
+                                  else "")
         lines.append(row)
     for dev, c in (doc.get("comparison") or {}).items():
         lines.append(f"{dev} speed-up over CPU: cold {_fmt(c['cold_speedup'])}×, "
@@ -301,6 +308,10 @@ def format_table(doc: dict) -> str:
     lines += _clock_lines(doc)
     if host.get("governor_warning"):
         notes.insert(0, "warning: " + host["governor_warning"])
+    if doc.get("thread_sweep"):
+        from edgeapp.flows.bench_threads import sweep_note
+
+        notes.insert(0, sweep_note(doc["thread_sweep"]))
     notes += doc.get("notes", [])
     if notes:
         lines.append("")

@@ -68,7 +68,10 @@ def verdict_line(result) -> str:
             f"{_pct(s['macs_tpu_share'])} of {_count(s['macs_total'])} MACs")
     if s["verdict"] != "fully_mapped" and s["first_cpu_op"] is not None:
         first = next(o for o in result.ops if o.index == s["first_cpu_op"])
-        line += f"; first CPU op #{first.index} {first.op}: {first.reason}"
+        head = s.get("detection_head")
+        why = "where the detection head's decode begins (see advice)" \
+            if head and head["first_op"] == first.index else first.reason
+        line += f"; first CPU op #{first.index} {first.op}: {why}"
     return line
 
 

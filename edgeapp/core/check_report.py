@@ -107,6 +107,7 @@ def summarize(model: Model, preds: list[OpPrediction], blockers: Sequence[str] =
         "warnings": [],
         "advice": [],
     }
+    summary["detection_head"] = detection_head(model, preds, summary)
     summary["warnings"] = _warnings(model, preds, summary)
     summary["advice"] = advise(model, preds, summary)
     return summary
@@ -138,9 +139,45 @@ def _warnings(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
     return out
 
 
+# The CPU part of a detection model is its head's decode when it does at most this share of the
+# model's MACs (Ultralytics' YOLO exports: 0.04%; a large imgsz that leaves backbone layers on
+# the CPU: far more, and the generic advice then applies).
+HEAD_MAC_SHARE = 0.01
+SSD_POSTPROCESS = "TFLite_Detection_PostProcess"
+
+
+def detection_head(model: Model, preds: list[OpPrediction], s: dict) -> Optional[dict]:
+    """The CPU part after the Edge TPU when it is a recognised detection head's decode, else None.
+
+    Recognised: a YOLO export (its output layout, core/yolo) or an SSD (the
+    TFLite_Detection_PostProcess operator on the CPU), whose CPU operators after the Edge TPU
+    part do almost none of the work (HEAD_MAC_SHARE). That part is what every
+    such export leaves to the CPU on purpose (box decode, softmax over DFL bins, transposes,
+    NMS): advice about its operators one by one (a TRANSPOSE, a Softmax, the cut) is advice the
+    user cannot act on, so `advise` leaves it out and says what the part is, once."""
+    cpu = [p for p in preds if not p.mapped and p.after_tpu]  # before the TPU: their own advice
+    if not cpu or not any(p.mapped for p in preds):
+        return None
+    total = s["macs_total"] or 0
+    if total and sum(p.macs for p in cpu) / total > HEAD_MAC_SHARE:
+        return None
+    if any(p.op == SSD_POSTPROCESS for p in cpu):
+        kind = "ssd"
+    elif _yolo_layout(model) is not None:
+        kind = "yolo"
+    else:
+        return None
+    return {"kind": kind, "first_op": cpu[0].index, "ops": [p.index for p in cpu]}
+
+
 def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
-    """One concrete piece of advice per cause found, the model-wide fixes first."""
-    causes = s["causes"]
+    """One concrete piece of advice per cause found, the model-wide fixes first; the operators of
+    a recognised detection head are said to be that, once, instead of one tip each."""
+    head = s.get("detection_head")
+    if head:
+        own = set(head["ops"])
+        preds = [p for p in preds if p.index not in own]
+    causes = list(dict.fromkeys(c for p in preds for c in p.causes))
     tips = [f"the compiler will refuse this model: {b}" for b in s["blockers"]]
     tips += _type_advice(model, preds, causes)
     tips += _shape_advice(model, causes)
@@ -151,7 +188,8 @@ def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
         tips.append("resize upscaling too much for the Edge TPU's precision: upscale in steps of "
                     f"at most x{RESIZE_MAX_FACTOR:g}, or leave the final upscale out of the model "
                     "and do it on the CPU")
-    task_tip = _yolo_advice(model, preds, s) or _segmentation_advice(model, preds)
+    task_tip = (_ssd_advice(head) if head and head["kind"] == "ssd" else None) \
+        or _yolo_advice(model, s) or _segmentation_advice(model, preds)
     if task_tip:
         tips.insert(len(s["blockers"]), task_tip)
     if s["streamed_bytes_estimate"] > 0:
@@ -236,37 +274,54 @@ def _cut_advice(preds: list[OpPrediction]) -> list[str]:
             "the model"]
 
 
-def _yolo_advice(model: Model, preds: list[OpPrediction], s: dict) -> Optional[str]:
-    """For a YOLO export: which part is the detection head's decode on the CPU, and whether a
-    smaller imgsz would map more (the first CPU op early in the graph, MACs off the TPU)."""
-    from edgeapp.core.compiler_output import suggest_imgsz
+def _yolo_layout(model: Model):
+    """The YOLO output layout of `model` (core/yolo), or None when it is no YOLO export."""
     from edgeapp.core.yolo import find_yolo_layout
 
     shape = model.input_tensors[0].shape if len(model.input_tensors) == 1 else ()
     if len(shape) != 4:
         return None
     try:
-        layout = find_yolo_layout([t.shape for t in model.output_tensors], (shape[2], shape[1]))
+        return find_yolo_layout([t.shape for t in model.output_tensors], (shape[2], shape[1]))
     except EdgeappError:
         return None
+
+
+def _yolo_advice(model: Model, s: dict) -> Optional[str]:
+    """For a YOLO export: whether its CPU part is the detection head's decode (then nothing is to
+    be done about it), or more, when a smaller imgsz would map more (the first CPU op early in
+    the graph, MACs off the TPU)."""
+    from edgeapp.core.compiler_output import suggest_imgsz
+
+    layout = _yolo_layout(model)
+    if layout is None:
+        return None
+    shape = model.input_tensors[0].shape
     what = (f"a YOLO export ({layout.kind} layout {layout.how}: {layout.classes} classes, "
             f"{layout.anchors} anchors at {shape[2]}x{shape[1]}): run it with `edgeapp detect`, "
             "which decodes and NMS's on the CPU as Ultralytics does")
-    cpu = [p for p in preds if not p.mapped]
+    cpu = [c for c in s["cpu_ops"]]
     if not cpu:
         return what + "; it maps fully"
     first, total = cpu[0], s["macs_total"] or 0
     share = s["macs_tpu"] / total if total else 0.0
-    tip = (f"{what}; from op {first.index} ({first.op}) on, {len(cpu)} op(s) run on the CPU, "
+    tip = (f"{what}; from op {first['index']} ({first['op']}) on, {len(cpu)} op(s) run on the CPU, "
            f"{1 - share:.2%} of the MACs")
+    if s.get("detection_head"):
+        return (tip + ": the head's box decode, as in Ultralytics' own Edge TPU exports (nothing to "
+                "change: the backbone and neck map, and those ops' CPU reasons are by design)")
     smaller = suggest_imgsz(max(shape[1], shape[2]), s["ops_tpu"], s["ops_total"])
-    if share < 0.99 and smaller is not None:
-        tip += (f": more than the head's decode; export again with a smaller imgsz (e.g. "
+    if smaller is not None:
+        return (tip + f": more than the head's decode; export again with a smaller imgsz (e.g. "
                 f"{smaller}): larger inputs need activations beyond the on-chip memory")
-    else:
-        tip += ": the head's box decode, as in Ultralytics' own Edge TPU exports; the backbone "
-        tip += "and neck map"
-    return tip
+    return tip + ": more than the head's decode"
+
+
+def _ssd_advice(head: dict) -> str:
+    """For an SSD: its post-processing on the CPU is Coral's own design."""
+    return (f"an SSD detector: from op {head['first_op']} on, {len(head['ops'])} op(s) run on the "
+            f"CPU, its {SSD_POSTPROCESS} (box decode and NMS), as in Coral's own SSD models "
+            "(nothing to change); run it with `edgeapp detect`")
 
 
 def _segmentation_advice(model: Model, preds: list[OpPrediction]) -> Optional[str]:

@@ -11,8 +11,32 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-_FONT_SCALE = 0.5
-_THICK = 1
+# Labels are drawn at a size proportional to the image: text about 2.5% of its shorter side
+# high (OpenCV's Hershey font is 22 px high at scale 1), never below a legible 0.4. A fixed
+# scale of 0.5 was right for 300-480 px frames and tiny on a 1280x720 one.
+_TEXT_SHARE = 0.025 / 22
+_MIN_SCALE = 0.4
+
+
+def text_scale(shape: Sequence[int]) -> float:
+    """OpenCV font scale for an image of `shape` (H, W[, C])."""
+    return max(_MIN_SCALE, min(shape[0], shape[1]) * _TEXT_SHARE)
+
+
+def _style(img: np.ndarray) -> tuple[float, int]:
+    """(font scale, stroke thickness) for text on `img`."""
+    scale = text_scale(img.shape)
+    return scale, max(1, int(round(scale * 1.5)))
+
+
+def line_height(img: np.ndarray) -> int:
+    """Pixels from one text line to the next on `img`."""
+    return int(round(36 * text_scale(img.shape)))
+
+
+def _stroke(img: np.ndarray, base: int = 2) -> int:
+    """Box and limb thickness: `base` px up to 720 px, thicker on larger images."""
+    return max(base, int(round(base * min(img.shape[:2]) / 720)))
 
 
 def color_for(class_id: int) -> tuple[int, int, int]:
@@ -29,12 +53,14 @@ def _text(img: np.ndarray, text: str, org: tuple[int, int], color, bg=(0, 0, 0))
     import cv2
 
     font = cv2.FONT_HERSHEY_SIMPLEX
-    (tw, th), base = cv2.getTextSize(text, font, _FONT_SCALE, _THICK)
+    scale, thick = _style(img)
+    (tw, th), base = cv2.getTextSize(text, font, scale, thick)
+    pad = max(1, thick)
     h, w = img.shape[:2]
-    x = min(max(0, org[0]), max(0, w - tw - 2))
-    y = min(max(th + 2, org[1]), h - base)
-    cv2.rectangle(img, (x, y - th - 2), (x + tw + 2, y + base), bg, cv2.FILLED)
-    cv2.putText(img, text, (x + 1, y - 1), font, _FONT_SCALE, color, _THICK, cv2.LINE_AA)
+    x = min(max(0, org[0]), max(0, w - tw - 2 * pad))
+    y = min(max(th + 2 * pad, org[1]), h - base)
+    cv2.rectangle(img, (x, y - th - 2 * pad), (x + tw + 2 * pad, y + base), bg, cv2.FILLED)
+    cv2.putText(img, text, (x + pad, y - pad), font, scale, color, thick, cv2.LINE_AA)
 
 
 def _name(item: dict) -> str:
@@ -49,7 +75,7 @@ def draw_objects(img: np.ndarray, objects: Sequence[dict]) -> np.ndarray:
     for o in objects:
         x0, y0, x1, y1 = (int(round(v)) for v in o["bbox"])
         color = color_for(int(o["id"]))
-        cv2.rectangle(img, (x0, y0), (x1, y1), color, 2)
+        cv2.rectangle(img, (x0, y0), (x1, y1), color, _stroke(img))
         _text(img, f"{_name(o)} {o['score']:.2f}", (x0, y0 - 2), (0, 0, 0), bg=color)
     return img
 
@@ -57,7 +83,7 @@ def draw_objects(img: np.ndarray, objects: Sequence[dict]) -> np.ndarray:
 def draw_classes(img: np.ndarray, classes: Sequence[dict]) -> np.ndarray:
     """The top class (with its score) at the top left, for classifier records."""
     text = f"{_name(classes[0])} {classes[0]['score']:.2f}" if classes else "(no class)"
-    _text(img, text, (4, 18), (255, 255, 255))
+    _text(img, text, (4, line_height(img) // 2 + 4), (255, 255, 255))
     return img
 
 
@@ -68,12 +94,13 @@ def draw_poses(img: np.ndarray, poses: Sequence[dict], color=(0, 255, 255)) -> n
 
     from edgeapp.core.pose import skeleton_lines
 
+    limb, dot = _stroke(img), _stroke(img, 3)
     for p in poses:
         for (x0, y0), (x1, y1) in skeleton_lines(p["keypoints"]):
             cv2.line(img, (int(round(x0)), int(round(y0))), (int(round(x1)), int(round(y1))),
-                     color, 2, cv2.LINE_AA)
+                     color, limb, cv2.LINE_AA)
         for k in p["keypoints"]:
-            cv2.circle(img, (int(round(k["x"])), int(round(k["y"]))), 3, (0, 0, 255), cv2.FILLED,
+            cv2.circle(img, (int(round(k["x"])), int(round(k["y"]))), dot, (0, 0, 255), cv2.FILLED,
                        cv2.LINE_AA)
     return img
 
@@ -92,7 +119,8 @@ def draw_mask(img: np.ndarray, mask: np.ndarray, classes: Sequence[dict] = (),
     for i, (c, rgb) in enumerate(zip(classes[:legend], palette)):
         bg = tuple(int(v) for v in rgb[::-1])
         fg = (0, 0, 0) if sum(bg) > 3 * 110 else (255, 255, 255)
-        _text(img, f"{_name(c)} {c['share'] * 100:.1f}%", (4, 18 + 18 * i), fg, bg=bg)
+        step = line_height(img)
+        _text(img, f"{_name(c)} {c['share'] * 100:.1f}%", (4, step // 2 + 4 + step * i), fg, bg=bg)
     return img
 
 

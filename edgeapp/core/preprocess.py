@@ -61,15 +61,23 @@ def _pixels_in(pillow_message: str) -> str:
 
 
 def _quiet_pillow() -> None:
-    """Pillow's warnings (decompression bomb, odd EXIF or palettes) never reach stderr: the
-    pixel limit above makes the bomb a record error, the rest change nothing we output.
-    One process-wide filter, set once (warnings.catch_warnings is not thread-safe)."""
+    """Pillow's warnings (decompression bomb, odd EXIF or palettes) and log records ("More
+    samples per pixel than can be decoded: 13827", logged before it raises) never reach
+    stderr: the pixel limit above makes the bomb a record error, a file Pillow cannot decode is
+    one (the error names it), the rest change nothing we output. One process-wide filter and
+    handler, set once (warnings.catch_warnings is not thread-safe). libtiff's own messages, from
+    native code, are kept off by hw/native_stderr.quiet_libtiff."""
     global _quiet
     if not _quiet:
+        import logging
+
         warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
         from PIL import Image
 
         warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+        pil_log = logging.getLogger("PIL")
+        if not pil_log.handlers:  # a handler of its own: Python's last-resort one stays unused
+            pil_log.addHandler(logging.NullHandler())
         _quiet = True
 
 

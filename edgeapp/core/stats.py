@@ -104,3 +104,43 @@ def bottleneck(stage_ms: Sequence[Optional[float]]) -> Optional[int]:
     if not known:
         return None
     return max(known, key=lambda t: (t[0], -t[1]))[1]
+
+
+# A thread sweep's verdict: a difference counts when the runner-up's median is at least this
+# much slower and the best was faster in at least this share of the paired rounds.
+NOISE_GAP = 0.03
+NOISE_WINS = 0.8
+
+
+@dataclass(frozen=True)
+class Fastest:
+    """Which configuration is fastest, by the median of its per-round medians, and whether the
+    runner-up is really slower or within the noise of the rounds."""
+
+    best: int
+    runner_up: Optional[int]
+    medians: tuple  # per configuration: the median of its round medians (ms)
+    rounds: int  # paired rounds compared (the fewest any configuration has)
+    wins: int  # rounds in which the best was faster than the runner-up
+    gap: Optional[float]  # the runner-up's median over the best's, minus 1
+    within_noise: bool
+
+
+def fastest(round_medians: Sequence[Sequence[float]]) -> Fastest:
+    """The configuration with the lowest median of its round medians (rounds run interleaved,
+    so round i of each was measured under the same load). Robust: one stall of 100 ms in a
+    round of 0.4 ms inferences moves a mean by far more than the difference being measured,
+    but neither that round's median nor the median over rounds."""
+    if not round_medians or not all(len(r) for r in round_medians):
+        raise ValueError("every configuration needs at least one round")
+    medians = tuple(float(np.median(r)) for r in round_medians)
+    order = sorted(range(len(medians)), key=lambda i: (medians[i], i))
+    best = order[0]
+    if len(order) == 1:
+        return Fastest(best, None, medians, len(round_medians[0]), 0, None, False)
+    other = order[1]
+    n = min(len(round_medians[best]), len(round_medians[other]))
+    wins = sum(1 for a, b in zip(round_medians[best][:n], round_medians[other][:n]) if a < b)
+    gap = medians[other] / medians[best] - 1.0 if medians[best] > 0 else None
+    noise = gap is None or gap < NOISE_GAP or wins < NOISE_WINS * n
+    return Fastest(best, other, medians, n, wins, gap, noise)

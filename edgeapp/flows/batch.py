@@ -91,6 +91,9 @@ def iter_records(paths: Iterable, engine: Union[Engine, Runner], task: BoundTask
     sees each image's result with its decoded image (--annotate, --mask) and may return fields
     to add to the record. `prepare` replaces the task's (images shipped as bytes).
     """
+    from edgeapp.hw.native_stderr import quiet_libtiff
+
+    quiet_libtiff()  # decoding a broken TIFF: the record's error, never libtiff's lines
     runner = as_runner(engine)
     model = runner.model_path
     # an input that fails before inference touched no device; one device names it anyway

@@ -1,284 +1,36 @@
-"""The benchmark: load, cold first inference, warm-up, timed runs; then ops, TOPS and power.
+"""The benchmark as a whole run: the devices and thread counts asked for, a segment set's
+pipeline, the comparison with the CPU; the JSON document (README: `edgeapp bench`).
 
-One `bench_device` call measures one (model, device, threads) and returns one result dict of
-the documented JSON schema (README: `edgeapp bench`). Devices that cannot be used give a
-result with `"available": false` and the reason instead of an exception, so `--device all`
-always shows every device. Only `runtime.open_model` touches the TFLite runtime.
+One device is measured by flows/bench_device.py, a thread sweep by flows/bench_threads.py,
+several Edge TPUs together by flows/bench_multi.py; which devices, by flows/bench_devices.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
-
-import numpy as np
+from typing import Optional
 
 from edgeapp.core import stats
-from edgeapp.core.edgetpu_specs import PEAK_TOPS
 from edgeapp.core.limits import MAX_THREADS
-from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
-from edgeapp.core.opcount import OpCount, count_ops
+from edgeapp.core.naming import edgetpu_twin_path
 from edgeapp.core.tflite.model import Model, load_model
-from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
-from edgeapp.flows import bench_thermal
-from edgeapp.hw import hostinfo, power
+from edgeapp.flows.bench_device import (  # noqa: F401 - importers of the benchmark find them here
+    BenchOptions,
+    bench_device,
+    random_input,
+    save_peaks,
+    time_invocations,
+    unavailable,
+)
+from edgeapp.hw import hostinfo
 
 SCHEMA = "edgeapp.bench/1"
 
 
-@dataclass
-class BenchOptions:
-    runs: int = 100
-    warmup: int = 10
-    duration: Optional[float] = None  # seconds of timed runs; overrides `runs` when given
-    power_mode: str = "auto"
-    watts: Optional[float] = None
-    runtime: Optional[str] = None
-    cpu_model: Optional[str] = None
-    synthetic: bool = False
-    probe: bool = True  # try the Edge TPU delegate in a child process first (probe.py)
-    cpu_kernels: str = "fast"  # runtime.CPU_KERNELS
-    seed: int = 0
-    extra_notes: list[str] = field(default_factory=list)
-    samples: Optional[dict] = None  # label -> latencies (ms), kept for --plot when a dict
-    performance: Optional[str] = None  # libedgetpu's Performance (core/clock.py)
-    usb_queue: Optional[int] = None  # libedgetpu's Usb.MaxBulkInQueueLength
-
-
-def random_input(shape: tuple[int, ...], dtype: np.dtype, seed: int = 0) -> np.ndarray:
-    """A deterministic input of the model's own type: timings do not depend on values, but
-    saturated or all-zero tensors could take shortcuts in some kernels."""
-    rng = np.random.RandomState(seed)  # not default_rng: numpy 1.16 (Coral Dev Board) lacks it
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.randint(info.min, int(info.max) + 1, size=shape, dtype=dtype)
-    if dtype == np.bool_:
-        return rng.randint(0, 2, size=shape).astype(bool)
-    return rng.standard_normal(size=shape).astype(dtype)
-
-
-def time_invocations(invoke, runs: int, duration: Optional[float],
-                     starts: Optional[list] = None) -> tuple[np.ndarray, float]:
-    """Per-call latencies (ms) of `invoke()` and the wall-clock window (s) they took; each
-    call's start time (s) is appended to `starts` when given (for per-window latency)."""
-    latencies: list[float] = []
-    clock = time.perf_counter
-    start = clock()
-    deadline = start + duration if duration else None
-    while True:
-        t = clock()
-        invoke()
-        latencies.append((clock() - t) * 1000.0)
-        if starts is not None:
-            starts.append(t - start)
-        if deadline is not None:
-            if clock() >= deadline:
-                break
-        elif len(latencies) >= runs:
-            break
-    return np.asarray(latencies), clock() - start
-
-
-def unavailable(device: str, reason: str, model: str) -> dict:
-    return {"device": device, "available": False, "reason": reason, "model": model}
-
-
-def bench_device(model: Union[str, Model], device: str, threads: Optional[int], opts: BenchOptions,
-                 strict: bool = True) -> dict:
-    """Benchmark one device. An unusable Edge TPU raises (strict) or gives an
-    `available: false` result with the reason (for `--device all`)."""
-    opened = _open(model, device, threads, opts, strict)
-    if isinstance(opened, dict):
-        return opened
-    engine, load_ms = opened
-    notes = list(opts.extra_notes) + ([engine.notice] if engine.notice else [])
-    engine.set_input(random_input(engine.input_shape, engine.input_dtype, opts.seed))
-    t = time.perf_counter()
-    engine.invoke()  # cold: on the Edge TPU this uploads the model into its memory
-    first_ms = (time.perf_counter() - t) * 1000.0
-    for _ in range(opts.warmup):
-        engine.invoke()
-    before = bench_thermal.tpu_state(engine, opts.performance)
-    latencies, starts, window, watts, meter = _timed(engine, opts, notes)
-    after = bench_thermal.tpu_state(engine, opts.performance)
-    if opts.samples is not None:
-        opts.samples[f"{engine.name}" + (f" ({threads} threads)" if threads else "")] = list(latencies)
-    result = _figures(engine, threads, opts, latencies, window, watts, meter, notes)
-    result.update(load_ms=round(load_ms, 3), first_ms=round(first_ms, 3))
-    if opts.duration:
-        result.update(bench_thermal.windows_section(starts, list(latencies)))
-    if engine.device == "edgetpu":
-        result["edgetpu"] = _edgetpu(device, before, after, notes)
-    result.update(bench_thermal.throttling(result))
-    result["notes"] = notes
-    return result
-
-
-def _open(model, device: str, threads: Optional[int], opts: BenchOptions, strict: bool):
-    """(engine, load ms), or an `available: false` result when the TPU cannot be used."""
-    from edgeapp.hw.runtime import find_runtime, open_model
-
-    find_runtime(opts.runtime)  # import the runtime first: load_ms is the model's, not Python's
-    t0 = time.perf_counter()
-    try:
-        engine = open_model(model, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
-                            threads=threads, probe=opts.probe, cpu_kernels=opts.cpu_kernels,
-                            performance=opts.performance, usb_queue=opts.usb_queue)
-    except (DeviceUnavailable, UsageError) as e:
-        if strict or device in ("cpu", "auto"):
-            raise
-        return {**unavailable(_kind(device), str(e), getattr(model, "path", str(model))),
-                "device_name": device}
-    return engine, (time.perf_counter() - t0) * 1000.0
-
-
-def _timed(engine, opts: BenchOptions, notes: list) -> tuple:
-    """The timed runs under the power meter: (latencies, start times, window s, watts, meter)."""
-    meter = power.open_meter(opts.power_mode, engine.device, watts=opts.watts)
-    notes.extend(meter.notes)
-    try:
-        meter.start()
-    except power.SensorUnavailable as e:
-        notes.append(f"{meter.source}: {e}")
-        meter = power.PowerMeter("none")
-    starts: list[float] = []
-    latencies, window = time_invocations(engine.invoke, opts.runs, opts.duration, starts)
-    try:
-        watts = meter.stop()
-    except power.SensorUnavailable as e:  # a sensor that vanished mid-run: no figure, no error
-        notes.append(f"{meter.source}: {e}")
-        watts = None
-    return latencies, starts, window, watts, meter
-
-
-def _figures(engine, threads: Optional[int], opts: BenchOptions, latencies, window: float,
-             watts: Optional[float], meter, notes: list) -> dict:
-    """Latency, throughput, ops, TOPS, power and energy of one measured device."""
-    lat = stats.latency_stats(latencies)
-    ips = stats.throughput(len(latencies), window)
-    counted, count_note = _ops_for(engine)
-    if count_note:
-        notes.append(count_note)
-    ops = counted.ops if counted and counted.macs else None
-    tops = stats.achieved_tops(ops, ips)
-    peak, peak_source = _peak(engine, threads, opts)
-    result = {
-        "device": engine.device, "device_name": engine.name, "available": True,
-        "model": engine.model_path, "requested_model": engine.requested_model,
-        "runtime": engine.runtime.name, "runtime_version": engine.runtime.version,
-        "threads": threads, "cpu_kernels": engine.cpu_kernels, "warmup": opts.warmup,
-        "runs": int(lat.count), "window_s": round(window, 4), "latency_ms": lat.to_dict(),
-        "throughput_ips": round(ips, 3),
-        "macs_per_inference": counted.macs if counted else None, "ops_per_inference": ops,
-        "other_ops": counted.other_ops if counted else None, "tops": _round(tops, 6),
-        "peak_tops": peak, "peak_source": peak_source,
-        "share_of_peak": _round(tops / peak, 4) if tops and peak else None,
-        "power_w": _round(watts, 3), "power_source": meter.source if watts is not None else "none",
-        "power_detail": meter.detail,
-    }
-    energy = stats.energy_figures(tops, ips, watts)
-    result.update({k: _round(v, 6) for k, v in energy.items()})
-    return result
-
-
-def _edgetpu(device: str, before: Optional[dict], after: Optional[dict], notes: list) -> dict:
-    """The `edgetpu` object: library version, USB links, clock mode, heat before and after."""
-    from edgeapp.hw.libedgetpu import edgetpu_library
-
-    section = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
-               "device": device, "usb": hostinfo.usb_accelerators(),
-               **bench_thermal.edgetpu_section(before, after)}
-    if any(u.get("speed_mbps") == "480" for u in section["usb"]):
-        notes.append("the USB Accelerator is on a USB 2 link: expect 3–4× slower inference; "
-                     "use a USB 3 port and cable")
-    return section
-
-
-def _kind(device: str) -> str:
-    return "cpu" if device == "cpu" else "edgetpu"
-
-
 def _round(v: Optional[float], digits: int) -> Optional[float]:
     return None if v is None else round(v, digits)
-
-
-def _ops_for(engine) -> tuple[Optional[OpCount], Optional[str]]:
-    """Count ops on the graph that describes the work: the CPU twin of a compiled model."""
-    model = engine.model
-    if model.is_edgetpu_compiled:
-
-        twin = cpu_twin_path(model.path)
-        try:
-            model = load_model(twin)
-        except EdgeappError:
-            return None, (f"ops not counted: {Path(model.path).name} hides its graph in the "
-                          f"edgetpu-custom-op and its CPU twin {twin.name} is not beside it")
-        if model.is_edgetpu_compiled:
-            return None, "ops not counted: the CPU twin is itself compiled"
-    counted = count_ops(model)
-    note = None
-    if counted.unknown:
-        note = f"{len(counted.unknown)} MAC operator(s) with unknown shapes not counted"
-    elif not counted.macs:
-        note = "no MAC operators (CONV_2D, FULLY_CONNECTED, ...): TOPS not applicable"
-    return counted, note
-
-
-# -- peaks -------------------------------------------------------------------------------------
-
-def peak_key(runtime: str, version: str, threads: Optional[int], cpu_kernels: str = "fast") -> str:
-    """Peaks are per CPU, runtime build, thread count and kernels: each changes the speed."""
-    kernels = "" if cpu_kernels == "fast" else f"|{cpu_kernels}"
-    return f"{hostinfo.cpu_model() or 'cpu'}|{runtime} {version}|threads={threads or 'default'}{kernels}"
-
-
-def _peak(engine, threads: Optional[int], opts: BenchOptions) -> tuple[Optional[float], Optional[str]]:
-    if engine.device == "edgetpu":
-        return PEAK_TOPS, "datasheet"
-    if opts.synthetic:
-        return None, None
-    peaks = load_peaks()
-    value = peaks.get(peak_key(engine.runtime.name, engine.runtime.version, threads,
-                               engine.cpu_kernels))
-    return (round(value, 6), "synthetic") if value else (None, None)
-
-
-def load_peaks() -> dict[str, float]:
-    try:
-        data = json.loads((cache_dir() / "peaks.json").read_text())
-        return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {}
-    except (OSError, ValueError, TypeError):
-        return {}
-
-
-def save_peaks(results: list[dict]) -> Optional[str]:
-    """Remember the CPU TOPS the synthetic model reached, per CPU, runtime and thread count.
-    Returns a note when the cache cannot be written (never an error)."""
-    peaks = load_peaks()
-    for r in results:
-        if not r.get("available") or r.get("device") != "cpu" or not r.get("tops"):
-            continue
-        key = peak_key(r["runtime"], r["runtime_version"], r["threads"], r.get("cpu_kernels", "fast"))
-        peaks[key] = max(peaks.get(key, 0.0), r["tops"])
-    path = cache_dir() / "peaks.json"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(peaks, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError as e:
-        return f"CPU peak not saved to {path}: {e.strerror or e}"
-    return None
-
-
-# -- whole runs --------------------------------------------------------------------------------
-
 
 
 def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
@@ -296,19 +48,6 @@ def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
     return [n]
 
 
-def devices_for(device: str) -> list[str]:
-    """What to measure one by one. `all`: the CPU and every Edge TPU found (one `edgetpu`
-    entry, reported unavailable with the reason, when none is); a list: those TPUs."""
-    from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
-
-    if device == "all":
-        return ["cpu"] + (find_tpus() or ["edgetpu"])
-    choice = parse_devices(device)
-    if choice.several:
-        return resolve_tpus(choice)
-    return [device]
-
-
 def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchOptions,
               progress=None, no_tpu_reason: Optional[str] = None) -> dict:
     """Benchmark `model_path` on the device(s) and thread counts asked for: the JSON document.
@@ -316,7 +55,11 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     A CPU model X.tflite runs on the Edge TPU as X_edgetpu.tflite when that is beside it; a
     compiled model runs on the CPU as its twin (runtime.open_model). `no_tpu_reason` says why
     there is no compiled model to run on the Edge TPU (e.g. no compiler for --synthetic).
+    A run that measured nothing raises DeviceUnavailable (bench_devices.check_measured).
     """
+    from edgeapp.flows.bench_devices import check_measured, plan_devices
+
+    plan = plan_devices(device)
     counts = thread_counts(threads)
     segments = None
     if not opts.synthetic:
@@ -324,30 +67,24 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
 
         segments = find_segment_files(model_path)
     if segments is not None:
-        return _run_pipeline_bench(segments, device, counts, opts, progress)
-    results = []
+        return check_measured(_run_pipeline_bench(segments, plan, counts, opts, progress), plan)
     model = load_model(model_path)  # read once: every device and thread count runs this parse
     compiled_twin = None
     if not model.is_edgetpu_compiled and edgetpu_twin_path(model_path).exists():
         compiled_twin = _load_compiled(edgetpu_twin_path(model_path))
-    for dev in devices_for(device):
+    results = []
+    for dev in plan.devices:
         tpu = dev not in ("cpu", "auto")
         target = compiled_twin if tpu and compiled_twin is not None else model
         if tpu and no_tpu_reason and not target.is_edgetpu_compiled:
-            results.append(unavailable("edgetpu", no_tpu_reason, str(model_path)))
+            results.append({**unavailable("edgetpu", no_tpu_reason, str(model_path)), "device_name": dev})
             continue
-        for n in ([None] if tpu else counts):
-            r = bench_device(target, dev, n, opts, strict=device != "all")
-            results.append(r)
-            if progress:
-                progress(r)
-            if r.get("available") and r["device"] == "edgetpu":
-                break
-            if not r.get("available"):
-                break
-    _mark_best(results)
+        results += _measure(target, dev, [None] if tpu else counts, opts, progress, plan.lenient)
+    if plan.cpu_after and not any(r.get("available") for r in results):
+        results += _measure(model, "cpu", counts, opts, progress, False)  # the CPU twin takes over
     doc = {"schema": SCHEMA, "host": host_section(results), "model": _model_section(model),
            "results": results}
+    _mark_best(doc)
     comparison = compare(results)
     if comparison:
         doc["comparison"] = comparison
@@ -357,58 +94,77 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
 
         doc["parallel"] = bench_parallel(tpus[0]["model"], [r["device_name"] for r in tpus], opts,
                                          random_input, opts.samples)
-    return doc
+    return check_measured(doc, plan)
 
 
-def _run_pipeline_bench(segments: list, device: str, counts: list, opts: BenchOptions,
+def _measure(target, dev: str, counts: list, opts: BenchOptions, progress, lenient: bool) -> list:
+    """One device; several thread counts are timed in interleaved rounds (bench_threads)."""
+    if len(counts) > 1:
+        from edgeapp.flows.bench_threads import sweep
+
+        return sweep(target, dev, counts, opts, progress)
+    r = bench_device(target, dev, counts[0], opts, strict=not lenient)
+    if progress:
+        progress(r)
+    return [r]
+
+
+def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
                         progress=None) -> dict:
-    """A segment set: the pipeline over as many TPUs, and (with all) its whole model on the CPU."""
+    """A segment set: the pipeline over as many TPUs, and its whole model on the CPU with all,
+    with --device cpu, or when auto lets the CPU take over from a pipeline that cannot run."""
     from edgeapp.core.naming import segment_source
     from edgeapp.core.segments import set_label
+    from edgeapp.errors import UsageError
     from edgeapp.flows.bench_multi import bench_pipeline
 
-    results = []
+    n = len(segments)
+    if plan.one_tpu:
+        raise UsageError(f"{n} segments run on {n} Edge TPUs, one each: use --device all or name "
+                         f"{n} TPUs (usb:0,usb:1,...), not {plan.text}")
     whole = Path(opts.cpu_model) if opts.cpu_model else segment_source(segments[0])
-    if device == "all" and whole.exists():
-        for n in counts:
-            r = bench_device(str(whole), "cpu", n, opts)
-            results.append(r)
-            if progress:
-                progress(r)
-        _mark_best(results)
-    model = {**_model_section(load_model(segments[0])), "path": set_label(segments),
-             "segments": len(segments)}
+    results: list = []
+    if plan.every and whole.exists():
+        results += _measure(str(whole), "cpu", counts, opts, progress, False)
+    if plan.cpu_only:
+        pipe = {"mode": "pipeline", "available": False, "segments": n,
+                "reason": f"--device cpu runs the whole model {whole.name} instead"}
+    else:
+        pipe = bench_pipeline(segments, plan.text, opts, random_input, opts.samples)
+    if not results and (plan.cpu_only or plan.tpu_optional and not pipe.get("available")):
+        if not whole.exists():
+            raise DeviceUnavailable(f"{pipe['reason']}: the whole model's CPU twin {whole} was not "
+                                    "found; pass --cpu-model X.tflite (the model that was segmented)")
+        results += _measure(str(whole), "cpu", counts, opts, progress, False)
+    model = {**_model_section(load_model(segments[0])), "path": set_label(segments), "segments": n}
     doc = {"schema": SCHEMA, "host": host_section(results), "model": model, "results": results}
-    doc["pipeline"] = bench_pipeline(segments, "all" if device == "all" else device, opts,
-                                     random_input, opts.samples)
+    _mark_best(doc)
+    doc["pipeline"] = pipe
     return doc
 
 
-def _mark_best(results: list[dict]) -> None:
-    """With several thread counts on one device, flag the fastest (lowest mean latency)."""
-    by_device: dict[str, list[dict]] = {}
-    for r in results:
-        if r.get("available"):
-            by_device.setdefault(r.get("device_name") or r["device"], []).append(r)
-    for rs in by_device.values():
-        if len(rs) > 1:
-            best = min(rs, key=lambda r: r["latency_ms"]["mean"])
-            for r in rs:
-                r["best"] = r is best
+def _mark_best(doc: dict) -> None:
+    """A thread sweep's best row and its `thread_sweep` section (bench_threads.mark_best)."""
+    from edgeapp.flows.bench_threads import mark_best
+
+    section = mark_best(doc["results"])
+    if section:
+        doc["thread_sweep"] = section
 
 
 def compare(results: list[dict]) -> Optional[dict]:
-    """Speed-up of each accelerator over the (best) CPU result, cold and warm."""
+    """Speed-up of each accelerator over the (best) CPU result, cold and warm; warm by the
+    median latency (a stall in the CPU's runs must not make the accelerator look faster)."""
     cpus = [r for r in results if r.get("available") and r["device"] == "cpu"]
     others = [r for r in results if r.get("available") and r["device"] != "cpu"]
     if not cpus or not others:
         return None
-    cpu = min(cpus, key=lambda r: r["latency_ms"]["mean"])
+    cpu = next((r for r in cpus if r.get("best")), None) or min(cpus, key=lambda r: r["latency_ms"]["p50"])
     out = {}
     for r in others:
         out[r.get("device_name") or r["device"]] = {
             "cold_speedup": _round(stats.speedup(cpu["first_ms"], r["first_ms"]), 2),
-            "warm_speedup": _round(stats.speedup(cpu["latency_ms"]["mean"], r["latency_ms"]["mean"]), 2),
+            "warm_speedup": _round(stats.speedup(cpu["latency_ms"]["p50"], r["latency_ms"]["p50"]), 2),
             "cpu_threads": cpu["threads"]}
     return out
 

@@ -108,7 +108,10 @@ def bench_pipeline(paths: list, device: str, opts, make_input: Callable,
     if choice.single is not None and choice.single.kind not in ("auto",):
         return {**section, "available": False,
                 "reason": f"{n} segments need {n} Edge TPUs: use --device all or a list of {n}"}
-    names = find_tpus() if choice.single is not None else resolve_tpus(choice)
+    try:
+        names = find_tpus() if choice.single is not None else resolve_tpus(choice)
+    except DeviceUnavailable:  # `all` and no Edge TPU: a reason, as for any device in bench
+        names = []
     if len(names) < n:
         return {**section, "available": False,
                 "reason": f"{n} segments need {n} Edge TPUs, {len(names)} found"}

@@ -16,6 +16,7 @@ worker's chunks on every Edge TPU it has (data-parallel, as a local `--device al
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -78,7 +79,7 @@ class ClusterStats(BatchStats):
 def connect(address: str):
     """A Dask client for `tcp://host:port`, or a new local cluster for `local[:N]`."""
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError:
         raise MissingDependency(f"--cluster needs Dask distributed: {INSTALL}") from None
     import logging
@@ -90,9 +91,7 @@ def connect(address: str):
         n = address.partition(":")[2]
         if n and not (n.isdigit() and int(n) > 0):
             raise UsageError(f"--cluster {address}: use local or local:N with N > 0")
-        cluster = LocalCluster(n_workers=int(n) if n else (os.cpu_count() or 1), threads_per_worker=1,
-                               processes=True, host="127.0.0.1", dashboard_address=None)
-        return Client(cluster)
+        return _local_client(int(n) if n else (os.cpu_count() or 1))
     if "://" not in address:
         raise UsageError(f"--cluster {address}: use tcp://HOST:PORT (the scheduler) or local[:N]")
     try:
@@ -100,6 +99,80 @@ def connect(address: str):
     except (OSError, TimeoutError) as e:
         raise ClusterError(f"cannot reach the Dask scheduler at {address} ({e}); is "
                            "`dask scheduler` running there?") from None
+
+
+def _local_client(workers: int):
+    """A client of a new cluster of `workers` processes on 127.0.0.1 (its HTTP routes too, on a
+    free port: no warning that another cluster holds Dask's 8787). Ctrl-C while Dask starts
+    it would leave it half made, and Dask's own exit handler then fails with a traceback: it
+    is kept until the cluster is up, which is then closed, and raised."""
+    from distributed import Client, LocalCluster
+
+    _quiet_worker_processes()
+    with _ctrl_c_deferred() as pressed:
+        client = Client(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                     host="127.0.0.1", dashboard_address=None,
+                                     scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}))
+    if pressed:
+        _close(client)
+        raise KeyboardInterrupt
+    return client
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[list]:
+    """Ctrl-C in the block is noted in the list it gives, not raised (main thread only)."""
+    import signal
+
+    pressed: list = []
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield pressed
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _quiet_worker_processes() -> None:
+    """The worker processes of `local[:N]` never see the terminal's Ctrl-C and never log to it.
+
+    Ctrl-C reaches every process of the terminal's foreground group: Dask's spawned workers
+    died with KeyboardInterrupt tracebacks, and logged timestamped warnings (tasks cancelled)
+    over edgeapp's own one-line summary. This process handles Ctrl-C and closes the cluster;
+    its workers are forked from a fork server started with SIGINT ignored and Dask's logging
+    at critical, which every worker (a restarted one too) inherits. Ctrl-C is ignored only
+    while that server starts (milliseconds), not while the cluster does.
+    """
+    import multiprocessing
+    import signal
+    from multiprocessing import forkserver
+
+    import dask
+    from distributed.utils import get_mp_context
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows: Dask's default
+        return
+    dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+    get_mp_context()  # Dask's preload list (its modules imported once, in the server)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    saved = os.environ.get(_WORKER_LOG_LEVEL)
+    os.environ[_WORKER_LOG_LEVEL] = "critical"  # read by Dask's config when the server imports it
+    try:
+        forkserver.ensure_running()
+    finally:
+        if saved is None:
+            os.environ.pop(_WORKER_LOG_LEVEL, None)
+        else:
+            os.environ[_WORKER_LOG_LEVEL] = saved
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+_WORKER_LOG_LEVEL = "DASK_LOGGING__DISTRIBUTED"
 
 
 def run_cluster(paths: list, job: Job, writer: RecordWriter, address: str, ship_bytes: bool = False,

@@ -99,3 +99,54 @@ def chatter_into(log: TextIO, stdout: Optional[TextIO] = None) -> Iterator[None]
             os.dup2(saved[1], 2)
             os.close(saved[0])
             os.close(saved[1])
+
+
+_LIBTIFF_HANDLERS = ("TIFFSetErrorHandler", "TIFFSetErrorHandlerExt", "TIFFSetWarningHandler",
+                     "TIFFSetWarningHandlerExt")
+_libtiff_quiet = False
+
+
+def quiet_libtiff() -> int:
+    """Keep libtiff's messages off the terminal: Pillow decodes compressed TIFFs with libtiff,
+    whose default handlers print to file descriptor 2 ("ZIPDecode: Decoding error at scanline
+    0, incorrect data check.", "JPEGLib: Quantization table 0x00 was not defined."), between
+    edgeapp's lines. Pillow raises its own error all the same, which edgeapp reports as one line
+    naming the file; so the handlers of every libtiff already in this process (Pillow's bundled
+    one, or the system's it links) are set to none, once. Call it after Pillow's core is
+    Returns how many libraries were quieted."""
+    global _libtiff_quiet
+    if _libtiff_quiet:
+        return 0
+    _libtiff_quiet = True
+    import ctypes
+
+    count = 0
+    for path in _libtiff_candidates():
+        try:  # only a library already loaded (RTLD_NOLOAD): never a second copy
+            lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LOCAL", 0))
+        except OSError:
+            continue
+        for name in _LIBTIFF_HANDLERS:
+            setter = getattr(lib, name, None)
+            if setter is not None:
+                setter.argtypes, setter.restype = [ctypes.c_void_p], ctypes.c_void_p
+                setter(None)
+        count += 1
+    return count
+
+
+def _libtiff_candidates() -> list:
+    """File names libtiff may be loaded from: a Pillow wheel's bundled copy, else the system's."""
+    import ctypes.util
+    from pathlib import Path
+
+    try:
+        import PIL
+        from PIL import Image  # noqa: F401 - Pillow's core, which loads its libtiff
+    except ImportError:
+        return []
+    here = Path(PIL.__file__).resolve().parent
+    bundled = sorted(str(p) for folder in (here.parent / "pillow.libs", here / ".dylibs")
+                     if folder.is_dir() for p in folder.glob("libtiff*"))
+    system = ctypes.util.find_library("tiff")
+    return bundled + ([system] if system else [])

@@ -28,13 +28,14 @@ def _pyplot():
 
 
 def check_plot_target(path: Path) -> None:
-    """Fail before benchmarking, not after: matplotlib there, a known format, a folder to write to."""
+    """Fail before benchmarking, not after: matplotlib there, a known format, a folder that
+    exists or can be made (it is made when the plot is written, as `--output` makes its own)."""
+    from edgeapp.sinks.records import check_parent_folder
+
     _pyplot()
     if Path(path).suffix.lower() not in FORMATS:
         raise UsageError(f"--plot {path}: use a .png, .svg or .pdf file name")
-    folder = Path(path).resolve().parent
-    if not folder.is_dir():
-        raise UsageError(f"--plot {path}: folder {folder} does not exist")
+    check_parent_folder(Path(path))
 
 
 def _label(r: dict) -> str:
@@ -65,23 +66,9 @@ def plot_bench(doc: dict, samples: dict, path: Path) -> Path:
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         if panel == "sweep":
-            xs = [r["threads"] for r in sweep]
-            ax.plot(xs, [r["throughput_ips"] for r in sweep], "o-", label="inferences/s")
-            ax.set_xlabel("CPU interpreter threads")
-            ax.set_ylabel("inferences/s")
-            ax.set_xticks(xs)
-            ax.set_title("CPU thread sweep")
-            best = [r for r in sweep if r.get("best")]
-            if best:
-                ax.annotate("best", (best[0]["threads"], best[0]["throughput_ips"]),
-                            textcoords="offset points", xytext=(0, 8), ha="center")
+            _sweep_panel(ax, sweep, doc.get("thread_sweep") or {})
         elif panel == "latency":
-            labels = list(samples)
-            ax.boxplot([samples[k] for k in labels], showfliers=False)
-            ax.set_xticks(range(1, len(labels) + 1))
-            ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
-            ax.set_ylabel("latency (ms)")
-            ax.set_title("latency distribution")
+            latency_panel(ax, samples)
         elif panel == "scaling":
             ks = [p["tpus"] for p in par["scaling"]]
             ips = [p["throughput_ips"] for p in par["scaling"]]
@@ -108,9 +95,74 @@ def plot_bench(doc: dict, samples: dict, path: Path) -> Path:
     fig.suptitle(model.get("description") if model.get("synthetic") else Path(model.get("path", "")).name,
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    _save(fig, path)
     plt.close(fig)
     return Path(path)
+
+
+def _save(fig, path: Path) -> None:
+    """Into its folder, made first as `--output` makes its own."""
+    from edgeapp.sinks.records import make_parent_folder
+
+    make_parent_folder(Path(path))
+    fig.savefig(path, dpi=100)
+
+
+def _sweep_panel(ax, sweep: list, verdict: dict) -> None:
+    """Each thread count's round medians (dots) and their median (the line): what chose the
+    best, so a count that only looked fast in one round shows as such."""
+    xs = [r["threads"] for r in sweep]
+    for r in sweep:
+        rounds = r.get("round_p50_ms") or [r["latency_ms"]["p50"]]
+        ax.plot([r["threads"]] * len(rounds), rounds, ".", color="tab:gray", alpha=0.6)
+    medians = [_median(r.get("round_p50_ms") or [r["latency_ms"]["p50"]]) for r in sweep]
+    ax.plot(xs, medians, "o-", label="median of round medians")
+    ax.set_xlabel("CPU interpreter threads")
+    ax.set_ylabel("median latency per round (ms)")
+    ax.set_xticks(xs)
+    rounds = verdict.get("rounds")
+    title = f"CPU thread sweep ({rounds} interleaved rounds)" if rounds else "CPU thread sweep"
+    ax.set_title(title + ("\nbest within noise of the runner-up" if verdict.get("within_noise") else ""))
+    for r, m in zip(sweep, medians):
+        if r.get("best"):
+            ax.annotate("best", (r["threads"], m), textcoords="offset points", xytext=(0, 8), ha="center")
+    ax.legend(fontsize=8)
+
+
+def _median(values: list) -> float:
+    import numpy as np
+
+    return float(np.median(values))
+
+
+def outliers(values: list) -> int:
+    """How many runs lie beyond the whiskers (1.5 × the interquartile range), as the box plot
+    draws them."""
+    import numpy as np
+
+    q1, q3 = np.percentile(values, [25, 75])
+    spread = 1.5 * (q3 - q1)
+    return int(sum(1 for v in values if v < q1 - spread or v > q3 + spread))
+
+
+def latency_panel(ax, samples: dict) -> None:
+    """Every run's latency as a box per device, outliers as dots; when stalls reach far above the
+    boxes (a 100 ms stall among 0.4 ms runs) the axis turns logarithmic, so boxes and every
+    outlier stay visible instead of the stalls being cut off or the boxes squashed flat."""
+    import numpy as np
+
+    labels = list(samples)
+    series = [list(samples[k]) for k in labels]
+    ax.boxplot(series, showfliers=True, flierprops={"marker": ".", "markersize": 3, "alpha": 0.5})
+    ax.set_xticks(range(1, len(labels) + 1))
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("latency (ms)")
+    boxes_top = max(float(np.percentile(v, 75)) for v in series)
+    log = boxes_top > 0 and max(max(v) for v in series) > 10 * boxes_top and min(min(v) for v in series) > 0
+    if log:
+        ax.set_yscale("log")
+    n = sum(outliers(v) for v in series)
+    ax.set_title(f"latency of every run: {n} outlier(s) as dots" + (" (log scale)" if log else ""))
 
 
 def _windows_panel(ax, results: list) -> None:
@@ -174,6 +226,6 @@ def plot_runs(docs: list, path: Path, title: Optional[str] = None) -> Path:
         ax2.set_title("data-parallel scaling")
         ax2.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    _save(fig, path)
     plt.close(fig)
     return Path(path)

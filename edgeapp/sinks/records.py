@@ -131,8 +131,7 @@ class RecordWriter:
         data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
         try:
             if self._fd is not None:
-                while data:
-                    data = data[os.write(self._fd, data):]
+                _write_whole(self._fd, data)
             elif hasattr(self._stream, "buffer"):
                 self._stream.flush()
                 self._stream.buffer.write(data)
@@ -159,16 +158,43 @@ class RecordWriter:
         self.close()
 
 
+def _write_whole(fd: int, data: bytes) -> None:
+    """Append `data` whole or not at all: a write that fails part-way (disk full, file size
+    limit) is cut back to where it started, so the file never ends inside a record."""
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        try:
+            os.ftruncate(fd, start)
+            os.lseek(fd, start, os.SEEK_SET)
+        except OSError:
+            pass  # not a regular file (/dev/full): nothing was kept anyway
+        raise
+
+
 def make_parent_folder(output: Path) -> None:
     """`-o results/today.csv` into a folder not made yet; a file where a folder should be
     (`-o photo.png/out.jsonl`) is said as such, not as mkdir's "File exists"."""
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        blocker = next((a for a in reversed(output.parents) if a.exists() and not a.is_dir()), None)
-        if blocker is not None:
-            raise UsageError(f"cannot write {output}: {blocker} is a file, not a folder") from None
+        check_parent_folder(output)
         raise UsageError(f"cannot create the folder of {output}: {e.strerror or e}") from None
+
+
+def check_parent_folder(output: Path) -> None:
+    """Fail now where `make_parent_folder` would fail later (a file where a folder should be,
+    a folder edgeapp may not write in), without creating anything: for files written after
+    a long run (`bench --plot`)."""
+    output = Path(output)
+    blocker = next((a for a in reversed(output.parents) if a.exists() and not a.is_dir()), None)
+    if blocker is not None:
+        raise UsageError(f"cannot write {output}: {blocker} is a file, not a folder")
+    existing = next((a for a in output.parents if a.exists()), None)
+    if existing is not None and output.parent != existing and not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot create the folder of {output}: {existing} is not writable")
 
 
 @contextlib.contextmanager
@@ -227,13 +253,22 @@ def trim_partial_line(path: Path) -> None:
         f.truncate(0)
 
 
+# A write to a regular file that a kill cuts short stops at a page boundary of the file (the
+# kernel copies page by page and checks for a fatal signal between pages; a failing write is
+# cut back by _write_whole). Pages are 4 KiB or a multiple of it.
+TORN_WRITE_BOUNDARY = 4096
+
+
 def prepare_resume(path: Path, fmt: Format, columns: list[str],
                    check_models: Optional[Callable[[set[str]], None]] = None) -> set[str]:
     """Make a results file safe to append to, and return the paths it already holds.
 
     JSONL: a cut-off last line is dropped. CSV: an image spans several rows written in one
-    write, so a kill can leave some of its rows; the last image's rows are always dropped and
-    redone. A file that is not our own results file of this format is refused, never appended to.
+    write; a kill in the middle of that write leaves a cut row, dropped with the rest of that
+    image's rows, or, only when the file ends exactly on a page boundary
+    (TORN_WRITE_BOUNDARY), whole rows that may be only some of the image's: its rows are then
+    dropped too and the image redone. Otherwise the last image is complete and counted.
+    A file that is not our own results file of this format is refused, never appended to.
     `check_models` sees the `model` fields of the file's records before it is changed.
     """
     check = check_models or (lambda models: None)
@@ -292,10 +327,11 @@ def _csv_resume(path: Path, columns: list[str], check_models: Callable[[set[str]
     if "model" in columns:
         at = columns.index("model")
         check_models({row[at] for row, _ in body if len(row) > at and row[at]})
+    torn = not raw.endswith(b"\n") or len(raw) % TORN_WRITE_BOUNDARY == 0
     while body and (len(body[-1][0]) != len(columns) or not raw.endswith(b"\n")
                     and body[-1][1] == len(raw)):
         body.pop()  # a row cut short by a kill
-    if body:  # the last image may have only some of its rows: drop them all, redo it
+    if torn and body:  # the last image may have only some of its rows: drop them all, redo it
         last = body[-1][0][0]
         while body and body[-1][0][0] == last:
             body.pop()
