@@ -130,3 +130,13 @@ def test_keras_conversion_report(tiny_keras, tiny_data, tmp_path):
     ops = {row["op"] for row in doc["layers"]}
     assert {"CONV_2D", "FULLY_CONNECTED"} <= ops and all(row["sqnr_db"] > 10 for row in doc["layers"][:3])
     assert "SQNR dB" in proc.stdout and out.with_suffix(".report.png").is_file()
+
+
+def test_top_k_breaks_ties_as_classify_does():
+    """An accuracy convert reports is the one `classify` gets: tied scores rank alike."""
+    from edgeapp.core.classify import get_classes_from_scores
+
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 4, size=(500, 6)).astype(np.float32)  # quantized scores tie often
+    ranked = top_k(scores, 3)
+    assert ranked.tolist() == [[c.id for c in get_classes_from_scores(s, 3)] for s in scores]

@@ -36,10 +36,13 @@ def cosine_per_sample(reference: np.ndarray, test: np.ndarray) -> np.ndarray:
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k highest scores per sample, best first."""
+    """Indices of the k highest scores per sample, best first; a tie goes to the higher index,
+    as `classify` ranks classes (core/classify.get_classes_from_scores), so an accuracy measured
+    here is the one `classify` gets on the same images."""
     s = np.asarray(scores).reshape(len(scores), -1)
     k = min(k, s.shape[1])
-    return np.argsort(-s, axis=1, kind="stable")[:, :k]
+    last = s.shape[1] - 1
+    return last - np.argsort(-s[:, ::-1], axis=1, kind="stable")[:, :k]
 
 
 def is_class_vector(shape: Sequence[int]) -> bool:
