@@ -1,4 +1,4 @@
-"""edgeapp: from a Keras model to fast inference on the Google Coral Edge TPU.
+"""edgeapp: from a Keras or ONNX model to fast inference on the Google Coral Edge TPU.
 
 The Python API (`edgeapp.open_model`, `edgeapp.Model`) is loaded on first use, so importing
 edgeapp stays cheap for the CLI.

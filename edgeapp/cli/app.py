@@ -73,7 +73,7 @@ def _shorten(text: str, limit: int) -> str:
 
 app = typer.Typer(
     name="edgeapp",
-    help="From a Keras model to fast inference on the Google Coral Edge TPU "
+    help="From a Keras or ONNX model to fast inference on the Google Coral Edge TPU "
          "(with CPU fallback when no Edge TPU is usable).",
     no_args_is_help=True,
     cls=EdgeappGroup,

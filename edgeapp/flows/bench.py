@@ -1,5 +1,5 @@
 """The benchmark as a whole run: the devices and thread counts asked for, a segment set's
-pipeline, the comparison with the CPU; the JSON document (README: `edgeapp bench`).
+pipeline, the comparison with the CPU; the JSON document (docs/bench.md).
 
 One device is measured by flows/bench_device.py, a thread sweep by flows/bench_threads.py,
 several Edge TPUs together by flows/bench_multi.py; which devices, by flows/bench_devices.py.
