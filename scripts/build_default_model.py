@@ -112,11 +112,16 @@ def _tidy(report: dict, target: Path) -> str:
         except ValueError:
             return p
 
+    held_out = f"--eval: {report.get('samples')} held-out digits (this script's split)"
     report.update(model=shown(report["model"]), sidecar=shown(report["sidecar"]), source=SOURCE,
                   built_with=built_with())
+    if "measured_on" in (report.get("agreement_detail") or {}):
+        report["agreement_detail"]["measured_on"] = held_out
     sidecar = target.with_suffix(".json")
     meta = json.loads(sidecar.read_text())
     meta["source"] = SOURCE
+    if "measured_on" in meta.get("agreement", {}):
+        meta["agreement"]["measured_on"] = held_out
     sidecar.write_text(json.dumps(meta, indent=2) + "\n")
     return json.dumps(report, indent=2) + "\n"
 
