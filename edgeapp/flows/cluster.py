@@ -91,7 +91,9 @@ def connect(address: str):
         n = address.partition(":")[2]
         if n and not (n.isdigit() and int(n) > 0):
             raise UsageError(f"--cluster {address}: use local or local:N with N > 0")
-        return _local_client(int(n) if n else (os.cpu_count() or 1))
+        from edgeapp.hw.hostinfo import usable_cores
+
+        return _local_client(int(n) if n else usable_cores())  # as --workers counts them
     if "://" not in address:
         raise UsageError(f"--cluster {address}: use tcp://HOST:PORT (the scheduler) or local[:N]")
     try:
