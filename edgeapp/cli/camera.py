@@ -58,8 +58,8 @@ DisplayOpt = Annotated[Optional[bool], typer.Option(
     "--display/--no-display", help="Show the annotated frames in a window (q or Esc quits). "
                                    "Default: when there is a display.", show_default=False)]
 RecordOpt = Annotated[Optional[Path], typer.Option(
-    "--record", help="Write the annotated frames to a video (.mp4, .mov or .avi; its folder is made).", metavar="OUT.mp4",
-    show_default=False)]
+    "--record", help="Write the annotated frames to a video (.mp4, .mov or .avi; its folder is made).",
+    metavar="OUT.mp4", show_default=False)]
 MaxFramesOpt = Annotated[Optional[int], typer.Option(
     "--max-frames", min=1, help="Stop after this many processed frames.", show_default=False)]
 DurationOpt = Annotated[Optional[float], typer.Option(
