@@ -70,11 +70,11 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from edgeapp.flows.batch import run_batch
     from edgeapp.flows.inputs import expand_inputs
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
     from edgeapp.tasks.base import bind
     from edgeapp.tasks.model import image_model
 
-    engine = open_model(args.model, "auto", threads=args.threads)
+    engine = open_engine(args.model, "auto", threads=args.threads)
     task = bind("classify", image_model(engine, args.model))
 
     def prepare(path):

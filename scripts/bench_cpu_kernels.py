@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from edgeapp.flows.bench import random_input  # noqa: E402
-from edgeapp.hw.runtime import open_model  # noqa: E402
+from edgeapp.hw.runtime import open_engine  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "coral"
 DEFAULT = ["mobilenet_v1_0.25_128_quant", "mobilenet_v2_1.0_224_quant",
@@ -40,7 +40,7 @@ def main() -> None:
         sys.exit("no models given and none in ../shared/coral")
     print(f"{'model':<40} {'fast p50':>9} {'p90':>8} {'ref p50':>9} {'p90':>8} {'ref/fast':>8}")
     for path in models:
-        engines = {k: open_model(path, "cpu", threads=args.threads, cpu_kernels=k)
+        engines = {k: open_engine(path, "cpu", threads=args.threads, cpu_kernels=k)
                    for k in ("fast", "reference")}
         x = random_input(engines["fast"].input_shape, engines["fast"].input_dtype)
         times: dict[str, list[float]] = {k: [] for k in engines}

@@ -93,9 +93,9 @@ def parallel_decode_ips(paths: list, fast: bool, threads: int, size=(224, 224)) 
 
 
 def invoke_ms(model: Path, threads: int = 1, runs: int = 30) -> float:
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
-    engine = open_model(model, "cpu", threads=threads, probe=False)
+    engine = open_engine(model, "cpu", threads=threads, probe=False)
     x = np.zeros(engine.input_shape, engine.input_dtype)
     for _ in range(3):
         engine.run(x)
@@ -123,9 +123,9 @@ def top1_agreement(model: Path, paths: list) -> tuple[float, float, float]:
     """(share of images whose top-1 class is the same with full and reduced-scale decoding,
     mean |Δ top-1 score| where the class agrees, full-decode top-1 score median)."""
     from edgeapp.core.preprocess import prepare_image
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
-    engine = open_model(model, "cpu", probe=False)
+    engine = open_engine(model, "cpu", probe=False)
     scale, zero = engine.input_quantization
     same, deltas, scores = 0, [], []
     for p in paths:

@@ -18,7 +18,7 @@ from conftest import tflite_schema
 
 from edgeapp.core import check_report as CR
 from edgeapp.core import edgetpu_rules as R
-from edgeapp.core.tflite.model import Model, Operator, Quantization, Tensor, load_model
+from edgeapp.core.tflite.model import Operator, Quantization, Tensor, TfliteModel, load_model
 from edgeapp.errors import ExitCode
 
 MIB = 1024 * 1024
@@ -65,13 +65,13 @@ class Graph:
         self.op(name, (x,), (y,))
         return y
 
-    def model(self, inputs, outputs) -> Model:
-        return Model(path="hand.tflite", size=0, version=3, description="",
+    def model(self, inputs, outputs) -> TfliteModel:
+        return TfliteModel(path="hand.tflite", size=0, version=3, description="",
                      tensors=tuple(self.tensors), operators=tuple(self.ops), inputs=tuple(inputs),
                      outputs=tuple(outputs), subgraph_count=1, metadata={})
 
 
-def mapped(model: Model, read=None) -> list[bool]:
+def mapped(model: TfliteModel, read=None) -> list[bool]:
     preds, _ = R.predict(model, read)
     return [p.mapped for p in preds]
 
@@ -435,7 +435,7 @@ def test_batch_4_model(cli, tf_models):
     assert "advice      batch is 4: re-convert with batch 1" in table
 
 
-def _descendants(m: Model, root: int) -> set[int]:
+def _descendants(m: TfliteModel, root: int) -> set[int]:
     made = {t: op.index for op in m.operators for t in op.outputs}
     down: set[int] = set()
     for op in m.operators:  # operators are stored in execution order

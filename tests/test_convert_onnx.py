@@ -79,9 +79,9 @@ def ort_outputs(onnx_file: Path, images: list) -> np.ndarray:
 def tflite_outputs(model: Path, images: list) -> np.ndarray:
     """The int8 model run as classify runs it, dequantized."""
     from edgeapp.core.preprocess import load_image, quantize_input
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
-    engine = open_model(model, "cpu")
+    engine = open_engine(model, "cpu")
     scale, zero = engine.input_quantization
     out_scale, out_zero = engine.outputs[0]["quantization"]
     rows = []

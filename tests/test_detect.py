@@ -144,9 +144,9 @@ def test_get_objects_letterbox_maps_back_to_the_original():
     ("plain_sig", "signature output_0..3"),
 ])
 def test_real_models_layouts(det_models, name, how):
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
-    engine = open_model(det_models[name], "cpu")
+    engine = open_engine(det_models[name], "cpu")
     assert engine_layout(engine).how == how
 
 

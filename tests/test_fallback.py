@@ -9,7 +9,7 @@ from edgeapp.core.naming import cpu_twin_path
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import ExitCode
 from edgeapp.hw.device_choice import parse_device
-from edgeapp.hw.runtime import open_model
+from edgeapp.hw.runtime import open_engine
 
 
 def classes(stdout: str) -> list:
@@ -95,7 +95,7 @@ def test_parse_device(text, kind, option):
 
 
 def test_open_model_reports_device_and_model(compiled_pair):
-    engine = open_model(compiled_pair[0], "auto")
+    engine = open_engine(compiled_pair[0], "auto")
     assert engine.device == "cpu"
     assert engine.model_path == str(compiled_pair[1])
     assert "Edge TPU unavailable" in engine.notice

@@ -15,13 +15,13 @@ from conftest import CLASSES, SHARED, color_pixels
 from standin import standin_lib, tpus, write_segments  # noqa: F401 - fixtures
 from test_camera import color_video  # noqa: F401 - fixture
 
-from edgeapp.core.segments import check_chain, find_segment_files
+from edgeapp.core.pipeline_segments import check_chain, find_segment_files
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceUnavailable, ExitCode, InvalidModel, UsageError
 from edgeapp.execution.parallel import DevicePool
 from edgeapp.execution.runners import open_runner
 from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
-from edgeapp.hw.runtime import open_model
+from edgeapp.hw.runtime import open_engine
 
 THREE = "usb,usb,pci"  # usb:0, usb:1, pci:0
 
@@ -224,9 +224,9 @@ def test_a_command_failing_after_opening_leaves_no_thread(tpus, cli, compiled_pa
 def test_pool_threads_end_when_the_consumer_stops(tpus, compiled_pair):
     tpus(THREE, delay_ms=1)
     before = set(threading.enumerate())
-    engine = open_model(compiled_pair[0], "usb:0", probe=False)
+    engine = open_engine(compiled_pair[0], "usb:0", probe=False)
     x = np.zeros(engine.input_shape, engine.input_dtype)
-    pool = DevicePool([engine] + [open_model(compiled_pair[0], d, probe=False) for d in ("usb:1", "pci:0")])
+    pool = DevicePool([engine] + [open_engine(compiled_pair[0], d, probe=False) for d in ("usb:1", "pci:0")])
     with pool:
         for i, (key, done) in enumerate(pool.imap((k, x) for k in range(1000))):
             if i == 5:
@@ -275,7 +275,7 @@ def test_chain_check_refuses_a_shape_or_quantization_mismatch(tmp_path):
 
 def _reference(paths, tensors, device="usb:0") -> list[list[np.ndarray]]:
     """The segments run one after another on one TPU, tensors passed by name."""
-    engines = [open_model(p, device, probe=False) for p in paths]
+    engines = [open_engine(p, device, probe=False) for p in paths]
     hops = check_chain([e.model for e in engines]).hops
     out = []
     for x in tensors:

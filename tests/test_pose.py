@@ -150,12 +150,12 @@ def test_posenet_outputs_are_decoded_when_the_op_exists():
 
 def test_resize_is_tflite_bilinear_with_half_pixel_centres(ps_models):
     """libcoral resizes with TFLite's float RESIZE_BILINEAR; ours must give the same bytes."""
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
     rng = np.random.default_rng(11)
     (sw, sh), (dw, dh) = pm.RESIZE_SRC, pm.RESIZE_DST
     pixels = rng.integers(0, 256, size=(sh, sw, 3), dtype=np.uint8)
-    engine = open_model(ps_models["resize_float"], "cpu", cpu_kernels="reference")
+    engine = open_engine(ps_models["resize_float"], "cpu", cpu_kernels="reference")
     (out,) = engine.run(pixels[None].astype(np.float32))
     want = out[0].astype(np.uint8)  # libcoral copies the floats into uint8: truncation
     assert np.array_equal(resize_bilinear(pixels, (dw, dh)), want)

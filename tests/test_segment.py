@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from edgeapp.core.boxes import letterbox_fit, stretch_fit
-from edgeapp.core.segment import class_map, colorize, pascal_palette, to_original
+from edgeapp.core.segmentation import class_map, colorize, pascal_palette, to_original
 from edgeapp.errors import ExitCode
 
 cv2 = pytest.importorskip("cv2")

@@ -10,7 +10,7 @@ from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
 from edgeapp.core.tflite.model import load_model
 from edgeapp.core.tflite.writer import ModelWriter, conv_layer, dense_layer, int8_input
 from edgeapp.flows.synthetic import DEFAULT_SPEC, SyntheticSpec, build_synthetic, write_synthetic
-from edgeapp.hw.runtime import open_model
+from edgeapp.hw.runtime import open_engine
 
 
 def _requantize(acc: np.ndarray, multiplier, out_zero: int) -> np.ndarray:
@@ -41,7 +41,7 @@ def _conv_ref(x, x_zero, f, b, multipliers, out_zero, stride):
 
 
 def _run(path, x):
-    engine = open_model(path, "cpu")
+    engine = open_engine(path, "cpu")
     return engine.run(x)[0]
 
 

@@ -18,10 +18,10 @@ from edgeapp.cli.options import (
     ReportFormatOpt,
     RuntimeOpt,
     check_exclusive,
+    choice_value,
     choices,
     cli_errors,
     finite,
-    plain,
     resolve_device,
     resolve_model,
     resolve_runtime,
@@ -167,13 +167,13 @@ def _options(ctx: typer.Context):
     if problem:
         raise UsageError(problem)
     return BenchOptions(runs=p["runs"], warmup=p["warmup"], duration=p.get("duration"),
-                        power_mode=plain(p["power_mode"]), watts=p.get("watts"),
+                        power_mode=choice_value(p["power_mode"]), watts=p.get("watts"),
                         runtime=resolve_runtime(ctx, p.get("runtime")),
                         cpu_model=str(p["cpu_model"]) if p.get("cpu_model") else None,
                         synthetic=p["synthetic"], probe=not p["no_probe"],
-                        cpu_kernels=plain(p["cpu_kernels"]),
+                        cpu_kernels=choice_value(p["cpu_kernels"]),
                         samples={} if p.get("plot") is not None else None,
-                        performance=plain(p.get("performance")),
+                        performance=choice_value(p.get("performance")),
                         usb_queue=p.get("usb_queue"))
 
 

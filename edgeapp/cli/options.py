@@ -151,8 +151,6 @@ def choice_value(value):
     return value.value if isinstance(value, Enum) else value
 
 
-plain = choice_value  # TODO(lead): rename the remaining callers (cli/bench.py) after the merges
-
 
 def resolve_runtime(ctx: typer.Context, runtime: Optional[RuntimeName]) -> Optional[str]:
     if runtime is not None:

@@ -21,7 +21,7 @@ from edgeapp.core.edgetpu_ops import (
 )
 from edgeapp.core.edgetpu_rules import OpPrediction, predict
 from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
-from edgeapp.core.tflite.model import Model, Tensor
+from edgeapp.core.tflite.model import Tensor, TfliteModel
 from edgeapp.core.units import format_bytes
 from edgeapp.errors import EdgeappError
 
@@ -46,7 +46,7 @@ class CheckResult:
         return {"model": self.model, "ops": [o.to_json() for o in self.ops], "summary": self.summary}
 
 
-def check_model(model: Model, data: Optional[bytes] = None, compiler: int = 16) -> CheckResult:
+def check_model(model: TfliteModel, data: Optional[bytes] = None, compiler: int = 16) -> CheckResult:
     """Predict the Edge TPU mapping of `model` by compiler version `compiler` (14 or 16);
     `data` (the file's bytes) enables the rules that read constant operands (axes, paddings,
     strides, zero pads)."""
@@ -64,7 +64,7 @@ def _io(t: Tensor) -> dict:
             "scale": q.per_tensor[0] if q else None, "zero_point": q.per_tensor[1] if q else None}
 
 
-def summarize(model: Model, preds: list[OpPrediction], blockers: Sequence[str] = ()) -> dict:
+def summarize(model: TfliteModel, preds: list[OpPrediction], blockers: Sequence[str] = ()) -> dict:
     """The `summary` of the report: verdict, shares on the Edge TPU, warnings and advice."""
     n = len(preds)
     tpu = [p for p in preds if p.mapped]
@@ -117,7 +117,7 @@ def _mib(n: int) -> str:
     return format_bytes(n, "MiB")
 
 
-def _warnings(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
+def _warnings(model: TfliteModel, preds: list[OpPrediction], s: dict) -> list[str]:
     out = []
     if s["parameter_bytes_tpu"] > ON_CHIP_CACHE_BYTES:
         out.append(f"parameters on the Edge TPU: {_mib(s['parameter_bytes_tpu'])}, over the ~8 MiB "
@@ -146,7 +146,7 @@ HEAD_MAC_SHARE = 0.01
 SSD_POSTPROCESS = "TFLite_Detection_PostProcess"
 
 
-def detection_head(model: Model, preds: list[OpPrediction], s: dict) -> Optional[dict]:
+def detection_head(model: TfliteModel, preds: list[OpPrediction], s: dict) -> Optional[dict]:
     """The CPU part after the Edge TPU when it is a recognised detection head's decode, else None.
 
     Recognised: a YOLO export (its output layout, core/yolo) or an SSD (the
@@ -170,7 +170,7 @@ def detection_head(model: Model, preds: list[OpPrediction], s: dict) -> Optional
     return {"kind": kind, "first_op": cpu[0].index, "ops": [p.index for p in cpu]}
 
 
-def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
+def advise(model: TfliteModel, preds: list[OpPrediction], s: dict) -> list[str]:
     """One concrete piece of advice per cause found, the model-wide fixes first; the operators of
     a recognised detection head are said to be that, once, instead of one tip each."""
     head = s.get("detection_head")
@@ -198,7 +198,7 @@ def advise(model: Model, preds: list[OpPrediction], s: dict) -> list[str]:
     return tips
 
 
-def _type_advice(model: Model, preds: list[OpPrediction], causes: list[str]) -> list[str]:
+def _type_advice(model: TfliteModel, preds: list[OpPrediction], causes: list[str]) -> list[str]:
     """Float, other non-8-bit and batched tensors: fixed by converting again."""
     tips = []
     if "float" in causes:
@@ -220,7 +220,7 @@ def _type_advice(model: Model, preds: list[OpPrediction], causes: list[str]) -> 
     return tips
 
 
-def _shape_advice(model: Model, causes: list[str]) -> list[str]:
+def _shape_advice(model: TfliteModel, causes: list[str]) -> list[str]:
     """Dynamic sizes and too many dimensions."""
     tips = []
     if any(t.has_dynamic_batch for t in model.input_tensors):
@@ -274,7 +274,7 @@ def _cut_advice(preds: list[OpPrediction]) -> list[str]:
             "the model"]
 
 
-def _yolo_layout(model: Model):
+def _yolo_layout(model: TfliteModel):
     """The YOLO output layout of `model` (core/yolo), or None when it is no YOLO export."""
     from edgeapp.core.yolo import find_yolo_layout
 
@@ -287,7 +287,7 @@ def _yolo_layout(model: Model):
         return None
 
 
-def _yolo_advice(model: Model, s: dict) -> Optional[str]:
+def _yolo_advice(model: TfliteModel, s: dict) -> Optional[str]:
     """For a YOLO export: whether its CPU part is the detection head's decode (then nothing is to
     be done about it), or more, when a smaller imgsz would map more (the first CPU op early in
     the graph, MACs off the TPU)."""
@@ -324,10 +324,10 @@ def _ssd_advice(head: dict) -> str:
             "(nothing to change); run it with `edgeapp detect`")
 
 
-def _segmentation_advice(model: Model, preds: list[OpPrediction]) -> Optional[str]:
+def _segmentation_advice(model: TfliteModel, preds: list[OpPrediction]) -> Optional[str]:
     """For a segmentation model: what to leave to `edgeapp segment` (the argmax and the final
     upscale to the image size run there, on the CPU)."""
-    from edgeapp.core.segment import is_segmentation_output
+    from edgeapp.core.segmentation import is_segmentation_output
 
     shapes = [t.shape for t in model.output_tensors]
     if len(shapes) != 1 or not is_segmentation_output(shapes[0]):
@@ -347,6 +347,6 @@ def _segmentation_advice(model: Model, preds: list[OpPrediction]) -> Optional[st
             "image's size")
 
 
-def _op_tensors(model: Model, index: int) -> list[Tensor]:
+def _op_tensors(model: TfliteModel, index: int) -> list[Tensor]:
     op = model.operators[index]
     return [model.tensors[t] for t in op.inputs + op.outputs if t >= 0]

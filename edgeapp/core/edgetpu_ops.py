@@ -14,7 +14,7 @@ import struct
 from typing import Callable, Iterator, Optional
 
 from edgeapp.core.compat import prod
-from edgeapp.core.tflite.model import EDGETPU_CUSTOM_OP, Model, Operator, Tensor, _Table
+from edgeapp.core.tflite.model import EDGETPU_CUSTOM_OP, Operator, Tensor, TfliteModel, _Table
 from edgeapp.core.tflite.schema import ACTIVATIONS, options_type
 
 SOFTMAX_MAX_ELEMENTS = 16000
@@ -178,7 +178,7 @@ def _float_findings(op: Operator, t: Tensor, quantizes_input: bool, dequantizes_
         yield "float", f"{t.dtype} tensor {_label(t)}: {_EIGHT_BITS_ONLY}"
 
 
-def _activation_findings(model: Model, op: Operator, i: int, is_output: bool
+def _activation_findings(model: TfliteModel, op: Operator, i: int, is_output: bool
                          ) -> Iterator[tuple[str, str]]:
     """Activations are quantized 8-bit tensors."""
     t = model.tensors[i]
@@ -204,7 +204,7 @@ def _shape_findings(t: Tensor) -> Iterator[tuple[str, str]]:
                        "dimensions may be larger than 1")
 
 
-def _tensor_findings(model: Model, op: Operator) -> Iterator[tuple[str, str]]:
+def _tensor_findings(model: TfliteModel, op: Operator) -> Iterator[tuple[str, str]]:
     """Every data type and shape finding over the op's tensors, repeats included."""
     for pos, i in enumerate(op.inputs + op.outputs):
         if i < 0:
@@ -219,7 +219,7 @@ def _tensor_findings(model: Model, op: Operator) -> Iterator[tuple[str, str]]:
         yield from _shape_findings(t)
 
 
-def _tensor_rules(model: Model, op: Operator) -> list[tuple[str, str]]:
+def _tensor_rules(model: TfliteModel, op: Operator) -> list[tuple[str, str]]:
     """Data type, static size and rank rules, over the op's tensors: one message per cause."""
     problems: list[tuple[str, str]] = []
     seen: set[str] = set()
@@ -236,7 +236,7 @@ def _tensor_rules(model: Model, op: Operator) -> list[tuple[str, str]]:
 class _Operands:
     """What a limit rule reads of one operator: its tensors and its small constant operands."""
 
-    def __init__(self, model: Model, op: Operator, read: Optional[ConstantReader]) -> None:
+    def __init__(self, model: TfliteModel, op: Operator, read: Optional[ConstantReader]) -> None:
         self.model, self.op, self.read = model, op, read
         self.x = self.tensor(0)
         self.rank = len(self.x.shape) if self.x is not None else 0
@@ -388,7 +388,7 @@ LIMIT_RULES: dict[str, LimitRule] = {
 }
 
 
-def _limit_rules(model: Model, op: Operator, read: Optional[ConstantReader]) -> list[str]:
+def _limit_rules(model: TfliteModel, op: Operator, read: Optional[ConstantReader]) -> list[str]:
     """The documented per-operator limits `op` breaks (see `LIMIT_RULES`)."""
     rule = LIMIT_RULES.get(op.op)
     return list(rule(_Operands(model, op, read))) if rule else []
@@ -427,7 +427,7 @@ def _operator_problem(op: Operator) -> Optional[tuple[str, str]]:
     return ("unsupported_op", f"{op.op} is not supported by the Edge TPU" + (f" ({hint})" if hint else ""))
 
 
-def _precision_problem(model: Model, op: Operator) -> Optional[tuple[str, str]]:
+def _precision_problem(model: TfliteModel, op: Operator) -> Optional[tuple[str, str]]:
     """A resize upscaling so much that the compiler keeps it on the CPU (RESIZE_MAX_FACTOR)."""
     factor = resize_factor(model, op)
     if factor is None or factor <= RESIZE_MAX_FACTOR:
@@ -446,7 +446,7 @@ def _runtime_problem(op: Operator, compiler: int) -> Optional[tuple[str, str]]:
                               f"(compiler {compiler} emits runtime 13 and leaves it on the CPU)")
 
 
-def op_problems(model: Model, op: Operator, read: Optional[ConstantReader] = None,
+def op_problems(model: TfliteModel, op: Operator, read: Optional[ConstantReader] = None,
                 compiler: int = COMPILER_VERSION) -> list[tuple[str, str]]:
     """(cause, text) for every rule `op` breaks on its own with compiler version `compiler`
     (14 or 16); empty when it can be mapped."""
@@ -468,7 +468,7 @@ def op_problems(model: Model, op: Operator, read: Optional[ConstantReader] = Non
     return problems
 
 
-def resize_factor(model: Model, op: Operator) -> Optional[float]:
+def resize_factor(model: TfliteModel, op: Operator) -> Optional[float]:
     """The largest per-axis upscale (output/input height or width) of a resize op, else None."""
     if op.op not in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR") or not op.inputs or \
             not op.outputs or op.inputs[0] < 0 or op.outputs[0] < 0:
@@ -479,6 +479,6 @@ def resize_factor(model: Model, op: Operator) -> Optional[float]:
     return max(dst[1] / src[1], dst[2] / src[2])
 
 
-def _resize_text(model: Model, op: Operator, factor: float) -> str:
+def _resize_text(model: TfliteModel, op: Operator, factor: float) -> str:
     src, dst = model.tensors[op.inputs[0]].shape, model.tensors[op.outputs[0]].shape
     return f"upscales {src[1]}x{src[2]} to {dst[1]}x{dst[2]} (x{factor:.3g})"

@@ -71,7 +71,7 @@ from edgeapp.core.edgetpu_ops import (
     op_problems,
     resize_factor,
 )
-from edgeapp.core.tflite.model import Model, Tensor
+from edgeapp.core.tflite.model import Tensor, TfliteModel
 
 __all__ = [
     "ACTIVATION_NAMES", "COMPILER_VERSION", "EIGHT_BIT_TYPES", "LIMIT_RULES", "LSTM_CELL_STATE_INPUT",
@@ -114,7 +114,7 @@ class OpPrediction:
 # ----------------------------------------------------------------------------- MACs
 
 
-def count_macs(model: Model) -> dict[int, int]:
+def count_macs(model: TfliteModel) -> dict[int, int]:
     """Multiply-accumulates of every operator (index in the main subgraph -> MACs).
 
     The counts are `opcount`'s (the canonical counter `bench` uses too): matrix operators
@@ -134,7 +134,7 @@ def _fmt_tensor(t: Tensor) -> str:
     return f"{t.dtype}[{','.join(str(d) for d in shape)}]"
 
 
-def _producers(model: Model) -> dict[int, int]:
+def _producers(model: TfliteModel) -> dict[int, int]:
     made = {}
     for op in model.operators:
         for t in op.outputs:
@@ -143,7 +143,7 @@ def _producers(model: Model) -> dict[int, int]:
     return made
 
 
-def _topological(model: Model, made: dict[int, int]) -> list[int]:
+def _topological(model: TfliteModel, made: dict[int, int]) -> list[int]:
     """Operator indices in data-flow order (the file order when it is already one)."""
     order, state = [], {}
 
@@ -170,7 +170,7 @@ def _topological(model: Model, made: dict[int, int]) -> list[int]:
     return order
 
 
-def dynamic_tensor_ops(model: Model, made: Optional[dict[int, int]] = None) -> list[int]:
+def dynamic_tensor_ops(model: TfliteModel, made: Optional[dict[int, int]] = None) -> list[int]:
     """Operators whose output size is computed at run time (their shape operand is not a
     constant): the compiler refuses a model with dynamic-sized tensors."""
     made = _producers(model) if made is None else made
@@ -186,7 +186,7 @@ def dynamic_tensor_ops(model: Model, made: Optional[dict[int, int]] = None) -> l
     return found
 
 
-def predict(model: Model, read: Optional[ConstantReader] = None,
+def predict(model: TfliteModel, read: Optional[ConstantReader] = None,
             compiler: int = COMPILER_VERSION) -> tuple[list[OpPrediction], list[str]]:
     """Per-operator predictions (in the model's operator order) and model-level blockers, for
     compiler version `compiler` (14 or 16)."""

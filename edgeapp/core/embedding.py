@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
-from edgeapp.core.tflite.model import Model, Operator, Tensor
+from edgeapp.core.tflite.model import Operator, Tensor, TfliteModel
 from edgeapp.errors import InvalidModel
 
 SCORE_OPS = frozenset({"SOFTMAX", "LOGISTIC", "LOG_SOFTMAX"})
@@ -38,7 +38,7 @@ def embedding_depth(shape: Sequence[int]) -> Optional[int]:
     return None
 
 
-def output_source(model: Model, tensor: int) -> Optional[Operator]:
+def output_source(model: TfliteModel, tensor: int) -> Optional[Operator]:
     """The operator that computes `tensor`'s values, looking through form-only operators; None
     when the tensor is a graph input or constant."""
     made = {t: op for op in model.operators for t in op.outputs if t >= 0}
@@ -61,7 +61,7 @@ def quantized_as_probabilities(t: Tensor) -> bool:
 Guess = Callable[[Sequence[Sequence[int]], Sequence[str]], Optional[str]]
 
 
-def require_extractor(model: Model, label_count: Optional[int] = None,
+def require_extractor(model: TfliteModel, label_count: Optional[int] = None,
                       guess: Optional[Guess] = None) -> int:
     """The embedding depth D of `model`; InvalidModel (one line, with what fits) when it is not
     an embedding extractor. `label_count`: how many labels its metadata has, if any. `guess`
@@ -99,7 +99,7 @@ def require_extractor(model: Model, label_count: Optional[int] = None,
 POOLING = frozenset({"AVERAGE_POOL_2D", "MEAN", "L2_NORMALIZATION"})
 
 
-def embedding_note(model: Model) -> Optional[str]:
+def embedding_note(model: TfliteModel) -> Optional[str]:
     """Why a one-output model's values are no class scores (it ends in a global pooling, as an
     embedding extractor does), or None when they may be."""
     if len(model.outputs) != 1:

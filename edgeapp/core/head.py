@@ -25,7 +25,7 @@ import numpy as np
 
 from edgeapp.core.learn import dense, l2_normalize
 from edgeapp.core.tflite.append import NewOperator, NewTensor
-from edgeapp.core.tflite.model import Model
+from edgeapp.core.tflite.model import TfliteModel
 
 NORM_SCALE = 1.0 / 128
 SCORE_SCALE = 1.0 / 256
@@ -71,7 +71,7 @@ def range_quantization(lo: float, hi: float, dtype: str) -> tuple[float, int]:
     return scale, int(np.clip(np.round(low - lo / scale), low, low + 255))
 
 
-def head_tensors(model: Model, weights: np.ndarray, bias: np.ndarray,
+def head_tensors(model: TfliteModel, weights: np.ndarray, bias: np.ndarray,
                  logits: Sequence[float]) -> tuple[list[NewTensor], list[NewOperator], int]:
     """(tensors, operators, new output index) that put the head after `model`'s one output.
     `logits`: the (low, high) range of the logits (logit_range)."""

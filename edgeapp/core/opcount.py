@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from edgeapp.core.compat import prod
-from edgeapp.core.tflite.model import Model, Operator
+from edgeapp.core.tflite.model import Operator, TfliteModel
 from edgeapp.core.tflite.schema import PADDING
 
 MAC_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL")
@@ -63,13 +63,13 @@ def _known(shape: Optional[tuple[int, ...]], rank: int) -> bool:
     return shape is not None and len(shape) == rank and all(int(d) > 0 for d in shape)
 
 
-def _tensor_shape(model: Model, index: int) -> Optional[tuple[int, ...]]:
+def _tensor_shape(model: TfliteModel, index: int) -> Optional[tuple[int, ...]]:
     if index < 0 or index >= len(model.tensors):
         return None
     return tuple(int(d) for d in model.tensors[index].shape)
 
 
-def _io_shape(model: Model, indices: tuple[int, ...], k: int) -> Optional[tuple[int, ...]]:
+def _io_shape(model: TfliteModel, indices: tuple[int, ...], k: int) -> Optional[tuple[int, ...]]:
     """Shape of an operator's k-th input or output; None when a damaged model lacks it."""
     return _tensor_shape(model, indices[k]) if k < len(indices) else None
 
@@ -83,7 +83,7 @@ def _out_size(size: int, kernel: int, stride: int, dilation: int, padding: int) 
     return max((size - effective + stride) // stride, 0)
 
 
-def _spatial_out(model: Model, op: Operator, kernel_hw: tuple[int, int]
+def _spatial_out(model: TfliteModel, op: Operator, kernel_hw: tuple[int, int]
                  ) -> Optional[tuple[int, int, int]]:
     """(N, OH, OW) of a conv: from its output tensor, else from input shape and options."""
     out = _io_shape(model, op.outputs, 0)
@@ -99,7 +99,7 @@ def _spatial_out(model: Model, op: Operator, kernel_hw: tuple[int, int]
             _out_size(inp[2], kernel_hw[1], sw, dw, padding))
 
 
-def op_macs(model: Model, op: Operator) -> Optional[int]:
+def op_macs(model: TfliteModel, op: Operator) -> Optional[int]:
     """MACs of one operator; 0 for non-MAC operators; None when its shapes are unknown."""
     name = op.op
     if name not in MAC_OPS:
@@ -148,7 +148,7 @@ def op_macs(model: Model, op: Operator) -> Optional[int]:
     return None
 
 
-def macs_per_op(model: Model) -> dict[int, int]:
+def macs_per_op(model: TfliteModel) -> dict[int, int]:
     """Operator index -> MACs per inference, for every MAC operator whose shapes are known."""
     out = {}
     for op in model.operators:
@@ -159,7 +159,7 @@ def macs_per_op(model: Model) -> dict[int, int]:
     return out
 
 
-def count_ops(model: Model) -> OpCount:
+def count_ops(model: TfliteModel) -> OpCount:
     """Count MACs (by operator and by type) and the other operators of the main subgraph."""
     by_op: dict[int, int] = {}
     by_type: Counter = Counter()

@@ -111,7 +111,7 @@ def draw_mask(img: np.ndarray, mask: np.ndarray, classes: Sequence[dict] = (),
     legend of the `legend` largest classes ({"id", "label", "share"}) at the top left."""
     import cv2
 
-    from edgeapp.core.segment import colorize
+    from edgeapp.core.segmentation import colorize
 
     colors = cv2.cvtColor(colorize(mask), cv2.COLOR_RGB2BGR)
     cv2.addWeighted(img, 1 - alpha, colors, alpha, 0.0, dst=img)

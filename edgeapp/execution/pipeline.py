@@ -218,10 +218,10 @@ def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str]
     model. `--device cpu` runs the twin. `tpu_options` (performance, usb_queue) go to every
     segment's TPU."""
     from edgeapp.core.naming import segment_source
-    from edgeapp.core.segments import check_chain, set_label
+    from edgeapp.core.pipeline_segments import check_chain, set_label
     from edgeapp.core.tflite.model import load_model
     from edgeapp.hw.device_choice import find_tpus, resolve_tpus
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
     say = on_notice or (lambda _text: None)
     n = len(paths)
@@ -233,7 +233,7 @@ def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str]
         if not twin_path.exists():
             raise DeviceUnavailable(f"{why}: the whole model's CPU twin {twin_path} was not found; "
                                     "pass --cpu-model X.tflite (the model that was segmented)")
-        engine = open_model(twin_path, "cpu", runtime=runtime, threads=threads, probe=False,
+        engine = open_engine(twin_path, "cpu", runtime=runtime, threads=threads, probe=False,
                             cpu_kernels=cpu_kernels)
         _check_twin(engine, chain, paths)
         engine.notice = f"running {twin_path.name} (the whole model) on CPU"
@@ -276,7 +276,7 @@ def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str]
 def _open_segments(paths: list, names: list, lenient: bool, **options) -> tuple[list, list[str]]:
     """Segment i on the i-th usable TPU of `names` (the rest stay idle); an unusable TPU fails,
     or with `lenient` is skipped and named ("name: why") in the second list."""
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
     engines: list = []
     skipped: list[str] = []
@@ -284,7 +284,7 @@ def _open_segments(paths: list, names: list, lenient: bool, **options) -> tuple[
         if len(engines) == len(paths):
             break
         try:
-            engines.append(open_model(paths[len(engines)], name, **options))
+            engines.append(open_engine(paths[len(engines)], name, **options))
         except DeviceUnavailable as e:
             if not lenient:
                 raise

@@ -24,7 +24,7 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
                 usb_queue: Optional[int] = None, reconnect: float = 0.0) -> Runner:
     """Open `model` on `device` (one device, a TPU list, `all`), or a segment set as a pipeline.
 
-    One device: `runtime.open_model` as always, with `auto` also covering a TPU that fails
+    One device: `runtime.open_engine` as always, with `auto` also covering a TPU that fails
     mid-run. A list or `all`: a DevicePool over those TPUs. A set of segment files (any one of
     them, or the base name): a pipeline over as many TPUs (execution/pipeline.py).
     `wrap` turns each opened engine into the member `work(member, payload)` is called with;
@@ -35,9 +35,9 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
     `reconnect` seconds: an Edge TPU that fails mid-run is waited for that long before its work
     goes to the others or the CPU twin (execution/reconnect.py); 0 gives up at once.
     """
-    from edgeapp.core.segments import find_segment_files
+    from edgeapp.core.pipeline_segments import find_segment_files
     from edgeapp.hw.device_choice import parse_devices
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
     choice = parse_devices(device)
     segments = find_segment_files(model)
@@ -49,7 +49,7 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
     say = on_notice or (lambda _text: None)
 
     def twin():
-        engine = open_model(model, "cpu", cpu_model=cpu_model, runtime=runtime, threads=threads,
+        engine = open_engine(model, "cpu", cpu_model=cpu_model, runtime=runtime, threads=threads,
                             probe=False, cpu_kernels=cpu_kernels)
         engine.notice = f"running {Path(engine.model_path).name} (CPU twin) on CPU"
         return wrap(engine)
@@ -57,12 +57,12 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
     waiter = None
     if reconnect > 0:
         def reopen(name: str):
-            return wrap(open_model(model, name, cpu_model=cpu_model, runtime=runtime, threads=threads,
+            return wrap(open_engine(model, name, cpu_model=cpu_model, runtime=runtime, threads=threads,
                                    probe=False, cpu_kernels=cpu_kernels, **tpu_options))
 
         waiter = Reconnect(reopen, reconnect, on_notice=say)
     if not choice.several:
-        engine = open_model(model, choice.text, cpu_model=cpu_model, runtime=runtime, threads=threads,
+        engine = open_engine(model, choice.text, cpu_model=cpu_model, runtime=runtime, threads=threads,
                             probe=probe, cpu_kernels=cpu_kernels, **tpu_options)
         if engine.notice:
             say(engine.notice)
@@ -95,9 +95,9 @@ def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kern
     synchronising. One-thread interpreters side by side (one per core), with the decoding
     threads between them, keep every core on useful work: measured by scripts/bench_feed.py.
     The results are the same, in the same order."""
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
-    engines = [open_model(engine.model_path, "cpu", runtime=runtime, threads=1, probe=False,
+    engines = [open_engine(engine.model_path, "cpu", runtime=runtime, threads=1, probe=False,
                           cpu_kernels=cpu_kernels)
                for _ in range(replicas)]
     for e in engines:
@@ -116,13 +116,13 @@ def open_tpus(model, choice, *, runtime: Optional[str] = None, probe: bool = Tru
     error unless `auto` allows the CPU twin (then the list comes back empty).
     """
     from edgeapp.hw.device_choice import resolve_tpus
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
     names = resolve_tpus(choice)
     engines, skipped = [], []
     for name in names:
         try:
-            engine = open_model(model, name, runtime=runtime, probe=probe, cpu_kernels=cpu_kernels,
+            engine = open_engine(model, name, runtime=runtime, probe=probe, cpu_kernels=cpu_kernels,
                                 performance=performance, usb_queue=usb_queue)
         except DeviceUnavailable as e:
             if not (choice.every or choice.fallback):

@@ -14,7 +14,7 @@ from typing import Optional
 from edgeapp.core import stats
 from edgeapp.core.limits import MAX_THREADS
 from edgeapp.core.naming import edgetpu_twin_path
-from edgeapp.core.tflite.model import Model, load_model
+from edgeapp.core.tflite.model import TfliteModel, load_model
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.flows.bench_device import (  # noqa: F401 - importers of the benchmark find them here
     BenchOptions,
@@ -53,7 +53,7 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     """Benchmark `model_path` on the device(s) and thread counts asked for: the JSON document.
 
     A CPU model X.tflite runs on the Edge TPU as X_edgetpu.tflite when that is beside it; a
-    compiled model runs on the CPU as its twin (runtime.open_model). `no_tpu_reason` says why
+    compiled model runs on the CPU as its twin (runtime.open_engine). `no_tpu_reason` says why
     there is no compiled model to run on the Edge TPU (e.g. no compiler for --synthetic).
     A run that measured nothing raises DeviceUnavailable (bench_devices.check_measured).
     """
@@ -63,7 +63,7 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     counts = thread_counts(threads)
     segments = None
     if not opts.synthetic:
-        from edgeapp.core.segments import find_segment_files
+        from edgeapp.core.pipeline_segments import find_segment_files
 
         segments = find_segment_files(model_path)
     if segments is not None:
@@ -114,7 +114,7 @@ def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
     """A segment set: the pipeline over as many TPUs, and its whole model on the CPU with all,
     with --device cpu, or when auto lets the CPU take over from a pipeline that cannot run."""
     from edgeapp.core.naming import segment_source
-    from edgeapp.core.segments import set_label
+    from edgeapp.core.pipeline_segments import set_label
     from edgeapp.errors import UsageError
     from edgeapp.flows.bench_multi import bench_pipeline
 
@@ -180,7 +180,7 @@ def host_section(results: list[dict]) -> dict:
     return host
 
 
-def _load_compiled(path: Path) -> Optional[Model]:
+def _load_compiled(path: Path) -> Optional[TfliteModel]:
     """The compiled build beside a CPU model, if it is one (else bench runs the CPU model)."""
     try:
         m = load_model(path)
@@ -189,6 +189,6 @@ def _load_compiled(path: Path) -> Optional[Model]:
     return m if m.is_edgetpu_compiled else None
 
 
-def _model_section(m: Model) -> dict:
+def _model_section(m: TfliteModel) -> dict:
     return {"path": m.path, "bytes": m.size, "edgetpu_compiled": m.is_edgetpu_compiled,
             "input_shape": list(m.input_tensors[0].shape), "input_dtype": m.input_tensors[0].dtype}

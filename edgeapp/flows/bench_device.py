@@ -2,7 +2,7 @@
 power meter; then ops, TOPS, power and energy: one result dict of the documented JSON schema.
 
 Devices that cannot be used give a result with `"available": false` and the reason instead of
-an exception, so `--device all` always shows every device. Only `runtime.open_model` touches
+an exception, so `--device all` always shows every device. Only `runtime.open_engine` touches
 the TFLite runtime. Whole runs (devices, thread counts, segment sets) are flows/bench.py's.
 """
 
@@ -20,7 +20,7 @@ from edgeapp.core import stats
 from edgeapp.core.edgetpu_specs import PEAK_TOPS
 from edgeapp.core.naming import cpu_twin_path
 from edgeapp.core.opcount import OpCount, count_ops
-from edgeapp.core.tflite.model import Model, load_model
+from edgeapp.core.tflite.model import TfliteModel, load_model
 from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.flows import bench_thermal
@@ -109,7 +109,7 @@ class Timed:
     meter: Any
 
 
-def bench_device(model: Union[str, Model], device: str, threads: Optional[int], opts: BenchOptions,
+def bench_device(model: Union[str, TfliteModel], device: str, threads: Optional[int], opts: BenchOptions,
                  strict: bool = True) -> dict:
     """Benchmark one device. An unusable Edge TPU raises (strict) or gives an
     `available: false` result with the reason (for `--device all`)."""
@@ -119,7 +119,7 @@ def bench_device(model: Union[str, Model], device: str, threads: Optional[int], 
     return finish(prepared, opts, timed(prepared, opts))
 
 
-def ready(model: Union[str, Model], device: str, threads: Optional[int], opts: BenchOptions,
+def ready(model: Union[str, TfliteModel], device: str, threads: Optional[int], opts: BenchOptions,
           strict: bool = True) -> Union[Ready, dict]:
     """Open, load, the cold first inference and the warm-up; or an `available: false` result."""
     opened = _open(model, device, threads, opts, strict)
@@ -157,12 +157,12 @@ def finish(r: Ready, opts: BenchOptions, t: Timed) -> dict:
 
 def _open(model, device: str, threads: Optional[int], opts: BenchOptions, strict: bool):
     """(engine, load ms), or an `available: false` result when the TPU cannot be used."""
-    from edgeapp.hw.runtime import find_runtime, open_model
+    from edgeapp.hw.runtime import find_runtime, open_engine
 
     find_runtime(opts.runtime)  # import the runtime first: load_ms is the model's, not Python's
     t0 = time.perf_counter()
     try:
-        engine = open_model(model, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
+        engine = open_engine(model, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
                             threads=threads, probe=opts.probe, cpu_kernels=opts.cpu_kernels,
                             performance=opts.performance, usb_queue=opts.usb_queue)
     except (DeviceUnavailable, UsageError) as e:

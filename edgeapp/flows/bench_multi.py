@@ -51,12 +51,12 @@ def bench_parallel(model_path: str, names: list, opts, make_input: Callable,
     """Throughput of `model_path` on 1..N of the TPUs `names` at once, and the scaling.
     `make_input(shape, dtype, seed)` gives the input tensor (bench.random_input)."""
     from edgeapp.execution.parallel import DevicePool
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
     engines, skipped = [], []
     for name in names:
         try:
-            engines.append(open_model(model_path, name, runtime=opts.runtime, probe=opts.probe,
+            engines.append(open_engine(model_path, name, runtime=opts.runtime, probe=opts.probe,
                                       cpu_kernels=opts.cpu_kernels, performance=opts.performance,
                                       usb_queue=opts.usb_queue))
         except DeviceUnavailable as e:
@@ -94,11 +94,11 @@ def bench_pipeline(paths: list, device: str, opts, make_input: Callable,
                    samples: Optional[dict] = None) -> dict:
     """A segment set as a pipeline over as many TPUs: throughput, end-to-end latency, and the
     mean invoke time of each segment with the bottleneck marked."""
-    from edgeapp.core.segments import check_chain, set_label
+    from edgeapp.core.pipeline_segments import check_chain, set_label
     from edgeapp.core.tflite.model import load_model
     from edgeapp.execution.pipeline import SegmentPipeline
     from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
     chain = check_chain([load_model(p) for p in paths])
     n = len(paths)
@@ -116,7 +116,7 @@ def bench_pipeline(paths: list, device: str, opts, make_input: Callable,
         return {**section, "available": False,
                 "reason": f"{n} segments need {n} Edge TPUs, {len(names)} found"}
     try:
-        engines = [open_model(p, name, runtime=opts.runtime, probe=opts.probe,
+        engines = [open_engine(p, name, runtime=opts.runtime, probe=opts.probe,
                               cpu_kernels=opts.cpu_kernels, performance=opts.performance,
                               usb_queue=opts.usb_queue)
                    for p, name in zip(paths, names)]

@@ -81,7 +81,7 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
     `strict_options` False: options the task does not take are dropped (the camera's options
     are for whichever task the model turns out to be), not refused.
     """
-    from edgeapp.core.segments import find_segment_files
+    from edgeapp.core.pipeline_segments import find_segment_files
     from edgeapp.execution.runners import open_runner
     from edgeapp.tasks import kind, task_for
     from edgeapp.tasks.base import bind

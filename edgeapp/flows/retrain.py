@@ -29,7 +29,7 @@ from edgeapp.core.learn_eval import confusion_matrix, overall_accuracy, per_clas
 from edgeapp.core.naming import EDGETPU_SUFFIX, cpu_twin_path, edgetpu_twin_path, sidecar_path
 from edgeapp.core.registry import file_sha256
 from edgeapp.core.tflite.append import append_operators
-from edgeapp.core.tflite.model import Model, load_model, parse_model
+from edgeapp.core.tflite.model import TfliteModel, load_model, parse_model
 from edgeapp.errors import InvalidModel, UsageError
 from edgeapp.flows.embedding_cache import EmbeddingCache, content_keys
 from edgeapp.flows.inputs import IMAGE_SUFFIXES
@@ -153,7 +153,7 @@ def extract(runner: Any, paths: list[str], workers: int, cache: Optional[Embeddi
     return out
 
 
-def output_plan(requested: Model, out: Path, cpu_model: Optional[Path] = None
+def output_plan(requested: TfliteModel, out: Path, cpu_model: Optional[Path] = None
                 ) -> list[tuple[Path, Path]]:
     """(base, file to write) pairs. A compiled base: X_edgetpu.tflite, and X.tflite from its CPU
     twin when that is there (the fallback runs it); a CPU base: `out` as given."""

@@ -59,7 +59,7 @@ def trusted() -> bool:
     return os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-# --- the checks open_model calls ---------------------------------------------------------
+# --- the checks open_engine calls ---------------------------------------------------------
 
 
 def ensure_model_runs(runtime: Any, model_path: str) -> None:

@@ -1,6 +1,6 @@
 """The hardware boundary: the one module that touches TFLite runtimes and the Edge TPU delegate.
 
-Everything else works on numpy arrays. `open_model` turns (model file, device string) into an
+Everything else works on numpy arrays. `open_engine` turns (model file, device string) into an
 `Engine`: an allocated interpreter on the Edge TPU, or on the CPU with the model's CPU twin when
 the Edge TPU cannot be used and the user asked for `auto`.
 """
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 from edgeapp.core.compat import metadata
 from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
-from edgeapp.core.tflite.model import Model, load_model
+from edgeapp.core.tflite.model import TfliteModel, load_model
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
 from edgeapp.hw.device_choice import DeviceSpec, parse_device, tuned
 from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
@@ -210,7 +210,7 @@ class Engine:
     """An allocated interpreter and what it runs: the thing pipelines call `run` on."""
 
     interpreter: Any
-    model: Model
+    model: TfliteModel
     device: str  # "edgetpu" or "cpu"
     runtime: Runtime
     requested_model: str
@@ -301,7 +301,7 @@ class Engine:
                             f"{self.model.path}: {runtime_error_text(error)}")
 
 
-def open_model(path: str | Path | Model, device: str = "auto", *,
+def open_engine(path: str | Path | TfliteModel, device: str = "auto", *,
                cpu_model: Optional[str | Path] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
                probe: bool = True, cpu_kernels: str = "fast", trust_model: bool = False,
@@ -315,15 +315,15 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
     is refused with one line instead of killing us; trust_model (or EDGEAPP_TRUST_MODEL=1)
     skips that. probe: first try the (runtime, Edge TPU library) pair in a child, so a
     mismatched build that segfaults is reported instead of killing us.
-    A parsed `Model` may be passed instead of a path, so callers that already read it don't
+    A parsed `TfliteModel` may be passed instead of a path, so callers that already read it don't
     read it again.
     cpu_kernels: "fast" (the runtime's default) or "reference" (see CPU_KERNELS).
     performance (low|medium|high|max) and usb_queue (Usb.MaxBulkInQueueLength) go to libedgetpu
     with the device indexed (device_choice.tuned); max with a std build on USB is refused.
     """
     spec = parse_device(device)
-    model = path if isinstance(path, Model) else load_model(path)
-    path = model.path if isinstance(path, Model) else path
+    model = path if isinstance(path, TfliteModel) else load_model(path)
+    path = model.path if isinstance(path, TfliteModel) else path
     rt = find_runtime(runtime)
     if spec.kind != "cpu" and model.is_edgetpu_compiled:
         spec, extra = tuned(spec, performance, usb_queue)
@@ -359,7 +359,7 @@ def open_model(path: str | Path | Model, device: str = "auto", *,
     return _cpu_engine(rt, model, threads, str(path), note, cpu_kernels, trust_model)
 
 
-def _load_twin(model: Model, cpu_model: Optional[str | Path]) -> Model:
+def _load_twin(model: TfliteModel, cpu_model: Optional[str | Path]) -> TfliteModel:
     twin_path = Path(cpu_model) if cpu_model else cpu_twin_path(model.path)
     if twin_path.exists() and twin_path.resolve() == Path(model.path).resolve():
         raise UsageError(f"--cpu-model {twin_path} is the compiled model itself; pass the uncompiled "
@@ -378,12 +378,12 @@ def _load_twin(model: Model, cpu_model: Optional[str | Path]) -> Model:
     return twin
 
 
-def _io_signature(model: Model) -> list[tuple]:
+def _io_signature(model: TfliteModel) -> list[tuple]:
     """What a twin must share with its compiled model: I/O shapes and types."""
     return [(list(t.shape), t.dtype) for t in model.input_tensors + model.output_tensors]
 
 
-def _cpu_engine(rt: Runtime, model: Model, threads: Optional[int], requested: str,
+def _cpu_engine(rt: Runtime, model: TfliteModel, threads: Optional[int], requested: str,
                 notice: Optional[str], cpu_kernels: str = "fast", trust_model: bool = False) -> Engine:
     if not trust_model:
         from edgeapp.hw.probe import ensure_model_runs
@@ -392,7 +392,7 @@ def _cpu_engine(rt: Runtime, model: Model, threads: Optional[int], requested: st
                   notice, cpu_kernels)
 
 
-def _interpreter(rt: Runtime, model: Model, delegates: Optional[list], threads: Optional[int],
+def _interpreter(rt: Runtime, model: TfliteModel, delegates: Optional[list], threads: Optional[int],
                  cpu_kernels: str = "fast") -> Any:
     native: list[str] = []
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from edgeapp.core.segment import class_map, class_shares, is_segmentation_output, to_original
+from edgeapp.core.segmentation import class_map, class_shares, is_segmentation_output, to_original
 from edgeapp.tasks.base import (
     RESIZE,
     Entity,
@@ -92,7 +92,7 @@ class Segment(TaskKind):
 
     def to_folder(self, option: TaskOption, folder: Any, path: str, result: Result) -> dict:
         """--mask: the class map as a PNG of class ids; the record says where."""
-        from edgeapp.core.segment import mask_image_array
+        from edgeapp.core.segmentation import mask_image_array
 
         return {"mask": str(folder.write(path, mask_image_array(result.extras["mask"]), ".png"))}
 

@@ -168,7 +168,7 @@ class Operator:
 
 
 @dataclass(frozen=True)
-class Model:
+class TfliteModel:
     path: str
     size: int
     version: int
@@ -204,7 +204,7 @@ class Model:
         return sum(t.data_size for t in self.tensors)
 
 
-def load_model(path: str | Path) -> Model:
+def load_model(path: str | Path) -> TfliteModel:
     """Read and validate `path`; raise `InvalidModel` with a one-line reason."""
     return parse_model(map_model_file(path), str(path))
 
@@ -259,7 +259,7 @@ def _refuse_keras(p: Path) -> None:
                            "IMAGES/` (needs pip install 'edgeapp[convert]')")
 
 
-def parse_model(data: bytes, name: str = "<bytes>") -> Model:
+def parse_model(data: bytes, name: str = "<bytes>") -> TfliteModel:
     """Validate and read a TFLite flatbuffer held in memory (bytes or a memory map)."""
     if not data:
         raise InvalidModel(f"{name} is empty (0 bytes): not a TFLite model")
@@ -279,7 +279,7 @@ def _looks_like_text(data: bytes) -> bool:
     return all(32 <= b < 127 or b in b"\r\n\t" for b in head)
 
 
-def _read(buf: bytes, name: str) -> Model:
+def _read(buf: bytes, name: str) -> TfliteModel:
     """The model of a flatbuffer, read in the file's order (so the first fault found is reported)."""
     root = _Table(buf, struct.unpack_from("<I", buf, 0)[0])
     version = root.scalar(0, "I")
@@ -300,7 +300,7 @@ def _read(buf: bytes, name: str) -> Model:
         raise InvalidModel(f"{name} has no inputs or outputs: not a usable TFLite model")
     metadata = _metadata(root, buf, buffers)
     sig_outputs = _signature_outputs(root)
-    return Model(path=name, size=len(buf), version=version, description=root.string(3) or "",
+    return TfliteModel(path=name, size=len(buf), version=version, description=root.string(3) or "",
                  tensors=tensors, operators=operators, inputs=inputs,
                  outputs=outputs, subgraph_count=len(subgraphs), metadata=metadata,
                  signature_outputs=sig_outputs)

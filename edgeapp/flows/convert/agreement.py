@@ -22,9 +22,9 @@ from edgeapp.flows.convert.data import Dataset, normalize
 def run_int8(path: Path, data: Dataset, mean: float, std: float) -> list:
     """Dequantized outputs of the int8 model, one (N, ...) array per output."""
     from edgeapp.core.preprocess import quantize_input
-    from edgeapp.hw.runtime import open_model
+    from edgeapp.hw.runtime import open_engine
 
-    engine = open_model(path, "cpu")
+    engine = open_engine(path, "cpu")
     scale, zero = engine.input_quantization
     dtype = engine.input_dtype
     x = normalize(data, mean, std) if data.normalized else None

@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from edgeapp.core.tflite.model import Model, parse_model
+from edgeapp.core.tflite.model import TfliteModel, parse_model
 from edgeapp.core.tflite.patch import older_equivalents
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert.base import FloatModel, first_line, tensorflow
@@ -27,7 +27,7 @@ from edgeapp.flows.convert.data import write_atomic
 @dataclass
 class Quantized:
     flatbuffer: bytes
-    model: Model  # the parsed, validated graph
+    model: TfliteModel  # the parsed, validated graph
     checked: object  # core.check_report.CheckResult: what edgetpu_compiler 16 will map
     swapped: list  # operators replaced by older equivalents the compiler knows
 
@@ -95,7 +95,7 @@ def quantize(saved_model: str, calibration: np.ndarray, out: Path, io_type: str 
     return Quantized(flatbuffer, tflite, checked, swapped)
 
 
-def non_integer_ops(model: Model, io_type: str = "uint8") -> list[str]:
+def non_integer_ops(model: TfliteModel, io_type: str = "uint8") -> list[str]:
     """Operators touching tensors that are not int8/uint8 (int32 allowed for bias and shapes)."""
     io = set(model.inputs) | set(model.outputs)
     bad = []

@@ -23,7 +23,7 @@ from edgeapp.core.quant_report import (
     diagnose,
     rank,
 )
-from edgeapp.core.tflite.model import Model
+from edgeapp.core.tflite.model import TfliteModel
 from edgeapp.core.tflite.patch import EQUIVALENT_OLDER_OPS
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert.base import first_line, tensorflow
@@ -52,7 +52,7 @@ class _Collector:
         return 0.0
 
 
-def layer_report(saved_model: str, calibration: np.ndarray, tflite: Model, data: bytes,
+def layer_report(saved_model: str, calibration: np.ndarray, tflite: TfliteModel, data: bytes,
                  layer_names: Optional[dict] = None, samples: int = 32) -> list:
     """The rows of the report, worst first: name, op, sqnr_db, rel_rmse, outlier figures,
     cause, fix (and `source`, the ONNX node, when known)."""
@@ -121,7 +121,7 @@ def _source_layer(tensor_name: str, layer_names: dict) -> Optional[str]:
     return None
 
 
-def _model_context(tflite: Model, data: bytes) -> dict:
+def _model_context(tflite: TfliteModel, data: bytes) -> dict:
     """Per output tensor name: the weights' per-channel range ratio, a Softmax's class count,
     the input scale ratio of a mixing op."""
     from edgeapp.core.edgetpu_ops import constant_reader

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from edgeapp.core import naming
-from edgeapp.core.tflite.model import Model, Tensor
+from edgeapp.core.tflite.model import Tensor, TfliteModel
 from edgeapp.errors import InvalidModel, UsageError
 
 EDGETPU_OP = "edgetpu-custom-op"
@@ -119,7 +119,7 @@ def _describe(sig: tuple) -> str:
     return text
 
 
-def check_chain(models: Sequence[Model]) -> Chain:
+def check_chain(models: Sequence[TfliteModel]) -> Chain:
     """The chain of `models` (segment 0 first), or InvalidModel saying where it breaks."""
     if len(models) < 2:
         raise InvalidModel("a segment set needs at least 2 segments")
