@@ -132,7 +132,7 @@ def to_mode(img, mode: str):
         a = np.asarray(img, dtype=np.float64)
         if img.mode.startswith("I;16") or a.max(initial=0) > 255:
             a = a / 257.0  # 65535 -> 255
-        img = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), "L")
+        img = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8))  # 2-D uint8: "L"
     elif img.mode == "F":
         a = np.asarray(img, dtype=np.float64)
         if not np.isfinite(a).all():  # casting NaN to uint8 is undefined (numpy warns)
@@ -141,7 +141,7 @@ def to_mode(img, mode: str):
                              "to classify")
         if a.max(initial=0) <= 1.0:
             a = a * 255.0
-        img = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), "L")
+        img = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8))  # 2-D uint8: "L"
     return img if img.mode == mode else img.convert(mode)
 
 
