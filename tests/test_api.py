@@ -79,3 +79,22 @@ def test_example_script_classifies_a_folder(tiny_model, color_images, tmp_path):
     rows = out.read_text().splitlines()
     assert rows[0] == "path,label,score,error"
     assert len(rows) - 1 == len([p for p in folder.iterdir() if p.is_file()])
+
+
+def test_a_model_for_another_task_is_refused_in_the_apis_words(tmp_path_factory, cli):
+    """The API names the method and the task= that fit (the CLI names the command)."""
+    import posesegment_models as pm
+
+    from edgeapp.errors import WrongTask
+
+    pose = pm.build(tmp_path_factory)["pose"]
+    with pytest.raises(WrongTask) as refused:
+        edgeapp.open_model(pose, "cpu", task="segment")
+    message = str(refused.value)
+    assert "model.pose(...)" in message and "task='pose'" in message and "edgeapp pose" not in message
+    image = tmp_path_factory.mktemp("img") / "one.png"
+    from PIL import Image
+
+    Image.new("RGB", (96, 64), (200, 60, 230)).save(image)
+    r = cli("segment", pose, image, "--device", "cpu")
+    assert "use `edgeapp pose`" in r.stderr and "model.pose" not in r.stderr
