@@ -106,9 +106,10 @@ def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt
     from edgeapp.sinks.records import Layout
 
     p = ctx.params
+    replicas = max(1, min(usable_cores(), len(paths)))  # one image needs one interpreter, not one per core
     with open_task(p["model"], task, placement(ctx), options=options, labels_file=p.get("labels"),
                    mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
-                   on_notice=say, resolve=resolve_model, cpu_replicas=usable_cores()) as opened:
+                   on_notice=say, resolve=resolve_model, cpu_replicas=replicas) as opened:
         for note in opened.task.kind.warnings(opened.model, p.get("labels")):
             say(f"warning: {note}")
         engine = opened.engine

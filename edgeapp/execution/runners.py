@@ -96,8 +96,9 @@ def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kern
     The results are the same, in the same order."""
     from edgeapp.hw.runtime import open_model
 
-    engines = [open_model(engine.model_path, "cpu", runtime=runtime, threads=1, probe=False,
-                          cpu_kernels=cpu_kernels)
+    # the model parsed and checked (containment) when `engine` was opened: not again per replica
+    engines = [open_model(engine.model, "cpu", runtime=runtime, threads=1, probe=False,
+                          cpu_kernels=cpu_kernels, trust_model=True)
                for _ in range(replicas)]
     for e in engines:
         e.requested_model, e.notice = engine.requested_model, engine.notice
