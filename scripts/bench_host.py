@@ -31,10 +31,10 @@ smooth random images) read once beforehand so all sides read them from the page 
                           --workers, records written as JSON lines to a file; images / wall time.
   decode capacity         the peer loop for a fast model: one plain Python thread per usable core,
                           each taking the next path and making the library calls edgeapp's
-                          preparation makes (Pillow open, load, ImageOps.exif_transpose, convert to
-                          the model's colour mode, LANCZOS resize to its input size, numpy
-                          asarray), and no inference. Target: edgeapp with the digits model >= 0.95
-                          of it.
+                          preparation makes (Pillow open, load, the EXIF orientation read (and
+                          ImageOps.exif_transpose when not upright), convert to the model's colour
+                          mode, LANCZOS resize to its input size, numpy asarray), and no
+                          inference. Target: edgeapp with the digits model >= 0.95 of it.
   CPU-work bound          for MobileNet V2, the rate at which every usable core would be busy with
                           nothing but necessary work: cores / (p + i), where p is the CPU time
                           (time.thread_time, one thread, nothing else of ours running) of preparing
@@ -58,6 +58,7 @@ import json
 import os
 import platform
 import queue
+import resource
 import shutil
 import subprocess
 import sys
@@ -152,7 +153,8 @@ def plain_prepare(path: str, size: tuple, mode: str) -> np.ndarray:
 
     img = Image.open(path)
     img.load()
-    img = ImageOps.exif_transpose(img)
+    if img.getexif().get(0x0112, 1) != 1:  # EXIF orientation: turned only when not upright
+        img = ImageOps.exif_transpose(img)
     if img.mode != mode:
         img = img.convert(mode)
     if img.size != size:
@@ -175,6 +177,39 @@ def plain_quantize(pixels: np.ndarray, detail: dict, mean: float = 128.0, std: f
     return np.clip(values, info.min, info.max).astype(dtype).reshape(shape)
 
 
+class Run:
+    """One timed run over `n` images: wall seconds and this process's CPU seconds (all threads)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.wall, self.cpu = n, 0.0, 0.0
+
+    def __enter__(self) -> "Run":
+        self._t, self._c = time.perf_counter(), _process_cpu()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self._t
+        self.cpu = _process_cpu() - self._c
+
+    @property
+    def rate(self) -> float:
+        return self.n / self.wall
+
+    @property
+    def cpu_ms(self) -> float:
+        """CPU milliseconds per image, every thread of the run counted."""
+        return self.cpu * 1000 / self.n
+
+    def busy(self, cores: int) -> float:
+        """The share of the usable cores the run kept busy (other load on the machine lowers it)."""
+        return self.cpu / (self.wall * cores)
+
+
+def _process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def on_threads(n: int, work: Callable[[], None]) -> None:
     threads = [threading.Thread(target=work, daemon=True) for _ in range(n)]
     for t in threads:
@@ -193,7 +228,7 @@ def taker(paths: List[str]) -> Callable[[], Optional[str]]:
     return take
 
 
-def peer_decode(paths: List[str], size: tuple, mode: str, threads: int) -> float:
+def peer_decode(paths: List[str], size: tuple, mode: str, threads: int) -> Run:
     """Images/s of `threads` plain threads preparing images and doing nothing else."""
     take = taker(paths)
 
@@ -203,9 +238,9 @@ def peer_decode(paths: List[str], size: tuple, mode: str, threads: int) -> float
             plain_prepare(path, size, mode)
             path = take()
 
-    t0 = time.perf_counter()
-    on_threads(threads, work)
-    return len(paths) / (time.perf_counter() - t0)
+    with Run(len(paths)) as run:
+        on_threads(threads, work)
+    return run
 
 
 class PlainModel:
@@ -236,7 +271,7 @@ class PlainModel:
         return interpreter.get_tensor(self.out)
 
 
-def peer_fused(paths: List[str], model: PlainModel) -> float:
+def peer_fused(paths: List[str], model: PlainModel) -> Run:
     """One thread per interpreter, each preparing and invoking the next image."""
     take = taker(paths)
     ids = iter(range(len(model.interpreters)))
@@ -248,12 +283,12 @@ def peer_fused(paths: List[str], model: PlainModel) -> float:
             model.invoke(k, model.tensor(path))
             path = take()
 
-    t0 = time.perf_counter()
-    on_threads(len(model.interpreters), work)
-    return len(paths) / (time.perf_counter() - t0)
+    with Run(len(paths)) as run:
+        on_threads(len(model.interpreters), work)
+    return run
 
 
-def peer_split(paths: List[str], model: PlainModel, decoders: int) -> float:
+def peer_split(paths: List[str], model: PlainModel, decoders: int) -> Run:
     """`decoders` threads preparing into a queue, one thread per interpreter invoking from it."""
     take = taker(paths)
     tensors: queue.Queue = queue.Queue(maxsize=4 * len(model.interpreters))
@@ -273,16 +308,16 @@ def peer_split(paths: List[str], model: PlainModel, decoders: int) -> float:
                 return
             model.invoke(k, tensor)
 
-    t0 = time.perf_counter()
-    invokers = [threading.Thread(target=infer, daemon=True) for _ in model.interpreters]
-    for t in invokers:
-        t.start()
-    on_threads(decoders, decode)
-    for _ in invokers:
-        tensors.put(None)
-    for t in invokers:
-        t.join()
-    return len(paths) / (time.perf_counter() - t0)
+    with Run(len(paths)) as run:
+        invokers = [threading.Thread(target=infer, daemon=True) for _ in model.interpreters]
+        for t in invokers:
+            t.start()
+        on_threads(decoders, decode)
+        for _ in invokers:
+            tensors.put(None)
+        for t in invokers:
+            t.join()
+    return run
 
 
 def cpu_work(paths: List[str], model: PlainModel) -> tuple:
@@ -310,19 +345,17 @@ class EdgeappBatch:
         self.workers = decode_workers(None)
         self.results = results
 
-    def rate(self, paths: List[str]) -> float:
+    def rate(self, paths: List[str]) -> Run:
         from edgeapp.flows.batch import run_batch
         from edgeapp.sinks.records import Format, Layout
 
         writer = Layout(self.opened.task.kind).writer(Format.jsonl, self.results)
-        t0 = time.perf_counter()
-        with writer:
+        with Run(len(paths)) as run, writer:
             stats = run_batch(paths, self.opened.runner, self.opened.task, writer,
                               workers=self.workers)
-        seconds = time.perf_counter() - t0
         if stats.ok != len(paths):
             raise SystemExit(f"edgeapp classified {stats.ok} of {len(paths)} images")
-        return len(paths) / seconds
+        return run
 
     @property
     def where(self) -> str:
@@ -378,6 +411,11 @@ class Bench:
     def add(self, key: str, value: float) -> None:
         self.samples.setdefault(key, []).append(value)
 
+    def runs(self, key: str, run: Run) -> None:
+        self.add(key, run.rate)
+        self.add(key + "/cpu_ms", run.cpu_ms)
+        self.add(key + "/busy", run.busy(self.cores))
+
     def startup_round(self, keep: bool) -> None:
         for _ in range(self.args.repeat):
             for label, cmd in self.cmds.items():
@@ -400,9 +438,9 @@ class Bench:
         decode = peer_decode(self.paths, size, mode, self.cores)
         fast = digits.rate(self.paths)
         if keep:
-            self.add("fast/decode_capacity", decode)
-            self.add("fast/edgeapp", fast)
-            self.add("fast/ratio", fast / decode)
+            self.runs("fast/decode_capacity", decode)
+            self.runs("fast/edgeapp", fast)
+            self.add("fast/ratio", fast.rate / decode.rate)
         if not self.mobilenet:
             return
         mnv2 = self.batches.setdefault("mobilenet_v2",
@@ -418,11 +456,14 @@ class Bench:
             self.add("mnv2/prepare_ms", prepare * 1000)
             self.add("mnv2/invoke_ms", invoke * 1000)
             self.add("mnv2/cpu_work_bound", bound)
-            self.add("mnv2/peer_fused", fused)
-            self.add("mnv2/peer_split", split)
-            self.add("mnv2/edgeapp", rate)
-            self.add("mnv2/ratio_bound", rate / bound)
-            self.add("mnv2/ratio_peer", rate / max(fused, split))
+            self.runs("mnv2/peer_fused", fused)
+            self.runs("mnv2/peer_split", split)
+            self.runs("mnv2/edgeapp", rate)
+            self.add("mnv2/ratio_bound", rate.rate / bound)
+            self.add("mnv2/ratio_peer", rate.rate / max(fused.rate, split.rate))
+            # the ratio's two factors: necessary CPU work / CPU spent, and cores kept busy
+            self.add("mnv2/work_share", (prepare + invoke) * 1000 / rate.cpu_ms)
+            self.add("mnv2/busy", rate.busy(self.cores))
 
     def run(self) -> dict:
         load = [os.getloadavg()[0]]
@@ -476,7 +517,10 @@ def print_table(r: dict) -> None:
             return
         s = f[key]
         value = " ".join((fmt.format(s["median"]), f"[{fmt.format(s['p10'])}-{fmt.format(s['p90'])}]"))
-        print(f"  {label:<34} {value:>24} {unit:<6} {extra}")
+        if not extra and f"{key}/cpu_ms" in f:
+            extra = (f"cpu {f[key + '/cpu_ms']['median']:.2f} ms/img, "
+                     f"cores busy {f[key + '/busy']['median']:.2f}")
+        print(f"  {label:<36} {value:>24} {unit:<6} {extra}")
 
     if any(k.startswith("start/") for k in f):
         print(f"start-up, wall seconds (n={r['rounds'] * r['repeat']}) and the child's CPU seconds:")
@@ -498,6 +542,8 @@ def print_table(r: dict) -> None:
         row("mobilenet_v2: peer, split", "mnv2/peer_split", "img/s", "{:.1f}")
         row(f"mobilenet_v2: edgeapp ({r['where'].get('mobilenet_v2')})", "mnv2/edgeapp", "img/s", "{:.1f}")
         row("  edgeapp / CPU-work bound", "mnv2/ratio_bound", "")
+        row("    = necessary CPU / edgeapp's CPU", "mnv2/work_share", "")
+        row("    x cores kept busy", "mnv2/busy", "")
         row("  edgeapp / best peer", "mnv2/ratio_peer", "")
     print("targets (medians):")
     for key, v in r["verdicts"].items():

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from edgeapp.errors import DeviceUnavailable
-from edgeapp.execution.parallel import DevicePool, Notice, Runner, SingleRunner, _engine, _invoke
+from edgeapp.execution.parallel import CpuPool, DevicePool, Notice, Runner, SingleRunner, _engine, _invoke
 from edgeapp.execution.pipeline import open_pipeline
 from edgeapp.execution.reconnect import Reconnect
 
@@ -93,6 +93,7 @@ def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kern
     for the next decoded image, and a multi-threaded one spends part of its threads
     synchronising. One-thread interpreters side by side (one per core), with the decoding
     threads between them, keep every core on useful work: measured by scripts/bench_feed.py.
+    A batch's decoding threads invoke on them directly (`CpuPool.run_here`).
     The results are the same, in the same order."""
     from edgeapp.hw.runtime import open_model
 
@@ -102,8 +103,8 @@ def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kern
                for _ in range(replicas)]
     for e in engines:
         e.requested_model, e.notice = engine.requested_model, engine.notice
-    return DevicePool([wrap(e) for e in engines], work=work, on_notice=on_notice,
-                      meta_path=meta_path, depth=depth, label="cpu")
+    return CpuPool([wrap(e) for e in engines], work=work, on_notice=on_notice,
+                   meta_path=meta_path, depth=depth, label="cpu")
 
 
 def open_tpus(model, choice, *, runtime: Optional[str] = None, probe: bool = True,

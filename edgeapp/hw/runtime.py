@@ -206,6 +206,7 @@ class Engine:
         self.inputs = self.interpreter.get_input_details()
         self.input = self.inputs[0]
         self.outputs = self.interpreter.get_output_details()
+        self._input_shape = tuple(int(d) for d in self.input["shape"])  # checked on every run
         if self.name is None:
             self.name = self.device
 
@@ -215,7 +216,7 @@ class Engine:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        return tuple(int(d) for d in self.input["shape"])
+        return self._input_shape
 
     @property
     def input_dtype(self) -> "np.dtype":
