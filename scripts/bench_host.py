@@ -15,8 +15,9 @@ PYTHONPYCACHEPREFIX, filled by the warm-up round), as it is for an installed pac
   python -c pass          the interpreter and this environment's site hooks: a floor
   python -c "import typer"  the CLI framework alone: a floor
   edgeapp --help          target <= 0.15 s
-  ..., no bytecode cache  the same with PYTHONDONTWRITEBYTECODE=1 (every edgeapp module compiled
-                          from source each run, as in a source tree that cannot be written to)
+  ..., no bytecode cache  the same with edgeapp's modules compiled from source on every run (a
+                          copy without __pycache__ and PYTHONDONTWRITEBYTECODE=1, as a checkout
+                          that is never written to runs)
   classify digits         `edgeapp classify models/digits_int8.tflite one.jpg`, end to end
   classify mobilenet_v2   the same with ../shared/coral/mobilenet_v2_1.0_224_quant.tflite (when
                           present): process start, model opened (its containment verdict is
@@ -58,6 +59,7 @@ import json
 import os
 import platform
 import queue
+import re
 import resource
 import shutil
 import subprocess
@@ -66,7 +68,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -365,6 +367,29 @@ class EdgeappBatch:
         self.opened.close()
 
 
+def in_order(flip: bool, edgeapp: Callable[[], Any], peer: Callable[[], Any]) -> tuple:
+    """(edgeapp's result, the peer's), run in that order when `flip`, else the peer first."""
+    if flip:
+        first = edgeapp()
+        return first, peer()
+    other = peer()
+    return edgeapp(), other
+
+
+_RATE = re.compile(r"image\(s\) in [\d.]+ s \(([\d.]+)/s\)")
+
+
+def cli_rate(model: Path, folder: Path, env: dict, tmp: Path) -> float:
+    """Images/s that `edgeapp classify MODEL FOLDER -o results.jsonl` reports (its summary line:
+    the batch alone, start-up and model loading excluded), as a user runs it."""
+    cmd = edgeapp_command() + ["classify", str(model), str(folder), "-o", str(tmp / "cli.jsonl")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(tmp))
+    found = _RATE.search(proc.stderr)
+    if proc.returncode != 0 or not found:
+        raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-400:]}")
+    return float(found.group(1))
+
+
 # -- the run ----------------------------------------------------------------------------------------
 
 def spread(values: List[float]) -> dict:
@@ -392,6 +417,7 @@ class Bench:
         size = tuple(int(v) for v in args.size.split("x"))
         images = tmp / "images"
         images.mkdir()
+        self.images = images
         self.paths = make_jpegs(images, args.count, size)
         for p in self.paths:  # the page cache holds them for every side
             Path(p).read_bytes()
@@ -400,8 +426,12 @@ class Bench:
         # bytecode cached as in an installed package (pip compiles it), kept out of the tree
         self.env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         self.env.update(PYTHONPYCACHEPREFIX=str(tmp / "pycache"), EDGEAPP_NO_PROGRESS="1")
+        # a copy of edgeapp without bytecode, first on the path: its modules compiled each run,
+        # installed packages (typer, numpy) still read their own bytecode
+        shutil.copytree(ROOT / "edgeapp", tmp / "source" / "edgeapp",
+                        ignore=shutil.ignore_patterns("__pycache__"))
         self.compiling = {k: v for k, v in self.env.items() if k != "PYTHONPYCACHEPREFIX"}
-        self.compiling["PYTHONDONTWRITEBYTECODE"] = "1"  # installed packages keep their bytecode
+        self.compiling.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(tmp / "source"))
         self.cmds = startup_commands(self.paths[0], self.mobilenet) if not args.no_startup else {}
         self.samples: Dict[str, List[float]] = {}
         self.batches: Dict[str, EdgeappBatch] = {}
@@ -427,7 +457,9 @@ class Bench:
                     self.add(f"start/{label}/wall", wall)
                     self.add(f"start/{label}/cpu", cpu)
 
-    def throughput_round(self, keep: bool) -> None:
+    def throughput_round(self, keep: bool, flip: bool) -> None:
+        """One run of each side; `flip`: edgeapp first (rounds alternate, so a load that rises
+        or falls during a round favours neither side)."""
         if self.args.no_batch:
             return
         digits = self.batches.setdefault("digits", EdgeappBatch(DIGITS, self.tmp / "digits.jsonl"))
@@ -435,12 +467,16 @@ class Bench:
             shape = digits.opened.runner.engine.input_shape
             self.digits_input = ((int(shape[2]), int(shape[1])), "RGB" if shape[3] == 3 else "L")
         size, mode = self.digits_input
-        decode = peer_decode(self.paths, size, mode, self.cores)
-        fast = digits.rate(self.paths)
+        fast, decode = in_order(flip, lambda: digits.rate(self.paths),
+                                lambda: peer_decode(self.paths, size, mode, self.cores))
+        cli = cli_rate(DIGITS, self.images, self.env, self.tmp) if self.args.cli else None
         if keep:
             self.runs("fast/decode_capacity", decode)
             self.runs("fast/edgeapp", fast)
             self.add("fast/ratio", fast.rate / decode.rate)
+            if cli is not None:
+                self.add("fast/cli", cli)
+                self.add("fast/cli_ratio", cli / decode.rate)
         if not self.mobilenet:
             return
         mnv2 = self.batches.setdefault("mobilenet_v2",
@@ -449,10 +485,14 @@ class Bench:
             self.plain = PlainModel(MOBILENET, self.cores)
         prepare, invoke = cpu_work(self.paths, self.plain)
         bound = self.cores / (prepare + invoke)
-        fused = peer_fused(self.paths, self.plain)
-        split = peer_split(self.paths, self.plain, self.cores)
-        rate = mnv2.rate(self.paths)
+        rate, (fused, split) = in_order(
+            flip, lambda: mnv2.rate(self.paths),
+            lambda: (peer_fused(self.paths, self.plain), peer_split(self.paths, self.plain, self.cores)))
+        cli = cli_rate(MOBILENET, self.images, self.env, self.tmp) if self.args.cli else None
         if keep:
+            if cli is not None:
+                self.add("mnv2/cli", cli)
+                self.add("mnv2/cli_ratio_bound", cli / bound)
             self.add("mnv2/prepare_ms", prepare * 1000)
             self.add("mnv2/invoke_ms", invoke * 1000)
             self.add("mnv2/cpu_work_bound", bound)
@@ -469,7 +509,7 @@ class Bench:
         load = [os.getloadavg()[0]]
         for r in range(self.args.rounds + 1):  # round 0 warms caches, verdicts, interpreters
             self.startup_round(keep=r > 0)
-            self.throughput_round(keep=r > 0)
+            self.throughput_round(keep=r > 0, flip=r % 2 == 1)
             load.append(os.getloadavg()[0])
             if not self.args.json:
                 print(f"round {r}/{self.args.rounds} done (load average {load[-1]:.2f})",
@@ -534,6 +574,8 @@ def print_table(r: dict) -> None:
         row("digits: decode capacity (peer)", "fast/decode_capacity", "img/s", "{:.1f}")
         row(f"digits: edgeapp ({r['where'].get('digits')})", "fast/edgeapp", "img/s", "{:.1f}")
         row("  edgeapp / decode capacity", "fast/ratio", "")
+        row("digits: edgeapp classify FOLDER (CLI)", "fast/cli", "img/s", "{:.1f}")
+        row("  CLI / decode capacity", "fast/cli_ratio", "")
     if "mnv2/ratio_bound" in f:
         row("mobilenet_v2: prepare, CPU ms/img", "mnv2/prepare_ms", "ms", "{:.2f}")
         row("mobilenet_v2: invoke, CPU ms/img", "mnv2/invoke_ms", "ms", "{:.2f}")
@@ -545,6 +587,8 @@ def print_table(r: dict) -> None:
         row("    = necessary CPU / edgeapp's CPU", "mnv2/work_share", "")
         row("    x cores kept busy", "mnv2/busy", "")
         row("  edgeapp / best peer", "mnv2/ratio_peer", "")
+        row("mobilenet_v2: edgeapp classify FOLDER (CLI)", "mnv2/cli", "img/s", "{:.1f}")
+        row("  CLI / CPU-work bound", "mnv2/cli_ratio_bound", "")
     print("targets (medians):")
     for key, v in r["verdicts"].items():
         sign = "<=" if key.endswith("_s") else ">="
@@ -560,6 +604,8 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--no-startup", action="store_true", help="skip the start-up figures")
     ap.add_argument("--no-batch", action="store_true", help="skip the throughput figures")
     ap.add_argument("--no-mobilenet", action="store_true", help="skip MobileNet V2")
+    ap.add_argument("--cli", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run `edgeapp classify FOLDER` as a user does (its own summary's rate)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgeapp-host-") as tmp:

@@ -21,12 +21,12 @@ from typing import Any, Callable, List, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-_CHOICE = re.compile(r"^(?:Value error, )?(?P<value>.+?) is not one of (?P<choices>.+?)\.?$", re.S)
+_CHOICE = r"^(?:Value error, )?(?P<value>.+?) is not one of (?P<choices>.+?)\.?$"  # compiled when used
 
 
 def tidy_error(message: str) -> str:
     """A usage error's message without the validation library's wording."""
-    m = _CHOICE.match(message)
+    m = re.match(_CHOICE, message, re.S)
     if m:
         choices = ", ".join(c.strip().strip("'\"") for c in m.group("choices").split(","))
         return f"{m.group('value')} is not one of {choices}"
@@ -55,8 +55,20 @@ def _flag(value: Any, ctx: Any) -> bool:
     raise _NotPlain
 
 
-_INT = re.compile(r"[+-]?[0-9]+")
-_FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+def _is_int(text: str) -> bool:
+    """Plain decimal digits with an optional sign: the integers every reading agrees on."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    return digits.isascii() and digits.isdigit()
+
+
+def _is_float(text: str) -> bool:
+    """Digits with an optional sign, point and exponent (1.5, -.5, 2e-3); not nan, inf or 1_0."""
+    mantissa, mark, exponent = text.replace("E", "e").partition("e")
+    if mark and not _is_int(exponent):
+        return False
+    whole, _, fraction = (mantissa[1:] if mantissa[:1] in ("+", "-") else mantissa).partition(".")
+    return bool(whole or fraction) and all(not part or (part.isascii() and part.isdigit())
+                                            for part in (whole, fraction))
 
 
 def _number(kind: type, low: Optional[float], high: Optional[float]) -> Callable[[Any, Any], Any]:
@@ -64,7 +76,7 @@ def _number(kind: type, low: Optional[float], high: Optional[float]) -> Callable
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise _NotPlain
         if isinstance(value, str):
-            if not (_INT if kind is int else _FLOAT).fullmatch(value):
+            if not (_is_int if kind is int else _is_float)(value):
                 raise _NotPlain  # nan, 1e3 for an int, spaces, underscores: Typer decides
             value = kind(value)
         elif kind is int and not isinstance(value, int):

@@ -115,9 +115,9 @@ def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt
         engine = opened.engine
         writer = _writer(Layout(opened.task.kind), fmt, p, (engine.model_path, engine.requested_model))
         with writer, resumable(writer, p), progress_bar(len(paths), task) as advance:
-            stats = run_batch(paths, opened.runner, opened.task, writer,
-                              workers=decode_workers(p.get("workers")), progress=advance,
-                              on_result=hook)
+            workers = decode_workers(p.get("workers")) if len(paths) > 1 else 0  # one image: no thread
+            stats = run_batch(paths, opened.runner, opened.task, writer, workers=workers,
+                              progress=advance, on_result=hook)
         return stats, opened.where
 
 

@@ -7,7 +7,6 @@ while the one interpreter runs on the current one. Results come back in input or
 from __future__ import annotations
 
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar, Union
 
 from edgeapp.errors import InputError
@@ -27,6 +26,8 @@ def prefetch(items: Iterable[T], prepare: Callable[[T], R], workers: int = 2,
         for item in items:
             yield item, _call(prepare, item)
         return
+    from concurrent.futures import ThreadPoolExecutor  # not for a run without threads
+
     depth = depth or 2 * workers
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgeapp-prep")
     pending: deque = deque()

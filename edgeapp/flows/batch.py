@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,8 @@ class BatchStats:
         parts = [f"{self.ok + self.failed} image(s) in {self.seconds:.2f} s "
                  f"({self.per_second:.1f}/s) on {device}"]
         if self.latencies_ms:
+            import statistics  # its fractions and decimal: only for this line
+
             parts.append(f"median inference {statistics.median(self.latencies_ms):.2f} ms")
         if len(self.per_device) > 1:
             parts.append("per device: " + ", ".join(f"{d} {n}" for d, n in self.per_device.items()))
