@@ -428,7 +428,9 @@ class Bench:
         self.env.update(PYTHONPYCACHEPREFIX=str(tmp / "pycache"), EDGEAPP_NO_PROGRESS="1")
         # a copy of edgeapp without bytecode, first on the path: its modules compiled each run,
         # installed packages (typer, numpy) still read their own bytecode
-        shutil.copytree(ROOT / "edgeapp", tmp / "source" / "edgeapp",
+        import edgeapp
+
+        shutil.copytree(Path(edgeapp.__file__).parent, tmp / "source" / "edgeapp",
                         ignore=shutil.ignore_patterns("__pycache__"))
         self.compiling = {k: v for k, v in self.env.items() if k != "PYTHONPYCACHEPREFIX"}
         self.compiling.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(tmp / "source"))

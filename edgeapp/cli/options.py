@@ -72,7 +72,8 @@ CpuModelOpt = Annotated[Optional[Path], typer.Option(
 ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", min=1, max=MAX_THREADS,
     help="Interpreter threads for CPU inference. Default: one single-thread interpreter per usable "
-         "core, side by side (fed by the decoding threads).", show_default=False)]
+         "core, side by side (each decoding thread invokes the images it decoded).",
+    show_default=False)]
 ThreadsOneOpt = Annotated[Optional[int], typer.Option(
     "--threads", min=1, max=MAX_THREADS,
     help="Interpreter threads for CPU inference. Default: the runtime's.", show_default=False)]

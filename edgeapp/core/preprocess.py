@@ -123,9 +123,9 @@ def upright(img):
     """The image turned as its EXIF orientation says (a phone photo taken sideways), as
     ImageOps.exif_transpose does, but an image already upright is kept, not copied: that copy
     cost a batch about a tenth of each image's decoding."""
-    from PIL import ImageOps
-
     if img.getexif().get(0x0112, 1) in _TRANSPOSED:  # 0x0112: Orientation
+        from PIL import ImageOps
+
         return ImageOps.exif_transpose(img)
     return img
 

@@ -119,9 +119,10 @@ def _run(paths: Iterable, runner: Runner, prepare: Callable[[Any], tuple], worke
          ) -> Iterator[tuple]:
     """(path, prepared or its InputError, Done or None) per input, in input order.
 
-    Inputs are prepared `workers` ahead on threads. Interpreters that can run in any thread
-    (execution/parallel.CpuPool) are invoked by the thread that prepared the input; otherwise
-    the runner's own threads or devices take the prepared tensors.
+    Inputs are prepared ahead on `workers` threads. Interpreters that can run in any thread
+    (execution/parallel.CpuPool) are invoked by the thread that prepared the input, and this
+    thread is one of the `workers` (it prepares instead of waiting); otherwise the runner's own
+    threads or devices take the prepared tensors.
     """
     run_here = getattr(runner, "run_here", None)
     if run_here is not None and workers > 0:
@@ -129,7 +130,7 @@ def _run(paths: Iterable, runner: Runner, prepare: Callable[[Any], tuple], worke
             prepared = prepare(source)
             return prepared, run_here(prepared[0])
 
-        for path, got in prefetch(paths, prepare_and_run, workers):
+        for path, got in prefetch(paths, prepare_and_run, workers - 1, caller_helps=True):
             yield (path, got, None) if isinstance(got, InputError) else (path, got[0], got[1])
         return
 
