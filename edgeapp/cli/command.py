@@ -169,8 +169,8 @@ class PlainValues:
 def plain_values(param: Any) -> Optional[PlainValues]:
     """The plain conversion for a parameter of Typer 0.29 or newer, None for anything else."""
     descriptor = getattr(param, "type_descriptor", None)
-    if descriptor is None or getattr(param, "_runtime_param", False) is not None:
-        return None  # an older Typer (click's types), or a parameter already set up
+    if descriptor is None:
+        return None  # an older Typer: click's types, no pydantic
     kind, many = descriptor.annotation, param.multiple or param.nargs == -1
     if many:
         if getattr(kind, "__origin__", None) is not list or len(kind.__args__) != 1:
@@ -194,9 +194,10 @@ class _Element:
 
 def _parse_args(parse: Any, ctx: Any, args: List[str]) -> List[str]:
     for param in ctx.command.get_params(ctx):
-        plain = plain_values(param)
-        if plain is not None:
-            param._runtime_param = plain
+        if getattr(param, "_runtime_param", False) is None:  # Typer 0.29, not set up yet
+            plain = plain_values(param)
+            if plain is not None:
+                param._runtime_param = plain
     try:
         return parse(ctx, args)
     except typer.BadParameter as e:
