@@ -301,11 +301,18 @@ def resumable(writer: Any, params: dict) -> Iterator[None]:
     except Exception as e:  # noqa: BLE001 - only what Ctrl-C caused is turned into Interrupted
         if not is_interrupt(e):
             raise
-        raise Interrupted(resume_hint(writer.written, params.get("output"), writer.fmt,
-                                      writer.kept)) from None
+        raise Interrupted(_written_hint(writer, params)) from None
     except KeyboardInterrupt:
-        raise Interrupted(resume_hint(writer.written, params.get("output"), writer.fmt,
-                                      writer.kept)) from None
+        raise Interrupted(_written_hint(writer, params)) from None
+
+
+def _written_hint(writer: Any, params: dict) -> str:
+    """The resume hint, once the records produced so far are written (they are counted then)."""
+    try:
+        writer.flush()
+    except (OSError, EdgeappError):  # a full disk: the message says what did get written
+        pass
+    return resume_hint(writer.written, params.get("output"), writer.fmt, writer.kept)
 
 
 def resume_hint(written: int, output: Optional[Path], fmt: Any, kept: int = 0) -> str:
