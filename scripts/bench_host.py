@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Start-up and host throughput of edgeapp, each beside its floor or peer loop, in one run.
 
-    python scripts/bench_host.py [--rounds 5] [--repeat 3] [--count 240] [--size 640x480]
+    python scripts/bench_host.py [--rounds 5] [--repeat 3] [--count 480] [--size 640x480]
                                  [--no-cli] [--json] [--save results.json]
 
 Everything is measured in rounds that interleave edgeapp and what it is compared with (one
@@ -641,7 +641,7 @@ def main(argv: Optional[list] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5, help="counted rounds (after one warm-up)")
     ap.add_argument("--repeat", type=int, default=3, help="start-up runs of each command per round")
-    ap.add_argument("--count", type=int, default=240, help="JPEGs per throughput run")
+    ap.add_argument("--count", type=int, default=480, help="JPEGs per throughput run")
     ap.add_argument("--size", default="640x480", help="JPEG size WxH")
     ap.add_argument("--no-startup", action="store_true", help="skip the start-up figures")
     ap.add_argument("--no-batch", action="store_true", help="skip the throughput figures")
