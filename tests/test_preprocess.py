@@ -40,6 +40,24 @@ def test_modes_become_rgb(tmp_path):
     assert np.asarray(load_image(tmp_path / "l.png", channels=1)).shape == (4, 4)
 
 
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_turns_the_image_as_pillow_does(tmp_path, orientation):
+    """A photo taken sideways comes out as the camera meant it (EXIF Orientation 2..8), pixel
+    for pixel as ImageOps.exif_transpose turns it; orientation 1 (upright) keeps the pixels."""
+    from PIL import ImageOps
+
+    pixels = np.arange(6 * 10 * 3, dtype=np.uint8).reshape(6, 10, 3) * 3
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    path = save(Image.fromarray(pixels), tmp_path, f"o{orientation}.png", exif=exif.tobytes())
+    got = np.asarray(load_image(path))
+    expected = np.asarray(ImageOps.exif_transpose(Image.open(path)).convert("RGB"))
+    assert got.shape == expected.shape == ((6, 10, 3) if orientation < 5 else (10, 6, 3))
+    assert np.array_equal(got, expected)
+    if orientation == 1:
+        assert np.array_equal(got, pixels)
+
+
 def test_16bit_png_is_scaled_not_clipped(tmp_path):
     values = np.array([[0, 257, 32896, 65535]], dtype=np.uint16)
     p = tmp_path / "deep.png"

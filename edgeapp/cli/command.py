@@ -5,20 +5,28 @@ argument's Python type (`INPUTS <list[str]>`) in the Arguments section, and a ba
 pydantic's words (`Value error, 'xml' is not one of 'table', 'jsonl', 'csv'.`). Every edgeapp
 command uses `Command` (and its groups `Group`), which say `MODEL INPUTS...`, `INPUTS`, and
 `'xml' is not one of table, jsonl, csv`; older Typers already did, and are left as they are.
+
+Typer 0.29 also checks every value through a pydantic TypeAdapter, and importing pydantic costs
+a command more than the rest of its start-up but numpy: `PlainValues` converts the plainly
+valid values of edgeapp's plain option types itself, as Typer would, and hands anything else
+(an error to word, a value Typer might read otherwise) to Typer's own checks.
 """
 
+import os
 import re
-from typing import Any, List
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, List, Optional
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-_CHOICE = re.compile(r"^(?:Value error, )?(?P<value>.+?) is not one of (?P<choices>.+?)\.?$", re.S)
+_CHOICE = r"^(?:Value error, )?(?P<value>.+?) is not one of (?P<choices>.+?)\.?$"  # compiled when used
 
 
 def tidy_error(message: str) -> str:
     """A usage error's message without the validation library's wording."""
-    m = _CHOICE.match(message)
+    m = re.match(_CHOICE, message, re.S)
     if m:
         choices = ", ".join(c.strip().strip("'\"") for c in m.group("choices").split(","))
         return f"{m.group('value')} is not one of {choices}"
@@ -31,7 +39,165 @@ def argument_name(param: Any) -> str:
     return name + ("..." if param.nargs != 1 and not name.endswith("...") else "")
 
 
+class _NotPlain(Exception):
+    """A value for Typer's own checks (to word its error, or convert it as only Typer knows)."""
+
+
+def _text(value: Any, ctx: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise _NotPlain
+
+
+def _flag(value: Any, ctx: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise _NotPlain
+
+
+def _is_int(text: str) -> bool:
+    """Plain decimal digits with an optional sign: the integers every reading agrees on."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    return digits.isascii() and digits.isdigit()
+
+
+def _is_float(text: str) -> bool:
+    """Digits with an optional sign, point and exponent (1.5, -.5, 2e-3); not nan, inf or 1_0."""
+    mantissa, mark, exponent = text.replace("E", "e").partition("e")
+    if mark and not _is_int(exponent):
+        return False
+    whole, _, fraction = (mantissa[1:] if mantissa[:1] in ("+", "-") else mantissa).partition(".")
+    return bool(whole or fraction) and all(not part or (part.isascii() and part.isdigit())
+                                            for part in (whole, fraction))
+
+
+def _number(kind: type, low: Optional[float], high: Optional[float]) -> Callable[[Any, Any], Any]:
+    def convert(value: Any, ctx: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise _NotPlain
+        if isinstance(value, str):
+            if not (_is_int if kind is int else _is_float)(value):
+                raise _NotPlain  # nan, 1e3 for an int, spaces, underscores: Typer decides
+            value = kind(value)
+        elif kind is int and not isinstance(value, int):
+            raise _NotPlain
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise _NotPlain  # out of range: Typer's words
+        return kind(value)
+    return convert
+
+
+def _choice(kind: type) -> Callable[[Any, Any], Any]:
+    by_value = {str(member.value): member for member in kind}  # type: ignore[attr-defined]
+
+    def convert(value: Any, ctx: Any) -> Any:
+        if isinstance(value, kind):
+            return value
+        if isinstance(value, str) and value in by_value and getattr(ctx, "token_normalize_func", None) is None:
+            return by_value[value]
+        raise _NotPlain
+    return convert
+
+
+def _path(value: Any, ctx: Any) -> Path:
+    """A Path as Typer makes it with default path settings: an existing path must be readable."""
+    if isinstance(value, str) and value:
+        value = Path(value)
+    if not isinstance(value, Path):
+        raise _NotPlain
+    try:
+        os.stat(value)
+    except OSError:
+        return value
+    if not os.access(value, os.R_OK):
+        raise _NotPlain
+    return value
+
+
+def _plain_path(info: Any) -> bool:
+    return not (info.exists or info.resolve_path or info.allow_dash or info.path_type is not None
+                or info.writable or not info.readable or not info.file_okay or not info.dir_okay)
+
+
+def _converter(descriptor: Any) -> Optional[Callable[[Any, Any], Any]]:
+    """How to convert one value of a parameter of this type, or None: only Typer knows."""
+    info, kind = descriptor.parameter_info, descriptor.annotation
+    if descriptor.file_annotation is not None or info.parser is not None or \
+            getattr(info, "click_type", None) is not None:
+        return None
+    if kind is bool:
+        return _flag
+    if kind is str:
+        return _text
+    if kind in (int, float) and not info.clamp:
+        return _number(kind, info.min, info.max)
+    if isinstance(kind, type) and issubclass(kind, Enum) and info.case_sensitive:
+        return _choice(kind)
+    if kind is Path and _plain_path(info):
+        return _path
+    return None
+
+
+class PlainValues:
+    """A parameter's values converted as Typer 0.29's checks would, without pydantic: the one
+    `coerce` Typer calls (typer.core._TyperParameter.process_value); the rest goes to Typer's."""
+
+    def __init__(self, descriptor: Any, convert: Callable[[Any, Any], Any], many: bool) -> None:
+        self.descriptor, self.convert, self.many = descriptor, convert, many
+        self._typer: Any = None
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None:
+            return () if self.many else None
+        try:
+            if not self.many:
+                return self.convert(value, ctx)
+            if not isinstance(value, (list, tuple)):
+                raise _NotPlain
+            return [self.convert(v, ctx) for v in value]
+        except _NotPlain:
+            return self.typers().coerce(value, param=param, ctx=ctx)
+
+    def typers(self) -> Any:
+        if self._typer is None:
+            from typer._coercion import build_runtime_param
+
+            self._typer = build_runtime_param(self.descriptor)
+        return self._typer
+
+
+def plain_values(param: Any) -> Optional[PlainValues]:
+    """The plain conversion for a parameter of Typer 0.29 or newer, None for anything else."""
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None:
+        return None  # an older Typer: click's types, no pydantic
+    kind, many = descriptor.annotation, param.multiple or param.nargs == -1
+    if many:
+        if getattr(kind, "__origin__", None) is not list or len(kind.__args__) != 1:
+            return None
+        kind = kind.__args__[0]
+    try:
+        convert = _converter(descriptor) if kind is descriptor.annotation else \
+            _converter(_Element(descriptor, kind))
+    except AttributeError:  # a Typer whose descriptors say other things
+        return None
+    return PlainValues(descriptor, convert, many) if convert is not None else None
+
+
+class _Element:
+    """The descriptor of one element of a list parameter."""
+
+    def __init__(self, descriptor: Any, kind: Any) -> None:
+        self.parameter_info, self.annotation = descriptor.parameter_info, kind
+        self.file_annotation = None
+
+
 def _parse_args(parse: Any, ctx: Any, args: List[str]) -> List[str]:
+    for param in ctx.command.get_params(ctx):
+        if getattr(param, "_runtime_param", False) is None:  # Typer 0.29, not set up yet
+            plain = plain_values(param)
+            if plain is not None:
+                param._runtime_param = plain
     try:
         return parse(ctx, args)
     except typer.BadParameter as e:

@@ -106,17 +106,18 @@ def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt
     from edgeapp.sinks.records import Layout
 
     p = ctx.params
+    replicas = max(1, min(usable_cores(), len(paths)))  # one image needs one interpreter, not one per core
     with open_task(p["model"], task, placement(ctx), options=options, labels_file=p.get("labels"),
                    mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
-                   on_notice=say, resolve=resolve_model, cpu_replicas=usable_cores()) as opened:
+                   on_notice=say, resolve=resolve_model, cpu_replicas=replicas) as opened:
         for note in opened.task.kind.warnings(opened.model, p.get("labels")):
             say(f"warning: {note}")
         engine = opened.engine
         writer = _writer(Layout(opened.task.kind), fmt, p, (engine.model_path, engine.requested_model))
         with writer, resumable(writer, p), progress_bar(len(paths), task) as advance:
-            stats = run_batch(paths, opened.runner, opened.task, writer,
-                              workers=decode_workers(p.get("workers")), progress=advance,
-                              on_result=hook)
+            workers = decode_workers(p.get("workers")) if len(paths) > 1 else 0  # one image: no thread
+            stats = run_batch(paths, opened.runner, opened.task, writer, workers=workers,
+                              progress=advance, on_result=hook)
         return stats, opened.where
 
 

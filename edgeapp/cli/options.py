@@ -72,7 +72,8 @@ CpuModelOpt = Annotated[Optional[Path], typer.Option(
 ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", min=1, max=MAX_THREADS,
     help="Interpreter threads for CPU inference. Default: one single-thread interpreter per usable "
-         "core, side by side (fed by the decoding threads).", show_default=False)]
+         "core, side by side (each decoding thread invokes the images it decoded).",
+    show_default=False)]
 ThreadsOneOpt = Annotated[Optional[int], typer.Option(
     "--threads", min=1, max=MAX_THREADS,
     help="Interpreter threads for CPU inference. Default: the runtime's.", show_default=False)]
@@ -298,11 +299,18 @@ def resumable(writer: Any, params: dict) -> Iterator[None]:
     except Exception as e:  # noqa: BLE001 - only what Ctrl-C caused is turned into Interrupted
         if not is_interrupt(e):
             raise
-        raise Interrupted(resume_hint(writer.written, params.get("output"), writer.fmt,
-                                      writer.kept)) from None
+        raise Interrupted(_written_hint(writer, params)) from None
     except KeyboardInterrupt:
-        raise Interrupted(resume_hint(writer.written, params.get("output"), writer.fmt,
-                                      writer.kept)) from None
+        raise Interrupted(_written_hint(writer, params)) from None
+
+
+def _written_hint(writer: Any, params: dict) -> str:
+    """The resume hint, once the records produced so far are written (they are counted then)."""
+    try:
+        writer.flush()
+    except (OSError, EdgeappError):  # a full disk: the message says what did get written
+        pass
+    return resume_hint(writer.written, params.get("output"), writer.fmt, writer.kept)
 
 
 def resume_hint(written: int, output: Optional[Path], fmt: Any, kept: int = 0) -> str:

@@ -17,7 +17,7 @@ import collections
 import queue
 import threading
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError
 from edgeapp.execution.reconnect import Reconnect
@@ -182,3 +182,35 @@ class DevicePool(Runner):
         self._jobs.close()
         for t in self._threads:
             t.join(timeout=5.0)  # a worker inside a hung invoke is a daemon: it cannot block exit
+
+
+class CpuPool(DevicePool):
+    """One-thread CPU interpreters side by side (execution/runners.cpu_runner).
+
+    Fed like any runner (`imap`: the pool's threads invoke), or, by a caller that prepares its
+    inputs on threads of its own (flows/batch.py), right there: `run_here` invokes on a free
+    interpreter in the calling thread, so the thread that decoded an image also runs it, with
+    no hand-off to another thread and back (scripts/bench_host.py measures the difference).
+    """
+
+    def __init__(self, members: list, **kw: Any) -> None:
+        super().__init__(members, **kw)
+        self._free: queue.Queue = queue.Queue()
+        for member in members:
+            self._free.put(member)
+
+    def run_here(self, payload) -> Done:
+        """Invoke `payload` on a free interpreter in this thread (waiting for one if all are
+        busy); counted as the pool's own results are."""
+        member = self._free.get()
+        try:
+            t0 = time.perf_counter()
+            out = self._work(member, payload)
+            done = Done(out, member_name(member), (time.perf_counter() - t0) * 1000.0,
+                        engine_of(member).model_path)
+        finally:
+            self._free.put(member)
+        with self._lock:
+            self.counts[done.device] += 1
+        return done
+

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from edgeapp.errors import DeviceUnavailable
-from edgeapp.execution.parallel import DevicePool
+from edgeapp.execution.parallel import CpuPool, DevicePool
 from edgeapp.execution.pipeline import open_pipeline
 from edgeapp.execution.reconnect import Reconnect
 from edgeapp.execution.runner import Notice, Runner, SingleRunner, engine_of, invoke
@@ -94,16 +94,18 @@ def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kern
     for the next decoded image, and a multi-threaded one spends part of its threads
     synchronising. One-thread interpreters side by side (one per core), with the decoding
     threads between them, keep every core on useful work: measured by scripts/bench_feed.py.
+    A batch's decoding threads invoke on them directly (`CpuPool.run_here`).
     The results are the same, in the same order."""
     from edgeapp.hw.runtime import open_engine
 
-    engines = [open_engine(engine.model_path, "cpu", runtime=runtime, threads=1, probe=False,
-                          cpu_kernels=cpu_kernels)
+    # the model parsed and checked (containment) when `engine` was opened: not again per replica
+    engines = [open_engine(engine.model, "cpu", runtime=runtime, threads=1, probe=False,
+                           cpu_kernels=cpu_kernels, trust_model=True)
                for _ in range(replicas)]
     for e in engines:
         e.requested_model, e.notice = engine.requested_model, engine.notice
-    return DevicePool([wrap(e) for e in engines], work=work, on_notice=on_notice,
-                      meta_path=meta_path, depth=depth, label="cpu")
+    return CpuPool([wrap(e) for e in engines], work=work, on_notice=on_notice,
+                   meta_path=meta_path, depth=depth, label="cpu")
 
 
 def open_tpus(model, choice, *, runtime: Optional[str] = None, probe: bool = True,

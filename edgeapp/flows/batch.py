@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,8 @@ class BatchStats:
         parts = [f"{self.ok + self.failed} image(s) in {self.seconds:.2f} s "
                  f"({self.per_second:.1f}/s) on {device}"]
         if self.latencies_ms:
+            import statistics  # its fractions and decimal: only for this line
+
             parts.append(f"median inference {statistics.median(self.latencies_ms):.2f} ms")
         if len(self.per_device) > 1:
             parts.append("per device: " + ", ".join(f"{d} {n}" for d, n in self.per_device.items()))
@@ -104,12 +105,7 @@ def iter_records(paths: Iterable, engine: Union[Engine, Runner], task: BoundTask
         def prepare(source):
             return task.prepare(source, keep_image=keep)
 
-    def work():
-        for path, prepared in prefetch(paths, prepare, workers):
-            bad = isinstance(prepared, InputError)
-            yield (path, prepared), (None if bad else prepared[0])
-
-    for (path, prepared), done in runner.imap(work()):
+    for path, prepared, done in _run(paths, runner, prepare, workers):
         record = {"path": path, "device": no_device, "model": model}
         if done is None:
             record.update(task.empty(), latency_ms=None, error=str(prepared))
@@ -120,6 +116,34 @@ def iter_records(paths: Iterable, engine: Union[Engine, Runner], task: BoundTask
                 result.fields.update(on_result(path, prepared[1], result) or {})
             record.update(result.fields, latency_ms=round(done.latency_ms, 3), error=None)
         yield record
+
+
+def _run(paths: Iterable, runner: Runner, prepare: Callable[[Any], tuple], workers: int
+         ) -> Iterator[tuple]:
+    """(path, prepared or its InputError, Done or None) per input, in input order.
+
+    Inputs are prepared ahead on `workers` threads. Interpreters that can run in any thread
+    (execution/parallel.CpuPool) are invoked by the thread that prepared the input, and this
+    thread is one of the `workers` (it prepares instead of waiting); otherwise the runner's own
+    threads or devices take the prepared tensors.
+    """
+    run_here = getattr(runner, "run_here", None)
+    if run_here is not None and workers > 0:
+        def prepare_and_run(source):
+            prepared = prepare(source)
+            return prepared, run_here(prepared[0])
+
+        for path, got in prefetch(paths, prepare_and_run, workers - 1, caller_helps=True):
+            yield (path, got, None) if isinstance(got, InputError) else (path, got[0], got[1])
+        return
+
+    def work():
+        for path, prepared in prefetch(paths, prepare, workers):
+            bad = isinstance(prepared, InputError)
+            yield (path, prepared), (None if bad else prepared[0])
+
+    for (path, prepared), done in runner.imap(work()):
+        yield path, prepared, done
 
 
 def run_batch(paths: list[str], engine: Union[Engine, Runner], task: BoundTask, writer: RecordWriter,

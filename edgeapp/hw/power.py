@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from edgeapp.core.edgetpu_specs import NOMINAL_WATTS, PEAK_TOPS
-from edgeapp.hw.proc import log_command
 from edgeapp.hw.sysroot import Root, sysroot
 
 POWER_MODES = ("auto", "rapl", "hwmon", "vcgencmd", "none")
@@ -158,6 +157,8 @@ def parse_pmic_read_adc(text: str) -> dict[str, float]:
 
 def read_vcgencmd_watts(executable: Optional[str] = None) -> float:
     """Total PMIC rail power now, from one `vcgencmd pmic_read_adc` call."""
+    from edgeapp.hw.proc import log_command  # its logging, only when a command runs
+
     exe = executable or shutil.which("vcgencmd")
     if not exe:
         raise SensorUnavailable("no vcgencmd (Raspberry Pi 5 PMIC readings need it)")

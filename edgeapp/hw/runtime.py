@@ -3,6 +3,10 @@
 Everything else works on numpy arrays. `open_engine` turns (model file, device string) into an
 `Engine`: an allocated interpreter on the Edge TPU, or on the CPU with the model's CPU twin when
 the Edge TPU cannot be used and the user asked for `auto`.
+
+The runtimes' names (RUNTIMES) are what every command's --runtime offers, so importing this
+module costs next to nothing: the model reader, the device parser and libedgetpu are imported
+by the functions that use them.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import importlib
 import importlib.util
 import os
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +24,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 if TYPE_CHECKING:
     import numpy as np
 
-from edgeapp.core.compat import metadata
-from edgeapp.core.naming import cpu_twin_path, edgetpu_twin_path
-from edgeapp.core.tflite.model import TfliteModel, load_model
+    from edgeapp.core.tflite.model import TfliteModel
+    from edgeapp.hw.device_choice import DeviceSpec
+
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
-from edgeapp.hw.device_choice import DeviceSpec, parse_device, tuned
-from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
 from edgeapp.hw.runtime_errors import NATIVE_NOISE, runtime_error_text
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
@@ -161,7 +162,7 @@ def find_runtime(name: Optional[str] = None) -> Runtime:
             if candidate in available_runtimes():
                 broken = f"{candidate} {runtime_version(candidate)} is installed but does not import: {e}"
             continue
-        return Runtime(candidate, runtime_version(candidate), module)
+        return Runtime(candidate, _imported_version(module) or runtime_version(candidate), module)
     if name and broken:
         raise MissingDependency(f"{broken} (pip install --force-reinstall {_DISTRIBUTIONS[name][0]})")
     if name:
@@ -170,9 +171,19 @@ def find_runtime(name: Optional[str] = None) -> Runtime:
                             "(or tflite-runtime on 32-bit ARM)")
 
 
+def _imported_version(module: Any) -> Optional[str]:
+    """The version an imported runtime states itself (its top package's __version__), which
+    costs nothing where the distribution's metadata costs a scan of every site folder."""
+    top = sys.modules.get(module.__name__.split(".")[0])
+    version = getattr(top, "__version__", None)
+    return version if isinstance(version, str) and version else None
+
+
 def runtime_version(name: str) -> str:
     """The installed version of a runtime's distribution, without importing it."""
     _runtime_path_first()
+    from edgeapp.core.compat import metadata
+
     for dist in _DISTRIBUTIONS[name]:
         try:
             return metadata.version(dist)
@@ -184,6 +195,8 @@ def runtime_version(name: str) -> str:
 def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec, extra: Optional[dict] = None) -> Any:
     """Load the Edge TPU delegate or raise DeviceUnavailable with a short reason and the fix.
     `extra`: more libedgetpu options (`Performance`, ...: device_choice.tuned)."""
+    from edgeapp.hw.libedgetpu import EDGETPU_LIB_ENV, edgetpu_library, explain_load_error, open_library
+
     library = edgetpu_library()
     options = {"device": spec.option} if spec.option else {}
     options.update(extra or {})
@@ -222,6 +235,7 @@ class Engine:
         self.inputs = self.interpreter.get_input_details()
         self.input = self.inputs[0]
         self.outputs = self.interpreter.get_output_details()
+        self._input_shape = tuple(int(d) for d in self.input["shape"])  # checked on every run
         if self.name is None:
             self.name = self.device
 
@@ -231,7 +245,7 @@ class Engine:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        return tuple(int(d) for d in self.input["shape"])
+        return self._input_shape
 
     @property
     def input_dtype(self) -> "np.dtype":
@@ -321,6 +335,10 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto", *,
     performance (low|medium|high|max) and usb_queue (Usb.MaxBulkInQueueLength) go to libedgetpu
     with the device indexed (device_choice.tuned); max with a std build on USB is refused.
     """
+    from edgeapp.core.naming import edgetpu_twin_path
+    from edgeapp.core.tflite.model import TfliteModel, load_model
+    from edgeapp.hw.device_choice import parse_device, tuned
+
     spec = parse_device(device)
     model = path if isinstance(path, TfliteModel) else load_model(path)
     path = model.path if isinstance(path, TfliteModel) else path
@@ -360,6 +378,9 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto", *,
 
 
 def _load_twin(model: TfliteModel, cpu_model: Optional[str | Path]) -> TfliteModel:
+    from edgeapp.core.naming import cpu_twin_path
+    from edgeapp.core.tflite.model import load_model
+
     twin_path = Path(cpu_model) if cpu_model else cpu_twin_path(model.path)
     if twin_path.exists() and twin_path.resolve() == Path(model.path).resolve():
         raise UsageError(f"--cpu-model {twin_path} is the compiled model itself; pass the uncompiled "
@@ -419,6 +440,8 @@ def native_stderr(lines: list[str]):
     except OSError:
         yield
         return
+    import tempfile
+
     with tempfile.TemporaryFile() as tmp:
         fault = _FaultReport(saved)
         try:

@@ -9,18 +9,20 @@ from typing import Optional
 NATIVE_NOISE = ("INFO: Created TensorFlow Lite", "INFO: Initialized TensorFlow Lite")
 # Where one native message ends and the next begins when the runtime glues them together
 # ("...was not true.Node number 12 ...", "...XNNPACK delegateunsupported datatype ...").
-_MESSAGE_START = re.compile(
+# Patterns, not compiled ones: every command imports this module, few ever word an error
+# (re compiles them on first use and keeps them).
+_MESSAGE_START = (
     r"(?<=\S)(?=(?:Node number \d|Encountered unresolved|Didn't find op|Input tensor \d|Failed to |"
     r"tensorflow/lite/|tflite/|third_party/|unsupported |Unsupported |Type |Restored original|"
     r"Attempting to use a delegate|Cannot |Invalid tensor|Internal error))")
-_SENTENCE_END = re.compile(r"(?<=[a-z)\]0-9]\.)(?=[A-Z])")
+_SENTENCE_END = r"(?<=[a-z)\]0-9]\.)(?=[A-Z])"
 _MAX_MESSAGE = 400
 
 
 def runtime_error_text(error: BaseException, native: Optional[list[str]] = None) -> str:
     """The runtime's error and what it printed natively, as one readable line."""
     text = str(error).strip()
-    text = _SENTENCE_END.sub("\n", _MESSAGE_START.sub("\n", text))
+    text = re.sub(_SENTENCE_END, "\n", re.sub(_MESSAGE_START, "\n", text))
     parts: list[str] = []
     for line in text.splitlines() + list(native or []):
         line = line.strip()

@@ -1,8 +1,10 @@
 """Result records streamed as table, JSON lines or CSV, crash-safe and resumable.
 
-Each record is written with one `write` on an append-mode file and flushed, so a killed batch
+Records go out as whole lines only, each `write` holding one or more of them, so a killed batch
 leaves whole lines only; `--resume` first trims any partial last line, then skips the inputs
-whose path is already in the file.
+whose path is already in the file. Into a file or a pipe, records that come quickly are written
+together (`RecordWriter.flush`): a write per record made a 2-core batch of small images 5 %
+slower (the write hands the interpreter lock to the decoding threads and waits to get it back).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
@@ -65,24 +68,39 @@ class Layout:
     def writer(self, fmt: "Format", output: Optional[Path] = None, resume: bool = False,
                check_models: Optional[Callable[[set], None]] = None) -> "RecordWriter":
         return RecordWriter(fmt, self.columns, self.rows, self.table_line, output, resume,
-                            check_models=check_models)
+                            check_models=check_models, chunks=not self.frames)
+
+
+# Records written together, at most: this many, or this many bytes, or the ones that came within
+# this many seconds (records coming slower are written one by one, at once).
+CHUNK_RECORDS, CHUNK_BYTES, CHUNK_SECONDS = 32, 1 << 16, 0.5
 
 
 class RecordWriter:
-    """Writes records to stdout or a file; `columns` is the CSV layout (one row per item)."""
+    """Writes records to stdout or a file; `columns` is the CSV layout (one row per item).
+
+    Into a file or a pipe, records coming quickly are written in chunks of whole lines (see
+    CHUNK_RECORDS); a terminal gets each line at once. `written` counts the records written
+    out; `flush()` (Ctrl-C's message, closing) writes the rest first. A run killed outright
+    may leave its last chunk unwritten: `--resume` redoes those inputs.
+    """
 
     def __init__(self, fmt: Format, columns: list[str], rows: Callable[[dict], list[dict]],
                  table: TableFormatter, output: Optional[Path] = None, resume: bool = False,
                  stream: Optional[TextIO] = None,
-                 check_models: Optional[Callable[[set[str]], None]] = None) -> None:
+                 check_models: Optional[Callable[[set[str]], None]] = None, chunks: bool = True) -> None:
         """`check_models(models)`, with --resume, gets the `model` fields already in the file
-        before anything in it changes, and raises to refuse appending."""
+        before anything in it changes, and raises to refuse appending. `chunks` False: every
+        record is written at once (the camera's frames, a live stream)."""
         self.fmt, self.columns, self.rows, self.table = fmt, columns, rows, table
         self.output = output
         self.done: set[str] = set()
         self.written = 0  # records written by this run
         self._fd: Optional[int] = None
         self._stream = stream or sys.stdout
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._flushed_at = time.monotonic()
         if resume and output is None:
             raise UsageError("--resume needs --output FILE (the file to resume)")
         if resume and fmt == Format.table:
@@ -101,6 +119,7 @@ class RecordWriter:
         needs_header = fmt == Format.csv and (self._fd is None or os.fstat(self._fd).st_size == 0)
         if needs_header:
             self._emit(_csv_line(columns))
+        self._chunked = chunks and (self._fd is not None or not _is_terminal(self._stream))
 
     def is_done(self, path: str) -> bool:
         return path in self.done or os.path.abspath(path) in self.done
@@ -116,9 +135,27 @@ class RecordWriter:
                            for r in self.rows(record))
         else:
             data = self.table(record) + "\n"
-        with _ctrl_c_held():  # written and counted together: Ctrl-C's message says what is there
-            self._emit(data)
-            self.written += 1
+        if not self._chunked:
+            with _ctrl_c_held():  # written and counted together: Ctrl-C's message says what is there
+                self._emit(data)
+                self.written += 1
+            return
+        data = _bytes(data)
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if len(self._pending) >= CHUNK_RECORDS or self._pending_bytes >= CHUNK_BYTES or \
+                time.monotonic() - self._flushed_at >= CHUNK_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the records not written yet, in one write."""
+        if self._pending:
+            with _ctrl_c_held():  # written and counted together: Ctrl-C's message says what is there
+                self._emit(b"".join(self._pending))
+                self.written += len(self._pending)
+                self._pending.clear()
+                self._pending_bytes = 0
+        self._flushed_at = time.monotonic()
 
     @property
     def kept(self) -> int:
@@ -126,9 +163,9 @@ class RecordWriter:
         return len({os.path.abspath(p) for p in self.done})
 
     def _emit(self, text: str | bytes) -> None:
-        """One write per record (whole lines only, even if killed); file names that are not
+        """One write of whole lines (whole lines only, even if killed); file names that are not
         UTF-8 go out as the bytes they are on disk."""
-        data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+        data = _bytes(text)
         try:
             if self._fd is not None:
                 _write_whole(self._fd, data)
@@ -147,15 +184,35 @@ class RecordWriter:
                              "written so far are kept") from None
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        try:
+            self.flush()
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def __enter__(self) -> "RecordWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, kind, *exc) -> None:
+        if kind is None:
+            self.close()
+            return
+        try:  # what was produced before the error is kept; the error itself goes on
+            self.close()
+        except (OSError, UsageError):
+            pass
+
+
+def _bytes(text: str | bytes) -> bytes:
+    return text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _write_whole(fd: int, data: bytes) -> None:

@@ -1,0 +1,111 @@
+"""Option values read exactly as Typer reads them, without its validation library.
+
+Typer 0.29 converts and checks every value through a pydantic TypeAdapter; importing pydantic
+costs a command more start-up time than anything of edgeapp's but numpy, so `cli/command.py`
+converts plainly valid values of edgeapp's plain option types itself (`PlainValues`) and hands
+the rest to Typer. Here every parameter of every command, given values of each kind (valid,
+invalid, odd), must come out the same both ways: same value and type, or the same usage error.
+"""
+
+import subprocess
+import sys
+from enum import Enum
+from pathlib import Path
+
+import pytest
+import typer
+
+from edgeapp.cli.app import app
+from edgeapp.cli.command import plain_values
+
+coercion = pytest.importorskip("typer._coercion", reason="this Typer checks values with click's types")
+
+
+def every_parameter():
+    """(command path, parameter) of the group, its groups and every command, lazy ones too."""
+    group = typer.main.get_command(app)
+    found = []
+
+    def walk(command, name):
+        ctx = typer.Context(command)
+        found.extend((name, p) for p in command.get_params(ctx))
+        if hasattr(command, "list_commands"):
+            for sub in command.list_commands(ctx):
+                walk(command.get_command(ctx, sub), f"{name} {sub}")
+
+    walk(group, "edgeapp")
+    return found
+
+
+PARAMETERS = every_parameter()
+
+
+def kinds_of(parameters):
+    """One parameter per kind of value (type, range, one value or several)."""
+    seen = {}
+    for where, p in parameters:
+        info = p.type_descriptor.parameter_info
+        key = (repr(p.type_descriptor.annotation), info.min, info.max, p.multiple, p.nargs)
+        seen.setdefault(key, (where, p))
+    return list(seen.values())
+
+
+KINDS = kinds_of(PARAMETERS)
+
+
+def samples(kind, tmp_path: Path) -> list:
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        first = list(kind)[0]
+        return [m.value for m in kind] + [first, first.value.upper(), "nope", "", 3]
+    return {
+        bool: [True, False, "true", "0", "", None],
+        str: ["auto", "", "usb:0,usb:1", " spaced ", 5, b"bytes", None],
+        int: ["0", "1", "-3", "+4", "007", " 5", "1.0", "1e3", "1_000", "x", "", 5, 2 ** 40, 2.5,
+              True, None],
+        float: ["0", "1.5", "-2.", "+.5", "1e-3", "1E3", "nan", "inf", "-inf", "x", "", "1_0", 3,
+                2.5, True, None],
+        Path: ["", "a/b.tflite", str(tmp_path), str(tmp_path / "missing"), Path("x"), 5, None],
+    }.get(kind, [])
+
+
+def outcome(runtime, value, param, ctx):
+    try:
+        result = runtime.coerce(value, param=param, ctx=ctx)
+    except typer.BadParameter as e:
+        return ("error", e.message)
+    items = result if isinstance(result, list) else [result]
+    return ("ok", type(result), [(type(v), repr(v)) for v in items])  # repr: nan == nan
+
+
+@pytest.mark.parametrize("where,param", KINDS, ids=[f"{w} {p.name}" for w, p in KINDS])
+def test_plain_values_read_as_typer_reads_them(where, param, tmp_path):
+    ours = plain_values(param)
+    theirs = coercion.build_runtime_param(param.type_descriptor)
+    kind = param.type_descriptor.annotation
+    many = param.multiple or param.nargs == -1
+    if ours is None:
+        pytest.skip(f"{kind} is left to Typer")
+    ctx = typer.Context(typer.main.get_command(app))
+    values = samples(kind.__args__[0] if many else kind, tmp_path)
+    if many:
+        values = [[v] for v in values if v is not None] + [["a", "b"], ("a",), [], "a", None]
+    assert values, f"no sample values for {kind}"
+    for value in values:
+        assert outcome(ours, value, param, ctx) == outcome(theirs, value, param, ctx), value
+
+
+def test_every_parameter_of_the_commands_is_read_plainly():
+    """The plain reading covers what the commands declare (else pydantic comes back)."""
+    left = sorted({f"{w} --{p.name}: {p.type_descriptor.annotation}" for w, p in PARAMETERS
+                   if plain_values(p) is None})
+    assert left == []
+
+
+def test_classify_runs_without_the_validation_library(tiny_model, color_images):
+    code = ("import sys\nfrom edgeapp.cli.app import app\n"
+            f"try:\n    app(['classify', {str(tiny_model)!r}, {str(color_images['red'])!r}, "
+            "'--workers', '1', '--format', 'jsonl'])\n"
+            "except SystemExit as e:\n    print('exit', e.code)\n"
+            "print('pydantic' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip().splitlines()[-2:] == ["exit 0", "False"], r.stderr
