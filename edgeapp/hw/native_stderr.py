@@ -15,7 +15,8 @@ import os
 import re
 import sys
 import tempfile
-from typing import Iterator, Optional, TextIO
+import threading
+from typing import Iterator, List, Optional, TextIO
 
 ROUTINE_PREFIXES = ("fully_quantize:", "WARNING: All log messages before absl::InitializeLog()",
                     "Estimated count of arithmetic ops",
@@ -150,3 +151,83 @@ def _libtiff_candidates() -> list:
                      if folder.is_dir() for p in folder.glob("libtiff*"))
     system = ctypes.util.find_library("tiff")
     return bundled + ([system] if system else [])
+
+
+@contextlib.contextmanager
+def collected_native_stderr(lines: List[str]) -> Iterator[None]:
+    """Collect what native code prints on fd 2 (runtimes log there) into `lines`.
+
+    Routine INFO lines are dropped; anything else is echoed afterwards, so real native errors
+    are never hidden, and callers can quote them in their one-line message.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        fault = _FaultReport(saved)
+        try:
+            sys.stderr.flush()
+            fault.start()
+            os.dup2(tmp.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            fault.stop()
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+        for line in text.splitlines():
+            if line.strip() and not line.startswith(_native_noise()):
+                lines.append(line)
+                sys.stderr.write(line + "\n")
+
+
+class _FaultReport:
+    """While fd 2 is redirected, a native crash still reaches the user's terminal.
+
+    faulthandler writes to the saved (real) stderr, so a runtime dying natively in this process
+    never leaves the user without a line. Restored afterwards.
+    """
+
+    _lock = threading.Lock()
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.was_enabled = False
+        self.active = False
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def start(self) -> None:
+        import faulthandler
+
+        with self._lock:
+            try:
+                self.was_enabled = faulthandler.is_enabled()
+                faulthandler.enable(file=self)
+                self.active = True
+            except (ValueError, OSError, RuntimeError):
+                pass
+
+    def stop(self) -> None:
+        import faulthandler
+
+        with self._lock:
+            if not self.active:
+                return
+            try:
+                if self.was_enabled:
+                    faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+                else:
+                    faulthandler.disable()
+            except (ValueError, OSError, RuntimeError, AttributeError):
+                pass
+
+
+def _native_noise() -> tuple:
+    from edgeapp.hw.runtime_errors import NATIVE_NOISE
+
+    return NATIVE_NOISE

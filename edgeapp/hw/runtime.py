@@ -11,12 +11,10 @@ by the functions that use them.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import os
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
@@ -28,7 +26,7 @@ if TYPE_CHECKING:
     from edgeapp.hw.device_choice import DeviceSpec
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
-from edgeapp.hw.runtime_errors import NATIVE_NOISE, runtime_error_text
+from edgeapp.hw.runtime_errors import runtime_error_text
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
@@ -415,9 +413,11 @@ def _cpu_engine(rt: Runtime, model: TfliteModel, threads: Optional[int], request
 
 def _interpreter(rt: Runtime, model: TfliteModel, delegates: Optional[list], threads: Optional[int],
                  cpu_kernels: str = "fast") -> Any:
+    from edgeapp.hw.native_stderr import collected_native_stderr
+
     native: list[str] = []
     try:
-        with native_stderr(native):
+        with collected_native_stderr(native):
             interpreter = rt.make_interpreter(model.path, delegates, threads, cpu_kernels)
             interpreter.allocate_tensors()
     except (RuntimeError, ValueError) as e:
@@ -426,79 +426,3 @@ def _interpreter(rt: Runtime, model: TfliteModel, delegates: Optional[list], thr
             raise DeviceUnavailable(f"Edge TPU rejected {model.path}: {first}") from None
         raise InvalidModel(f"{rt.name} {rt.version} cannot run {model.path}: {first}") from None
     return interpreter
-
-
-@contextlib.contextmanager
-def native_stderr(lines: list[str]):
-    """Collect what native code prints on fd 2 (runtimes log there) into `lines`.
-
-    Routine INFO lines are dropped; anything else is echoed afterwards, so real native errors
-    are never hidden, and callers can quote them in their one-line message.
-    """
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    import tempfile
-
-    with tempfile.TemporaryFile() as tmp:
-        fault = _FaultReport(saved)
-        try:
-            sys.stderr.flush()
-            fault.start()
-            os.dup2(tmp.fileno(), 2)
-            yield
-        finally:
-            os.dup2(saved, 2)
-            fault.stop()
-            os.close(saved)
-            tmp.seek(0)
-            text = tmp.read().decode("utf-8", "replace")
-        for line in text.splitlines():
-            if line.strip() and not line.startswith(NATIVE_NOISE):
-                lines.append(line)
-                sys.stderr.write(line + "\n")
-
-
-class _FaultReport:
-    """While fd 2 is redirected, a native crash still reaches the user's terminal.
-
-    faulthandler writes to the saved (real) stderr, so a runtime dying natively in this process
-    never leaves the user without a line. Restored afterwards.
-    """
-
-    _lock = threading.Lock()
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.was_enabled = False
-        self.active = False
-
-    def fileno(self) -> int:
-        return self.fd
-
-    def start(self) -> None:
-        import faulthandler
-
-        with self._lock:
-            try:
-                self.was_enabled = faulthandler.is_enabled()
-                faulthandler.enable(file=self)
-                self.active = True
-            except (ValueError, OSError, RuntimeError):
-                pass
-
-    def stop(self) -> None:
-        import faulthandler
-
-        with self._lock:
-            if not self.active:
-                return
-            try:
-                if self.was_enabled:
-                    faulthandler.enable(file=sys.__stderr__ or sys.stderr)
-                else:
-                    faulthandler.disable()
-            except (ValueError, OSError, RuntimeError, AttributeError):
-                pass
