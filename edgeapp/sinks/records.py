@@ -148,13 +148,20 @@ class RecordWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write the records not written yet, in one write."""
+        """Write the records not written yet, in one write; when that write does not fit (a full
+        disk, a file size limit), as many of them as fit, whole, one by one."""
         if self._pending:
             with _ctrl_c_held():  # written and counted together: Ctrl-C's message says what is there
-                self._emit(b"".join(self._pending))
-                self.written += len(self._pending)
-                self._pending.clear()
-                self._pending_bytes = 0
+                try:
+                    self._emit(b"".join(self._pending))
+                    self.written += len(self._pending)
+                except UsageError:
+                    for data in self._pending:  # raises again at the first one that does not fit
+                        self._emit(data)
+                        self.written += 1
+                finally:
+                    self._pending.clear()
+                    self._pending_bytes = 0
         self._flushed_at = time.monotonic()
 
     @property
