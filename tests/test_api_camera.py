@@ -7,10 +7,10 @@ import json
 import threading
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
-from conftest import color_pixels
+from camera_proc import color_frame, write_video
+from conftest import CLASSES
 
 import edgeapp
 from edgeapp.errors import DeviceUnavailable, UsageError
@@ -18,14 +18,10 @@ from edgeapp.errors import DeviceUnavailable, UsageError
 
 @pytest.fixture(scope="module")
 def video(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("api_camera") / "v.avi"
+    """9 frames of the tiny classifier's colours (tests/camera_proc.py)."""
     rng = np.random.default_rng(4)
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 15, (96, 64))
-    for i in range(9):
-        frame = cv2.resize(color_pixels(i % 3, rng, 32), (96, 64), interpolation=cv2.INTER_NEAREST)
-        writer.write(np.ascontiguousarray(frame[:, :, ::-1]))
-    writer.release()
-    return path
+    frames = [color_frame(CLASSES[i % 3], i, rng) for i in range(9)]
+    return write_video(tmp_path_factory.mktemp("api_camera") / "v.avi", frames, 15)
 
 
 def comparable(records: list) -> list:

@@ -9,20 +9,18 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import color_pixels
+from camera_proc import color_frame, write_video
+from conftest import CLASSES
 
 from edgeapp.errors import ExitCode
 
 
 @pytest.fixture(scope="module")
 def video(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("outputs") / "v.avi"
-    rng = np.random.default_rng(3)
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 15, (64, 48))
-    for i in range(6):
-        writer.write(np.ascontiguousarray(cv2.resize(color_pixels(i % 3, rng, 32), (64, 48))[:, :, ::-1]))
-    writer.release()
-    return path
+    """6 frames of the tiny classifier's colours (tests/camera_proc.py)."""
+    rng = np.random.default_rng(4)
+    frames = [color_frame(CLASSES[i % 3], i, rng) for i in range(6)]
+    return write_video(tmp_path_factory.mktemp("outputs") / "v.avi", frames, 15)
 
 
 def test_record_makes_its_folder(cli, tiny_model, video, tmp_path):
