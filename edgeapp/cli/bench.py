@@ -215,6 +215,8 @@ def _report(doc: dict, fmt: ReportFormat, output: Optional[Path]) -> None:
     if output is None:
         return
     line = json.dumps(doc, separators=(",", ":")) + "\n"
+    from edgeapp.sinks.records import append_line
+
     try:
         append_line(output, line)
     except (OSError, UsageError) as e:  # a full disk, a file for a folder: keep the measurement
@@ -223,29 +225,6 @@ def _report(doc: dict, fmt: ReportFormat, output: Optional[Path]) -> None:
         why = str(e) if isinstance(e, UsageError) else f"cannot append to {output}: {e.strerror or e}"
         raise UsageError(f"{why}; the JSON document is on stdout instead") from None
     say(f"appended to {output}")
-
-
-def append_line(path: Path, line: str) -> None:
-    """Append one whole line, or nothing: a write cut short (full disk) is truncated away, so
-    the file stays one JSON document per line for scripts/bench_report.py."""
-    from edgeapp.sinks.records import make_parent_folder
-
-    make_parent_folder(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # novermin: int flags, not a union type
-    try:
-        size = os.fstat(fd).st_size
-        data = line.encode("utf-8")
-        try:
-            while data:
-                data = data[os.write(fd, data):]
-        except OSError:
-            try:
-                os.ftruncate(fd, size)
-            except OSError:
-                pass  # not a regular file (/dev/full): nothing was kept anyway
-            raise
-    finally:
-        os.close(fd)
 
 
 def _progress(result: dict) -> None:

@@ -238,6 +238,18 @@ def _write_whole(fd: int, data: bytes) -> None:
         raise
 
 
+def append_line(path: Path, line: str) -> None:
+    """Append one whole line to `path` (its folder made), or nothing: a write cut short (full
+    disk) is truncated away, so the file stays one JSON document per line (bench --output, read
+    by scripts/bench_report.py)."""
+    make_parent_folder(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # novermin: int flags, not a union type
+    try:
+        _write_whole(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
 def make_parent_folder(output: Path) -> None:
     """`-o results/today.csv` into a folder not made yet; a file where a folder should be
     (`-o photo.png/out.jsonl`) is said as such, not as mkdir's "File exists"."""
