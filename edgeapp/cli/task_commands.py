@@ -114,7 +114,7 @@ def task_command(name: str) -> Any:
         settings, folders = given_options(own, values)
         run_images(ctx, name, settings, folders=folders)
 
-    doc = importlib_doc(tasks.module_of(name))
+    doc = module_doc(tasks.module_of(name))
     return build_command(signature, run, name, doc)
 
 
@@ -151,7 +151,7 @@ def _default_words(option: Any) -> str:
     return str(option.default)
 
 
-def importlib_doc(module: str) -> str:
+def module_doc(module: str) -> str:
     import importlib
 
     return importlib.import_module(module).__doc__ or ""
