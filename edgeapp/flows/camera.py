@@ -142,7 +142,8 @@ class CameraRun:
                 self.publisher.wait_settled(MQTT_SETTLE)
             stats = run_camera(cap, opened.task, drop=r.drop_frames, max_frames=r.max_frames,
                                duration=r.duration, reconnect=ReconnectPolicy(timeout=r.reconnect),
-                               on_record=self._on_record, display=window, recorder=recorder,
+                               on_record=self._on_record if self.writer or r.on_record else None,
+                               display=window, recorder=recorder,
                                stop_event=self.stop, on_notice=self.say, runner=opened.runner,
                                outputs=outputs)
         finally:
