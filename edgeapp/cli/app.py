@@ -22,17 +22,21 @@ class EdgeappGroup(Group):
     """The top-level group: the registered commands, plus the lazily built ones (each task's
     command and the camera), listed in the order a user meets them."""
 
-    _built: Dict[str, Any] = {}
+    _built: Dict[str, Any] = {}  # name -> command, built once per process (tests invoke many times)
+    _lazy_commands: Optional[Dict[str, Tuple[Callable[[], Any], Callable[[], str]]]] = None
 
     def _lazy(self) -> Dict[str, Tuple[Callable[[], Any], Callable[[], str]]]:
-        from edgeapp import tasks
-        from edgeapp.cli.task_commands import task_command
+        """name -> (build the command, its one-line summary), for each task and the camera."""
+        if self._lazy_commands is None:
+            from edgeapp import tasks
+            from edgeapp.cli.task_commands import task_command
 
-        lazy: Dict[str, Tuple[Callable[[], Any], Callable[[], str]]] = {
-            name: ((lambda n=name: task_command(n)), (lambda n=name: tasks.summary(n)))
-            for name in tasks.names()}
-        lazy["camera"] = (camera.command, lambda: camera.SUMMARY)
-        return lazy
+            lazy: Dict[str, Tuple[Callable[[], Any], Callable[[], str]]] = {
+                name: ((lambda n=name: task_command(n)), (lambda n=name: tasks.summary(n)))
+                for name in tasks.names()}
+            lazy["camera"] = (camera.command, lambda: camera.SUMMARY)
+            self._lazy_commands = lazy
+        return self._lazy_commands
 
     def list_commands(self, ctx: Any) -> List[str]:
         static = list(super().list_commands(ctx))
