@@ -201,12 +201,17 @@ def _print_report(r: dict) -> None:
         top5 = (f"; top-5 float {r['float_top5']:.4f}, int8 {r['int8_top5']:.4f}"
                 if r.get("float_top5") is not None else "")
         rows.append(("accuracy", f"top-1 float {r['float_accuracy']:.4f}, int8 {r['int8_accuracy']:.4f}{top5}"))
+    det = detail.get("detection")
+    if det:
+        rows.append(("detections", _detection_text(det)))
     for o in detail.get("outputs") or []:
         sqnr = "identical" if o["sqnr_db"] is None else f"{o['sqnr_db']:.1f} dB"
         rows.append((f"output {o['name']}", f"cosine {o['cosine']:.4f} (min {o['cosine_min']:.4f}), SQNR {sqnr}"))
     rows.append(("operators", ", ".join(f"{k}×{v}" for k, v in r["ops"].items())))
     if r.get("edgetpu_verdict"):
         rows.append(("Edge TPU check", r["edgetpu_verdict"]))
+    if r.get("times_s"):
+        rows.append(("time", ", ".join(f"{k} {v:.1f} s" for k, v in r["times_s"].items())))
     if r.get("report"):
         rows.append(("layer report", f"{r['report']['json']}" + (f", {r['report']['plot']}" if r["report"]["plot"]
                                                                   else "")))
@@ -216,6 +221,13 @@ def _print_report(r: dict) -> None:
     if r.get("report"):
         typer.echo("")
         typer.echo(render_layers(r["report"]["layers"]))
+
+
+def _detection_text(d: dict) -> str:
+    if d.get("map50_95") is None:
+        return f"not measured: {d.get('note')}"
+    return (f"int8 mAP50-95 {d['map50_95']:.4f}, mAP50 {d['map50']:.4f} against the float model's "
+            f"{d['float_boxes']} box(es) on {d['samples']} {d['measured_on']}")
 
 
 def render_layers(layers: list, limit: int = 10) -> str:

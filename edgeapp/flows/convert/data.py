@@ -69,8 +69,10 @@ def find_sources(source: Path, option: str) -> Sources:
 
 
 def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Optional[int] = None,
-                 seed: int = 0, say: Callable[[str], None] = lambda s: None) -> Dataset:
-    """Pixels of the images (resized as classify resizes), or the .npy array as it is.
+                 seed: int = 0, say: Callable[[str], None] = lambda s: None,
+                 fit: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> Dataset:
+    """Pixels of the images (resized as classify resizes, or by `fit`: decoded pixels -> input
+    pixels, a YOLO letterbox), or the .npy array as it is.
 
     An image that cannot be decoded is skipped with one line, as retrain does; only when fewer
     than half of them decode (or none) is it an error (exit 2): then the folder is not what the
@@ -83,7 +85,8 @@ def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Op
     pixels, labels, skipped = [], [], []
     for i in order:
         try:
-            a = np.asarray(resize(load_image(found.paths[i], channels), size), dtype=np.uint8)
+            img = load_image(found.paths[i], channels)
+            a = fit(np.asarray(img, dtype=np.uint8)) if fit else np.asarray(resize(img, size), dtype=np.uint8)
         except InputError as e:
             text = str(e)
             skipped.append(text)

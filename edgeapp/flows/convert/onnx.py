@@ -91,7 +91,7 @@ def load_onnx(model, inp: OnnxInput, calibration: np.ndarray, log_path: Path,
         _save(fixed, onnx_path)
         seed_sample_data(work, calibration)
         keras_model = _run_onnx2tf(onnx_path, work, inp, len(fixed.graph.node) + 1, log_path, progress)
-        session = _ort_session(fixed)
+        session = ort_session(fixed)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -184,7 +184,7 @@ def _failure(e: BaseException, errors: list, log_path: Path) -> str:
     return f"onnx2tf cannot convert this model{where}: {what or 'see the log'} (log: {log_path})"
 
 
-def _ort_session(model):
+def ort_session(model):
     try:
         import onnxruntime as ort
     except ImportError:

@@ -1,0 +1,220 @@
+"""Ultralytics YOLO detection exports (YOLOv8, YOLO11, YOLOv5u) recognised in an ONNX file and
+cut where the Edge TPU's int8 stops helping, before TensorFlow loads (needs only `onnx`).
+
+Recognised by the graph (the Detect head: per level a Concat(axis=1) of a box Conv with
+4 x 16 DFL channels and a class Conv with nc channels; the DFL's 1x1 Conv with weights 0..15)
+and by the metadata_props Ultralytics writes (names, imgsz, stride, task).
+
+The cut keeps everything up to those Convs and flattens their outputs into two: DFL box logits
+(1, N, 64) and class logits (1, N, nc), each quantized with its own scale. The decode (softmax
+over the bins, anchors, strides, sigmoid), which in one int8 output would share a scale between
+pixel coordinates and 0..1 scores, runs on the CPU in float (core/yolo.py, the `dfl` layout).
+Other detectors (classic YOLOv5, end-to-end exports, NonMaxSuppression in the graph) are
+refused, saying what is converted.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from edgeapp.errors import ConvertError
+
+REG_MAX = 16  # DFL bins per box side in v8/11/v5u heads
+SUPPORTED = ("edgeapp converts Ultralytics YOLOv8, YOLO11 and YOLOv5u detection exports "
+             "(format='onnx', static size, batch 1)")
+DETECTOR_OPS = ("NonMaxSuppression", "TopK", "RoiAlign")
+
+
+@dataclass
+class YoloHead:
+    """An Ultralytics Detect head found in an ONNX graph."""
+
+    names: dict  # class id -> name
+    nc: int
+    strides: tuple  # per level
+    grids: list  # (h, w) per level
+    box_convs: list  # tensor names of the box Convs' outputs (1, 64, h, w), per level
+    cls_convs: list  # tensor names of the class Convs' outputs (1, nc, h, w), per level
+    metadata: dict = field(default_factory=dict)  # Ultralytics' metadata_props, parsed
+
+    @property
+    def anchors(self) -> int:
+        return sum(h * w for h, w in self.grids)
+
+
+def metadata(model) -> dict:
+    """The model's metadata_props with Python literals parsed (Ultralytics writes str() of
+    each value: names as a dict literal, imgsz as a list)."""
+    out = {}
+    for p in model.metadata_props:
+        try:
+            out[p.key] = ast.literal_eval(p.value)
+        except (ValueError, SyntaxError, RecursionError, MemoryError):
+            out[p.key] = p.value
+    return out
+
+
+def _names(meta: dict) -> Optional[dict]:
+    names = meta.get("names")
+    if isinstance(names, list):
+        names = dict(enumerate(names))
+    if not isinstance(names, dict):
+        return None
+    try:
+        return {int(k): str(v) for k, v in names.items()}
+    except (TypeError, ValueError):
+        return None
+
+
+def find_head(model, path: Path) -> Optional[YoloHead]:
+    """The Ultralytics Detect head of `model` (shapes inferred at batch 1, static size), None for
+    a model that is no detector at all; ConvertError (exit 6) for a detector edgeapp does not
+    convert, saying what it converts."""
+    meta = metadata(model)
+    names = _names(meta)
+    ultralytics = "ultralytics" in str(meta.get("author", "")).lower() or "task" in meta
+    task = meta.get("task")
+    if ultralytics and task not in (None, "detect"):
+        raise ConvertError(f"{path}: an Ultralytics {task} export; {SUPPORTED}")
+    if meta.get("end2end") is True:
+        raise ConvertError(f"{path}: an end-to-end (NMS-free) Ultralytics export; {SUPPORTED}; "
+                           "export again with end2end=False")
+    head = _graph_head(model, names)
+    if head is not None:
+        head.metadata = meta
+        return head
+    ops = {n.op_type for n in model.graph.node}
+    if ultralytics or names is not None and "stride" in meta:
+        what = "an Ultralytics export" if ultralytics else "a YOLOv5 (classic, anchor-based) export"
+        raise ConvertError(f"{path}: {what} without the Detect head edgeapp knows (box Convs of "
+                           f"{4 * REG_MAX} DFL channels beside class Convs); {SUPPORTED}")
+    found = sorted(ops & set(DETECTOR_OPS))
+    if found:
+        raise ConvertError(f"{path}: a detector ending in {', '.join(found)} (post-processing inside "
+                           f"the graph, which the Edge TPU cannot run); {SUPPORTED}")
+    return None
+
+
+def _graph_head(model, names: Optional[dict]) -> Optional[YoloHead]:
+    """The per-level Concat(axis=1) of [box Conv (64 ch), class Conv (nc ch)] and the DFL Conv."""
+    produced = {o: n for n in model.graph.node for o in n.output}
+    weights = {i.name: i for i in model.graph.initializer}
+    shapes = _shapes(model)
+
+    def conv_channels(tensor: str) -> Optional[int]:
+        node = produced.get(tensor)
+        if node is None or node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in weights:
+            return None
+        return int(weights[node.input[1]].dims[0])
+
+    levels = []
+    for node in model.graph.node:
+        if node.op_type != "Concat" or len(node.input) != 2 or _axis(node) != 1:
+            continue
+        box, cls = (conv_channels(t) for t in node.input)
+        shape = shapes.get(node.input[0])
+        if box == 4 * REG_MAX and cls and shape and len(shape) == 4:
+            levels.append((shape[2], shape[3], node.input[0], node.input[1], cls))
+    if not levels or len({lv[4] for lv in levels}) != 1 or not _has_dfl(model, weights):
+        return None
+    levels.sort(key=lambda lv: -lv[0] * lv[1])  # finest grid first: Ultralytics' level order
+    nc = levels[0][4]
+    inp = shapes.get(_input_name(model))
+    strides = tuple(int(inp[2]) // lv[0] for lv in levels) if inp else ()
+    if names is None or len(names) != nc:
+        names = {i: str(names.get(i, i)) if names else str(i) for i in range(nc)}
+    return YoloHead(names, nc, strides, [(lv[0], lv[1]) for lv in levels], [lv[2] for lv in levels],
+                    [lv[3] for lv in levels])
+
+
+def _has_dfl(model, weights: dict) -> bool:
+    """The DFL's 1x1 Conv: 16 input channels, one output, weights 0, 1, ..., 15."""
+    from onnx import numpy_helper
+
+    for node in model.graph.node:
+        if node.op_type == "Conv" and len(node.input) >= 2 and node.input[1] in weights:
+            w = weights[node.input[1]]
+            if tuple(w.dims) == (1, REG_MAX, 1, 1):
+                values = numpy_helper.to_array(w).ravel()
+                if np.allclose(values, np.arange(REG_MAX)):
+                    return True
+    return False
+
+
+def _axis(node) -> Optional[int]:
+    for a in node.attribute:
+        if a.name == "axis":
+            return int(a.i)
+    return None
+
+
+def _input_name(model) -> str:
+    inits = {i.name for i in model.graph.initializer}
+    return next(i.name for i in model.graph.input if i.name not in inits)
+
+
+def _shapes(model) -> dict:
+    """Tensor name -> static shape (ints, or None per unknown dim), from ONNX shape inference."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # inference is a help: a graph it cannot follow has no head found
+        inferred = model
+    out = {}
+    for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        out[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+    return out
+
+
+def cut_head(model, head: YoloHead):
+    """A copy of `model` ending at the head's Convs, flattened to two outputs `boxes` (1, N, 64)
+    and `scores` (1, N, nc) (anchors in Ultralytics' order: level, then row, then column)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    cut = onnx.ModelProto()
+    cut.CopyFrom(model)
+    graph = cut.graph
+    new_nodes = []
+    outputs = []
+    for kind, tensors, width in (("boxes", head.box_convs, 4 * REG_MAX), ("scores", head.cls_convs, head.nc)):
+        flat = []
+        for i, (t, (h, w)) in enumerate(zip(tensors, head.grids)):
+            nhwc = f"edgeapp/{kind}/nhwc_{i}"
+            new_nodes.append(helper.make_node("Transpose", [t], [nhwc], name=nhwc, perm=[0, 2, 3, 1]))
+            shape = f"edgeapp/{kind}/shape_{i}"
+            graph.initializer.append(numpy_helper.from_array(np.array([1, h * w, width], np.int64), shape))
+            out = f"edgeapp/{kind}/flat_{i}"
+            new_nodes.append(helper.make_node("Reshape", [nhwc, shape], [out], name=out))
+            flat.append(out)
+        new_nodes.append(helper.make_node("Concat", flat, [kind], name=f"edgeapp/{kind}", axis=1))
+        outputs.append(helper.make_tensor_value_info(kind, TensorProto.FLOAT, [1, head.anchors, width]))
+    graph.node.extend(new_nodes)
+    del graph.output[:]
+    graph.output.extend(outputs)
+    _prune(graph)
+    return cut
+
+
+def _prune(graph) -> None:
+    """Drop the nodes (and initializers) no output needs any more: the original decode."""
+    needed = {o.name for o in graph.output}
+    keep = []
+    for node in reversed(list(graph.node)):
+        if any(o in needed for o in node.output):
+            keep.append(node)
+            needed.update(node.input)
+    keep.reverse()
+    del graph.node[:]
+    graph.node.extend(keep)
+    inits = [i for i in graph.initializer if i.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
+    del graph.value_info[:]
