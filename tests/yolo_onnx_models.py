@@ -60,8 +60,10 @@ class _Graph:
 
 def ultralytics_like(path: Path, size: int = 64, nc: int = 3, names: dict = None,
                      task: str = "detect", seed: int = 0, metadata: bool = True,
-                     strides=(8, 16, 32)) -> Path:
-    """A YOLOv8-shaped detector (see the module docstring), saved to `path`."""
+                     strides=(8, 16, 32), joined: bool = False) -> Path:
+    """A YOLOv8-shaped detector (see the module docstring), saved to `path`. Ultralytics 8.4
+    flattens the box and class Convs apart (two Concats over the levels); `joined`: as 8.0-8.3,
+    one Concat(axis=1) of both per level, flattened together and split."""
     from onnx import TensorProto, helper
 
     g = _Graph(seed)
@@ -74,20 +76,27 @@ def ultralytics_like(path: Path, size: int = 64, nc: int = 3, names: dict = None
         if s in level_of:
             feats.append((x, cout))
     head = len(strides) + 3
-    levels = []
+    levels, boxes, classes = [], [], []
     for i, (f, c) in enumerate(feats):
         b = g.conv(f, c, 16, 3, name=f"/model.{head}/cv2.{i}/cv2.{i}.0/conv/Conv")
         b = g.conv(b, 16, 64, 1, name=f"/model.{head}/cv2.{i}/cv2.{i}.2/Conv", act=False)
         k = g.conv(f, c, 16, 3, name=f"/model.{head}/cv3.{i}/cv3.{i}.0/conv/Conv")
         k = g.conv(k, 16, nc, 1, name=f"/model.{head}/cv3.{i}/cv3.{i}.2/Conv", act=False)
-        cat = g.op("Concat", [b, k], f"/model.{head}/Concat" + (f"_{i}" if i else ""), axis=1)
-        levels.append(g.op("Reshape", [cat, g.const(np.array([1, 64 + nc, -1], np.int64))],
-                           f"/model.{head}/Reshape" + (f"_{i}" if i else "")))
+        if joined:
+            cat = g.op("Concat", [b, k], f"/model.{head}/Concat" + (f"_{i}" if i else ""), axis=1)
+            levels.append(g.op("Reshape", [cat, g.const(np.array([1, 64 + nc, -1], np.int64))]))
+        else:
+            boxes.append(g.op("Reshape", [b, g.const(np.array([1, 64, -1], np.int64))]))
+            classes.append(g.op("Reshape", [k, g.const(np.array([1, nc, -1], np.int64))]))
     n = sum((size // s) ** 2 for s in strides)
-    xcat = g.op("Concat", levels, f"/model.{head}/Concat_3", axis=2)
-    box, cls = g.name("box"), g.name("cls")
-    g.nodes.append(helper.make_node("Split", [xcat, g.const(np.array([64, nc], np.int64))], [box, cls],
-                                    name=f"/model.{head}/Split", axis=1))
+    if joined:
+        xcat = g.op("Concat", levels, f"/model.{head}/Concat_3", axis=2)
+        box, cls = g.name("box"), g.name("cls")
+        g.nodes.append(helper.make_node("Split", [xcat, g.const(np.array([64, nc], np.int64))], [box, cls],
+                                        name=f"/model.{head}/Split", axis=1))
+    else:
+        box = g.op("Concat", boxes, f"/model.{head}/Concat", axis=-1)
+        cls = g.op("Concat", classes, f"/model.{head}/Concat_1", axis=-1)
     d = g.op("Reshape", [box, g.const(np.array([1, 4, 16, n], np.int64))], f"/model.{head}/dfl/Reshape")
     d = g.op("Transpose", [d], f"/model.{head}/dfl/Transpose", perm=[0, 2, 1, 3])
     d = g.op("Softmax", [d], f"/model.{head}/dfl/Softmax", axis=1)

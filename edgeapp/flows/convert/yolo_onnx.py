@@ -101,49 +101,106 @@ def find_head(model, path: Path) -> Optional[YoloHead]:
 
 
 def _graph_head(model, names: Optional[dict]) -> Optional[YoloHead]:
-    """The per-level Concat(axis=1) of [box Conv (64 ch), class Conv (nc ch)] and the DFL Conv."""
+    """The head's last Convs: reached walking back from the outputs through the decode (and
+    through the DFL's own Conv) without passing another Conv; 64-channel ones carry the DFL box
+    logits, the others the class logits; grouped into levels by grid size."""
+    dfl = _dfl_conv(model)
+    if dfl is None:
+        return None
     produced = {o: n for n in model.graph.node for o in n.output}
     weights = {i.name: i for i in model.graph.initializer}
     shapes = _shapes(model)
-
-    def conv_channels(tensor: str) -> Optional[int]:
-        node = produced.get(tensor)
-        if node is None or node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in weights:
+    convs = _last_convs(model, produced, dfl)
+    by_grid: dict = {}
+    for conv in convs:
+        shape = shapes.get(conv.output[0])
+        if not shape or len(shape) != 4 or None in shape or conv.input[1] not in weights:
             return None
-        return int(weights[node.input[1]].dims[0])
-
+        by_grid.setdefault((shape[2], shape[3]), []).append((int(weights[conv.input[1]].dims[0]), conv))
     levels = []
-    for node in model.graph.node:
-        if node.op_type != "Concat" or len(node.input) != 2 or _axis(node) != 1:
-            continue
-        box, cls = (conv_channels(t) for t in node.input)
-        shape = shapes.get(node.input[0])
-        if box == 4 * REG_MAX and cls and shape and len(shape) == 4:
-            levels.append((shape[2], shape[3], node.input[0], node.input[1], cls))
-    if not levels or len({lv[4] for lv in levels}) != 1 or not _has_dfl(model, weights):
-        return None
-    levels.sort(key=lambda lv: -lv[0] * lv[1])  # finest grid first: Ultralytics' level order
-    nc = levels[0][4]
+    for (h, w), found in sorted(by_grid.items(), key=lambda kv: -kv[0][0] * kv[0][1]):
+        pair = _box_and_classes(found, model, dfl)
+        if pair is None:
+            return None
+        levels.append((h, w) + pair)
+    ncs = {lv[4] for lv in levels}
     inp = shapes.get(_input_name(model))
-    strides = tuple(int(inp[2]) // lv[0] for lv in levels) if inp else ()
+    if len(levels) not in (3, 4) or len(ncs) != 1 or not inp or None in inp[2:]:
+        return None
+    nc = ncs.pop()
+    strides = tuple(int(inp[2]) // lv[0] for lv in levels)
     if names is None or len(names) != nc:
         names = {i: str(names.get(i, i)) if names else str(i) for i in range(nc)}
     return YoloHead(names, nc, strides, [(lv[0], lv[1]) for lv in levels], [lv[2] for lv in levels],
                     [lv[3] for lv in levels])
 
 
-def _has_dfl(model, weights: dict) -> bool:
+def _last_convs(model, produced: dict, dfl) -> list:
+    """Convs feeding the outputs through Conv-free paths (the DFL's Conv walked through)."""
+    seen, found, todo = set(), [], [o.name for o in model.graph.output]
+    while todo:
+        node = produced.get(todo.pop())
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op_type == "Conv" and node is not dfl:
+            found.append(node)
+            continue
+        todo.extend(node.input)
+    return found
+
+
+def _box_and_classes(found: list, model, dfl) -> Optional[tuple]:
+    """(box Conv output, class Conv output, nc) of one level: the Conv with 4 x 16 channels and
+    the other; with 64 classes too, the box Conv is the first input of the Concat joining them
+    (Ultralytics 8.0-8.3) or the one whose values reach the DFL (8.4)."""
+    if len(found) != 2:
+        return None
+    (c0, n0), (c1, n1) = found
+    if c0 == c1 == 4 * REG_MAX:
+        users = [n for n in model.graph.node if n.op_type == "Concat" and list(n.input[:2]) in (
+            [n0.output[0], n1.output[0]], [n1.output[0], n0.output[0]])]
+        if users:
+            box, cls = (n0, n1) if users[0].input[0] == n0.output[0] else (n1, n0)
+        else:
+            reach = [_reaches_dfl(n, model, dfl) for n in (n0, n1)]
+            if reach.count(True) != 1:
+                return None
+            box, cls = (n0, n1) if reach[0] else (n1, n0)
+        return box.output[0], cls.output[0], c1
+    if 4 * REG_MAX not in (c0, c1):
+        return None
+    box, cls, nc = (n0, n1, c1) if c0 == 4 * REG_MAX else (n1, n0, c0)
+    return box.output[0], cls.output[0], nc
+
+
+def _reaches_dfl(conv, model, dfl) -> bool:
+    """Whether `conv`'s values flow into the DFL's Conv without passing another Conv."""
+    todo, seen = [conv.output[0]], set()
+    while todo:
+        tensor = todo.pop()
+        for node in model.graph.node:
+            if tensor in node.input and id(node) not in seen:
+                seen.add(id(node))
+                if node is dfl:
+                    return True
+                if node.op_type != "Conv":
+                    todo.extend(node.output)
+    return False
+
+
+def _dfl_conv(model):
     """The DFL's 1x1 Conv: 16 input channels, one output, weights 0, 1, ..., 15."""
     from onnx import numpy_helper
 
+    weights = {i.name: i for i in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type == "Conv" and len(node.input) >= 2 and node.input[1] in weights:
             w = weights[node.input[1]]
             if tuple(w.dims) == (1, REG_MAX, 1, 1):
-                values = numpy_helper.to_array(w).ravel()
-                if np.allclose(values, np.arange(REG_MAX)):
-                    return True
-    return False
+                if np.allclose(numpy_helper.to_array(w).ravel(), np.arange(REG_MAX)):
+                    return node
+    return None
 
 
 def _axis(node) -> Optional[int]:
