@@ -87,6 +87,7 @@ def find_head(model, path: Path) -> Optional[YoloHead]:
     head = _graph_head(model, names)
     if head is not None:
         head.metadata = meta
+        _check_output(model, head, path)
         return head
     ops = {n.op_type for n in model.graph.node}
     if ultralytics or names is not None and "stride" in meta:
@@ -98,6 +99,16 @@ def find_head(model, path: Path) -> Optional[YoloHead]:
         raise ConvertError(f"{path}: a detector ending in {', '.join(found)} (post-processing inside "
                            f"the graph, which the Edge TPU cannot run); {SUPPORTED}")
     return None
+
+
+def _check_output(model, head: YoloHead, path: Path) -> None:
+    """The export's own output must be the plain (1, 4 + nc, N): the float original that
+    agreement runs (an export with nms=True ends in its own NMS)."""
+    shapes = _shapes(model)
+    outs = [shapes.get(o.name) for o in model.graph.output]
+    if outs != [[1, 4 + head.nc, head.anchors]]:
+        raise ConvertError(f"{path}: an Ultralytics export with outputs {outs}, not [1, {4 + head.nc}, "
+                           f"{head.anchors}]; {SUPPORTED}: export with nms=False")
 
 
 def _graph_head(model, names: Optional[dict]) -> Optional[YoloHead]:
