@@ -65,13 +65,21 @@ def test_names_without_metadata_are_class_numbers(tmp_path):
 def test_a_classifier_is_no_detector(tmp_path):
     path = ROOT / "tests" / "fixtures" / "onnx" / "colors_nchw.onnx"
     assert head_of(path)[1] is None
+    model = onnx.load(str(path))  # an Ultralytics classify export is a classifier like any other
+    for k, v in standin.ultralytics_props({0: "a", 1: "b", 2: "c"}, 16, "classify").items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = k, v
+    onnx.save(model, str(tmp_path / "cls.onnx"))
+    assert head_of(tmp_path / "cls.onnx")[1] is None
 
 
 @pytest.mark.parametrize("build, says", [
     (lambda p: standin.classic_yolov5(p), "YOLOv5 (classic, anchor-based)"),
     (lambda p: standin.with_nms(p), "ending in NonMaxSuppression"),
     (lambda p: standin.ultralytics_like(p, task="segment"), "Ultralytics segment export"),
-])
+    (lambda p: standin.ultralytics_like(p, props={"end2end": "True"}), "end-to-end (NMS-free)"),
+    (lambda p: standin.ultralytics_like(p, transposed=True), "export with nms=False"),
+], ids=["yolov5", "nms-op", "segment", "end2end", "not-plain-output"])
 def test_other_detectors_are_refused(tmp_path, build, says):
     path = build(tmp_path / "det.onnx")
     with pytest.raises(ConvertError, match="YOLOv8, YOLO11 and YOLOv5u") as e:

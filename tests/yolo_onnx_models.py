@@ -60,10 +60,12 @@ class _Graph:
 
 def ultralytics_like(path: Path, size: int = 64, nc: int = 3, names: dict = None,
                      task: str = "detect", seed: int = 0, metadata: bool = True,
-                     strides=(8, 16, 32), joined: bool = False) -> Path:
+                     strides=(8, 16, 32), joined: bool = False, props: dict = None,
+                     transposed: bool = False) -> Path:
     """A YOLOv8-shaped detector (see the module docstring), saved to `path`. Ultralytics 8.4
     flattens the box and class Convs apart (two Concats over the levels); `joined`: as 8.0-8.3,
-    one Concat(axis=1) of both per level, flattened together and split."""
+    one Concat(axis=1) of both per level, flattened together and split. `props` are added to
+    the metadata; `transposed` ends in (1, N, 4 + nc) instead (not the plain export)."""
     from onnx import TensorProto, helper
 
     g = _Graph(seed)
@@ -117,16 +119,21 @@ def ultralytics_like(path: Path, size: int = 64, nc: int = 3, names: dict = None
     dbox = g.op("Mul", [g.op("Concat", [cxy, wh], f"/model.{head}/Concat_4", axis=1),
                         g.const(steps[None, None].astype(np.float32), "strides")], f"/model.{head}/Mul_2")
     scores = g.op("Sigmoid", [cls], f"/model.{head}/Sigmoid")
-    g.nodes.append(helper.make_node("Concat", [dbox, scores], ["output0"], name=f"/model.{head}/Concat_5",
-                                    axis=1))
+    out = g.op("Concat", [dbox, scores], f"/model.{head}/Concat_5", axis=1) if transposed else "output0"
+    if transposed:
+        g.nodes.append(helper.make_node("Transpose", [out], ["output0"], name="/Transpose", perm=[0, 2, 1]))
+    else:
+        g.nodes.append(helper.make_node("Concat", [dbox, scores], ["output0"], name=f"/model.{head}/Concat_5",
+                                        axis=1))
+    shape = [1, n, 4 + nc] if transposed else [1, 4 + nc, n]
     graph = helper.make_graph(g.nodes, "main_graph",
                               [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
-                              [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 4 + nc, n])],
+                              [helper.make_tensor_value_info("output0", TensorProto.FLOAT, shape)],
                               g.inits)
     if names is None:
         names = NAMES if nc == 3 else {i: f"class{i}" for i in range(nc)}
-    props = ultralytics_props(names, size, task, max(strides)) if metadata else {}
-    return _save(graph, path, props)
+    meta = {**ultralytics_props(names, size, task, max(strides)), **(props or {})} if metadata else {}
+    return _save(graph, path, meta)
 
 
 def ultralytics_props(names: dict, size: int, task: str = "detect", stride: int = 32) -> dict:

@@ -79,6 +79,8 @@ def find_head(model, path: Path) -> Optional[YoloHead]:
     names = _names(meta)
     ultralytics = "ultralytics" in str(meta.get("author", "")).lower() or "task" in meta
     task = meta.get("task")
+    if ultralytics and task == "classify":
+        return None  # a plain classifier: converted as any other
     if ultralytics and task not in (None, "detect"):
         raise ConvertError(f"{path}: an Ultralytics {task} export; {SUPPORTED}")
     if meta.get("end2end") is True:
