@@ -82,8 +82,10 @@ def ultralytics_like(path: Path, size: int = 64, nc: int = 3, names: dict = None
     for i, (f, c) in enumerate(feats):
         b = g.conv(f, c, 16, 3, name=f"/model.{head}/cv2.{i}/cv2.{i}.0/conv/Conv")
         b = g.conv(b, 16, 64, 1, name=f"/model.{head}/cv2.{i}/cv2.{i}.2/Conv", act=False)
-        k = g.conv(f, c, 16, 3, name=f"/model.{head}/cv3.{i}/cv3.{i}.0/conv/Conv")
-        k = g.conv(k, 16, nc, 1, name=f"/model.{head}/cv3.{i}/cv3.{i}.2/Conv", act=False)
+        c3 = max(16, min(nc, 100))  # Ultralytics' class branch width, for ch[0] = 16
+        k = g.conv(f, c, c3, 3, name=f"/model.{head}/cv3.{i}/cv3.{i}.0/conv/Conv")
+        k = g.conv(k, c3, c3, 3, name=f"/model.{head}/cv3.{i}/cv3.{i}.1/conv/Conv")
+        k = g.conv(k, c3, nc, 1, name=f"/model.{head}/cv3.{i}/cv3.{i}.2/Conv", act=False)
         if joined:
             cat = g.op("Concat", [b, k], f"/model.{head}/Concat" + (f"_{i}" if i else ""), axis=1)
             levels.append(g.op("Reshape", [cat, g.const(np.array([1, 64 + nc, -1], np.int64))]))

@@ -155,7 +155,7 @@ def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> t
         say(f"an Ultralytics YOLO detection export ({p.yolo.nc} classes, strides "
             f"{'/'.join(map(str, p.yolo.strides))}): cut before its decode, which runs on the CPU")
     with _timed(p.times, "onnx2tf: the float TensorFlow graph"):
-        model = load_onnx(p.onnx_float, inp, normalize(cal, job.mean, job.std), log, progress)
+        model = load_onnx(p.onnx_float, inp, normalize(cal, job.mean, job.std), log, progress, p.yolo)
     return model, cal
 
 

@@ -5,8 +5,9 @@ Recognised by the graph (the Detect head: per level a Concat(axis=1) of a box Co
 4 x 16 DFL channels and a class Conv with nc channels; the DFL's 1x1 Conv with weights 0..15)
 and by the metadata_props Ultralytics writes (names, imgsz, stride, task).
 
-The cut keeps everything up to those Convs and flattens their outputs into two: DFL box logits
-(1, N, 64) and class logits (1, N, nc), each quantized with its own scale. The decode (softmax
+The cut keeps everything up to those Convs; their outputs, flattened and joined over the levels
+in TensorFlow (`join_levels`), become the int8 model's two: DFL box logits (1, N, 64) and class
+logits (1, N, nc), each quantized with its own scale. The decode (softmax
 over the bins, anchors, strides, sigmoid), which in one int8 output would share a scale between
 pixel coordinates and 0..1 scores, runs on the CPU in float (core/yolo.py, the `dfl` layout).
 Other detectors (classic YOLOv5, end-to-end exports, NonMaxSuppression in the graph) are
@@ -244,33 +245,35 @@ def _shapes(model) -> dict:
 
 
 def cut_head(model, head: YoloHead):
-    """A copy of `model` ending at the head's Convs, flattened to two outputs `boxes` (1, N, 64)
-    and `scores` (1, N, nc) (anchors in Ultralytics' order: level, then row, then column)."""
+    """A copy of `model` ending at the head's Convs: its outputs are the box Convs' then the
+    class Convs' (1, C, h, w), finest level first; `join_levels` makes the two outputs of them.
+
+    The flattening is not left to onnx2tf: its Reshape of a tensor whose channels equal its
+    height and width (80 classes on the 80x80 grid of a 640 input) adds a TRANSPOSE, which
+    compiler 16 leaves on the CPU."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     cut = onnx.ModelProto()
     cut.CopyFrom(model)
     graph = cut.graph
-    new_nodes = []
-    outputs = []
-    for kind, tensors, width in (("boxes", head.box_convs, 4 * REG_MAX), ("scores", head.cls_convs, head.nc)):
-        flat = []
-        for i, (t, (h, w)) in enumerate(zip(tensors, head.grids)):
-            nhwc = f"edgeapp/{kind}/nhwc_{i}"
-            new_nodes.append(helper.make_node("Transpose", [t], [nhwc], name=nhwc, perm=[0, 2, 3, 1]))
-            shape = f"edgeapp/{kind}/shape_{i}"
-            graph.initializer.append(numpy_helper.from_array(np.array([1, h * w, width], np.int64), shape))
-            out = f"edgeapp/{kind}/flat_{i}"
-            new_nodes.append(helper.make_node("Reshape", [nhwc, shape], [out], name=out))
-            flat.append(out)
-        new_nodes.append(helper.make_node("Concat", flat, [kind], name=f"edgeapp/{kind}", axis=1))
-        outputs.append(helper.make_tensor_value_info(kind, TensorProto.FLOAT, [1, head.anchors, width]))
-    graph.node.extend(new_nodes)
     del graph.output[:]
-    graph.output.extend(outputs)
+    for tensors, width in ((head.box_convs, 4 * REG_MAX), (head.cls_convs, head.nc)):
+        for t, (h, w) in zip(tensors, head.grids):
+            graph.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, [1, width, h, w]))
     _prune(graph)
     return cut
+
+
+def join_levels(outputs: list, head: YoloHead, reshape, concat) -> list:
+    """The cut graph's outputs, channels-last (N, h, w, C), as the two the int8 model ends in:
+    [DFL box logits (N, anchors, 64), class logits (N, anchors, nc)], anchors in Ultralytics'
+    order (level, row, column). `reshape`/`concat` are TensorFlow's or numpy's."""
+    levels = len(head.grids)
+    joined = []
+    for part, width in ((outputs[:levels], 4 * REG_MAX), (outputs[levels:], head.nc)):
+        joined.append(concat([reshape(t, (-1, h * w, width)) for t, (h, w) in zip(part, head.grids)]))
+    return joined
 
 
 def _prune(graph) -> None:
