@@ -78,6 +78,72 @@ def decode_end(model, size: tuple, separate: bool, normalized: bool = True):
     return m
 
 
+def normalize_early(model, size: tuple):
+    """The export with Ultralytics' TFLite normalization: distances and anchors scaled by
+    stride / input size before the decode (so every tensor of it is in 0..1), the final
+    multiplication by the strides dropped; one output (1, 4 + nc, N) of normalized boxes."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    produced = {o: n for n in g.node for o in n.output}
+    last = produced[g.output[0].name]
+    mul = produced[last.input[0]]
+    assert mul.op_type == "Mul", mul
+    joined, strides = (mul.input[0], mul.input[1]) if mul.input[0] in produced and produced[
+        mul.input[0]].op_type == "Concat" else (mul.input[1], mul.input[0])
+    steps = _const(g, produced, strides).reshape(-1)
+    sliced = {n.output[0]: n for n in g.node if n.op_type == "Slice"}
+    users = [n for n in g.node if n.op_type in ("Sub", "Add") and n.input[1] in sliced]  # anchor -/+ distance
+    dist = sliced[users[0].input[1]].input[0]
+    w, h = size
+    per_side = np.stack([steps / w, steps / h, steps / w, steps / h])[None].astype(np.float32)  # (1, 4, N)
+    g.initializer.append(numpy_helper.from_array(per_side, "bench/norm"))
+    for k, n in enumerate(users):
+        anchors = _const(g, produced, n.input[0]) * per_side[:, :2]
+        g.initializer.append(numpy_helper.from_array(anchors.astype(np.float32), f"bench/anchors_{k}"))
+        n.input[0] = f"bench/anchors_{k}"
+    for n in sliced.values():
+        if n.input[0] == dist:
+            n.input[0] = "bench/dist"
+    g.node.append(helper.make_node("Mul", [dist, "bench/norm"], ["bench/dist"], name="bench/dist"))
+    last.input[0] = joined
+    g.node.remove(mul)
+    nodes = list(g.node)
+    del g.node[:]
+    g.node.extend(_toposort(nodes, {i.name for i in g.input} | {i.name for i in g.initializer}))
+    onnx.checker.check_model(m)
+    return m
+
+
+def _const(g, produced: dict, name: str) -> np.ndarray:
+    from onnx import numpy_helper
+
+    for i in g.initializer:
+        if i.name == name:
+            return numpy_helper.to_array(i).astype(np.float32)
+    node = produced[name]
+    return numpy_helper.to_array(node.attribute[0].t).astype(np.float32)
+
+
+def _toposort(nodes: list, ready: set) -> list:
+    out, ready, todo = [], set(ready), list(nodes)
+    while todo:
+        rest = []
+        for n in todo:
+            if all(i in ready or not i for i in n.input):
+                out.append(n)
+                ready.update(n.output)
+            else:
+                rest.append(n)
+        if len(rest) == len(todo):
+            raise ValueError("graph has a cycle")
+        todo = rest
+    return out
+
+
 def quantize_variant(model, out: Path, calibration: Path, size: tuple, samples: int) -> Path:
     """edgeapp's own steps (letterboxed calibration, onnx2tf, the int8 quantization) on `model`."""
     from edgeapp.flows.convert.data import find_sources, load_dataset, normalize, split_held_out
@@ -207,8 +273,8 @@ def main() -> None:
     ap.add_argument("--ultralytics", type=Path, help="Ultralytics' full-integer .tflite of the same checkpoint")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--samples", type=int, default=300)
-    ap.add_argument("--variants", nargs="*", default=["float", "split", "separate", "normalized", "pixels",
-                                                      "ultralytics"])
+    ap.add_argument("--variants", nargs="*", default=["float", "split", "separate", "normalized", "early",
+                                                      "pixels", "ultralytics"])
     a = ap.parse_args()
     from edgeapp.flows.convert.yolo_onnx import find_head, metadata
 
@@ -232,12 +298,14 @@ def main() -> None:
             path = a.ultralytics
         else:
             path = a.out / f"{a.onnx.stem}_{kind}.tflite"
-            variant = model if kind == "pixels" else decode_end(model, size, kind == "separate")
+            variant = (model if kind == "pixels" else normalize_early(model, size) if kind == "early"
+                       else decode_end(model, size, kind == "separate"))
             quantize_variant(variant, path, a.calibration, size, a.samples)
         if path is not None:
             run = tflite_runner(path)
             extra["check"] = check(path)
-        rows[kind] = {**evaluate("normalized" if kind == "ultralytics" else kind, run, a.val, size, names), **extra}
+        decoder = "normalized" if kind in ("ultralytics", "early") else kind
+        rows[kind] = {**evaluate(decoder, run, a.val, size, names), **extra}
         print(kind, json.dumps(rows[kind]), flush=True)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"{a.onnx.stem}_bench.json").write_text(json.dumps(rows, indent=2) + "\n")
