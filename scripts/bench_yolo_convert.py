@@ -236,6 +236,8 @@ def evaluate(kind: str, run, val: Path, size: tuple, names: dict) -> dict:
         for b, s, c in zip(to_original_array(found.boxes[keep], fit), found.scores[keep], found.classes[keep]):
             results.append({"image_id": image["id"], "category_id": by_name[names[int(c)]], "score": float(s),
                             "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]})
+    if not results:  # pycocotools cannot load an empty list: nothing found is mAP 0
+        return {"map50_95": 0.0, "map50": 0.0}
     ev = COCOeval(gt, gt.loadRes(results), "bbox")
     ev.evaluate()
     ev.accumulate()
