@@ -271,6 +271,7 @@ def write_metrics(work: Path, out: Path, archs: list) -> None:
                                   **val_metrics(f, data_yaml)}
             print(key, rec["models"][key], flush=True)
     (out / "reference_metrics.json").write_text(json.dumps(rec, indent=1) + "\n")
+    (out / "shapes_val" / "labels.cache").unlink(missing_ok=True)  # Ultralytics' val writes it
 
 
 def ship(work: Path, out: Path) -> None:
