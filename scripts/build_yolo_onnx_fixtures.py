@@ -12,7 +12,9 @@ needs none of these tools; it reads only what this script commits:
     nice -n 10 python scripts/build_yolo_onnx_fixtures.py --work /work/yolo-build-onnx
 
 Stages (``--stage``, default all): ``data`` (training set, held-out set, calibration photos,
-sample images), ``train``, ``export`` (ONNX of each net, int8 TFLite of YOLOv8), ``val``
+sample images), ``train`` (within a time budget), ``more`` (YOLO11 and YOLOv5u again from their
+first run's last.pt: on shared cores their first budget only passed the warm-up), ``export``
+(ONNX of each net, int8 TFLite of YOLOv8), ``val``
 (reference_metrics.json), ``ship`` (models/shapes_yolov8_int8.tflite + models/samples_shapes/).
 The drawn-shapes generator and the quirks (YOLO_OFFLINE, settings sync=False, plots=False, the
 onnx2tf sample .npy stand-in) are build_yolo_fixtures.py's.
