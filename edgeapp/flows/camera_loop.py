@@ -136,6 +136,7 @@ class Sinks:
     recorder: Any = None  # sinks/recorder.Recorder
     outputs: Sequence[FrameOutput] = ()  # live view, MQTT
     overlay: bool = True  # draw the results on the frames shown and recorded
+    tracking: Any = None  # flows/tracking.TrackStage: track ids, lines, zones, events
 
 
 def run_camera(source: FrameSource, task: Any, *, drop: Optional[bool] = None,
@@ -146,7 +147,7 @@ def run_camera(source: FrameSource, task: Any, *, drop: Optional[bool] = None,
                stop_event: Optional[threading.Event] = None,
                on_notice: Optional[Callable[[str], None]] = None,
                outputs: Sequence[FrameOutput] = (), runner=None,
-               kind: Optional[TaskKind] = None) -> CameraStats:
+               kind: Optional[TaskKind] = None, tracking: Any = None) -> CameraStats:
     """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
 
     `task`: a BoundTask (or any FrameTask). `drop` None: newest-frame for live sources, every
@@ -156,11 +157,13 @@ def run_camera(source: FrameSource, task: Any, *, drop: Optional[bool] = None,
     all. `outputs` (live view, MQTT) get each processed frame and its record after display and
     recording. `runner` (execution/parallel.py, opened with frames=True) runs the frames on
     several Edge TPUs at once, one frame each, results still in frame order; without it `task`
-    runs in this thread. `kind` draws the overlay (default: the task's).
+    runs in this thread. `kind` draws the overlay (default: the task's). `tracking`
+    (flows/tracking.TrackStage) gives objects their track ids before anything sees the record;
+    its events go to the outputs that take them (`on_events`), the last ones when the run ends.
     """
     loop = _Loop(source, runner if runner is not None else _Inline(task),
                  kind or getattr(task, "kind", None),
-                 Sinks(on_record, display, recorder, outputs, overlay))
+                 Sinks(on_record, display, recorder, outputs, overlay, tracking))
     return loop.run(drop, max_frames, duration, reconnect, queue_size, stop_event, on_notice)
 
 
@@ -174,6 +177,7 @@ class _Loop:
         self.last_done: Optional[float] = None
         self.grabber: Any = None
         self.stats: Any = None
+        self.last_frame: Any = None  # (index, timestamp) of the last frame delivered
 
     def run(self, drop, max_frames, duration, reconnect, queue_size, stop_event,
             on_notice) -> CameraStats:
@@ -198,7 +202,10 @@ class _Loop:
             stats.stop = "interrupted"
         finally:
             stats.seconds = time.perf_counter() - start
-            self._close()
+            try:
+                self._finish_tracking()
+            finally:
+                self._close()
         stats.device = run.label  # "..., then cpu" when a TPU was lost
         if grabber.error is not None and stats.stop == "capture error":
             stats.stop = f"capture error: {type(grabber.error).__name__}: {grabber.error}"
@@ -234,6 +241,12 @@ class _Loop:
         if not isinstance(result, Result):  # a plain FrameTask's fields
             result = Result(result)
         sinks, stats = self.sinks, self.stats
+        events: list = []
+        if sinks.tracking is not None:
+            height, width = frame.image.shape[:2]
+            events = sinks.tracking.update(result.fields, frame.index, frame.timestamp, width, height)
+            result.extras["counting"] = sinks.tracking.snapshot()
+            self.last_frame = (frame.index, frame.timestamp)
         if self.draw:
             annotate_frame(self.kind, frame.image, result, latency, self.fps_ema, ran.device)
         if sinks.recorder is not None:
@@ -260,7 +273,24 @@ class _Loop:
                 for out in sinks.outputs:
                     out.on_frame(frame.image, record, annotated=self.draw, fps=self.fps_ema,
                                  stats=stats, extras=result.extras)
+        if events:
+            self._send_events(events)
         return keep_going
+
+    def _send_events(self, events: list) -> None:
+        counts = self.sinks.tracking.summary()
+        for out in self.sinks.outputs:
+            take = getattr(out, "on_events", None)
+            if take is not None:
+                take(events, counts)
+
+    def _finish_tracking(self) -> None:
+        """The tracks still alive when the run ends end now (their events are sent)."""
+        if self.sinks.tracking is None or self.last_frame is None:
+            return
+        events = self.sinks.tracking.finish(*self.last_frame)
+        if events:
+            self._send_events(events)
 
     def _close(self) -> None:
         stats, grabber, sinks = self.stats, self.grabber, self.sinks
