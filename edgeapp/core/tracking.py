@@ -177,12 +177,15 @@ class Track:
 
 @dataclass
 class Step:
-    """What one frame did: `ids[i]` is detection i's track id (None: not on a confirmed track);
-    tracks that started (were confirmed) and that ended (lost too long) in this frame."""
+    """What one frame did: `ids[i]` is detection i's track id (None: not on a confirmed track),
+    `smoothed[i]` its track's box after this frame (the Kalman filter's, steadier than the
+    detection: paths are measured on it); tracks that started (were confirmed) and that ended
+    (lost too long) in this frame."""
 
     ids: List[Optional[int]]
     started: List[Track]
     ended: List[Track]
+    smoothed: List[Optional[tuple]] = field(default_factory=list)
 
 
 class ByteTracker:
@@ -226,17 +229,21 @@ class ByteTracker:
         _young_left, left_high = self._match(young, left_high, boxes, scores, 0.7, det_track,
                                              fuse=True)
         matched_t = set(det_track.values())
+        smoothed: dict = {}
         if det_track:
             d = sorted(det_track)
             t = [det_track[i] for i in d]
             self.mean[t], self.cov[t] = kalman_update(self.mean[t], self.cov[t], to_xyah(boxes[d]))
+            smoothed = dict(zip(d, map(tuple, to_corners(self.mean[t]).tolist())))
         started = self._refresh(det_track, scores, classes)
         owner = {i: self.tracks[t] for i, t in det_track.items()}
         ended = self._age(matched_t)
         self._spawn([i for i in left_high if scores[i] >= s.start], boxes, scores, classes,
                     owner, started)
         ids = [owner[i].track_id if i in owner else None for i in range(len(scores))]
-        return Step(ids, started, ended)
+        return Step(ids, started, ended,
+                    [smoothed.get(i, tuple(boxes[i])) if ids[i] is not None else None
+                     for i in range(len(scores))])
 
     def finish(self) -> List[Track]:
         """The stream ended: every confirmed track ends now."""

@@ -113,17 +113,18 @@ class TrackStage:
         objects = fields.get(self.field) or []
         step = self.tracker.update([o["bbox"] for o in objects], [o["score"] for o in objects],
                                    [o.get("id", 0) for o in objects])
-        kept, events = [], []
-        for o, tid in zip(objects, step.ids):
+        kept, events, moved = [], [], []
+        for o, tid, smooth in zip(objects, step.ids, step.smoothed):
             if tid is None and o["score"] < self.high:
                 continue
             kept.append({**o, "track_id": tid})
+            if tid is not None:
+                moved.append((tid, smooth))
         fields[self.field] = kept
         for track in step.started:
             events.append(self._start(track, frame, t))
-        for o in kept:
-            if o["track_id"] is not None:
-                events.extend(self._move(o, frame, t))
+        for tid, smooth in moved:
+            events.extend(self._move(tid, smooth, frame, t))
         for track in step.ended:
             events.extend(self._end(track, frame, t))
         self._write(events)
@@ -144,15 +145,15 @@ class TrackStage:
         return {"event": "track_started", "frame": frame, "timestamp": round(t, 3),
                 "track_id": track.track_id, "label": label}
 
-    def _move(self, o: dict, frame: int, t: float) -> List[dict]:
-        state = self.states[o["track_id"]]
-        point = centre(o["bbox"])
+    def _move(self, tid: int, box: tuple, frame: int, t: float) -> List[dict]:
+        """A track seen in this frame, at `box` (its smoothed box): path, lines, zones."""
+        state = self.states[tid]
+        point = centre(box)
         if state.last_point is not None:
             state.path += math.hypot(point[0] - state.last_point[0], point[1] - state.last_point[1])
         state.last_point, state.last_t, state.last_frame = point, t, frame
         state.trail.append((int(round(point[0])), int(round(point[1]))))
-        base = {"frame": frame, "timestamp": round(t, 3), "track_id": o["track_id"],
-                "label": state.label}
+        base = {"frame": frame, "timestamp": round(t, 3), "track_id": tid, "label": state.label}
         events = []
         for line in self.lines:
             now = side(point, line)
