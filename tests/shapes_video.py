@@ -110,22 +110,25 @@ def crossing_scene(frames: int = 90, occlude: Optional[range] = range(20, 25)) -
 
 def random_scene(seed: int, frames: int = 150, objects: int = 8, width: int = 480,
                  height: int = 360) -> Scene:
-    """Shapes entering, crossing and leaving at random (for the benchmark): each on screen for a
-    stretch of the video, some hidden for a few frames."""
+    """Shapes entering at random times from the left or right edge, crossing the frame (and
+    each other) on straight, slightly slanted paths, some hidden for a few frames, leaving at
+    the far side (for the benchmark)."""
     rng = np.random.default_rng(seed)
     scene = Scene(width, height, frames)
     for _ in range(objects):
         size = int(rng.integers(36, 60))
         start = int(rng.integers(0, frames // 2))
-        end = int(rng.integers(start + frames // 3, frames + 1))
-        x = float(rng.uniform(size, width - size))
+        speed = float(rng.uniform(2.0, 4.5))
+        leftwards = bool(rng.random() < 0.5)
+        x = width + size / 2 if leftwards else -size / 2
         y = float(rng.uniform(size, height - size))
-        v = rng.uniform(-2.5, 2.5, 2)
+        v = (-speed if leftwards else speed, float(rng.uniform(-0.8, 0.8)))
+        end = min(frames, start + int((width + size) / speed) + 1)
         hidden: tuple = ()
-        if rng.random() < 0.5:
-            h0 = int(rng.integers(start + 5, max(start + 6, end - 8)))
+        if rng.random() < 0.5 and end - start > 30:
+            h0 = int(rng.integers(start + 10, end - 15))
             hidden = tuple(range(h0, h0 + int(rng.integers(2, 7))))
         colour = tuple(int(c) for c in rng.integers(30, 256, 3))
-        scene.movers.append(Mover(int(rng.integers(0, 3)), size, colour, (x, y),
-                                  (float(v[0]), float(v[1])), (start, end), hidden))
+        scene.movers.append(Mover(int(rng.integers(0, 3)), size, colour, (x, y), v,
+                                  (start, end), hidden))
     return scene

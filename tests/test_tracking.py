@@ -66,7 +66,7 @@ def test_low_score_boxes_keep_a_track_but_never_start_one():
 
 def test_a_track_ends_after_lost_frames_and_the_class_is_the_surest():
     tracker = ByteTracker(TrackerSettings(high=0.5, lost_frames=3))
-    tracker.update([_box(50, 50)], [0.6], [2])
+    tracker.update([_box(50, 50)], [0.7], [2])
     tracker.update([_box(51, 50)], [0.95], [1])
     ended = []
     for _ in range(5):

@@ -38,6 +38,11 @@ class TrackerSettings:
     new: Optional[float] = None  # None: high + 0.1, at most 0.9
     lost_frames: int = 30
     match: float = 0.2
+    # added to a pair's cost when the box's class is not the track's (0: ByteTrack's own,
+    # class-blind matching). Measured by scripts/bench_tracking.py on the shapes detector,
+    # whose classes flicker, 0.3 cost more switches than it saved; a detector with steady
+    # classes may gain from it where objects of different classes cross
+    class_penalty: float = 0.0
 
     @property
     def start(self) -> float:
@@ -135,12 +140,14 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def scipy_assign(cost: np.ndarray, limit: float) -> List[Tuple[int, int]]:
     """Rows matched to columns at least total cost, each pair's cost at most `limit`
-    (SciPy's Hungarian solver; pairs over the limit are never forced)."""
+    (SciPy's Hungarian solver). A pair over the limit costs just over it, as leaving both
+    unmatched would (lapjv's cost_limit, ByteTrack's rule): more matches are never bought with
+    worse ones."""
     from scipy.optimize import linear_sum_assignment
 
     if cost.size == 0:
         return []
-    padded = np.where(cost > limit, limit + 1e3, cost)
+    padded = np.where(cost > limit, limit + 1e-4, cost)
     rows, cols = linear_sum_assignment(padded)
     return [(int(r), int(c)) for r, c in zip(rows, cols) if cost[r, c] <= limit]
 
@@ -161,6 +168,7 @@ class Track:
     first_frame: int = 0
     last_frame: int = 0
     lost: bool = False
+    first_box: Optional[tuple] = None  # where it was first seen (before it was confirmed)
 
     @property
     def confirmed(self) -> bool:
@@ -213,21 +221,23 @@ class ByteTracker:
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         classes = np.asarray(classes).reshape(-1)
         if len(self.tracks):
+            lost = np.array([t.lost for t in self.tracks])
+            self.mean[lost, 7] = 0.0  # a lost track keeps its size (ByteTrack)
             self.mean, self.cov = kalman_predict(self.mean, self.cov)
         det_track: dict = {}  # detection index -> track index
-        high = [i for i in range(len(scores)) if scores[i] >= s.high]
+        high = [i for i in range(len(scores)) if scores[i] > s.high]
         low = [i for i in range(len(scores)) if s.low <= scores[i] < s.high]
         confirmed = [t for t in range(len(self.tracks)) if self.tracks[t].confirmed]
         young = [t for t in range(len(self.tracks)) if not self.tracks[t].confirmed]
         # 1: confirmed tracks (seen or lost) with the sure boxes, IoU weighted by score
-        left_t, left_high = self._match(confirmed, high, boxes, scores, 1.0 - s.match, det_track,
-                                        fuse=True)
+        left_t, left_high = self._match(confirmed, high, boxes, scores, classes, 1.0 - s.match,
+                                        det_track, fuse=True)
         # 2: the tracks seen last frame and still unmatched, with the unsure boxes
         seen = [t for t in left_t if not self.tracks[t].lost]
-        self._match(seen, low, boxes, scores, 0.5, det_track, fuse=False)
+        self._match(seen, low, boxes, scores, classes, 0.5, det_track, fuse=False)
         # 3: tracks seen once, with the sure boxes left (ByteTrack's 0.7 cost)
-        _young_left, left_high = self._match(young, left_high, boxes, scores, 0.7, det_track,
-                                             fuse=True)
+        _young_left, left_high = self._match(young, left_high, boxes, scores, classes, 0.7,
+                                             det_track, fuse=True)
         matched_t = set(det_track.values())
         smoothed: dict = {}
         if det_track:
@@ -238,8 +248,9 @@ class ByteTracker:
         started = self._refresh(det_track, scores, classes)
         owner = {i: self.tracks[t] for i, t in det_track.items()}
         ended = self._age(matched_t)
-        self._spawn([i for i in left_high if scores[i] >= s.start], boxes, scores, classes,
+        self._spawn([i for i in left_high if scores[i] > s.start], boxes, scores, classes,
                     owner, started)
+        self._drop_duplicates()
         ids = [owner[i].track_id if i in owner else None for i in range(len(scores))]
         return Step(ids, started, ended,
                     [smoothed.get(i, tuple(boxes[i])) if ids[i] is not None else None
@@ -252,14 +263,17 @@ class ByteTracker:
         return ended
 
     def _match(self, tracks: List[int], dets: List[int], boxes: np.ndarray, scores: np.ndarray,
-               limit: float, det_track: dict, fuse: bool) -> tuple[List[int], List[int]]:
-        """Assign `dets` to `tracks` by 1 - IoU (times the score when `fuse`), at most `limit`;
-        the tracks and detections left unmatched."""
+               classes: np.ndarray, limit: float, det_track: dict,
+               fuse: bool) -> tuple[List[int], List[int]]:
+        """Assign `dets` to `tracks` by 1 - IoU (times the score when `fuse`, plus the class
+        penalty), at most `limit`; the tracks and detections left unmatched."""
         if not tracks or not dets:
             return list(tracks), list(dets)
         iou = iou_matrix(to_corners(self.mean[tracks]), boxes[dets])
         sim = iou * scores[dets][None, :] if fuse else iou
-        pairs = self.assign(1.0 - sim, limit)
+        track_cls = np.array([self.tracks[t].class_id for t in tracks])
+        other = track_cls[:, None] != np.asarray(classes)[dets][None, :]
+        pairs = self.assign(1.0 - sim + self.settings.class_penalty * other, limit)
         for r, c in pairs:
             det_track[dets[c]] = tracks[r]
         used_t = {r for r, _ in pairs}
@@ -297,6 +311,25 @@ class ByteTracker:
         self.mean, self.cov = self.mean[keep], self.cov[keep]
         return ended
 
+    def _drop_duplicates(self) -> None:
+        """A track seen now and a lost one on nearly the same box (IoU > 0.85) are one object
+        followed twice: the younger goes (ByteTrack's rule), so the older id lives on."""
+        seen = [i for i, t in enumerate(self.tracks) if not t.lost]
+        lost = [i for i, t in enumerate(self.tracks) if t.lost]
+        if not seen or not lost:
+            return
+        boxes = to_corners(self.mean)
+        iou = iou_matrix(boxes[seen], boxes[lost])
+        drop = set()
+        for a, b in zip(*np.nonzero(iou > 0.85)):
+            p, q = self.tracks[seen[a]], self.tracks[lost[b]]
+            older_seen = p.last_frame - p.first_frame > q.last_frame - q.first_frame
+            drop.add(lost[b] if older_seen else seen[a])
+        if drop:
+            keep = [i for i in range(len(self.tracks)) if i not in drop]
+            self.tracks = [self.tracks[i] for i in keep]
+            self.mean, self.cov = self.mean[keep], self.cov[keep]
+
     def _spawn(self, dets: List[int], boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
                owner: dict, started: List[Track]) -> None:
         """New tracks from the sure boxes no track took (confirmed at once in the first frame)."""
@@ -304,7 +337,8 @@ class ByteTracker:
             return
         mean, cov = kalman_start(to_xyah(boxes[dets]))
         for i in dets:
-            track = Track(self._next_key, first_frame=self.frame, last_frame=self.frame)
+            track = Track(self._next_key, first_frame=self.frame, last_frame=self.frame,
+                          first_box=tuple(boxes[i]))
             self._next_key += 1
             track.vote(int(classes[i]), scores[i])
             if self.frame == 1:

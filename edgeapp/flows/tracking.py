@@ -140,7 +140,12 @@ class TrackStage:
 
     def _start(self, track: Track, frame: int, t: float) -> dict:
         label = self.label_of(track.class_id)
-        self.states[track.track_id] = _State(label, t, t, frame, frame)
+        state = self.states[track.track_id] = _State(label, t, t, frame, frame)
+        if track.first_box is not None:  # seen before it was confirmed: the side it came from
+            for line in self.lines:
+                first = side(centre(track.first_box), line)
+                if first:
+                    state.sides[line.name] = first
         self.counts["tracks"] += 1
         return {"event": "track_started", "frame": frame, "timestamp": round(t, 3),
                 "track_id": track.track_id, "label": label}
