@@ -50,19 +50,22 @@ def detections(scene) -> list:
     return out
 
 
-def run_edgeapp(dets: list, **settings) -> list:
+def run_edgeapp(dets: list, **settings) -> tuple:
+    """(tracked boxes per frame, the same with each track's first, unconfirmed box added in
+    the frame it was seen: what flows/tracking.py counts lines from)."""
     from edgeapp.core.tracking import ByteTracker, TrackerSettings
 
     tracker = ByteTracker(TrackerSettings(high=HIGH, low=LOW, **settings))
-    frames = []
+    frames, for_lines = [], []
     for boxes, scores, classes in dets:
         step = tracker.update(boxes, scores, classes)
         items = [(tid, tuple(b)) for tid, b in zip(step.ids, boxes) if tid is not None]
-        for t in step.started:  # counted from where it was first seen, as flows/tracking.py does
+        for t in step.started:
             if t.first_box is not None and t.first_frame < tracker.frame:
-                frames[t.first_frame - 1].append((t.track_id, t.first_box))
+                for_lines[t.first_frame - 1].append((t.track_id, t.first_box))
         frames.append(items)
-    return frames
+        for_lines.append(list(items))
+    return frames, for_lines
 
 
 def run_supervision(dets: list, fps: float = 30.0) -> list:
@@ -149,8 +152,8 @@ def main() -> None:
     for seed in range(args.scenes):
         scene = random_scene(seed, frames=args.frames)
         dets = detections(scene)
-        ours, theirs = run_edgeapp(dets), run_supervision(dets)
-        truth_counts, our_counts = line_counts(scene, ours)
+        (ours, ours_lines), theirs = run_edgeapp(dets), run_supervision(dets)
+        truth_counts, our_counts = line_counts(scene, ours_lines)
         row = {"scene": seed, "edgeapp": score(scene, ours), "supervision": score(scene, theirs),
                "line_truth": truth_counts, "line_edgeapp": our_counts,
                "line_supervision": line_counts(scene, theirs)[1]}

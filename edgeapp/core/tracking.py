@@ -38,11 +38,6 @@ class TrackerSettings:
     new: Optional[float] = None  # None: high + 0.1, at most 0.9
     lost_frames: int = 30
     match: float = 0.2
-    # added to a pair's cost when the box's class is not the track's (0: ByteTrack's own,
-    # class-blind matching). Measured by scripts/bench_tracking.py on the shapes detector,
-    # whose classes flicker, 0.3 cost more switches than it saved; a detector with steady
-    # classes may gain from it where objects of different classes cross
-    class_penalty: float = 0.0
 
     @property
     def start(self) -> float:
@@ -226,7 +221,7 @@ class ByteTracker:
             self.mean, self.cov = kalman_predict(self.mean, self.cov)
         det_track: dict = {}  # detection index -> track index
         high = [i for i in range(len(scores)) if scores[i] > s.high]
-        low = [i for i in range(len(scores)) if s.low <= scores[i] < s.high]
+        low = [i for i in range(len(scores)) if s.low < scores[i] <= s.high]
         confirmed = [t for t in range(len(self.tracks)) if self.tracks[t].confirmed]
         young = [t for t in range(len(self.tracks)) if not self.tracks[t].confirmed]
         # 1: confirmed tracks (seen or lost) with the sure boxes, IoU weighted by score
@@ -248,7 +243,7 @@ class ByteTracker:
         started = self._refresh(det_track, scores, classes)
         owner = {i: self.tracks[t] for i, t in det_track.items()}
         ended = self._age(matched_t)
-        self._spawn([i for i in left_high if scores[i] > s.start], boxes, scores, classes,
+        self._spawn([i for i in left_high if scores[i] >= s.start], boxes, scores, classes,
                     owner, started)
         self._drop_duplicates()
         ids = [owner[i].track_id if i in owner else None for i in range(len(scores))]
@@ -265,15 +260,14 @@ class ByteTracker:
     def _match(self, tracks: List[int], dets: List[int], boxes: np.ndarray, scores: np.ndarray,
                classes: np.ndarray, limit: float, det_track: dict,
                fuse: bool) -> tuple[List[int], List[int]]:
-        """Assign `dets` to `tracks` by 1 - IoU (times the score when `fuse`, plus the class
-        penalty), at most `limit`; the tracks and detections left unmatched."""
+        """Assign `dets` to `tracks` by 1 - IoU (times the score when `fuse`), at most `limit`;
+        the tracks and detections left unmatched. Class-blind, as ByteTrack: a class penalty
+        cost more ID switches than it saved on scripts/bench_tracking.py's scenes."""
         if not tracks or not dets:
             return list(tracks), list(dets)
         iou = iou_matrix(to_corners(self.mean[tracks]), boxes[dets])
         sim = iou * scores[dets][None, :] if fuse else iou
-        track_cls = np.array([self.tracks[t].class_id for t in tracks])
-        other = track_cls[:, None] != np.asarray(classes)[dets][None, :]
-        pairs = self.assign(1.0 - sim + self.settings.class_penalty * other, limit)
+        pairs = self.assign(1.0 - sim, limit)
         for r, c in pairs:
             det_track[dets[c]] = tracks[r]
         used_t = {r for r, _ in pairs}
