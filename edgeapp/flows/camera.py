@@ -149,11 +149,11 @@ class CameraRun:
             outputs = self._outputs(kind, cap.name)
             if self.publisher is not None and not cap.live:  # a file: every record to the broker
                 self.publisher.wait_settled(MQTT_SETTLE)
-            stats = run_camera(cap, opened.task, drop=r.drop_frames, max_frames=r.max_frames,
+            stats = run_camera(cap, opened.runner, drop=r.drop_frames, max_frames=r.max_frames,
                                duration=r.duration, reconnect=ReconnectPolicy(timeout=r.reconnect),
                                on_record=self._on_record if self.writer or r.on_record else None,
                                display=window, recorder=recorder,
-                               stop_event=self.stop, on_notice=self.say, runner=opened.runner,
+                               stop_event=self.stop, on_notice=self.say, kind=kind,
                                outputs=outputs, tracking=self.tracker)
         finally:
             self.close()
