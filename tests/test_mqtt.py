@@ -586,9 +586,8 @@ def test_tracking_events_counts_and_counter_entities(cli, broker, tmp_path):
     counts retained on PREFIX/counts, and a Home Assistant counter per line direction and zone
     whose template reads those counts."""
     pytest.importorskip("scipy")
-    from shapes_video import crossing_scene
-
     from conftest import ROOT
+    from shapes_video import crossing_scene
 
     video = crossing_scene().write(tmp_path / "crossing.avi")
     detector = ROOT / "tests" / "fixtures" / "yolo" / "yolov8_256_full_integer_quant.tflite"
