@@ -61,6 +61,17 @@ def test_head_found_and_cut_decodes_as_the_export_does(tmp_path, joined, nc):
     np.testing.assert_allclose(found.scores, ref[4:].max(axis=0), atol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["yolov8", "yolo11", "yolov5u"])
+def test_ultralytics_own_exports_are_recognised(arch):
+    """The fixtures Ultralytics 8.4 exported itself (tests/fixtures/yolo_onnx)."""
+    fixed, head = head_of(ROOT / "tests" / "fixtures" / "yolo_onnx" / f"{arch}_shapes_256.onnx")
+    assert head.names == standin.NAMES and head.metadata["imgsz"] == [256, 256]
+    assert head.strides == (8, 16, 32) and head.anchors == 1344
+    cut = yolo_onnx.cut_head(fixed, head)
+    assert [o.name for o in cut.graph.output] == head.box_convs + head.cls_convs
+    assert yolo_onnx._dfl_conv(cut) is None and len(cut.graph.node) < len(fixed.graph.node)  # decode gone
+
+
 def test_names_without_metadata_are_class_numbers(tmp_path):
     _, head = head_of(standin.ultralytics_like(tmp_path / "bare.onnx", metadata=False))
     assert head.names == {0: "0", 1: "1", 2: "2"} and head.metadata == {}
