@@ -1,6 +1,6 @@
 """`edgeapp convert yolo.onnx --calibration photos/`: a trained Ultralytics YOLOv8 export
 (tests/fixtures/yolo_onnx, scripts/build_yolo_onnx_fixtures.py) converted once, as a user does
-it (a subprocess, offline), then run with no flags by `detect` and the Python API and scored
+it (a subprocess, offline), then run with no flags by `detect`, `camera` and the Python API and scored
 by COCO mAP on the labelled held-out set against the float ONNX and Ultralytics' own int8.
 """
 
@@ -94,6 +94,19 @@ def test_detect_runs_it_with_no_flags(converted):
 
     with open_model(out, "cpu") as m:  # the API: the same objects, no options either
         assert m.run(str(VAL / images[0]["file_name"]))["objects"] == records[0]["objects"]
+
+
+def test_camera_runs_it_with_no_flags(converted, tmp_path):
+    """A rendered video of moving shapes (tests/shapes_video.py) through `camera`."""
+    pytest.importorskip("cv2")
+    from shapes_video import crossing_scene
+
+    _, out = converted
+    video = crossing_scene().write(tmp_path / "crossing.avi")
+    proc = edgeapp("camera", out, "--source", video, "--no-display", "--max-frames", "5")
+    frames = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert len(frames) == 5 and any(f["objects"] for f in frames), frames
+    assert {o["label"] for f in frames for o in f["objects"]} <= set(NAMES)
 
 
 def iou(a, b) -> float:
