@@ -12,6 +12,7 @@ import typer
 
 from edgeapp.cli.options import (
     check_common,
+    decode_choice,
     decode_workers,
     placement,
     progress_bar,
@@ -70,7 +71,7 @@ def run_images(ctx: typer.Context, task: str, options: dict, *,
     """Run `task` with `options` over the command's inputs, as its shared options say.
 
     `ctx.params` holds the shared options by name (model, inputs, labels, fmt, output, resume,
-    mean, std, workers, fast_decode, device, cpu_model, threads, cpu_kernels, runtime,
+    mean, std, workers, decode, fast_decode, device, cpu_model, threads, cpu_kernels, runtime,
     no_probe, cluster, ship_bytes, chunk_size, annotate). `folders` {TaskOption: folder}: the
     task's own output folders given.
     """
@@ -108,7 +109,7 @@ def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt
     p = ctx.params
     replicas = max(1, min(usable_cores(), len(paths)))  # one image needs one interpreter, not one per core
     with open_task(p["model"], task, placement(ctx), options=options, labels_file=p.get("labels"),
-                   mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
+                   mean=p.get("mean"), std=p.get("std"), decode=decode_choice(p),
                    on_notice=say, resolve=resolve_model, cpu_replicas=replicas) as opened:
         for note in opened.task.kind.warnings(opened.model, p.get("labels")):
             say(f"warning: {note}")
@@ -132,7 +133,7 @@ def _on_cluster(ctx: typer.Context, task: str, options: dict, paths: List[str], 
     model, _ = resolve_model(p["model"], "all")  # a Coral model's name: both files, the workers choose
     place = placement(ctx)
     job = Job(task, str(model), place, labels=read_labels(p["labels"]) if p.get("labels") else None,
-              mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
+              mean=p.get("mean"), std=p.get("std"), decode=decode_choice(p),
               options=kind(task).settle(options), decode_workers=decode_workers(p.get("workers")))
     writer = _writer(Layout(kind(task)), fmt, p, (job.model, place.cpu_model))
     with writer, resumable(writer, p), progress_bar(len(paths), task) as advance:

@@ -25,6 +25,7 @@ SHARED: Tuple[Tuple[str, Any, Any], ...] = (
     ("mean", shared.MeanOpt, None),
     ("std", shared.StdOpt, None),
     ("workers", shared.WorkersOpt, None),
+    ("decode", shared.DecodeOpt, None),
     ("fast_decode", shared.FastDecodeOpt, False),
     ("device", shared.DeviceOpt, None),
     ("cpu_model", shared.CpuModelOpt, None),

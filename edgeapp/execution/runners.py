@@ -94,7 +94,7 @@ def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kern
     for the next decoded image, and a multi-threaded one spends part of its threads
     synchronising. One-thread interpreters side by side (one per core), with the decoding
     threads between them, keep every core on useful work: measured by scripts/bench_feed.py.
-    A batch's decoding threads invoke on them directly (`CpuPool.run_here`).
+    A batch's decoding threads invoke on them directly (`CpuPool.run_all`).
     The results are the same, in the same order."""
     from edgeapp.hw.runtime import open_engine
 

@@ -293,14 +293,23 @@ class TaskKind:
 
 def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanczos",
                   keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
-    """Load one image, fit it (core/preprocess.fit_pixels) and quantize it; --fast-decode
-    decodes JPEGs at a reduced scale."""
-    from edgeapp.core.preprocess import fit_pixels, load_image, quantize_input
+    """Load one image (a JPEG at the scale the fit needs, unless --decode full), fit it
+    (core/preprocess.fit_pixels) and quantize it; results map onto the whole photo."""
+    from edgeapp.core.preprocess import decode_image, fit_pixels, quantize_input
 
-    img = load_image(source, spec.channels, spec.size if spec.fast_decode else None)
-    pixels, fit = fit_pixels(img, spec.size, mode, resample)
+    decoded = decode_image(source, spec.channels, spec.scaled_for, mode)
+    pixels, fit = fit_pixels(decoded.image, spec.size, mode, resample)
     tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
-    return tensor[None], Prepared(fit, img if keep_image else None, source)
+    image = kept_image(decoded, source, spec) if keep_image else None
+    return tensor[None], Prepared(decoded.fit_of_photo(fit), image, source)
+
+
+def kept_image(decoded: Any, source: Any, spec: InputSpec) -> Any:
+    """The photo at its own size, for what draws on it (--annotate): decoded again whole when
+    the model's input was decoded at a reduced scale."""
+    from edgeapp.core.preprocess import load_image
+
+    return decoded.image if decoded.scale == 1 else load_image(source, spec.channels)
 
 
 def bind(name: str, model: ImageModel, options: Optional[dict] = None) -> "BoundTask":
