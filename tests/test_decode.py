@@ -80,6 +80,18 @@ def test_exif_turns_are_counted_before_choosing_the_scale(tmp_path, orientation)
     assert d.scale == (1 if orientation >= 5 else 4)
 
 
+def test_a_phones_mpo_is_a_jpeg(tmp_path):
+    """Many phones write MPO files (a JPEG with a second picture after it): decoded scaled too."""
+    p = photo(tmp_path, "p.jpg", (1600, 1200))
+    img = Image.open(p)
+    img.load()
+    mpo = tmp_path / "mpo.jpg"
+    img.save(mpo, "MPO", save_all=True, append_images=[img.resize((320, 240))], quality=92)
+    assert Image.open(mpo).format == "MPO"
+    d = decode_image(mpo, 3, (224, 224))
+    assert d.scale == 4 and d.size == (1600, 1200) and d.image.size == (400, 300)
+
+
 @pytest.mark.parametrize("fmt,name", [("PNG", "p.png"), ("BMP", "p.bmp"), ("TIFF", "p.tif")])
 def test_other_formats_decode_as_a_full_decode(tmp_path, fmt, name):
     p = photo(tmp_path, name, (1200, 900), fmt=fmt)

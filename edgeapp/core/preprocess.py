@@ -85,6 +85,8 @@ def _quiet_pillow() -> None:
 DECODES = ("scaled", "full")  # --decode: JPEGs at the smallest DCT scale the model needs, or whole
 DEFAULT_DECODE = "scaled"
 _SWAPPED = (5, 6, 7, 8)  # EXIF orientations that turn the stored image by 90 degrees
+# Pillow's names for JPEG files: MPO is a JPEG with more pictures after it (many phones' photos)
+JPEG_FORMATS = ("JPEG", "MPO")
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ def decode_image(source: ImageSource, channels: int = 3,
         orientation = _orientation(img)
         photo = (h, w) if orientation in _SWAPPED else (w, h)
         k = 1
-        if scaled_for is not None and img.format == "JPEG":
+        if scaled_for is not None and img.format in JPEG_FORMATS:
             need = needed_size(photo, scaled_for, fit)
             k = dct_scale((w, h), need[::-1] if orientation in _SWAPPED else need)
             if k > 1:  # (w // k, h // k) makes Pillow pick exactly 1/k (the next scale would be < it)
