@@ -207,8 +207,9 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
     what `run` and `batch` use when not told. `path` may also name one of Coral's published
     models (`edgeapp models list`): it is pulled and verified when not cached. `performance`
     (low, medium, high, max) is libedgetpu's clock setting for the Edge TPU. `decode` ("scaled"
-    or "full", as --decode; default: what the model was calibrated with, else scaled) is how
-    JPEG files and bytes are decoded."""
+    or "full", as --decode; default: what the model was calibrated with, else the task's own:
+    full for classify, scaled for detect, pose and segment) is how JPEG files and bytes are
+    decoded."""
     place = Placement(device, str(cpu_model) if cpu_model else None, runtime, threads, True,
                       cpu_kernels, performance)
     if task is not None:

@@ -66,14 +66,13 @@ with an EXIF orientation), with Coral's MobileNet v1 0.25/128 as the fast model 
   full-decode capacity    the decode peer above on these photos, each decoded whole
   scaled-decode capacity  the same with Pillow's own `draft(mode, input size)` before loading (the
                           DCT scale Pillow picks for that size)
-  edgeapp, default        `edgeapp classify` as it runs by default (--decode scaled). Targets:
+  edgeapp --decode scaled `edgeapp classify --decode scaled` (detect, pose and segment's default). Targets:
                           >= 0.95 of the scaled-decode capacity, which is >= 2x the full one
   edgeapp --decode full   target >= 0.95 of the full-decode capacity
   mobilenet_v2 (scaled)   edgeapp beside its CPU-work bound with the decode at the scale used (the
                           fused peer decoding scaled). Target >= 0.95.
 --decode full|scaled says how the --size JPEGs above are decoded, by edgeapp and by its peers
-alike (scaled by default, as edgeapp does; --decode full compares with runs before scaled decode
-was the default).
+alike (full by default, as `classify` decodes unless told).
 
 The machine matters: say its cores and load average with any figure quoted (both are printed).
 """
@@ -769,7 +768,7 @@ def print_table(r: dict) -> None:
         row("full-decode capacity (peer)", "camera/capacity_full", "img/s", "{:.1f}")
         row("scaled-decode capacity (peer)", "camera/capacity_scaled", "img/s", "{:.1f}")
         row("  scaled / full capacity", "camera/scaled_vs_full_capacity", "")
-        row("edgeapp, default (scaled)", "camera/edgeapp_scaled", "img/s", "{:.1f}")
+        row("edgeapp --decode scaled", "camera/edgeapp_scaled", "img/s", "{:.1f}")
         row("  / scaled-decode capacity", "camera/ratio_scaled", "")
         row("  / full-decode capacity", "camera/default_vs_full_capacity", "")
         row("edgeapp --decode full", "camera/edgeapp_full", "img/s", "{:.1f}")
@@ -798,8 +797,9 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--no-startup", action="store_true", help="skip the start-up figures")
     ap.add_argument("--no-batch", action="store_true", help="skip the throughput figures")
     ap.add_argument("--no-mobilenet", action="store_true", help="skip MobileNet V2")
-    ap.add_argument("--decode", choices=("scaled", "full"), default="scaled",
-                    help="how edgeapp and the peers decode the --size JPEGs (edgeapp's --decode)")
+    ap.add_argument("--decode", choices=("scaled", "full"), default="full",
+                    help="how edgeapp and the peers decode the --size JPEGs (edgeapp's --decode; "
+                         "full: classify's default)")
     ap.add_argument("--camera", type=int, default=30, metavar="N",
                     help="camera-sized photos (0.3-12 MP) per run; 0 skips that set")
     ap.add_argument("--cli", action=argparse.BooleanOptionalAction, default=True,

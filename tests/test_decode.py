@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from edgeapp import tasks
 from edgeapp.core.boxes import make_fit
 from edgeapp.core.preprocess import dct_scale, decode_image, fit_pixels, load_image, needed_size
 from edgeapp.errors import UsageError
@@ -125,11 +126,12 @@ def test_results_map_onto_the_whole_photo(tmp_path, tiny_model):
     from edgeapp.tasks.model import image_model
 
     p = photo(tmp_path, "p.jpg", (1600, 1200))
-    model = image_model(open_engine(tiny_model, "cpu"), tiny_model)
-    assert model.spec.decode == "scaled"
+    model = image_model(open_engine(tiny_model, "cpu"), tiny_model, decode="scaled")
     task = bind("classify", model)
-    _, prepared = task.prepare(str(p), keep_image=True)
+    tensor, prepared = task.prepare(str(p), keep_image=True)
     assert (prepared.fit.src_w, prepared.fit.src_h) == (1600, 1200)
+    assert not np.array_equal(tensor, bind("classify", image_model(
+        open_engine(tiny_model, "cpu"), tiny_model, decode="full")).prepare(str(p))[0])
     assert prepared.image.size == (1600, 1200)  # what --annotate draws on: the photo itself
 
 
@@ -164,20 +166,30 @@ def test_the_sidecar_says_how_calibration_decoded_and_inference_follows(tmp_path
     from edgeapp.hw.runtime import open_engine
     from edgeapp.tasks.model import image_model
 
-    assert read_meta(tiny_model).decode == "scaled"  # what `edgeapp convert` wrote by default
+    assert read_meta(tiny_model).decode == "full"  # what `edgeapp convert` wrote by default
     model = tmp_path / "m.tflite"
     shutil.copy(tiny_model, model)
     meta = json.loads(sidecar_path(tiny_model).read_text())
-    meta["preprocessing"]["decode"] = "full"
+    meta["preprocessing"]["decode"] = "scaled"
     sidecar_path(model).write_text(json.dumps(meta))
     engine = open_engine(model, "cpu")
-    assert image_model(engine, model).spec.decode == "full"
-    assert image_model(engine, model, decode="scaled").spec.decode == "scaled"  # the flag wins
+    assert image_model(engine, model).spec.decode == "scaled"
+    assert image_model(engine, model, decode="full").spec.decode == "full"  # the flag wins
+    del meta["preprocessing"]["decode"]  # a sidecar that does not say: the task decides
+    sidecar_path(model).write_text(json.dumps(meta))
+    assert image_model(engine, model).spec.decode is None
+    for name, decode in (("classify", "full"), ("detect", "scaled"), ("pose", "scaled"),
+                         ("segment", "scaled"), ("embed", "full")):
+        assert tasks.kind(name).decode == decode
     with pytest.raises(UsageError, match="--decode"):
         image_model(engine, model, decode="fast")
 
 
 def test_the_decode_option_and_its_old_name(cli, tiny_model, tmp_path):
+    """classify decodes whole unless told (and its model's sidecar says full); --fast-decode
+    is --decode scaled; both are as the API's decode= gives."""
+    import edgeapp
+
     p = photo(tmp_path, "p.jpg", (1600, 1200))
     runs = {name: cli("classify", tiny_model, p, "-f", "jsonl", *args)
             for name, args in [("default", ()), ("scaled", ("--decode", "scaled")),
@@ -187,7 +199,10 @@ def test_the_decode_option_and_its_old_name(cli, tiny_model, tmp_path):
 
     def scores(name):
         return [c["score"] for c in json.loads(runs[name].stdout)["classes"]]
-    assert scores("default") == scores("scaled") == scores("old")
+    assert scores("default") == scores("full") != scores("scaled") == scores("old")
+    for decode in ("scaled", "full"):
+        with edgeapp.open_model(tiny_model, "cpu", decode=decode) as model:
+            assert [c["score"] for c in model.classify(str(p))] == scores(decode)
     both = cli("classify", tiny_model, p, "--decode", "full", "--fast-decode")
     assert both.exit_code == 2 and "--fast-decode" in both.stderr
     assert "--fast-decode" not in cli("classify", "--help").stdout

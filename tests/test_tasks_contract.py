@@ -293,8 +293,8 @@ def test_decode_for_every_task(task, cases, cli, tmp_path):
 
 
 def _decode_for_every_task(task, case, cli, tmp_path):
-    """--decode (scaled by default: JPEGs at the smallest DCT scale the input needs, or full) is
-    one of the shared options: every task takes it, finds the same things in a large photo of
+    """--decode (scaled: JPEGs at the smallest DCT scale the input needs, or full) is one of the
+    shared options: every task takes it, finds the same things in a large photo of
     the same scene either way, and places them on the whole photo (boxes in its pixels)."""
     from PIL import Image
 
@@ -302,7 +302,7 @@ def _decode_for_every_task(task, case, cli, tmp_path):
     big = tmp_path / f"big_{case.model.stem}.jpg"
     small.resize((small.width * 8, small.height * 8), Image.NEAREST).save(big, quality=95)
     full = cli(task, case.model, big, "-f", "jsonl", "--decode", "full", *case.options)
-    scaled = cli(task, case.model, big, "-f", "jsonl", *case.options)
+    scaled = cli(task, case.model, big, "-f", "jsonl", "--decode", "scaled", *case.options)
     assert full.exit_code == 0 and scaled.exit_code == 0, full.stderr + scaled.stderr
     (a,), (b,) = records(full.stdout), records(scaled.stdout)
     kind = tasks.kind(task)

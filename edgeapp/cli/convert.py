@@ -63,8 +63,9 @@ InputSizeOpt = Annotated[Optional[str], typer.Option(
     "--input-size", metavar="HxW", help="Height and width for an ONNX model whose input size is symbolic.",
     show_default=False)]
 ConvertDecodeOpt = Annotated[Decode, typer.Option(
-    "--decode", help="How calibration and agreement images (JPEGs) are decoded: scaled or full, "
-                     "as classify's --decode; recorded in OUT.json, which classify then follows.")]
+    "--decode", help="How calibration and agreement images (JPEGs) are decoded: full, or scaled "
+                     "as the image commands' --decode scaled; recorded in OUT.json, and the image "
+                     "commands then decode the model's inputs the same way.")]
 ReportOpt = Annotated[bool, typer.Option(
     "--report", help="Per layer: float vs int8 SQNR on the calibration images, worst first, with the likely "
     "cause and fix; writes OUT.report.json and OUT.report.png.")]
@@ -85,7 +86,7 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
                     scale: ScaleOpt = None, eval_dir: EvalOpt = None, labels: LabelsOpt = None,
                     val_labels: ValLabelsOpt = None, input_size: InputSizeOpt = None, report: ReportOpt = False,
                     fmt: ReportFormatOpt = ReportFormat.table, compile_: CompileOpt = False,
-                    compiler: CompilerOpt = None, decode: ConvertDecodeOpt = Decode.scaled) -> None:
+                    compiler: CompilerOpt = None, decode: ConvertDecodeOpt = Decode.full) -> None:
     """Quantize a Keras or ONNX model to full-integer int8 TFLite, calibrated on your images.
 
     Writes OUT.tflite and OUT.json (labels, preprocessing and the measured agreement, read by

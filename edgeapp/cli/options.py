@@ -120,14 +120,15 @@ DecodeOpt = Annotated[Optional[Decode], typer.Option(
     "--decode", help="How JPEGs are decoded: scaled (at the smallest of libjpeg's 1/2, 1/4, 1/8 "
                      "scales still at least the model's input: several times faster on photos) "
                      "or full. Default: what the model was calibrated with (its sidecar), else "
-                     "scaled. See docs/performance.md.", show_default=False)]
+                     "the task's own: full for classify, scaled for the others. See "
+                     "docs/performance.md.", show_default=False)]
 FastDecodeOpt = Annotated[bool, typer.Option("--fast-decode", hidden=True,
                                              help="The old name of --decode scaled.")]
 
 
 def decode_choice(params: dict) -> Optional[str]:
     """--decode's value, with --fast-decode (hidden, kept for old scripts) as --decode scaled;
-    None: the model's sidecar decides, else scaled."""
+    None: the model's sidecar decides, else the task."""
     from edgeapp.errors import UsageError
 
     chosen = getattr(params.get("decode"), "value", params.get("decode"))

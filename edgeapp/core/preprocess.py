@@ -83,7 +83,6 @@ def _quiet_pillow() -> None:
 
 
 DECODES = ("scaled", "full")  # --decode: JPEGs at the smallest DCT scale the model needs, or whole
-DEFAULT_DECODE = "scaled"
 _SWAPPED = (5, 6, 7, 8)  # EXIF orientations that turn the stored image by 90 degrees
 # Pillow's names for JPEG files: MPO is a JPEG with more pictures after it (many phones' photos)
 JPEG_FORMATS = ("JPEG", "MPO")
@@ -337,7 +336,7 @@ def fit_pixels(img, size: tuple[int, int], mode: str = "stretch", resample: str 
 
 def prepare_image(source: ImageSource, size: tuple[int, int], channels: int, dtype: np.dtype,
                   scale: float, zero_point: int, mean: float = CORAL_MEAN,
-                  std: float = CORAL_STD, decode: str = DEFAULT_DECODE) -> np.ndarray:
+                  std: float = CORAL_STD, decode: str = "full") -> np.ndarray:
     """Load, convert, resize (stretch) and quantize one image into a (1, H, W, C) input tensor."""
     pixels, _ = fit_pixels(load_image(source, channels, size if decode == "scaled" else None), size)
     return quantize_input(pixels, dtype, scale, zero_point, mean, std)[None]

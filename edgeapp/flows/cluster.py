@@ -57,7 +57,7 @@ class Job:
     labels: Optional[dict] = None  # read on the client: workers need no labels file
     mean: Optional[float] = None
     std: Optional[float] = None
-    decode: Optional[str] = None  # --decode (None: the model's sidecar, else scaled)
+    decode: Optional[str] = None  # --decode (None: the model's sidecar, else the task's)
     options: dict = field(default_factory=dict)  # the task's options (top_k, threshold, ...)
     model_files: Optional[dict] = None  # --ship-bytes: file name -> bytes of the model, its CPU
     # twin and their sidecars, which travel too

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 
 from edgeapp.core.meta import ModelMeta
-from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, DECODES, DEFAULT_DECODE
+from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, DECODES
 from edgeapp.errors import InvalidModel, UsageError
 
 
@@ -28,7 +28,8 @@ class InputSpec:
     zero_point: int
     mean: float
     std: float
-    decode: str = "scaled"  # JPEGs at the scale the model needs, or "full" (core/preprocess.py)
+    decode: Optional[str] = None  # JPEGs "scaled" to what the input needs, or "full"
+    # (core/preprocess.py); None: neither the flag nor the sidecar says, the task decides
     normalization_given: bool = True  # mean/std from the flags or the model's metadata
 
     @property
@@ -45,7 +46,7 @@ def input_spec(engine: Any, meta: ModelMeta, mean: Optional[float] = None,
                std: Optional[float] = None, decode: Optional[str] = None) -> InputSpec:
     """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128;
     the JPEG decode from the flag, else what the model was calibrated with (its sidecar), else
-    scaled."""
+    None: the task's own default (TaskKind.decode)."""
     if len(engine.inputs) != 1:
         raise InvalidModel(f"{engine.model_path} has {len(engine.inputs)} inputs; an image model "
                            "has one")
@@ -60,14 +61,14 @@ def input_spec(engine: Any, meta: ModelMeta, mean: Optional[float] = None,
     return InputSpec(width=shape[2], height=shape[1], channels=shape[3], dtype=engine.input_dtype,
                      scale=scale, zero_point=zero,
                      mean=_first(mean, meta.mean, CORAL_MEAN), std=_first(std, meta.std, CORAL_STD),
-                     decode=check_decode(_first(decode, meta.decode, DEFAULT_DECODE)),
+                     decode=check_decode(decode if decode is not None else meta.decode),
                      normalization_given=(mean, std, meta.mean, meta.std) != (None,) * 4)
 
 
-def check_decode(value: Any) -> str:
+def check_decode(value: Any) -> Optional[str]:
     """--decode's value (an enum member or its text), checked: the API takes the same words."""
     value = getattr(value, "value", value)
-    if value not in DECODES:
+    if value is not None and value not in DECODES:
         raise UsageError(f"--decode {value!r}: one of {', '.join(DECODES)}")
     return value
 

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from edgeapp.core.preprocess import DEFAULT_DECODE, fit_pixels, load_image
+from edgeapp.core.preprocess import fit_pixels, load_image
 from edgeapp.errors import InputError, UsageError
 from edgeapp.flows.inputs import expand_inputs
 
@@ -70,7 +70,7 @@ def find_sources(source: Path, option: str) -> Sources:
 
 def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Optional[int] = None,
                  seed: int = 0, say: Callable[[str], None] = lambda s: None,
-                 decode: str = DEFAULT_DECODE) -> Dataset:
+                 decode: str = "full") -> Dataset:
     """Pixels of the images (decoded and resized as classify does with this --decode), or the
     .npy array as it is.
 

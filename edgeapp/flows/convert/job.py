@@ -44,7 +44,7 @@ class ConvertJob:
     val_labels: Optional[dict] = None  # --val-labels: the model's classes, to name folders' indices
     input_size: Optional[tuple] = None  # --input-size H, W for symbolic ONNX dims
     report: bool = False
-    decode: str = "scaled"  # JPEGs decoded as classify's --decode; the sidecar records it
+    decode: str = "full"  # JPEGs decoded as --decode does at inference; the sidecar records it
 
 
 @dataclass
