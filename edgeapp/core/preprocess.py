@@ -254,12 +254,16 @@ def resize_bilinear(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     x0, x1, dx = taps(w, src_w)
     one = np.float32(1)
     dy, dx = dy[:, None, None], dx[None, :, None]
-    a = pixels.reshape(src_h, src_w, -1).astype(np.float32)
-    rows0, rows1 = a[y0], a[y1]
-    out = rows0[:, x0] * ((one - dy) * (one - dx))
-    out += rows0[:, x1] * ((one - dy) * dx)
-    out += rows1[:, x0] * (dy * (one - dx))
-    out += rows1[:, x1] * (dy * dx)
+    a = pixels.reshape(src_h, src_w, -1)
+    rows0, rows1 = a[y0], a[y1]  # the taps gathered as uint8: only they become float, not the photo
+
+    def tap(rows: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return rows[:, x].astype(np.float32)
+
+    out = tap(rows0, x0) * ((one - dy) * (one - dx))
+    out += tap(rows0, x1) * ((one - dy) * dx)
+    out += tap(rows1, x0) * (dy * (one - dx))
+    out += tap(rows1, x1) * (dy * dx)
     return np.clip(out, 0, 255).astype(np.uint8).reshape((h, w) + pixels.shape[2:])
 
 
