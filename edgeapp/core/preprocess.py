@@ -165,6 +165,8 @@ def decode_image(source: ImageSource, channels: int = 3,
             if k > 1:  # (w // k, h // k) makes Pillow pick exactly 1/k (the next scale would be < it)
                 img.draft(mode, (w // k, h // k))
         img.load()
+        if img.size == (w, h):  # Pillow declined (a JPEG in several tiles): decoded whole
+            k = 1
         img = upright(img, orientation)
     except Image.DecompressionBombError as e:  # only past twice the limit: Pillow's own check
         raise InputError(f"{name}: {_pixels_in(str(e))}is over the {limit / 1e6:g}-megapixel limit; "
