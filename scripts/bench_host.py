@@ -663,6 +663,8 @@ class Bench:
             self.add("camera/mnv2_prepare_ms", prepare * 1000)
             self.add("camera/mnv2_bound", bound)
             self.add("camera/mnv2_ratio_bound", runs["mnv2"].rate / bound)
+            self.add("camera/mnv2_work_share", (prepare + invoke) * 1000 / runs["mnv2"].cpu_ms)
+            self.add("camera/mnv2_busy", runs["mnv2"].busy(self.cores))
 
     def run(self) -> dict:
         load = [os.getloadavg()[0]]
@@ -777,6 +779,8 @@ def print_table(r: dict) -> None:
         row("mobilenet_v2: CPU-work bound (scaled)", "camera/mnv2_bound", "img/s", "{:.1f}")
         row("mobilenet_v2: edgeapp (scaled)", "camera/mnv2", "img/s", "{:.1f}")
         row("  edgeapp / CPU-work bound", "camera/mnv2_ratio_bound", "")
+        row("    = necessary CPU / edgeapp's CPU", "camera/mnv2_work_share", "")
+        row("    x cores kept busy", "camera/mnv2_busy", "")
     print("targets (medians):")
     for key, v in r["verdicts"].items():
         sign = "<=" if key.endswith("_s") else ">="
