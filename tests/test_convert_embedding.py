@@ -15,7 +15,6 @@ import pytest
 from conftest import ROOT
 from retrain_models import KERAS_CUT
 
-from edgeapp.core.embedding import embedding_output
 from edgeapp.core.meta import read_meta
 from edgeapp.core.tflite.model import load_model
 
@@ -55,6 +54,8 @@ def test_an_embedding_output_is_measured_by_agreement_only(cut_and_converted):
 
 
 def test_the_sidecar_records_an_embedding_without_labels(cut_and_converted):
+    from edgeapp.core.embedding import embedding_output
+
     path = cut_and_converted["path"]
     meta = read_meta(path)
     assert meta.task == "embed" and meta.labels is None
@@ -78,5 +79,7 @@ def test_retrain_takes_it_and_classify_says_it_is_one(cut_and_converted, tiny_da
 
 
 def test_a_classifier_is_no_embedding(converted):
+    from edgeapp.core.embedding import embedding_output
+
     assert embedding_output(load_model(converted["path"])) is None
     assert read_meta(converted["path"]).task == "classify"
