@@ -39,7 +39,8 @@ def test_try_it_says_the_shipped_models_run_on_the_cpu_and_shows_the_compiled_pa
     shipped = sorted(p.name for p in (ROOT / "models").glob("*.tflite"))
     assert shipped and all(not load_model(ROOT / "models" / name).is_edgetpu_compiled for name in shipped)
     assert all(f"`{name}`" in text for name in shipped), shipped  # each says what it is
-    assert "`digits_int8.tflite`, like every model here, is not compiled for the Edge TPU, so it always runs on the CPU" in text
+    assert ("`digits_int8.tflite`, like every model here, is not compiled for the Edge TPU, so it always "
+            "runs on the CPU") in text
     commands = [ln.split("#")[0].strip() for ln in try_it.splitlines()]
     assert "edgeapp compiler install && edgeapp compile models/digits_int8.tflite" in commands
     assert "edgeapp classify models/digits_int8_edgetpu.tflite models/samples" in commands
