@@ -46,6 +46,16 @@ def test_try_it_says_the_shipped_models_run_on_the_cpu_and_shows_the_compiled_pa
     assert "edgeapp classify models/digits_int8_edgetpu.tflite models/samples" in commands
 
 
+def test_try_it_shows_detect_and_retrain_on_what_ships():
+    try_it = readme_section("Try it")
+    commands = [ln.split("#")[0].strip() for ln in try_it.splitlines()]
+    detect = next(c for c in commands if c.startswith("edgeapp detect "))
+    retrain = next(c for c in commands if c.startswith("edgeapp retrain "))
+    for command in (detect, retrain):
+        paths = [w for w in command.split() if w.startswith("models/")]
+        assert len(paths) == 2 and all((ROOT / p).exists() for p in paths), command
+
+
 def test_the_readme_says_what_the_counts_look_like_without_chromium_mosquitto_and_shared():
     text = " ".join(readme_section("Run the tests").split())
     assert "Without Chromium" in text and "Mosquitto" in text and "`../shared`" in text
