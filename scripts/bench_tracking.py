@@ -52,7 +52,7 @@ def detections(scene) -> list:
 
 def run_edgeapp(dets: list, **settings) -> tuple:
     """(tracked boxes per frame, the same with each track's first, unconfirmed box added in
-    the frame it was seen: what flows/tracking.py counts lines from)."""
+    the frame it was seen: what flows/camera/tracking.py counts lines from)."""
     from edgeapp.core.tracking import ByteTracker, TrackerSettings
 
     tracker = ByteTracker(TrackerSettings(high=HIGH, low=LOW, **settings))
