@@ -87,7 +87,7 @@ def run_images(ctx: typer.Context, task: str, options: dict, *,
         raise UsageError(f"{' and '.join(writing)} write files where the images are processed: "
                          "not with --cluster")
     out = Folders(p.get("annotate"), folders)  # OpenCV and the folders checked first
-    paths = out.exclude_own(expand_inputs(p["inputs"]))
+    paths = out.exclude_own(expand_inputs(p["inputs"], on_notice=say))
     if p.get("cluster"):
         stats, where = _on_cluster(ctx, task, options, paths, fmt)
     else:
