@@ -178,7 +178,8 @@ class _Loop:
     def run(self, drop, max_frames, duration, reconnect, queue_size, stop_event,
             on_notice) -> CameraStats:
         source, run, recorder = self.source, self.run_on, self.sinks.recorder
-        source.open()
+        if not getattr(source, "is_open", False):  # opened already: CameraRun opens it first
+            source.open()
         drop = source.live if drop is None else drop
         if recorder is not None and recorder.fps is None and source.fps:
             recorder.fps = source.fps
