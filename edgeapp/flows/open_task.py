@@ -94,6 +94,10 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
         if name_notice:  # auto and no Edge TPU: the name's CPU build, said once, on the CPU
             say(name_notice)
             device = "cpu"
+        if not path.is_file():  # missing, a folder, a FIFO: the model's error, whatever the device
+            from edgeapp.core.tflite.model import map_model_file
+
+            map_model_file(path)
     held = _Held(say)  # where it runs is said once the task is bound: a wrong task is said alone
     holder: dict = {}
     kw: dict = {}
