@@ -100,7 +100,8 @@ def test_text_summary_and_max_frames(cli, tiny_model, color_video):
     assert r.exit_code == 0, r.stderr
     assert len(r.stdout.splitlines()) == 5
     line = r.stderr.strip().splitlines()[-1]
-    assert "5 processed" in line and "0 dropped" in line and "stop: max frames" in line
+    # the frames read ahead of the limit are no part of the run: not "9 captured, 5 processed"
+    assert "5 frame(s) captured, 5 processed, 0 dropped" in line and "stop: max frames" in line
     assert "p50" in line and "p99" in line and "cpu" in line
 
 
