@@ -116,7 +116,7 @@ def bench_command(
     finite("--watts", watts)
     finite("--duration", duration)
     check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of counting --runs")
-    from edgeapp.flows.bench import run_bench, save_peaks
+    from edgeapp.flows.bench.run import run_bench, save_peaks
 
     dev = _device(ctx, device, synthetic)
     if plot is not None:
@@ -161,7 +161,7 @@ def _device(ctx: typer.Context, device: Optional[str], synthetic: bool) -> str:
 def _options(ctx: typer.Context):
     """BenchOptions from the command's options (ctx.params)."""
     from edgeapp.core.clock import check_usb_queue
-    from edgeapp.flows.bench import BenchOptions
+    from edgeapp.flows.bench.run import BenchOptions
 
     p = ctx.params
     problem = check_usb_queue(p.get("usb_queue"))
@@ -183,9 +183,9 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
     import tempfile
 
     from edgeapp.errors import CompileError, MissingDependency
-    from edgeapp.flows.bench import run_bench
-    from edgeapp.flows.bench_devices import plan_devices
-    from edgeapp.flows.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
+    from edgeapp.flows.bench.run import run_bench
+    from edgeapp.flows.bench.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
+    from edgeapp.flows.bench.which_devices import plan_devices
 
     plan = plan_devices(dev)
     with tempfile.TemporaryDirectory(prefix="edgeapp-synthetic-") as tmp:
@@ -289,7 +289,7 @@ def format_table(doc: dict) -> str:
     if host.get("governor_warning"):
         notes.insert(0, "warning: " + host["governor_warning"])
     if doc.get("thread_sweep"):
-        from edgeapp.flows.bench_threads import sweep_note
+        from edgeapp.flows.bench.threads import sweep_note
 
         notes.insert(0, sweep_note(doc["thread_sweep"]))
     notes += doc.get("notes", [])
@@ -300,7 +300,7 @@ def format_table(doc: dict) -> str:
 
 
 def _clock_lines(doc: dict) -> list:
-    from edgeapp.flows.bench_thermal import table_lines
+    from edgeapp.flows.bench.thermal import table_lines
 
     found = table_lines(doc["results"])
     return [""] + found if found else []
