@@ -195,7 +195,7 @@ class DevicePool(Runner):
 
 
 class CpuPool(DevicePool):
-    """One-thread CPU interpreters side by side (execution/runners.cpu_runner).
+    """One-thread CPU interpreters side by side (execution/placement.cpu_runner).
 
     Its own policy for a batch (`run_all`): the thread that prepares an input also invokes it,
     on a free interpreter, with no hand-off to another thread and back; the caller's thread is

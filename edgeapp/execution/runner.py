@@ -7,7 +7,7 @@ None (an input that failed before inference) passes through as (key, None) in it
 invoked, one result per input in input order; a runner changes only its policy for it
 (execution/parallel.CpuPool: the thread that prepared an input also invokes it).
 Several Edge TPUs side by side are execution/parallel.py, segment pipelines
-execution/pipeline.py; execution/runners.py opens the right one for a model and --device.
+execution/pipeline.py; execution/placement.py opens the right one for a model and --device.
 """
 
 from __future__ import annotations

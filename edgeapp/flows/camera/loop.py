@@ -1,6 +1,6 @@
 """Live and video inference: the loop that takes frames from `capture.FrameGrabber`, runs the
 model on the newest one, hands each result to the sinks (display, recording, records, live
-view, MQTT), and keeps the statistics for the summary. flows/camera.py sets a whole run up.
+view, MQTT), and keeps the statistics for the summary. flows/camera/run.py sets a whole run up.
 
 The frame policy (newest frame for live sources, every frame for files) and reconnecting are
 the capture side's: see hw/capture.py. OpenCV is imported only inside functions.
@@ -96,7 +96,7 @@ class Sinks:
     recorder: Any = None  # sinks/recorder.Recorder
     outputs: Sequence[FrameOutput] = ()  # live view, MQTT
     overlay: bool = True  # draw the results on the frames shown and recorded
-    tracking: Any = None  # flows/tracking.TrackStage: track ids, lines, zones, events
+    tracking: Any = None  # flows/camera/tracking.TrackStage: track ids, lines, zones, events
 
 
 def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
@@ -110,7 +110,7 @@ def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
                tracking: Any = None) -> CameraStats:
     """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
 
-    `runner`: the frames' runner (execution/runners.open_runner with frames=True, as
+    `runner`: the frames' runner (execution/placement.open_runner with frames=True, as
     flows/open_task opens it): each device's thread runs the whole task on a frame and hands
     back (Result, inference ms), one frame per device in flight, in frame order. `drop` None:
     newest-frame for live sources, every
@@ -119,11 +119,15 @@ def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
     Ctrl-C stops cleanly (stop "interrupted"). Raises only if the source cannot be opened at
     all. `outputs` (live view, MQTT) get each processed frame and its record after display and
     recording. `kind` draws the overlay. `tracking`
-    (flows/tracking.TrackStage) gives objects their track ids before anything sees the record;
+    (flows/camera/tracking.TrackStage) gives objects their track ids before anything sees the record;
     its events go to the outputs that take them (`on_events`), the last ones when the run ends.
     """
     loop = _Loop(source, runner, kind, Sinks(on_record, display, recorder, outputs, overlay, tracking))
     return loop.run(drop, max_frames, duration, reconnect, queue_size, stop_event, on_notice)
+
+
+# Stops the run chose (a limit, Ctrl-C, a stop asked for): the source had more to give.
+_RUN_ENDED = ("max frames", "duration", "interrupted", "stopped", "window closed")
 
 
 class _Loop:
@@ -136,12 +140,14 @@ class _Loop:
         self.last_done: Optional[float] = None
         self.grabber: Any = None
         self.stats: Any = None
+        self.last_index: Optional[int] = None  # the last frame processed
         self.last_frame: Any = None  # (index, timestamp) of the last frame delivered
 
     def run(self, drop, max_frames, duration, reconnect, queue_size, stop_event,
             on_notice) -> CameraStats:
         source, run, recorder = self.source, self.run_on, self.sinks.recorder
-        source.open()
+        if not getattr(source, "is_open", False):  # opened already: CameraRun opens it first
+            source.open()
         drop = source.live if drop is None else drop
         if recorder is not None and recorder.fps is None and source.fps:
             recorder.fps = source.fps
@@ -212,6 +218,7 @@ class _Loop:
         done = time.perf_counter()
         frame_ms = (done - t0) * 1000.0
         stats.processed += 1
+        self.last_index = frame.index
         stats.inference_ms.append(latency)
         stats.frame_ms.append(frame_ms)
         stats.end_to_end_ms.append((done - frame.captured_at) * 1000.0)
@@ -258,6 +265,10 @@ class _Loop:
         if sinks.display is not None:
             sinks.display.close()
         stats.captured, stats.dropped = grabber.captured, grabber.dropped
+        if stats.stop in _RUN_ENDED and self.last_index is not None:
+            # the frames read ahead after the last one processed were no part of the run
+            stats.captured = min(stats.captured, self.last_index + 1)
+            stats.dropped = min(stats.dropped, stats.captured - stats.processed)
         stats.reconnects, stats.reconnect_attempts = grabber.reconnects, grabber.reconnect_attempts
         stats.max_pending = grabber.max_pending
         stats.reopen_error = grabber.last_error
