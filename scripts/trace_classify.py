@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""How far one `edgeapp classify` travels through edgeapp's files: a readability measure.
+
+    python scripts/trace_classify.py [--list] [-- classify ARGS...]
+
+Runs `edgeapp classify models/digits_int8.tflite models/samples` (or the given arguments) in
+this process under a profile hook on every thread, and prints
+  files        edgeapp files whose functions ran (module bodies, i.e. imports, excluded)
+  calls        function calls counted per file (--list prints them)
+  edges        distinct caller file -> callee file pairs between edgeapp files (the caller is the
+               nearest edgeapp frame up the stack, so a call through Typer, threading or a
+               library's callback counts from the edgeapp code that started it)
+  upward       edges from a lower layer into a higher one, by tests/test_layers.py's order
+               (cli, api > flows > sinks > tasks, execution > hw > core > errors): a callback
+               that reaches back up (a notice function, a resolver handed down)
+The command's own stdout (its results) is dropped, so stdout holds only these numbers.
+"""
+
+import argparse
+import collections
+import contextlib
+import io
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "edgeapp"
+RANK = {"cli": 6, "api": 6, "__main__": 6, "__init__": 6, "flows": 5, "sinks": 4, "tasks": 3,
+        "execution": 3, "hw": 2, "core": 1, "errors": 0}
+
+
+def layer(relative: str) -> str:
+    first = relative.split("/")[0]
+    return first[:-3] if first.endswith(".py") else first
+
+
+def trace(argv: list) -> tuple:
+    """(calls per file, {(caller file, callee file)}) of running `edgeapp argv` here."""
+    sys.path.insert(0, str(ROOT))
+    from edgeapp.cli.app import app
+
+    prefix = str(PKG) + "/"
+    calls: collections.Counter = collections.Counter()
+    edges: set = set()
+    lock = threading.Lock()
+
+    def ours(code) -> str:
+        name = code.co_filename
+        return name[len(prefix):] if name.startswith(prefix) else ""
+
+    def hook(frame, event, arg):
+        if event != "call" or frame.f_code.co_name == "<module>":
+            return
+        callee = ours(frame.f_code)
+        if not callee:
+            return
+        caller, up = "", frame.f_back
+        while up is not None and not caller:
+            caller = ours(up.f_code) if up.f_code.co_name != "<module>" else ""
+            up = up.f_back
+        with lock:
+            calls[callee] += 1
+            if caller and caller != callee:
+                edges.add((caller, callee))
+
+    threading.setprofile(hook)
+    sys.setprofile(hook)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            app(argv, standalone_mode=False)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    return calls, edges
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--list", action="store_true", help="print calls per file and the edges")
+    parser.add_argument("args", nargs="*", help="classify's arguments (default: the bundled model "
+                                                "and its samples)")
+    options = parser.parse_args()
+    args = options.args or [str(ROOT / "models/digits_int8.tflite"), str(ROOT / "models/samples")]
+    calls, edges = trace(["classify", *args])
+    upward = sorted((a, b) for a, b in edges if RANK[layer(a)] < RANK[layer(b)])
+    print(f"files: {len(calls)}")
+    print(f"calls: {sum(calls.values())}")
+    print(f"edges: {len(edges)}")
+    print(f"upward: {len(upward)}")
+    for a, b in upward:
+        print(f"  {a} -> {b}")
+    if options.list:
+        for name, count in sorted(calls.items()):
+            print(f"{count:8d}  {name}")
+        for a, b in sorted(edges):
+            print(f"  edge {a} -> {b}")
+
+
+if __name__ == "__main__":
+    main()
