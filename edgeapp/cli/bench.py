@@ -115,7 +115,8 @@ def bench_command(
     finite("--watts", watts)
     finite("--duration", duration)
     check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of counting --runs")
-    from edgeapp.flows.bench import run_bench, save_peaks
+    from edgeapp.core.clock import check_usb_queue
+    from edgeapp.flows.bench import BenchOptions, run_bench, save_peaks
 
     dev = _device(ctx, device, synthetic)
     if plot is not None:
@@ -126,7 +127,15 @@ def bench_command(
         raise UsageError("give a MODEL or --synthetic, not both")
     if not synthetic and model is None:
         raise UsageError("missing MODEL (or use --synthetic)")
-    opts = _options(ctx)
+    problem = check_usb_queue(usb_queue)
+    if problem:
+        raise UsageError(problem)
+    opts = BenchOptions(runs=runs, warmup=warmup, duration=duration, power_mode=choice_value(power_mode),
+                        watts=watts, runtime=resolve_runtime(ctx, runtime),
+                        cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
+                        probe=not no_probe, cpu_kernels=choice_value(cpu_kernels),
+                        samples={} if plot is not None else None,
+                        performance=choice_value(performance), usb_queue=usb_queue)
     progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
     if synthetic:
         doc = _run_synthetic(dev, threads, opts, progress)
@@ -155,26 +164,6 @@ def _device(ctx: typer.Context, device: Optional[str], synthetic: bool) -> str:
         dev = "all"
     parse_devices(dev)  # UsageError for a bad device string or list, before any work
     return dev
-
-
-def _options(ctx: typer.Context):
-    """BenchOptions from the command's options (ctx.params)."""
-    from edgeapp.core.clock import check_usb_queue
-    from edgeapp.flows.bench import BenchOptions
-
-    p = ctx.params
-    problem = check_usb_queue(p.get("usb_queue"))
-    if problem:
-        raise UsageError(problem)
-    return BenchOptions(runs=p["runs"], warmup=p["warmup"], duration=p.get("duration"),
-                        power_mode=choice_value(p["power_mode"]), watts=p.get("watts"),
-                        runtime=resolve_runtime(ctx, p.get("runtime")),
-                        cpu_model=str(p["cpu_model"]) if p.get("cpu_model") else None,
-                        synthetic=p["synthetic"], probe=not p["no_probe"],
-                        cpu_kernels=choice_value(p["cpu_kernels"]),
-                        samples={} if p.get("plot") is not None else None,
-                        performance=choice_value(p.get("performance")),
-                        usb_queue=p.get("usb_queue"))
 
 
 def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:

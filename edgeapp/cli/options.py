@@ -150,8 +150,8 @@ def resolve_device(ctx: typer.Context, device: Optional[str]) -> str:
 
 
 def choice_value(value):
-    """An option's value as its plain string when it is a choice: Typer hands the command an
-    Enum, while `ctx.params` holds the Enum (Typer 0.29) or the string (0.23, Python 3.9)."""
+    """An option's value as its plain string when it is a choice (Typer hands the command an
+    Enum; the task options' values are plain strings)."""
     return value.value if isinstance(value, Enum) else value
 
 
@@ -348,16 +348,6 @@ def resume_hint(written: int, output: Optional[Path], fmt: Any, kept: int = 0) -
     return f"{where}; run the same command with --resume to go on without redoing them"
 
 
-def _typed_params(args: tuple, kwargs: dict) -> None:
-    """`ctx.params` with the values the command gets (Path, Enum, list), as shared bodies read
-    them: Typer converts what it hands the function, while ctx.params holds click's values,
-    which older Typer (0.23, Python 3.9) leaves as strings."""
-    ctx = kwargs.get("ctx")  # click's Context: not always a typer.Context instance
-    params = getattr(ctx, "params", None)
-    if isinstance(params, dict):
-        params.update({k: v for k, v in kwargs.items() if k in params})
-
-
 def _say_interrupted(e: Optional[BaseException]) -> None:
     say(f"interrupted: {e}" if isinstance(e, Interrupted) and str(e) else "interrupted")
 
@@ -367,7 +357,6 @@ def cli_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        _typed_params(args, kwargs)
         try:
             return fn(*args, **kwargs)
         except EdgeappError as e:
