@@ -28,6 +28,22 @@ def _same(engine: Engine) -> Engine:
 
 
 
+class Notices:
+    """A runner's notices as values while it opens (`kept`, for the caller to say), then handed
+    to `later` as they happen (a TPU failing over mid-run); set `opening` False to switch."""
+
+    def __init__(self) -> None:
+        self.kept: list[str] = []
+        self.opening = True
+        self.later: Optional[Notice] = None
+
+    def __call__(self, text: str) -> None:
+        if self.opening:
+            self.kept.append(text)
+        elif self.later is not None:
+            self.later(text)
+
+
 def open_runner(model: str | Path, device: str = "auto", options: EngineOptions = EngineOptions(), *,
                 on_notice: Optional[Notice] = None, work: Work = invoke, wrap: Wrap = _same,
                 depth: int = 2, cpu_replicas: int = 1, reconnect: float = 0.0) -> Runner:

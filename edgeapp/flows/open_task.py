@@ -81,12 +81,12 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
     are for whichever task the model turns out to be), not refused.
     """
     from edgeapp.core.pipeline_segments import find_segment_files
-    from edgeapp.execution.runners import open_runner
+    from edgeapp.execution.runners import Notices, open_runner
     from edgeapp.tasks import kind, task_for
     from edgeapp.tasks.base import bind
     from edgeapp.tasks.model import image_model
 
-    notices = _Notices()
+    notices = Notices()
     path, device = Path(str(model)), place.device
     if find_segment_files(path) is None:
         path, name_notice = _resolve_quietly(path, device)
@@ -116,22 +116,6 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
         raise
     notices.opening, notices.later = False, on_notice
     return OpenTask(runner, loaded, bound, notices.kept)
-
-
-class _Notices:
-    """The runner's notices: kept while it opens (returned as values), then handed to the
-    caller's `later` as they happen."""
-
-    def __init__(self) -> None:
-        self.kept: List[str] = []
-        self.opening = True
-        self.later: Optional[Notice] = None
-
-    def __call__(self, text: str) -> None:
-        if self.opening:
-            self.kept.append(text)
-        elif self.later is not None:
-            self.later(text)
 
 
 def _resolve_quietly(path: Path, device: str) -> tuple:
