@@ -115,21 +115,10 @@ def bench_command(
     finite("--watts", watts)
     finite("--duration", duration)
     check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of counting --runs")
-    from edgeapp.core.clock import check_usb_queue
     from edgeapp.flows.bench import BenchOptions, run_bench, save_peaks
 
     dev = _device(ctx, device, synthetic)
-    if plot is not None:
-        from edgeapp.sinks.plots import check_plot_target
-
-        check_plot_target(plot)
-    if synthetic and model is not None:
-        raise UsageError("give a MODEL or --synthetic, not both")
-    if not synthetic and model is None:
-        raise UsageError("missing MODEL (or use --synthetic)")
-    problem = check_usb_queue(usb_queue)
-    if problem:
-        raise UsageError(problem)
+    _check(model, synthetic, plot, usb_queue)
     opts = BenchOptions(runs=runs, warmup=warmup, duration=duration, power_mode=choice_value(power_mode),
                         watts=watts, runtime=resolve_runtime(ctx, runtime),
                         cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
@@ -153,6 +142,23 @@ def bench_command(
 
         plot_bench(doc, opts.samples or {}, plot)
         say(f"plot written to {plot}")
+
+
+def _check(model: Optional[Path], synthetic: bool, plot: Optional[Path], usb_queue: Optional[int]) -> None:
+    """Contradictions and impossible values, before any work."""
+    from edgeapp.core.clock import check_usb_queue
+
+    if plot is not None:
+        from edgeapp.sinks.plots import check_plot_target
+
+        check_plot_target(plot)
+    if synthetic and model is not None:
+        raise UsageError("give a MODEL or --synthetic, not both")
+    if not synthetic and model is None:
+        raise UsageError("missing MODEL (or use --synthetic)")
+    problem = check_usb_queue(usb_queue)
+    if problem:
+        raise UsageError(problem)
 
 
 def _device(ctx: typer.Context, device: Optional[str], synthetic: bool) -> str:
