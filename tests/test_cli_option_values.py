@@ -113,3 +113,36 @@ def test_classify_runs_without_the_validation_library(tiny_model, color_images):
             "print('pydantic' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip().splitlines()[-2:] == ["exit 0", "False"], r.stderr
+
+
+def test_no_private_typer_api():
+    """Nothing of edgeapp imports a private module or name of Typer (its internals change
+    between releases; the public API is what pyproject.toml's unbounded pin relies on)."""
+    import ast
+
+    private = []
+    for path in sorted((Path(__file__).resolve().parent.parent / "edgeapp").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            for module in modules:
+                parts = module.split(".")
+                if parts[0] == "typer" and (any(p.startswith("_") for p in parts)
+                                            or any(n.startswith("_") for n in names)):
+                    private.append(f"{path.name}:{node.lineno} {module} {names}")
+            if isinstance(node, ast.Attribute) and node.attr in ("_runtime_param", "_coercion"):
+                private.append(f"{path.name}:{node.lineno} .{node.attr}")
+    assert private == []
+
+
+def test_cli_reads_option_values_as_typed_values():
+    """A command's values are one typed value (or its parameters), not looked up by name in
+    click's context (a handful of such reads at most)."""
+    import re
+
+    cli = Path(__file__).resolve().parent.parent / "edgeapp" / "cli"
+    found = [f"{p.name}:{n}" for p in sorted(cli.glob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"ctx\.params|\bparams\.get\(|\bparams\[", line.split("#")[0])]
+    assert len(found) <= 3, found
