@@ -5,11 +5,13 @@
 
 Runs `edgeapp classify models/digits_int8.tflite models/samples` (or the given arguments) in
 this process under a profile hook on every thread, and prints
-  files        edgeapp files whose functions ran (module bodies, i.e. imports, excluded)
+  files        edgeapp files whose functions ran
   calls        function calls counted per file (--list prints them)
   edges        distinct caller file -> callee file pairs between edgeapp files (the caller is the
                nearest edgeapp frame up the stack, so a call through Typer, threading or a
                library's callback counts from the edgeapp code that started it)
+Module and class bodies (imports) are excluded, and so are the calls they make: a call whose
+nearest edgeapp frame is a module or class body is import-time work, not the command's.
   upward       edges from a lower layer into a higher one, by tests/test_layers.py's order
                (cli, api > flows > sinks > tasks, execution > hw > core > errors): a callback
                that reaches back up (a notice function, a resolver handed down)
@@ -19,6 +21,7 @@ The command's own stdout (its results) is dropped, so stdout holds only these nu
 import argparse
 import collections
 import contextlib
+import inspect
 import io
 import sys
 import threading
@@ -49,16 +52,21 @@ def trace(argv: list) -> tuple:
         name = code.co_filename
         return name[len(prefix):] if name.startswith(prefix) else ""
 
+    def function(code) -> bool:
+        return bool(code.co_flags & inspect.CO_OPTIMIZED)  # not a module or class body
+
     def hook(frame, event, arg):
-        if event != "call" or frame.f_code.co_name == "<module>":
+        if event != "call" or not function(frame.f_code):
             return
         callee = ours(frame.f_code)
         if not callee:
             return
-        caller, up = "", frame.f_back
-        while up is not None and not caller:
-            caller = ours(up.f_code) if up.f_code.co_name != "<module>" else ""
+        up = frame.f_back
+        while up is not None and not ours(up.f_code):
             up = up.f_back
+        if up is not None and not function(up.f_code):
+            return  # called by a module or class body: an import
+        caller = ours(up.f_code) if up is not None else ""
         with lock:
             calls[callee] += 1
             if caller and caller != callee:
