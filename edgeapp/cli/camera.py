@@ -13,7 +13,7 @@ import threading
 from dataclasses import MISSING, dataclass, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -22,6 +22,9 @@ from edgeapp.cli import options as shared
 from edgeapp.cli.options import check_common, choice_value, finite, given, say
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.sinks.records import Format
+
+if TYPE_CHECKING:
+    from edgeapp.flows.open_task import Placement
 
 SUMMARY = "Run a model on live frames: overlay, headless JSON lines, recording, summary."
 HELP = SUMMARY + """
@@ -167,7 +170,7 @@ class CameraOptions:
     no_probe: shared.NoProbeOpt = False
     performance: shared.PerformanceOpt = None
 
-    def placement(self, ctx: typer.Context) -> Any:
+    def placement(self, ctx: typer.Context) -> "Placement":
         return shared.placement(ctx, device=self.device, cpu_model=self.cpu_model, runtime=self.runtime,
                                 threads=self.threads, no_probe=self.no_probe,
                                 cpu_kernels=self.cpu_kernels, performance=self.performance)

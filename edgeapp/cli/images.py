@@ -7,7 +7,7 @@ exit code.
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import typer
 
@@ -45,6 +45,12 @@ from edgeapp.cli.options import (
     say,
 )
 from edgeapp.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from edgeapp.flows.open_task import Placement
+    from edgeapp.tasks.base import Prepared, Result, TaskKind
+
+    Hook = Callable[[str, Prepared, Result], Optional[dict]]  # what a batch calls per image
 
 
 @dataclass
@@ -86,7 +92,7 @@ class ImageOptions:
         """The command's values (its keyword arguments), the task's own left out."""
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
-    def placement(self, ctx: typer.Context) -> Any:
+    def placement(self, ctx: typer.Context) -> "Placement":
         return placement(ctx, device=self.device, cpu_model=self.cpu_model, runtime=self.runtime,
                          threads=self.threads, no_probe=self.no_probe, cpu_kernels=self.cpu_kernels,
                          performance=self.performance, reconnect=self.tpu_reconnect)
@@ -118,12 +124,12 @@ class Folders:
         named += [(option.folder, folder) for option, folder in self.extra.items()]
         return [f"{what} in {folder.folder}" for what, folder in named]
 
-    def hook(self, kind: Any):
+    def hook(self, kind: "TaskKind") -> "Optional[Hook]":
         """The per-image writer of these folders: (path, prepared, result) -> fields to add."""
         if not self.all():
             return None
 
-        def write(path, prepared, result) -> Optional[dict]:
+        def write(path: str, prepared: "Prepared", result: "Result") -> Optional[dict]:
             if self.annotate is not None:
                 self.annotate.annotate(path, prepared.image,
                                        lambda bgr: kind.draw(bgr, result.fields, result.extras))
