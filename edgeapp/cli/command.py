@@ -12,7 +12,7 @@ a Typer's) gets `PlainValues` as its `process_value` (Click's public method): th
 values of edgeapp's plain option types are converted here, as Typer would, from the type and
 `typer.Option`/`typer.Argument` the command's function declares; anything else (an error to
 word, a value Typer might read otherwise) goes to the parameter's own `process_value`. A Typer
-on click's types (below 0.26) converts cheaply itself and is left alone.
+on click's types (0.23, say) converts cheaply itself and is left alone.
 tests/test_cli_option_values.py checks both ways agree on every parameter of every command.
 """
 
