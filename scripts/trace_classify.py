@@ -16,13 +16,20 @@ nearest edgeapp frame is a module or class body is import-time work, not the com
                (cli, api > flows > sinks > tasks, execution > hw > core > errors): a callback
                that reaches back up (a notice function, a resolver handed down)
 The command's own stdout (its results) is dropped, so stdout holds only these numbers.
+Two static counts of the same readability follow:
+  params>10    functions (self and cls not counted) with more than 10 parameters, outside cli/
+               and api.py, and in all
+  by-name      option values read by name in cli/ (ctx.params, params.get(...), params[...],
+               and the same through `p = ctx.params`: p.get(...), p["..."])
 """
 
 import argparse
+import ast
 import collections
 import contextlib
 import inspect
 import io
+import re
 import sys
 import threading
 from pathlib import Path
@@ -83,6 +90,28 @@ def trace(argv: list) -> tuple:
     return calls, edges
 
 
+def many_parameters() -> list:
+    """(file, function, parameters) of every function with more than 10."""
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [x.arg for x in getattr(a, "posonlyargs", []) + a.args + a.kwonlyargs]
+                n = len(names) + bool(a.vararg) + bool(a.kwarg) - (names[:1] in (["self"], ["cls"]))
+                if n > 10:
+                    found.append((path.relative_to(PKG).as_posix(), node.name, n))
+    return found
+
+
+def read_by_name() -> list:
+    """file:line of each option value read by name in cli/."""
+    pattern = re.compile(r"ctx\.params|\bparams\.get\(|\bparams\[|\bp\.get\(|\bp\[\"")
+    return [f"cli/{p.name}:{n}" for p in sorted((PKG / "cli").glob("*.py"))
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if pattern.search(line.split("#")[0])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--list", action="store_true", help="print calls per file and the edges")
@@ -98,7 +127,16 @@ def main() -> None:
     print(f"upward: {len(upward)}")
     for a, b in upward:
         print(f"  {a} -> {b}")
+    many = many_parameters()
+    outside = [m for m in many if not (m[0].startswith("cli/") or m[0] == "api.py")]
+    print(f"params>10: {len(outside)} outside cli/ and api.py, {len(many)} in all")
+    by_name = read_by_name()
+    print(f"by-name: {len(by_name)}")
     if options.list:
+        for where, name, n in many:
+            print(f"  {n:3d} params  {where} {name}")
+        for where in by_name:
+            print(f"  by name  {where}")
         for name, count in sorted(calls.items()):
             print(f"{count:8d}  {name}")
         for a, b in sorted(edges):
