@@ -115,7 +115,7 @@ def bench_command(
     finite("--watts", watts)
     finite("--duration", duration)
     check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of counting --runs")
-    from edgeapp.flows.bench import BenchOptions, run_bench, save_peaks
+    from edgeapp.flows.bench.run import BenchOptions, run_bench, save_peaks
 
     dev = _device(ctx, device, synthetic)
     _check(model, synthetic, plot, usb_queue)
@@ -177,9 +177,9 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
     import tempfile
 
     from edgeapp.errors import CompileError, MissingDependency
-    from edgeapp.flows.bench import run_bench
-    from edgeapp.flows.bench_devices import plan_devices
-    from edgeapp.flows.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
+    from edgeapp.flows.bench.run import run_bench
+    from edgeapp.flows.bench.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
+    from edgeapp.flows.bench.which_devices import plan_devices
 
     plan = plan_devices(dev)
     with tempfile.TemporaryDirectory(prefix="edgeapp-synthetic-") as tmp:
@@ -283,7 +283,7 @@ def format_table(doc: dict) -> str:
     if host.get("governor_warning"):
         notes.insert(0, "warning: " + host["governor_warning"])
     if doc.get("thread_sweep"):
-        from edgeapp.flows.bench_threads import sweep_note
+        from edgeapp.flows.bench.threads import sweep_note
 
         notes.insert(0, sweep_note(doc["thread_sweep"]))
     notes += doc.get("notes", [])
@@ -294,7 +294,7 @@ def format_table(doc: dict) -> str:
 
 
 def _clock_lines(doc: dict) -> list:
-    from edgeapp.flows.bench_thermal import table_lines
+    from edgeapp.flows.bench.thermal import table_lines
 
     found = table_lines(doc["results"])
     return [""] + found if found else []

@@ -1,7 +1,7 @@
 """`edgeapp camera`: any task live from a camera, a stream or a video file.
 
 This module parses and renders; the run itself (sources, sinks, health, outcome) is
-flows/camera.py, which the Python API runs too. The command takes every task's camera options
+flows/camera/run.py, which the Python API runs too. The command takes every task's camera options
 (tasks/<name>.py, `TaskOption.paths`), so it is built when first asked for (cli/app.py).
 """
 
@@ -13,7 +13,7 @@ import threading
 from dataclasses import MISSING, dataclass, fields
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -121,6 +121,25 @@ MqttDiscoveryOpt = Annotated[bool, typer.Option(
     "--mqtt-discovery/--no-mqtt-discovery",
     help="Home Assistant MQTT discovery: retained configs under homeassistant/ for what the task "
          "reports (entities appear by themselves); --no-mqtt-discovery removes them.")]
+TrackOpt = Annotated[bool, typer.Option(
+    "--track", help="Follow each detected object: a track_id per object that stays while it is "
+                    "visible and through short gaps (ByteTrack), its trail on the overlay, "
+                    "track_started / track_ended events. Detection models only; needs "
+                    "`pip install 'edgeapp[track]'`.")]
+CountLineOpt = Annotated[Optional[List[str]], typer.Option(
+    "--count-line", metavar="NAME:x1,y1,x2,y2",
+    help="With --track: count the tracks crossing this line, by direction (in: from the line's "
+         "left to its right, facing from its first point to its second) and label, once per "
+         "track. Pixels of the source, or 0..1 fractions of it. Repeatable.", show_default=False)]
+ZoneOpt = Annotated[Optional[List[str]], typer.Option(
+    "--zone", metavar="NAME:x1,y1,x2,y2,x3,y3,...",
+    help="With --track: a polygon (3 points or more); each track's entering and leaving (with "
+         "its time inside) and how many are in it now. Pixels or 0..1 fractions. Repeatable.",
+    show_default=False)]
+EventsOpt = Annotated[Optional[Path], typer.Option(
+    "--events", metavar="FILE",
+    help="With --track: write one JSON line per event (track_started, track_ended, line_crossed, "
+         "zone_entered, zone_left) to FILE.", show_default=False)]
 SummaryOpt = Annotated[SummaryFormat, typer.Option(
     "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")]
 
@@ -159,6 +178,10 @@ class CameraOptions:
     mqtt_debounce: DebounceOpt = 1.0
     mqtt_queue: MqttQueueOpt = 100
     mqtt_discovery: MqttDiscoveryOpt = True
+    track: TrackOpt = False
+    count_line: CountLineOpt = None
+    zone: ZoneOpt = None
+    events: EventsOpt = None
     summary: SummaryOpt = SummaryFormat.text
     mean: shared.MeanOpt = None
     std: shared.StdOpt = None
@@ -211,7 +234,7 @@ def _task_option() -> Any:
 
 def camera(ctx: typer.Context, values: CameraOptions, options: dict) -> None:
     """Parse, run the flow, render the outcome."""
-    from edgeapp.flows.camera import CameraRun
+    from edgeapp.flows.camera.run import CameraRun
 
     v = values
     check_common(options, model=v.model, mean=v.mean, std=v.std, device=v.device, cpu_model=v.cpu_model)
@@ -228,7 +251,7 @@ def camera(ctx: typer.Context, values: CameraOptions, options: dict) -> None:
 
 def _request(ctx: typer.Context, v: CameraOptions, options: dict) -> Any:
     from edgeapp.cli.options import resolved
-    from edgeapp.flows.camera import CameraRequest, LiveViewSettings, MqttSettings
+    from edgeapp.flows.camera.run import CameraRequest, LiveViewSettings, MqttSettings
 
     view = mqtt = None
     if v.serve is not None:
@@ -244,7 +267,19 @@ def _request(ctx: typer.Context, v: CameraOptions, options: dict) -> Any:
         width=v.width, height=v.height, display=v.display,
         record=v.record, max_frames=v.max_frames, duration=v.duration,
         drop_frames=v.drop_frames, reconnect=v.reconnect, records_format=v.fmt,
-        records_output=v.output, records_stdout=None, live_view=view, mqtt=mqtt)
+        records_output=v.output, records_stdout=None, live_view=view, mqtt=mqtt,
+        tracking=_tracking(v))
+
+
+def _tracking(v: CameraOptions) -> Any:
+    """--track's settings: its lines and zones parsed (a usage error names the flag)."""
+    if not v.track:
+        return None
+    from edgeapp.core.zones import parse_line, parse_zone
+    from edgeapp.flows.camera.tracking import TrackingSettings
+
+    return TrackingSettings(lines=[parse_line(x) for x in v.count_line or ()],
+                            zones=[parse_zone(z) for z in v.zone or ()], events=v.events)
 
 
 def _check_flags(ctx: typer.Context, v: CameraOptions) -> None:
@@ -263,6 +298,12 @@ def _check_flags(ctx: typer.Context, v: CameraOptions) -> None:
         raise UsageError("--display: there is no display here (DISPLAY is not set); use --no-display")
     if v.output is not None and v.output.exists() and v.output.is_dir():
         raise UsageError(f"--output {v.output} is a folder")
+    if not v.track:
+        for name, value in (("count_line", v.count_line), ("zone", v.zone), ("events", v.events)):
+            if value:
+                raise UsageError(f"--{name.replace('_', '-')} counts tracked objects: add --track")
+    if v.events is not None and v.events.exists() and v.events.is_dir():
+        raise UsageError(f"--events {v.events} is a folder")
     unused = {"serve": (v.serve, ("serve_fps", "serve_token", "serve_token_file")),
               "mqtt": (v.mqtt, ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery"))}
     for parent, (value, names) in unused.items():
@@ -295,11 +336,23 @@ def _outputs_line(extra: dict) -> str:
     if "live_view" in extra:
         v = extra["live_view"]
         text += f"; live view: {v['viewers_total']} viewer(s), {v['frames_encoded']} frame(s) encoded"
+    if "tracking" in extra:
+        text += "; " + tracking_line(extra["tracking"])
     if "mqtt" in extra:
         m = extra["mqtt"]
         text += (f"; mqtt: {m['published']} published, {m['dropped']} dropped, "
                  f"{m['reconnects']} reconnect(s)")
     return text
+
+
+def tracking_line(counts: dict) -> str:
+    """The summary's words for --track: tracks, each line's crossings, each zone's visits."""
+    parts = [f"{counts['tracks']} track(s)"]
+    for name, c in counts["lines"].items():
+        parts.append(f"line {name}: {c['in']} in, {c['out']} out")
+    for name, c in counts["zones"].items():
+        parts.append(f"zone {name}: {c['entered']} entered, {c['left']} left, {c['now']} inside")
+    return ", ".join(parts)
 
 
 def _on_sigterm(stop: threading.Event):

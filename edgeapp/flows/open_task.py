@@ -81,7 +81,7 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
     are for whichever task the model turns out to be), not refused.
     """
     from edgeapp.core.pipeline_segments import find_segment_files
-    from edgeapp.execution.runners import Notices, open_runner
+    from edgeapp.execution.placement import Notices, open_runner
     from edgeapp.tasks import kind, task_for
     from edgeapp.tasks.base import bind
     from edgeapp.tasks.model import image_model
