@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
+from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.tasks import kind, names
 from edgeapp.tasks.base import BoundTask, Result
 
@@ -46,7 +47,7 @@ class Model:
         self._bound: dict = {}
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> Engine:
         return self._opened.engine
 
     @property
@@ -225,8 +226,9 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
     or "full", as --decode; default: what the model was calibrated with, else the task's own:
     full for classify, scaled for detect, pose and segment) is how JPEG files and bytes are
     decoded."""
-    place = Placement(device, str(cpu_model) if cpu_model else None, runtime, threads, True,
-                      cpu_kernels, performance)
+    engine = EngineOptions(str(cpu_model) if cpu_model else None, runtime, threads,
+                           cpu_kernels=cpu_kernels, performance=performance)
+    place = Placement(device, engine)
     if task is not None:
         _check_api_options(task, options)
     opened = open_task(path, task, place, options=options, labels_file=labels, mean=mean, std=std,
