@@ -8,7 +8,7 @@ import traceback
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple, TypeVar
 
 import typer
 from typing_extensions import Annotated
@@ -143,6 +143,30 @@ def decode_choice(decode: Optional[Decode], fast_decode: bool = False) -> Option
             raise UsageError("--fast-decode is --decode scaled: not with --decode full")
         return "scaled"
     return chosen
+
+AnnotateOpt = Annotated[Optional[Path], typer.Option(
+    "--annotate", help="Write each image with its results drawn into DIR.", metavar="DIR",
+    show_default=False)]
+ModelArg = Annotated[Path, typer.Argument(
+    metavar="MODEL", show_default=False,
+    help="A .tflite model, or its *_edgetpu.tflite build, or a Coral model's name (`edgeapp "
+         "models list`).")]
+InputsArg = Annotated[List[str], typer.Argument(
+    metavar="INPUTS", show_default=False,
+    help="Image files, folders (recursive), globs, or - to read paths from stdin.")]
+WorkersOpt = Annotated[Optional[int], typer.Option(
+    "--workers", min=0, help="Threads decoding images ahead of inference (0: none). Default: one "
+                             "per usable core, at least 2.", show_default=False)]
+
+ClusterOpt = Annotated[Optional[str], typer.Option(
+    "--cluster", metavar="ADDRESS",
+    help="Run on a Dask cluster: tcp://SCHEDULER:8786, or local[:N] for N local worker processes "
+         "(pip install 'edgeapp[cluster]').", show_default=False)]
+ShipBytesOpt = Annotated[bool, typer.Option(
+    "--ship-bytes", help="With --cluster: send image (and model) bytes to the workers instead of "
+                         "paths on shared storage.")]
+ChunkSizeOpt = Annotated[int, typer.Option(
+    "--chunk-size", min=1, help="With --cluster: images per task.")]
 
 
 def resolve_device(ctx: typer.Context, device: Optional[str]) -> str:
