@@ -44,6 +44,7 @@ class ConvertJob:
     val_labels: Optional[dict] = None  # --val-labels: the model's classes, to name folders' indices
     input_size: Optional[tuple] = None  # --input-size H, W for symbolic ONNX dims
     report: bool = False
+    decode: str = "full"  # JPEGs decoded as --decode does at inference; the sidecar records it
 
 
 @dataclass
@@ -127,11 +128,13 @@ def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> t
         say(f"loading {job.model} (TensorFlow)")
         model = load_keras(job.model)
         h, w, c = model.input_shape
-        return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say)
+        return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say,
+                                  decode=job.decode)
     from edgeapp.flows.convert.onnx import load_onnx
 
     inp = p.onnx_input
-    cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say)
+    cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say,
+                       decode=job.decode)
     make_output_folder(job.output)  # for the log
     log = convert_log_path(job.output)
     say(f"converting {job.model} with onnx2tf (log: {log})")
@@ -165,7 +168,7 @@ def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool
     job = p.job
     h, w, c = model.input_shape
     if p.held_out is not None:
-        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say)
+        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say, decode=job.decode)
         source = f"--eval {job.eval_dir}" if job.eval_dir is not None else "held-out calibration images"
     else:
         data, source = cal, "the calibration images (none held out)"
@@ -215,5 +218,6 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
             say(f"warning: {warning}")
     agreement = {k: v for k, v in report["agreement_detail"].items()}
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,
+                                                  decode=job.decode,
                                                   extra={"source": str(job.model), "agreement": agreement}))
     return task, str(sidecar)
