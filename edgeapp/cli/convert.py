@@ -8,7 +8,15 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, finite, progress_bar, say
+from edgeapp.cli.options import (
+    Decode,
+    ReportFormat,
+    ReportFormatOpt,
+    cli_errors,
+    finite,
+    progress_bar,
+    say,
+)
 from edgeapp.core.units import format_bytes
 
 app = typer.Typer()
@@ -54,6 +62,10 @@ ValLabelsOpt = Annotated[Optional[Path], typer.Option(
 InputSizeOpt = Annotated[Optional[str], typer.Option(
     "--input-size", metavar="HxW", help="Height and width for an ONNX model whose input size is symbolic.",
     show_default=False)]
+ConvertDecodeOpt = Annotated[Decode, typer.Option(
+    "--decode", help="How calibration and agreement images (JPEGs) are decoded: full, or scaled "
+                     "as the image commands' --decode scaled; recorded in OUT.json, and the image "
+                     "commands then decode the model's inputs the same way.")]
 ReportOpt = Annotated[bool, typer.Option(
     "--report", help="Per layer: float vs int8 SQNR on the calibration images, worst first, with the likely "
     "cause and fix; writes OUT.report.json and OUT.report.png.")]
@@ -74,7 +86,7 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
                     scale: ScaleOpt = None, eval_dir: EvalOpt = None, labels: LabelsOpt = None,
                     val_labels: ValLabelsOpt = None, input_size: InputSizeOpt = None, report: ReportOpt = False,
                     fmt: ReportFormatOpt = ReportFormat.table, compile_: CompileOpt = False,
-                    compiler: CompilerOpt = None) -> None:
+                    compiler: CompilerOpt = None, decode: ConvertDecodeOpt = Decode.full) -> None:
     """Quantize a Keras or ONNX model to full-integer int8 TFLite, calibrated on your images.
 
     Writes OUT.tflite and OUT.json (labels, preprocessing and the measured agreement, read by
@@ -90,7 +102,7 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
         eval_dir=eval_dir, io=io.value, mean=finite("--mean", mean), std=_std(std, scale),
         labels=read_labels(labels) if labels else None,
         val_labels=read_labels(val_labels) if val_labels else None,
-        input_size=parse_input_size(input_size), report=report)
+        input_size=parse_input_size(input_size), report=report, decode=decode.value)
     prepared = convert_job.prepare(job)  # everything checkable before TensorFlow loads
     result = convert_job.run(prepared, say, progress_bar)
     agreement = result.get("agreement")
@@ -146,7 +158,9 @@ def parse_input_size(text: Optional[str]) -> Optional[tuple]:
 def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
                   compiler: Optional[str] = None) -> int:
     """Add the `check` verdict (and the --compile result) to the report, print it, and return
-    the exit code: 0, or the compile step's code when it ran and did not map everything."""
+    the exit code: 0, or the compile step's code when it ran and did not map everything, or 7
+    when --compile was asked for and there is no compiler (the model was converted, but a
+    script must not take it for compiled)."""
     from edgeapp.cli.check import verdict_line
     from edgeapp.errors import MissingDependency
     from edgeapp.flows.check import check_file, predicted_compiler
@@ -156,14 +170,14 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
     checked.summary["compiler_version_why"] = why
     report["edgetpu_check"] = checked.summary
     report["edgetpu_verdict"] = verdict_line(checked)
-    compiled = None
+    compiled = missing = None
     if compile_:
         from edgeapp.flows.compile import compile_file
 
         try:  # the same use case as `edgeapp compile`, with its checks
             compiled = compile_file(output, out_dir=output.parent, compiler=compiler, log=say)
         except MissingDependency as e:
-            say(f"--compile skipped: {e}")
+            missing = e
             report["compile"] = {"skipped": str(e)}
         else:
             report["compile"] = compiled.to_json()
@@ -172,6 +186,9 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
         say(f"Edge TPU check: {report['edgetpu_verdict']}")
     else:
         _print_report(report)
+    if missing is not None:
+        say(f"error: --compile: {output} was converted but not compiled: {missing}")
+        return int(missing.exit_code)
     if compiled is None:
         return 0
     from edgeapp.cli.compile import render
@@ -193,6 +210,10 @@ def _print_report(r: dict) -> None:
             ("sidecar", r["sidecar"]),
             ("calibration", f"{r['calibration_samples']} sample(s)")]
     rows += [("note", n) for n in r.get("notes") or []]
+    if r.get("embedding_depth") is not None:
+        rows.append(("task", f"an embedding extractor ({r['embedding_depth']}-d feature vector, "
+                             "from a global pooling): agreement is the outputs' cosine and SQNR; "
+                             "`edgeapp retrain PHOTOS --base MODEL` puts a classifier on it"))
     detail = r.get("agreement_detail") or {}
     where = f" on {detail['measured_on']}" if detail.get("measured_on") else ""
     if r.get("agreement") is not None:
@@ -213,8 +234,9 @@ def _print_report(r: dict) -> None:
     if r.get("times_s"):
         rows.append(("time", ", ".join(f"{k} {v:.1f} s" for k, v in r["times_s"].items())))
     if r.get("report"):
-        rows.append(("layer report", f"{r['report']['json']}" + (f", {r['report']['plot']}" if r["report"]["plot"]
-                                                                  else "")))
+        plot = r["report"]["plot"] or (f"no plot ({r['report']['plot_skipped']})"
+                                        if r["report"].get("plot_skipped") else None)
+        rows.append(("layer report", f"{r['report']['json']}" + (f", {plot}" if plot else "")))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         typer.echo(f"{k:<{width}}  {v}")

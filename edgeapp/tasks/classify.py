@@ -31,6 +31,9 @@ class Classify(TaskKind):
     events = "top"
     nothing = "(no class above threshold)"
     guess_rank = 9  # any score vector: asked last
+    # scaled JPEG decode changed MobileNets' top-1 class on more than 1.5 % of photos
+    # (docs/performance.md#decoding-photos-scaled-or-full): whole, unless --decode scaled
+    decode = "full"
 
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_score_vector(shapes[0])
@@ -43,11 +46,11 @@ class Classify(TaskKind):
     def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:
         """An embedding extractor (its values are features, not class scores); labels that do
         not fit the class vector."""
-        from edgeapp.core.embedding import embedding_note
+        from edgeapp.core.embedding import EMBED_TASK, embedding_note
         from edgeapp.tasks.model import output_shapes
 
         source = f"--labels {labels_file}" if labels_file else "the model's labels"
-        notes = [embedding_note(model.engine.model),
+        notes = [embedding_note(model.engine.model, declared=model.meta.task == EMBED_TASK),
                  self.labels_warning(model.labels, output_shapes(model.engine), source)]
         return [n for n in notes if n]
 

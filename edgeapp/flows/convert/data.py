@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from edgeapp.core.preprocess import load_image, resize
+from edgeapp.core.preprocess import fit_pixels, load_image
 from edgeapp.errors import InputError, UsageError
 from edgeapp.flows.inputs import expand_inputs
 
@@ -70,9 +70,9 @@ def find_sources(source: Path, option: str) -> Sources:
 
 def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Optional[int] = None,
                  seed: int = 0, say: Callable[[str], None] = lambda s: None,
-                 fit: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> Dataset:
-    """Pixels of the images (resized as classify resizes, or by `fit`: decoded pixels -> input
-    pixels, a YOLO letterbox), or the .npy array as it is.
+                 decode: str = "full", fit: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> Dataset:
+    """Pixels of the images (decoded and resized as classify does with this --decode, or fitted
+    by `fit`: decoded pixels -> input pixels, a YOLO letterbox), or the .npy array as it is.
 
     An image that cannot be decoded is skipped with one line, as retrain does; only when fewer
     than half of them decode (or none) is it an error (exit 2): then the folder is not what the
@@ -85,14 +85,13 @@ def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Op
     pixels, labels, skipped = [], [], []
     for i in order:
         try:
-            img = load_image(found.paths[i], channels)
-            a = fit(np.asarray(img, dtype=np.uint8)) if fit else np.asarray(resize(img, size), dtype=np.uint8)
+            a = calibration_pixels(found.paths[i], size, channels, decode, fit)
         except InputError as e:
             text = str(e)
             skipped.append(text)
             say(f"skipping {text if found.paths[i] in text else f'{found.paths[i]}: {text}'}")
             continue
-        pixels.append(a[:, :, None] if a.ndim == 2 else a)
+        pixels.append(a)
         if found.classes:
             labels.append(found.labels[i])
     if not pixels or len(pixels) * 2 < len(order):
@@ -100,6 +99,18 @@ def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Op
                          f"first failure: {skipped[0]}")
     y = np.array(labels) if found.classes else None
     return Dataset(np.stack(pixels), y, list(found.classes), skipped=skipped)
+
+
+def calibration_pixels(path: str, size: tuple[int, int], channels: int, decode: str,
+                       fit: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> np.ndarray:
+    """One image as the model sees it at inference (classify, stretched): the same decode,
+    the same resize: core/preprocess.fit_pixels; or `fit` (detect's YOLO letterbox). uint8
+    (H, W, C)."""
+    img = load_image(path, channels, size if decode == "scaled" else None)
+    if fit is not None:
+        return fit(np.asarray(img, dtype=np.uint8))
+    pixels, _ = fit_pixels(img, size)
+    return pixels
 
 
 def _load_npy(source: Path, size: tuple[int, int], channels: int, limit: Optional[int],

@@ -46,6 +46,7 @@ class ConvertJob:
     val_labels: Optional[dict] = None  # --val-labels: the model's classes, to name folders' indices
     input_size: Optional[tuple] = None  # --input-size H, W for symbolic ONNX dims
     report: bool = False
+    decode: str = "full"  # JPEGs decoded as --decode does at inference; the sidecar records it
 
 
 @dataclass
@@ -72,9 +73,16 @@ def prepare(job: ConvertJob) -> Prepared:
     fmt = source_format(job.model)
     found = find_sources(job.calibration, "--calibration")
     held = find_sources(job.eval_dir, "--eval") if job.eval_dir is not None else None
+    notes = []
     if held is None:
+        total = len(found.paths)
         found, held = split_held_out(found, job.calibration_size, job.val)
-    prepared = Prepared(job, fmt, found, held)
+        kept = len(held.paths) if held is not None else 0
+        if kept < job.val:
+            notes.append(f"--val {job.val}: {kept} of the {total} image(s) held out to measure "
+                         "agreement (at most a fifth, so that calibration keeps most); --eval DIR "
+                         "measures on a folder of its own")
+    prepared = Prepared(job, fmt, found, held, notes=notes)
     if fmt == "onnx":
         from edgeapp.flows.convert import onnx_graph, yolo_onnx
 
@@ -98,6 +106,8 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
     from edgeapp.flows.convert.quantize import exported, quantize
 
     job, times = p.job, p.times
+    for note in p.notes:
+        say(note)
     model, cal = _float_model_and_calibration(p, say, progress)
     try:
         calibration = normalize(cal, job.mean, job.std)
@@ -108,8 +118,11 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             with _timed(times, "calibrate and quantize"), progress(len(calibration), "calibrating") as advance:
                 q = quantize(saved, calibration, job.output, job.io, progress=advance)
             report = _report_base(p, model, q, len(cal.x))
+            embedding = None if p.yolo is not None else _embedding_depth(p, q.model, cal)
+            if embedding is not None:
+                report["embedding_depth"] = embedding
             with _timed(times, "agreement on held-out images"):
-                report["agreement_detail"] = _agreement(p, model, cal, say)
+                report["agreement_detail"] = _agreement(p, model, cal, say, class_scores=embedding is None)
             report.update({k: report["agreement_detail"][k] for k in (
                 "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
             if job.report:
@@ -141,13 +154,14 @@ def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> t
         model = load_keras(job.model)
         h, w, c = model.input_shape
         with _timed(p.times, "load the calibration images"):
-            return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say)
+            return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say,
+                                      decode=job.decode)
     from edgeapp.flows.convert.onnx import load_onnx
 
     inp = p.onnx_input
     with _timed(p.times, "load the calibration images"):
         cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say,
-                           fit=_fit(p))
+                           decode=job.decode, fit=_fit(p))
     make_output_folder(job.output)  # for the log
     log = convert_log_path(job.output)
     say(f"converting {job.model} with onnx2tf (log: {log})")
@@ -178,18 +192,28 @@ def _report_base(p: Prepared, model: FloatModel, q, samples: int) -> dict:
             "op_versions": {op.op: op.version for op in tflite.operators}}
 
 
-def _agreement(p: Prepared, model: FloatModel, cal, say: Say) -> dict:
+def _embedding_depth(p: Prepared, tflite, cal) -> Optional[int]:
+    """D when the written model is an embedding extractor (core/embedding.py), whose outputs are
+    features, not class scores: no top-1 against the class folders, no labels for them."""
+    from edgeapp.core.embedding import embedding_output
+
+    names = p.job.labels or p.job.val_labels
+    count = len(names) if names else (len(cal.class_names) if cal.class_names else None)
+    return embedding_output(tflite, count)
+
+
+def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
     from edgeapp.flows.convert.agreement import measure, truth_labels
 
     job = p.job
     h, w, c = model.input_shape
     if p.held_out is not None:
-        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say, fit=_fit(p))
+        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say, decode=job.decode, fit=_fit(p))
         source = f"--eval {job.eval_dir}" if job.eval_dir is not None else "held-out calibration images"
     else:
         data, source = cal, "the calibration images (none held out)"
     labels = truth_labels(data, job.val_labels or job.labels)
-    found = measure(job.output, model, data, job.mean, job.std, source, labels)
+    found = measure(job.output, model, data, job.mean, job.std, source, labels, class_scores)
     if p.yolo is not None:
         found["detection"] = _detection_agreement(p, data, source, say)
     return found
@@ -224,22 +248,27 @@ def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, sa
                                          f"{p.job.model.name}: SQNR float vs int8 per layer"))
     except MissingDependency as e:
         say(f"report plot skipped: {e}")
+        result["plot_skipped"] = str(e)
     return result
 
 
 def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
     """The task by the outputs, and the sidecar X.json: labels, preprocessing, agreement."""
+    from edgeapp.core.embedding import EMBED_TASK
     from edgeapp.core.meta import ModelMeta, write_sidecar
     from edgeapp.tasks import guess_from, kind
 
     job = p.job
-    names = cal.class_names if p.yolo is None else None  # a YOLO export names its classes
-    label_map = job.labels or ({i: n for i, n in enumerate(names)} if names else None)
-    label_map = label_map or (p.yolo.names if p.yolo is not None else None)
+    names = cal.class_names
     shapes = [t.shape for t in tflite.output_tensors]
-    task = guess_from(shapes, [op.op for op in tflite.operators])  # what it is for, when known
-    task = "detect" if p.yolo is not None else task
-    if task is not None:
+    if p.yolo is not None:  # a YOLO export names its classes
+        task, label_map = "detect", job.labels or p.yolo.names
+    elif report.get("embedding_depth") is not None:  # features: the folders name no outputs
+        task, label_map = EMBED_TASK, job.labels
+    else:
+        task = guess_from(shapes, [op.op for op in tflite.operators])  # what it is for, when known
+        label_map = job.labels or ({i: n for i, n in enumerate(names)} if names else None)
+    if task is not None and task != EMBED_TASK:
         warning = kind(task).labels_warning(label_map, shapes,
                                             "--labels" if job.labels else "the class folders")
         if warning:
@@ -251,5 +280,5 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
 
         extra["yolo"] = sidecar_entry(p.yolo, p.onnx_input.width, p.onnx_input.height)
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,
-                                                  extra=extra))
+                                                  decode=job.decode, extra=extra))
     return task, str(sidecar)
