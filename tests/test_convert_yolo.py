@@ -59,7 +59,7 @@ def test_sidecar_names_the_layout_and_the_classes(converted):
     report, out = converted
     side = json.loads(out.with_suffix(".json").read_text())
     assert side["task"] == "detect" and side["labels"] == NAMES
-    assert side["preprocessing"] == {"mean": 0.0, "std": 255.0}
+    assert (side["preprocessing"]["mean"], side["preprocessing"]["std"]) == (0.0, 255.0)
     y = side["yolo"]
     assert (y["layout"], y["boxes"], y["scores"], y["classes"]) == ("dfl", 0, 1, 3)
     assert y["input_size"] == [256, 256] and y["strides"] == [8, 16, 32]
