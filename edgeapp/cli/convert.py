@@ -80,8 +80,8 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
                     val: ValOpt = 50, io: IOOpt = IOType.uint8, mean: MeanOpt = 0.0, std: StdOpt = None,
                     scale: ScaleOpt = None, eval_dir: EvalOpt = None, labels: LabelsOpt = None,
                     val_labels: ValLabelsOpt = None, input_size: InputSizeOpt = None, report: ReportOpt = False,
-                    max_drop: MaxDropOpt = None, fmt: ReportFormatOpt = ReportFormat.table, compile_: CompileOpt = False,
-                    compiler: CompilerOpt = None) -> None:
+                    max_drop: MaxDropOpt = None, fmt: ReportFormatOpt = ReportFormat.table,
+                    compile_: CompileOpt = False, compiler: CompilerOpt = None) -> None:
     """Quantize a Keras or ONNX model to full-integer int8 TFLite, calibrated on your images.
 
     Writes OUT.tflite and OUT.json (labels, preprocessing and the measured agreement, read by
@@ -244,16 +244,19 @@ def _print_report(r: dict) -> None:
 
 
 def render_layers(layers: list, limit: int = 10) -> str:
-    """The worst layers as a table: SQNR, op, name, and the cause and fix when one is found."""
-    lines = [f"{'SQNR dB':>8}  {'rel RMSE':>8}  {'op':<18} layer"]
+    """The worst layers as a table: the output's SQNR with that layer quantized (what it adds over
+    its inputs), its own SQNR, its range inflation (range / 99.99th percentile of |x|), op, name,
+    and the cause and fix when one is found."""
+    lines = [f"{'output dB':>9}  {'SQNR dB':>8}  {'range x':>7}  {'op':<18} layer"]
     for row in layers[:limit]:
+        out = "" if row.get("output_sqnr_db") is None else f"{row['output_sqnr_db']:9.1f}"
         sqnr = "    inf" if row["sqnr_db"] is None else f"{row['sqnr_db']:8.1f}"
-        rel = "" if row.get("rel_rmse") is None else f"{row['rel_rmse']:8.4f}"
+        inflation = "" if row.get("range_inflation") is None else f"{row['range_inflation']:7.1f}"
         name = row.get("source") or row["name"].split(";")[0]
-        lines.append(f"{sqnr}  {rel:>8}  {row['op']:<18} {name}")
+        lines.append(f"{out:>9}  {sqnr:>8}  {inflation:>7}  {row['op']:<18} {name}")
         if row.get("cause"):
-            lines.append(f"{'':>20}cause: {row['cause']}")
-            lines.append(f"{'':>20}fix: {row['fix']}")
+            lines.append(f"{'':>31}cause: {row['cause']}")
+            lines.append(f"{'':>31}fix: {row['fix']}")
     if len(layers) > limit:
         lines.append(f"... {len(layers) - limit} more layer(s) in the JSON report")
     return "\n".join(lines)

@@ -34,6 +34,7 @@ class Calibrated:
     io: str
     samples: int
     op_outputs: list = field(default_factory=list)  # output tensor name of every op, in order
+    producers: dict = field(default_factory=dict)  # op output name -> the op outputs it reads
     stats: dict = field(default_factory=dict)  # tensor index -> RangeStats (measure_ranges)
 
 
@@ -52,8 +53,11 @@ def calibrate(saved_model: str, calibration: np.ndarray, io: str) -> Calibrated:
         raise ConvertError(f"TFLite converter failed: {first_line(e)}") from None
     obj = _object(data)
     sg = obj.subgraphs[0]
+    made = {int(op.outputs[0]): _name(sg.tensors[op.outputs[0]]) for op in sg.operators if len(op.outputs)}
     outputs = [_name(sg.tensors[op.outputs[0]]) for op in sg.operators if len(op.outputs)]
-    return Calibrated(data, io, len(calibration), outputs)
+    producers = {_name(sg.tensors[op.outputs[0]]): [made[int(i)] for i in op.inputs if int(i) in made]
+                 for op in sg.operators if len(op.outputs)}
+    return Calibrated(data, io, len(calibration), outputs, producers)
 
 
 def _object(data: bytes):
