@@ -105,3 +105,11 @@ def tail_cuts(weighted: list, count: int, limit: int) -> list:
     if 1 < count and 1 not in cuts:
         cuts.append(1)
     return cuts[:limit]
+
+
+def bias_shift(float_out: np.ndarray, int8_out: np.ndarray, bias_scales: np.ndarray) -> np.ndarray:
+    """Bias correction: the int8 layer's mean error per output channel (the last axis; over
+    samples and positions), in the int32 bias's units, to subtract from the bias."""
+    err = (np.asarray(int8_out, np.float64) - np.asarray(float_out, np.float64))
+    mean = err.reshape(-1, err.shape[-1]).mean(axis=0)
+    return np.rint(mean / np.asarray(bias_scales, np.float64)).astype(np.int64)

@@ -8,6 +8,7 @@ The trials, each on top of the best one so far (a fix that does not help is not 
   ranges re-measured    each tensor's recorded range replaced by the one its values really take
                         (the calibrator records a tensor an ADD overwrites in place at the ADD's range);
   ranges clipped        ranges 4x wider than the 99.99th percentile of |x| cut to it (outliers);
+  bias correction       each output channel's mean int8 error taken off its bias (flows/convert/bias.py);
   float tail            the last layers kept in float on the CPU (the Edge TPU runs up to the
                         first float op), latest cut first.
 Every trial is measured on the held-out images (the float model's answers computed once), with
@@ -142,46 +143,75 @@ def _fixes(trials: _Trials, p, saved: str, cal: Dataset, calibration: np.ndarray
     from edgeapp.flows.convert import requantize as rq
 
     job = p.job
-    started = time.monotonic()
     say(f"--max-drop {job.max_drop:g}: plain int8 loses more; calibrating once for the trials")
-    calibrated = rq.calibrate(saved, calibration, job.io)
-    base = {"dense_per_channel": True, "ranges": None, "calibrated": calibrated}
-    if _per_tensor_weights(plain.model):
-        started = time.monotonic()
-        data = rq.requantize(calibrated.data, job.io, dense_per_channel=True)
-        trials.measure("per-channel weights", data, started, {})
-    else:
-        trials.skip("per-channel weights", "the weights are per channel already")
-    if trials.met():
-        return
-    bigger = _more_calibration(p, cal, job, say)
-    if bigger is None:
-        trials.skip("more calibration", f"all {len(calibration)} calibration images are used already")
-    else:
-        started = time.monotonic()
-        more = rq.calibrate(saved, bigger, job.io)
-        row = trials.measure("more calibration", rq.requantize(more.data, job.io), started,
-                             {"calibration_samples": int(len(bigger))})
-        if _better(row, trials):
-            base["calibrated"], calibration = more, bigger
+    base = {"ranges": None, "calibrated": rq.calibrate(saved, calibration, job.io), "calibration": calibration,
+            "saved": saved}
+    for step in (_per_channel, _more_calibration, _ranges, _bias_correction, _float_tail):
+        step(trials, base, p, cal, plain, say)
         if trials.met():
             return
+
+
+def _per_channel(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    from edgeapp.flows.convert import requantize as rq
+
+    if not _per_tensor_weights(plain.model):
+        trials.skip("per-channel weights", "the weights are per channel already")
+        return
     started = time.monotonic()
-    rq.measure_ranges(base["calibrated"], calibration)
+    trials.measure("per-channel weights", rq.requantize(base["calibrated"].data, p.job.io), started, {})
+
+
+def _more_calibration(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    from edgeapp.flows.convert import requantize as rq
+    from edgeapp.flows.convert.data import load_dataset
+
+    have, used = len(p.calibration.paths), len(cal.x)
+    want = min(have, MORE_CALIBRATION * used)
+    if want <= used:
+        trials.skip("more calibration", f"all {used} calibration images are used already")
+        return
+    started = time.monotonic()
+    h, w, c = cal.x.shape[1:4]
+    bigger = normalize(load_dataset(p.calibration, (w, h), c, want, seed=2, say=say), p.job.mean, p.job.std)
+    more = rq.calibrate(base["saved"], bigger, p.job.io)
+    row = trials.measure("more calibration", rq.requantize(more.data, p.job.io), started,
+                         {"calibration_samples": int(len(bigger))})
+    if _better(row, trials):
+        base["calibrated"], base["calibration"] = more, bigger
+
+
+def _ranges(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    from edgeapp.flows.convert import requantize as rq
+
+    started = time.monotonic()
+    rq.measure_ranges(base["calibrated"], base["calibration"])
     for name, percentile in (("ranges re-measured", None), ("ranges clipped", CLIP_PERCENTILE)):
-        if name != "ranges re-measured":
-            started = time.monotonic()
         ranged, clipped = rq.with_ranges(base["calibrated"], percentile)
-        settings = {"clip_percentile": percentile, "clipped": clipped} if percentile else {}
         if percentile and not clipped:
             trials.skip(name, f"no range is 4x its {percentile}th percentile")
             continue
-        row = trials.measure(name, rq.requantize(ranged, job.io), started, settings)
+        settings = {"clip_percentile": percentile, "clipped": clipped} if percentile else {}
+        row = trials.measure(name, rq.requantize(ranged, p.job.io), started, settings)
+        started = time.monotonic()
         if _better(row, trials):
             base["ranges"] = ranged
         if trials.met():
             return
-    _float_tail(trials, base, job)
+
+
+def _bias_correction(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    from edgeapp.flows.convert.bias import correct_biases
+
+    best = trials.best()
+    if best is None or best["trial"] not in trials.files:
+        return
+    started = time.monotonic()
+    fixed, count = correct_biases(trials.files[best["trial"]], base["calibrated"].data, base["calibration"])
+    if not count:
+        trials.skip("bias correction", "no bias to correct")
+        return
+    trials.measure("bias correction", fixed, started, {"on": best["trial"], "layers_corrected": count})
 
 
 def _better(row: dict, trials: _Trials) -> bool:
@@ -189,9 +219,10 @@ def _better(row: dict, trials: _Trials) -> bool:
     return row.get("drop") is not None and best is not None and best is row
 
 
-def _float_tail(trials: _Trials, base: dict, job) -> None:
+def _float_tail(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
     from edgeapp.flows.convert import requantize as rq
 
+    job = p.job
     calibrated = base["calibrated"]
     source = base["ranges"] or rq.with_ranges(calibrated)[0]  # a float tail needs the real ranges at its cut
     names = calibrated.op_outputs
@@ -220,15 +251,3 @@ def _per_tensor_weights(tflite) -> bool:
             if w.quantization and len(w.quantization.scale) == 1 and w.shape and w.shape[0] > 1:
                 return True
     return False
-
-
-def _more_calibration(p, cal: Dataset, job, say: Say) -> Optional[np.ndarray]:
-    from edgeapp.flows.convert.data import load_dataset
-
-    have = len(p.calibration.paths)
-    want = min(have, MORE_CALIBRATION * len(cal.x))
-    if not p.calibration.paths or want <= len(cal.x):
-        return None
-    h, w, c = cal.x.shape[1:4]
-    more = load_dataset(p.calibration, (w, h), c, want, seed=2, say=say)
-    return normalize(more, job.mean, job.std)
