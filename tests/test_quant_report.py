@@ -189,7 +189,8 @@ def test_the_kept_trial_loses_least_then_keeps_most_on_the_edge_tpu():
               {"trial": "tail", "order": 2, "drop": 0.004, "macs_tpu_share": 0.4},
               {"trial": "skipped", "order": 3, "drop": None}]
     assert best_of(trials)["trial"] == "clip"
-    assert tail_cuts([0, 2, 4, 7], 8, 8) == [7, 4, 2, 1] and tail_cuts([0, 2, 4, 7], 8, 2) == [7, 4]
+    assert tail_cuts([0, 2, 4, 7], 8, 8) == [7, 4, 2, 1] and tail_cuts([0, 2, 4, 7], 8, 2) == [7, 4, 1]
+    assert tail_cuts([0, 2, 4, 7], 8, 2, outliers=[3]) == [7, 4, 3, 1]
 
 
 def test_bias_correction_takes_the_mean_error_off_each_channel():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -98,13 +98,13 @@ def best_of(trials: list) -> Optional[dict]:
     return min(done, key=lambda t: (t["drop"], -(t.get("macs_tpu_share") or 0.0), t["order"]))
 
 
-def tail_cuts(weighted: list, count: int, limit: int) -> list:
-    """Where a float tail may start (op positions), latest first: before each weighted op
-    from the last one back, then the first op; at most `limit`."""
-    cuts = sorted({i for i in weighted if 0 < i < count}, reverse=True)
-    if 1 < count and 1 not in cuts:
-        cuts.append(1)
-    return cuts[:limit]
+def tail_cuts(weighted: list, count: int, limit: int, outliers: Sequence[int] = ()) -> list:
+    """Where a float tail may start (op positions), latest first: before each weighted op from
+    the last one back (at most `limit`), at every op whose range an outlier sets (the tail then
+    takes the outlier off the int8 grid), and after the first op."""
+    cuts = sorted({i for i in weighted if 0 < i < count}, reverse=True)[:limit]
+    cuts += [i for i in outliers if 0 < i < count] + ([1] if count > 1 else [])
+    return sorted(set(cuts), reverse=True)
 
 
 def bias_shift(float_out: np.ndarray, int8_out: np.ndarray, bias_scales: np.ndarray) -> np.ndarray:

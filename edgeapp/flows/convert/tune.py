@@ -10,7 +10,8 @@ The trials, each on top of the best one so far (a fix that does not help is not 
   ranges clipped        ranges 4x wider than the 99.99th percentile of |x| cut to it (outliers);
   bias correction       each output channel's mean int8 error taken off its bias (flows/convert/bias.py);
   float tail            the last layers kept in float on the CPU (the Edge TPU runs up to the
-                        first float op), latest cut first.
+                        first float op), latest cut first: before each weighted layer and at
+                        each op whose range an outlier sets.
 Every trial is measured on the held-out images (the float model's answers computed once), with
 `check`'s prediction of the ops and MACs the Edge TPU runs.
 """
@@ -227,7 +228,8 @@ def _float_tail(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -
     source = base["ranges"] or rq.with_ranges(calibrated)[0]  # a float tail needs the real ranges at its cut
     names = calibrated.op_outputs
     weighted = _weighted_positions(calibrated.data)
-    for cut in tail_cuts(weighted, len(names), TAIL_TRIALS):
+    outliers = [names.index(n) for n in rq.with_ranges(calibrated, CLIP_PERCENTILE)[1] if n in names]
+    for cut in tail_cuts(weighted, len(names), TAIL_TRIALS, outliers):
         started = time.monotonic()
         data = rq.requantize(source, job.io, denylisted=names[cut:])
         trials.measure(f"float tail from op {cut}", data, started,
