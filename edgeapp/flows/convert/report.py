@@ -127,7 +127,7 @@ def output_harm(saved_model: str, calibration: np.ndarray, layers: list, samples
 
     x = calibration[:samples]
     cal = rq.calibrate(saved_model, calibration, "float32")
-    rq.measure_ranges(cal, calibration[:max(samples, 100)])
+    rq.measure_ranges(cal, x)
     ranged, _ = rq.with_ranges(cal)
     reference = rq.run_float(cal.data, x)
     signal = sum(float(np.sum(np.square(r, dtype=np.float64))) for r in reference)

@@ -32,6 +32,7 @@ from edgeapp.flows.convert.data import Dataset, normalize
 Say = Callable[[str], None]
 MORE_CALIBRATION = 4  # "more calibration images": up to this many times as many
 CLIP_PERCENTILE = 99.99
+RANGE_SAMPLES = 100  # calibration images the real ranges are measured on (every tensor kept: memory, time)
 TAIL_TRIALS = 8  # float-tail cut points tried, latest first
 WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
 
@@ -186,7 +187,7 @@ def _ranges(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> No
     from edgeapp.flows.convert import requantize as rq
 
     started = time.monotonic()
-    rq.measure_ranges(base["calibrated"], base["calibration"])
+    rq.measure_ranges(base["calibrated"], base["calibration"][:RANGE_SAMPLES])
     for name, percentile in (("ranges re-measured", None), ("ranges clipped", CLIP_PERCENTILE)):
         ranged, clipped = rq.with_ranges(base["calibrated"], percentile)
         if percentile and not clipped:
