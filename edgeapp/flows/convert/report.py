@@ -111,7 +111,10 @@ def layer_report(saved_model: str, calibration: np.ndarray, tflite: TfliteModel,
             layer["source"] = source
         layers.append(layer)
     attribute_shared_ranges(layers)
-    output_harm(saved_model, calibration, layers, samples)
+    try:
+        output_harm(saved_model, calibration, layers, samples)
+    except ConvertError:  # the ranking falls back to each layer's own error
+        pass
     for layer in layers:
         layer["cause"], layer["fix"] = diagnose(layer)
     return rank(layers)

@@ -26,6 +26,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from edgeapp.core.quant_tune import best_of, drop_of, meets, metric_of, tail_cuts
+from edgeapp.errors import ConvertError
 from edgeapp.flows.convert.base import FloatModel
 from edgeapp.flows.convert.data import Dataset, normalize
 
@@ -149,7 +150,10 @@ def _fixes(trials: _Trials, p, saved: str, cal: Dataset, calibration: np.ndarray
     base = {"ranges": None, "calibrated": rq.calibrate(saved, calibration, job.io), "calibration": calibration,
             "saved": saved}
     for step in (_per_channel, _more_calibration, _ranges, _bias_correction, _float_tail):
-        step(trials, base, p, cal, plain, say)
+        try:
+            step(trials, base, p, cal, plain, say)
+        except ConvertError as e:  # one fix the converter cannot make: the others may still help
+            trials.skip(step.__name__.strip("_").replace("_", " "), str(e))
         if trials.met():
             return
 
