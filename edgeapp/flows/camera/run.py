@@ -1,0 +1,315 @@
+"""A whole camera run, for the CLI's `camera` and the API's `Model.camera`: the model opened for
+its task on its devices, the source, the sinks (per-frame records, a window, a recording, the
+live view, MQTT, the Edge TPU's health), the frame loop (flows/camera/loop.py), and the outcome:
+statistics, warnings and the error that decides the exit code.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
+from edgeapp.flows.camera.loop import CameraStats, run_camera
+from edgeapp.flows.open_task import Placement
+
+MQTT_SETTLE = 10.0  # seconds a file's run waits for the broker's first answer before its frames
+Notice = Callable[[str], None]
+
+
+@dataclass
+class LiveViewSettings:
+    """--serve: the address as users write it (PORT, HOST or HOST:PORT), viewers' frame rate,
+    the token (or the file holding it); `show_token`: print the URL with its token (only to a
+    terminal: a log or the journal must not get it)."""
+
+    serve: str
+    fps: float = 10.0
+    token: Optional[str] = None
+    token_file: Optional[Path] = None
+    show_token: bool = False
+
+
+@dataclass
+class MqttSettings:
+    """--mqtt: mqtt://[user:pass@]host[:port]/prefix, frames or events, and their knobs."""
+
+    url: str
+    mode: str = "frames"
+    debounce: float = 1.0
+    queue: int = 100
+    discovery: bool = True
+
+
+@dataclass
+class CameraRequest:
+    """What one camera run is asked to do (plain values: the CLI and the API fill it alike)."""
+
+    model: Any
+    task: Optional[str] = None  # None: the model's own
+    place: Placement = field(default_factory=Placement)
+    options: dict = field(default_factory=dict)  # the task's options (None: its default)
+    labels_file: Any = None
+    mean: Optional[float] = None
+    std: Optional[float] = None
+    source: str = "0"
+    width: Optional[int] = None
+    height: Optional[int] = None
+    display: Optional[bool] = False  # None: when there is a display
+    record: Optional[Path] = None
+    max_frames: Optional[int] = None
+    duration: Optional[float] = None
+    drop_frames: Optional[bool] = None  # None: on for cameras and streams, off for files
+    reconnect: float = 10.0
+    records_format: Any = None  # sinks.records.Format; None: JSON lines
+    records_output: Optional[Path] = None
+    records_stdout: Optional[bool] = False  # None: when nothing else shows the results
+    live_view: Optional[LiveViewSettings] = None
+    mqtt: Optional[MqttSettings] = None
+    on_record: Optional[Callable[[dict], None]] = None  # every frame's record, as it is made
+    resolve: Optional[Callable] = None  # a Coral model's name -> (path, notice) (open_task's)
+    tracking: Any = None  # flows/camera/tracking.TrackingSettings: --track and its lines, zones, events
+
+
+@dataclass
+class CameraOutcome:
+    """How a run ended: its statistics, what the outputs say, and the error (None: success)."""
+
+    stats: CameraStats
+    model: str
+    task: str
+    outputs: dict  # "live_view" and "mqtt" summaries, when they ran
+    warnings: List[str]
+    error: Optional[EdgeappError] = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stats.stop == "interrupted"
+
+    def summary(self) -> dict:
+        return {**self.stats.summary(), "model": self.model, "task": self.task, **self.outputs}
+
+
+class CameraRun:
+    """One run. Made first (the network settings and paho are checked before a model is
+    opened), then `run()` once; it closes everything it opened, whatever happens."""
+
+    def __init__(self, request: CameraRequest, on_notice: Optional[Notice] = None,
+                 stop: Optional[threading.Event] = None) -> None:
+        self.request, self.say = request, on_notice or (lambda _text: None)
+        self.stop = stop or threading.Event()
+        self.address = self.target = self.token = None
+        self.cap = self.opened = self.live = self.publisher = self.writer = self.health = None
+        self.tracker: Any = None
+        self.output_error: List[EdgeappError] = []
+        self._network()
+        if request.tracking is not None:
+            from edgeapp.core.zones import check_names
+            from edgeapp.flows.camera.tracking import check_tracking_available
+
+            check_names(request.tracking.lines, request.tracking.zones)
+            check_tracking_available()  # missing: exit 7 with the install line, before the model
+
+    def _network(self) -> None:
+        view, mqtt = self.request.live_view, self.request.mqtt
+        if view is not None:
+            from edgeapp.sinks.live_http import resolve_token
+            from edgeapp.sinks.live_view import check_exposure, parse_serve
+
+            self.address = parse_serve(view.serve)
+            self.token, declined = resolve_token(view.token, view.token_file)
+            check_exposure(self.address, self.token, declined)
+        if mqtt is not None:
+            from edgeapp.sinks.mqtt import paho_module, parse_mqtt_url
+
+            self.target = parse_mqtt_url(mqtt.url)
+            paho_module()  # missing: exit 7 with the install line, before opening anything
+
+    def run(self) -> CameraOutcome:
+        from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
+        from edgeapp.sinks.display import Display, has_display
+        from edgeapp.sinks.recorder import Recorder
+
+        r = self.request
+        try:
+            cap = self.cap = OpenCVSource(r.source, r.width, r.height)
+            cap.open()  # a camera or file that cannot be opened fails before the model and the live view
+            recorder = Recorder(str(r.record)) if r.record is not None else None
+            self.opened = opened = self._open()
+            kind = opened.task.kind
+            show = has_display() if r.display is None else r.display
+            if (r.width or r.height) and not cap.live:
+                self.say("--width/--height ask a camera for a capture size; a file's frames keep "
+                         "their size")
+            window = Display(f"edgeapp {Path(opened.engine.model_path).name}") if show else None
+            self._records(show, kind)
+            self._tracking(kind)
+            outputs = self._outputs(kind, cap.name)
+            if self.publisher is not None and not cap.live:  # a file: every record to the broker
+                self.publisher.wait_settled(MQTT_SETTLE)
+            stats = run_camera(cap, opened.runner, drop=r.drop_frames, max_frames=r.max_frames,
+                               duration=r.duration, reconnect=ReconnectPolicy(timeout=r.reconnect),
+                               on_record=self._on_record if self.writer or r.on_record else None,
+                               display=window, recorder=recorder,
+                               stop_event=self.stop, on_notice=self.say, kind=kind,
+                               outputs=outputs, tracking=self.tracker)
+        finally:
+            self.close()
+        return self._outcome(stats)
+
+    def _open(self) -> Any:
+        from edgeapp.flows.open_task import open_task
+
+        r = self.request
+        options = r.options
+        if r.tracking is not None and options.get("track_low") is None:
+            from edgeapp.flows.camera.tracking import LOW  # weaker boxes too: they keep tracks alive
+
+            options = {**options, "track_low": LOW}
+        opened = open_task(r.model, r.task, r.place, options=options, labels_file=r.labels_file,
+                           mean=r.mean, std=r.std, on_notice=self.say, resolve=r.resolve,
+                           frames=True, strict_options=False)
+        for note in opened.task.kind.warnings(opened.model, r.labels_file):
+            self.say(f"warning: {note}")
+        return opened
+
+    def _records(self, show: bool, kind: Any) -> None:
+        from edgeapp.sinks.records import Format, Layout
+
+        r = self.request
+        to_stdout = r.records_stdout
+        if to_stdout is None:  # the CLI's rule: records unless a window or a sink shows them
+            networked = self.address is not None or self.target is not None
+            to_stdout = not show and not (networked and r.records_format is None)
+        if r.records_output is not None or to_stdout:
+            self.writer = Layout(kind, frames=True).writer(r.records_format or Format.jsonl,
+                                                           r.records_output)
+
+    def _tracking(self, kind: Any) -> None:
+        """--track: the stage that follows the objects, at the task's display threshold."""
+        settings = self.request.tracking
+        if settings is None:
+            return
+        from edgeapp.flows.camera.tracking import TrackStage, check_trackable
+
+        check_trackable(kind)
+        labels = self.opened.model.labels or {}
+        high = kind.track_threshold(self.opened.task.plan)
+        self.tracker = TrackStage(settings, high, kind.tracks,
+                                  labels=lambda i: str(labels.get(int(i), i)))
+
+    def _on_record(self, record: dict) -> None:
+        """A results file that cannot be written (a full disk) stops the run, with its summary."""
+        if self.request.on_record is not None:
+            self.request.on_record(record)
+        if self.writer is None or self.output_error:
+            return
+        try:
+            self.writer.write(record)
+        except EdgeappError as e:
+            self.output_error.append(e)
+            self.stop.set()
+
+    def _outputs(self, kind: Any, source: str) -> list:
+        if self.address is not None or self.target is not None:  # the Edge TPU's heat and clock
+            from edgeapp.flows.camera.tpu_health import TpuHealth
+
+            self.health = TpuHealth(self.request.place.performance).start()
+        if self.address is not None:  # first: a port in use fails before anything connects
+            self._live_view(kind, source)
+        if self.target is not None:
+            self._mqtt(kind)
+        return [o for o in (self.live, self.publisher, self.health) if o is not None]
+
+    def _live_view(self, kind: Any, source: str) -> None:
+        from edgeapp.sinks.live_view import LiveView, announcement
+
+        engine, view = self.opened.engine, self.request.live_view
+        note = engine.notice or ("the Edge TPU" if engine.device == "edgetpu" else "--device cpu")
+        self.live = LiveView(self.address, fps=view.fps, kind=kind, token=self.token,
+                             extra=lambda: {**({"mqtt": self.publisher.summary()}
+                                               if self.publisher is not None else {}),
+                                            **({"tracking": self.tracker.summary()}
+                                               if self.tracker is not None else {}),
+                                            **self.health.stats()},
+                             info={"model": Path(engine.model_path).name, "task": kind.name,
+                                   "device": engine.device, "device_note": note,
+                                   "source": source}).start()
+        for line in announcement(self.live, self.address, self.token, view.show_token):
+            self.say(line)
+
+    def _mqtt(self, kind: Any) -> None:
+        from edgeapp.core.version import VERSION
+        from edgeapp.sinks.ha_discovery import discovery_messages
+        from edgeapp.sinks.mqtt import MqttOut
+
+        settings, engine = self.request.mqtt, self.opened.engine
+        announce = discovery_messages(kind, self.opened.model.labels, self.target.prefix,
+                                      settings.mode, remove=not settings.discovery,
+                                      model=Path(engine.model_path).name, version=VERSION)
+        tracking = self.request.tracking
+        if tracking is not None and (tracking.lines or tracking.zones):
+            from edgeapp.sinks.ha_discovery import counting_discovery
+
+            announce += counting_discovery(self.target.prefix, [x.name for x in tracking.lines],
+                                           [z.name for z in tracking.zones],
+                                           remove=not settings.discovery,
+                                           model=Path(engine.model_path).name, kind_name=kind.name)
+        self.publisher = MqttOut(self.target, kind=kind, mode=settings.mode,
+                                 debounce=settings.debounce, announce=announce,
+                                 queue_size=settings.queue, on_notice=self.say).start()
+        self.health.publish_to(self.publisher)
+
+    def close(self) -> None:
+        for part in (self.opened, self.live, self.publisher, self.writer, self.health, self.tracker,
+                     self.cap):
+            if part is not None:
+                part.close()
+
+    def _outcome(self, stats: CameraStats) -> CameraOutcome:
+        outputs: dict = {}
+        if self.live is not None:
+            outputs["live_view"] = self.live.summary()
+        if self.publisher is not None:
+            outputs["mqtt"] = self.publisher.summary()
+        if self.tracker is not None:
+            outputs["tracking"] = self.tracker.summary()
+        warnings = self._warnings(stats, outputs.get("mqtt"))
+        return CameraOutcome(stats, self.opened.engine.model_path, self.opened.task.name, outputs,
+                             warnings, self._error(stats, outputs.get("mqtt")))
+
+    def _warnings(self, stats: CameraStats, mqtt: Optional[dict]) -> List[str]:
+        cap, out = self.cap, []
+        missing = getattr(cap, "missing_frames", 0)
+        if missing and stats.stop == "end of stream" and stats.captured:
+            out.append(f"{cap.name} ended after {cap.position} frame(s), {missing} short of the "
+                       f"{cap.declared_frames} its container declares (truncated?)")
+        if mqtt is not None and not mqtt["ever_connected"]:
+            why = f" ({mqtt['last_error']})" if mqtt.get("last_error") else ""
+            out.append(f"mqtt: the broker at {mqtt['url']} never answered{why}: nothing was published")
+        return out
+
+    def _error(self, stats: CameraStats, mqtt: Optional[dict]) -> Optional[EdgeappError]:
+        """What makes this run a failure, if anything (the CLI's exit code)."""
+        cap, r = self.cap, self.request
+        if self.output_error:
+            stats.stop = "output error"
+            return self.output_error[0]
+        if stats.stop == "interrupted":
+            return None
+        if stats.stop.startswith("capture error"):
+            return EdgeappError(stats.stop)
+        if stats.captured == 0 and stats.stop == "end of stream":  # opened, but not one frame
+            return DeviceUnavailable(f"--source {cap.name}: no frame could be read (an empty or "
+                                     "truncated video?)")
+        if stats.lost:
+            why = f" (last: {stats.reopen_error})" if stats.reopen_error else ""
+            return DeviceUnavailable(f"{cap.name}: camera/stream lost; no frames after "
+                                     f"{stats.reconnect_attempts} reconnect attempt(s) in "
+                                     f"{r.reconnect:g} s{why}")
+        if mqtt is not None and mqtt["dropped"] and not cap.live:  # a file: every result counts
+            return InputError(f"mqtt: {mqtt['dropped']} of {mqtt['dropped'] + mqtt['published']} "
+                              f"message(s) for {cap.name} were not delivered to {mqtt['url']}")
+        return None

@@ -1,0 +1,130 @@
+"""The Edge TPU's health during a camera run: its temperature, the clock its driver runs it at,
+and whether it is throttling, for the live view's /stats and for MQTT (with Home Assistant
+discovery of a temperature sensor where the device has one).
+
+A frame output (flows/camera/loop.FrameOutput): `on_frame` only notes each frame's inference
+latency; a thread reads the devices' state (hw/tpu_state.py) every `interval` seconds and
+publishes it. Throttling, as bench defines it (core/thermal.py): the driver has lowered the
+clock (past trip point 0), or the latency of the last frames is more than 15% above that of
+the first ones.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Callable, Optional
+
+from edgeapp.core import thermal
+from edgeapp.core.stats import median
+
+WINDOW = 30  # frames per latency window
+SKIP = 5  # first frames left out (the cold start)
+
+
+class TpuHealth:
+    """Watches the Edge TPUs a camera run uses (the devices its records name)."""
+
+    def __init__(self, performance: Optional[str] = None, interval: float = 5.0,
+                 read_state: Optional[Callable[[str], Optional[dict]]] = None) -> None:
+        from edgeapp.hw.tpu_state import state_of
+
+        self.performance, self.interval = performance, interval
+        self._read = read_state or (lambda name: state_of(name, performance=performance))
+        self._devices: dict = {}  # name -> None until read
+        self._first: list = []
+        self._last: collections.deque = collections.deque(maxlen=WINDOW)
+        self._seen = 0
+        self._lock = threading.Lock()
+        self._latest: dict = {}
+        self._publish: Optional[Callable[[dict, bool], None]] = None
+        self._published = 0
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # a device seen for the first time: read it at once
+        self._thread = threading.Thread(target=self._loop, name="edgeapp-tpu-health", daemon=True)
+
+    def start(self) -> "TpuHealth":
+        self._thread.start()
+        return self
+
+    def publish_to(self, mqtt_out: Any) -> None:
+        """Also publish each reading to this MqttOut (sinks/mqtt.publish_health)."""
+        from edgeapp.sinks.mqtt import publish_health
+
+        self._publish = lambda health, first: publish_health(mqtt_out, health, discovery=first)
+
+    # -- the camera loop's side: never waits --------------------------------------------------
+
+    def on_frame(self, image: Any, record: dict, **_: Any) -> None:
+        device, latency = record.get("device"), record.get("latency_ms")
+        with self._lock:
+            if device and device != "cpu" and device not in self._devices:
+                self._devices[device] = None
+                self._wake.set()
+            if latency is None:
+                return
+            self._seen += 1
+            if self._seen <= SKIP:
+                return
+            if len(self._first) < WINDOW:
+                self._first.append(latency)
+            self._last.append(latency)
+
+    def stats(self) -> dict:
+        """What /stats serves: `{"edgetpu": {...}}` once a device has been read, else {}."""
+        with self._lock:
+            return {"edgetpu": dict(self._latest)} if self._latest else {}
+
+    # -- the reading thread ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.refresh()
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    def refresh(self) -> dict:
+        """Read every device's state now, update the figures, publish them."""
+        with self._lock:
+            names = list(self._devices)
+            first, last = list(self._first), list(self._last)
+        if not names:
+            return {}
+        states = {n: self._read(n) for n in names}
+        health = summarize(states, first, last)
+        with self._lock:
+            self._latest = health
+        if self._publish is not None:
+            self._publish(health, self._published == 0)
+            self._published += 1
+        return health
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+
+
+def summarize(states: dict, first: list, last: list) -> dict:
+    """The health of a run's Edge TPUs: hottest temperature, lowest clock, drift, throttling."""
+    devices = {}
+    for name, s in states.items():
+        heat = (s or {}).get("thermal") or {}
+        devices[name] = {"temperature_c": (s or {}).get("temperature_c"), "clock_mhz": (s or {}).get("clock_mhz"),
+                         "clock_mode": (s or {}).get("clock_mode"), "sensor_fault": bool(heat.get("sensor_fault")),
+                         "throttling": (s or {}).get("throttling")}
+    temps = [d["temperature_c"] for d in devices.values() if d["temperature_c"] is not None]
+    clocks = [d["clock_mhz"] for d in devices.values() if d["clock_mhz"] is not None]
+    drift = None
+    if len(first) >= WINDOW and len(last) >= WINDOW and first != last:
+        drift = thermal.drift(median(first), median(last))
+    reasons = thermal.throttling(drift)
+    hot = [n for n, d in devices.items() if d["throttling"]]
+    if hot:
+        reasons.append(f"{', '.join(hot)} past trip point 0: the driver lowered the clock")
+    return {"devices": devices, "temperature_c": max(temps) if temps else None,
+            "clock_mhz": min(clocks) if clocks else None,
+            "latency_drift": None if drift is None else round(drift, 4),
+            "throttling": bool(reasons), "throttling_reasons": reasons,
+            "sensor_fault": any(d["sensor_fault"] for d in devices.values())}
