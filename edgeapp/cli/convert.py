@@ -8,7 +8,15 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, finite, progress_bar, say
+from edgeapp.cli.options import (
+    Decode,
+    ReportFormat,
+    ReportFormatOpt,
+    cli_errors,
+    finite,
+    progress_bar,
+    say,
+)
 from edgeapp.core.units import format_bytes
 
 app = typer.Typer()
@@ -54,6 +62,10 @@ ValLabelsOpt = Annotated[Optional[Path], typer.Option(
 InputSizeOpt = Annotated[Optional[str], typer.Option(
     "--input-size", metavar="HxW", help="Height and width for an ONNX model whose input size is symbolic.",
     show_default=False)]
+ConvertDecodeOpt = Annotated[Decode, typer.Option(
+    "--decode", help="How calibration and agreement images (JPEGs) are decoded: full, or scaled "
+                     "as the image commands' --decode scaled; recorded in OUT.json, and the image "
+                     "commands then decode the model's inputs the same way.")]
 ReportOpt = Annotated[bool, typer.Option(
     "--report", help="Per layer: float vs int8 SQNR on the calibration images, worst first, with the likely "
     "cause and fix; writes OUT.report.json and OUT.report.png.")]
@@ -81,7 +93,8 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
                     scale: ScaleOpt = None, eval_dir: EvalOpt = None, labels: LabelsOpt = None,
                     val_labels: ValLabelsOpt = None, input_size: InputSizeOpt = None, report: ReportOpt = False,
                     max_drop: MaxDropOpt = None, fmt: ReportFormatOpt = ReportFormat.table,
-                    compile_: CompileOpt = False, compiler: CompilerOpt = None) -> None:
+                    compile_: CompileOpt = False, compiler: CompilerOpt = None,
+                    decode: ConvertDecodeOpt = Decode.full) -> None:
     """Quantize a Keras or ONNX model to full-integer int8 TFLite, calibrated on your images.
 
     Writes OUT.tflite and OUT.json (labels, preprocessing and the measured agreement, read by
@@ -97,7 +110,7 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
         eval_dir=eval_dir, io=io.value, mean=finite("--mean", mean), std=_std(std, scale),
         labels=read_labels(labels) if labels else None,
         val_labels=read_labels(val_labels) if val_labels else None,
-        input_size=parse_input_size(input_size), report=report, max_drop=max_drop)
+        input_size=parse_input_size(input_size), report=report, decode=decode.value, max_drop=max_drop)
     prepared = convert_job.prepare(job)  # everything checkable before TensorFlow loads
     result = convert_job.run(prepared, say, progress_bar)
     agreement = result.get("agreement")

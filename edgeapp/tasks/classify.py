@@ -31,6 +31,9 @@ class Classify(TaskKind):
     events = "top"
     nothing = "(no class above threshold)"
     guess_rank = 9  # any score vector: asked last
+    # scaled JPEG decode changed MobileNets' top-1 class on more than 1.5 % of photos
+    # (docs/performance.md#decoding-photos-scaled-or-full): whole, unless --decode scaled
+    decode = "full"
 
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_score_vector(shapes[0])

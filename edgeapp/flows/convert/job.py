@@ -45,6 +45,7 @@ class ConvertJob:
     input_size: Optional[tuple] = None  # --input-size H, W for symbolic ONNX dims
     report: bool = False
     max_drop: Optional[float] = None  # --max-drop: the task metric's points int8 may lose (0.01 = 1)
+    decode: str = "full"  # JPEGs decoded as --decode does at inference; the sidecar records it
 
 
 @dataclass
@@ -130,11 +131,13 @@ def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> t
         say(f"loading {job.model} (TensorFlow)")
         model = load_keras(job.model)
         h, w, c = model.input_shape
-        return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say)
+        return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say,
+                                  decode=job.decode)
     from edgeapp.flows.convert.onnx import load_onnx
 
     inp = p.onnx_input
-    cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say)
+    cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say,
+                       decode=job.decode)
     make_output_folder(job.output)  # for the log
     log = convert_log_path(job.output)
     say(f"converting {job.model} with onnx2tf (log: {log})")
@@ -169,7 +172,7 @@ def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
     job = p.job
     h, w, c = model.input_shape
     if p.held_out is not None:
-        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say)
+        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say, decode=job.decode)
         source = f"--eval {job.eval_dir}" if job.eval_dir is not None else "held-out calibration images"
     else:
         data, source = cal, "the calibration images (none held out)"
@@ -247,5 +250,6 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
     if report.get("max_drop"):
         extra["max_drop"] = report["max_drop"]
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,
+                                                  decode=job.decode,
                                                   extra=extra))
     return task, str(sidecar)

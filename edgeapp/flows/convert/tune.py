@@ -179,7 +179,8 @@ def _more_calibration(trials: _Trials, base: dict, p, cal: Dataset, plain, say: 
         return
     started = time.monotonic()
     h, w, c = cal.x.shape[1:4]
-    bigger = normalize(load_dataset(p.calibration, (w, h), c, want, seed=2, say=say), p.job.mean, p.job.std)
+    bigger = normalize(load_dataset(p.calibration, (w, h), c, want, seed=2, say=say,
+                                        decode=p.job.decode), p.job.mean, p.job.std)
     more = rq.calibrate(base["saved"], bigger, p.job.io)
     row = trials.measure("more calibration", rq.requantize(more.data, p.job.io), started,
                          {"calibration_samples": int(len(bigger))})
