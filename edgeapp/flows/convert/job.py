@@ -46,6 +46,7 @@ class ConvertJob:
     val_labels: Optional[dict] = None  # --val-labels: the model's classes, to name folders' indices
     input_size: Optional[tuple] = None  # --input-size H, W for symbolic ONNX dims
     report: bool = False
+    max_drop: Optional[float] = None  # --max-drop: the task metric's points int8 may lose (0.01 = 1)
     decode: str = "full"  # JPEGs decoded as --decode does at inference; the sidecar records it
 
 
@@ -128,6 +129,9 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             if job.report:
                 with _timed(times, "--report per layer"):
                     report["report"] = _layer_report(p, model, saved, calibration, q, say)
+            if job.max_drop is not None:
+                with _timed(times, "--max-drop trials"):
+                    _max_drop(p, model, saved, cal, calibration, q, report, say)
     finally:
         model.close()
     report["task"], report["sidecar"] = _sidecar(p, q.model, cal, report, say)
@@ -202,8 +206,9 @@ def _embedding_depth(p: Prepared, tflite, cal) -> Optional[int]:
     return embedding_output(tflite, count)
 
 
-def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
-    from edgeapp.flows.convert.agreement import measure, truth_labels
+def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
+    """(images, where they come from, their class indices or None) for measuring int8."""
+    from edgeapp.flows.convert.agreement import truth_labels
 
     job = p.job
     h, w, c = model.input_shape
@@ -212,8 +217,14 @@ def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool
         source = f"--eval {job.eval_dir}" if job.eval_dir is not None else "held-out calibration images"
     else:
         data, source = cal, "the calibration images (none held out)"
-    labels = truth_labels(data, job.val_labels or job.labels)
-    found = measure(job.output, model, data, job.mean, job.std, source, labels, class_scores)
+    return data, source, truth_labels(data, job.val_labels or job.labels)
+
+
+def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
+    from edgeapp.flows.convert.agreement import measure
+
+    data, source, labels = _held_out(p, model, cal, say)
+    found = measure(p.job.output, model, data, p.job.mean, p.job.std, source, labels, class_scores)
     if p.yolo is not None:
         found["detection"] = _detection_agreement(p, data, source, say)
     return found
@@ -229,6 +240,25 @@ def _detection_agreement(p: Prepared, data, source: str, say: Say) -> dict:
     session = ort_session(fixed_model(p.onnx, inp))
     return detection.measure(session, inp, p.job.output, data, p.job.mean, p.job.std,
                              detection.sidecar_entry(p.yolo, inp.width, inp.height), source)
+
+
+def _max_drop(p: Prepared, model: FloatModel, saved: str, cal, calibration, q, report: dict, say: Say) -> None:
+    """--max-drop's trials; when another model than the plain one is kept, the report
+    describes the kept one."""
+    from edgeapp.core.tflite.model import load_model
+    from edgeapp.flows.convert.tune import tune
+
+    data, source, labels = _held_out(p, model, cal, say)
+    tuned = tune(p, model, saved, cal, calibration, q, data, source, labels, say)
+    detail = tuned.pop("detail")
+    report["max_drop"] = tuned
+    if tuned["chosen"] not in (None, "plain"):
+        kept = load_model(p.job.output)
+        report.update(size_bytes=kept.size, ops=dict(Counter(op.op for op in kept.operators).most_common()),
+                      op_versions={op.op: op.version for op in kept.operators})
+        report["agreement_detail"] = detail
+        report.update({k: detail[k] for k in (
+            "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
 
 
 def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, say: Say) -> dict:
@@ -279,6 +309,8 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
         from edgeapp.flows.convert.detection import sidecar_entry
 
         extra["yolo"] = sidecar_entry(p.yolo, p.onnx_input.width, p.onnx_input.height)
+    if report.get("max_drop"):
+        extra["max_drop"] = report["max_drop"]
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,
                                                   decode=job.decode, extra=extra))
     return task, str(sidecar)
