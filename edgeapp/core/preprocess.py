@@ -11,7 +11,7 @@ import io
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -125,6 +125,21 @@ def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, in
 
 
 _TRANSPOSED = (2, 3, 4, 5, 6, 7, 8)  # EXIF orientations other than 1 (upright)
+
+
+def image_size(path: Any) -> Optional[tuple[int, int]]:
+    """(width, height) of an image file as `load_image` turns it upright, read from its header
+    only; None when it cannot be read (the run that decodes it says why)."""
+    from PIL import Image
+
+    _quiet_pillow()
+    try:
+        with Image.open(path) as img:
+            w, h = img.size
+            turned = img.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # a quarter turn swaps them
+    except (OSError, SyntaxError, ValueError):
+        return None
+    return (h, w) if turned else (w, h)
 
 
 def upright(img):
