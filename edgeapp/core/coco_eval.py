@@ -59,7 +59,11 @@ def evaluate(gt: dict, results: List[dict], iou_type: str = "bbox",
 def box_metrics(gt: dict, results: List[dict], image_ids: Optional[Sequence] = None) -> dict:
     """map (AP at IoU 0.50:0.95), map50 and per_class AP50-95 by category name: pycocotools'
     stats[0], stats[1] and its precision array per category (-1: no ground truth, left out)."""
-    ev = evaluate(gt, results, "bbox", image_ids)
+    return box_summary(evaluate(gt, results, "bbox", image_ids), gt)
+
+
+def box_summary(ev, gt: dict) -> dict:
+    """box_metrics of an accumulated COCOeval (None: no result at all)."""
     names = {c["id"]: c["name"] for c in gt.get("categories", [])}
     if ev is None:
         return {"map": 0.0, "map50": 0.0, "per_class": {}}

@@ -78,11 +78,14 @@ def _image_folder(path: Path, images: Optional[Path], listed: list) -> Path:
         if not images.is_dir():
             raise UsageError(f"--images {images}: not a folder")
         return images
-    first = listed[0].get("file_name") if isinstance(listed[0], dict) else None
+    names = [str(im["file_name"]) for im in listed[:20] if isinstance(im, dict) and "file_name" in im]
     for folder in (path.parent, path.parent / "images"):
-        if first is not None and (folder / str(first)).exists():
+        if any((folder / n).exists() for n in names):
             return folder
-    return path.parent  # missing files: each one an image that failed, said in the run
+    if not names:
+        return path.parent  # images without file_name: said as such next
+    raise UsageError(f"--data {path}: its images ({names[0]}, ...) are neither beside it nor in "
+                     f"{path.parent / 'images'}: give --images DIR")
 
 
 def _box(value: Any, where: str) -> List[float]:
