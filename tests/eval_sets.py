@@ -68,7 +68,7 @@ def masks_set(root: Path, count: int = 4, size: int = 40) -> Path:
     their class ids (1, 2, 3, 0), a band of 255 (ignore) across the middle."""
     from PIL import Image
 
-    from tests.posesegment_models import quadrants
+    from posesegment_models import quadrants
 
     (root / "images").mkdir(parents=True)
     (root / "masks").mkdir()

@@ -137,8 +137,8 @@ class MaskScorer(Scorer):
 
             raise UsageError(f"{self.data.truth[index]}: mask {truth.shape[1]}x{truth.shape[0]} is "
                              f"not the size of its image ({predicted.shape[1]}x{predicted.shape[0]})")
-        labelled = truth[truth != IGNORE]
-        size = int(max(labelled.max(initial=-1), predicted.max(initial=-1))) + 1
+        labelled = truth[truth != IGNORE].astype(np.int64)
+        size = int(max(labelled.max(initial=-1), predicted.astype(np.int64).max(initial=-1))) + 1
         if size > self.counts.shape[0]:
             grown = np.zeros((size, size), dtype=np.int64)
             grown[:self.counts.shape[0], :self.counts.shape[0]] = self.counts
