@@ -97,8 +97,7 @@ class Model:
         dataset, images/ + masks/, a COCO keypoints JSON; `images`: a COCO JSON's image
         folder), as `edgeapp eval --format json` reports it: {"data": {...}, "models": [{"model",
         "runs_on", "images", "failed", "images_per_s", "median_ms", "metrics": {...}}]}."""
-        from edgeapp.flows.eval_data import read_data
-        from edgeapp.flows.evaluate import differences, evaluate, report
+        from edgeapp.flows.evaluate import differences, evaluate, read_data, report
 
         found = read_data(Path(data), Path(images) if images is not None else None)
         result = evaluate(self._opened, found, workers)

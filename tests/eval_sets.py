@@ -67,7 +67,6 @@ def masks_set(root: Path, count: int = 4, size: int = 40) -> Path:
     """images/ and masks/ for the stand-in segmenter: quadrants of red, green, blue, black with
     their class ids (1, 2, 3, 0), a band of 255 (ignore) across the middle."""
     from PIL import Image
-
     from posesegment_models import quadrants
 
     (root / "images").mkdir(parents=True)

@@ -63,8 +63,7 @@ def eval_command(
     first, images/s, median latency and where it ran. An image that cannot be decoded is left
     out of the metrics (said, counted) and the exit code is 3.
     """
-    from edgeapp.flows.eval_data import read_data
-    from edgeapp.flows.evaluate import evaluate_models, refuse_unknown, report
+    from edgeapp.flows.evaluate import evaluate_models, read_data, refuse_unknown, report
 
     shared.check_common(ctx.params, {})
     found = read_data(data, images)

@@ -1,4 +1,5 @@
-"""Labelled data for `eval`, found from one --data argument, in the formats people already have.
+"""Labelled data for `eval` in the formats people already have (flows/evaluate.read_data finds
+which one a --data argument is):
 
 - classification: a folder of class folders, or a CSV of `path,label` (paths relative to it);
 - detection: a COCO instances JSON, or an Ultralytics/YOLO dataset (a data.yaml, or a folder
@@ -56,34 +57,6 @@ class EvalData:
         """What `--format json` says of the data."""
         return {"path": str(self.source), "format": self.format, "task_data": self.kind,
                 "images": len(self.paths), "classes": [self.names[k] for k in self.names]}
-
-
-def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
-    """The labelled data `data` names (a file or a folder, the format found from it)."""
-    from edgeapp.flows import eval_coco
-
-    if not data.exists():
-        raise UsageError(f"--data {data}: not found")
-    suffix = data.suffix.lower()
-    if data.is_file():
-        if suffix == ".json":
-            return eval_coco.read_coco(data, images)
-        if suffix in (".yaml", ".yml"):
-            return eval_coco.read_yolo_yaml(data)
-        if suffix == ".csv":
-            return read_csv(data)
-        raise UsageError(f"--data {data}: expected a COCO .json, a YOLO data .yaml, a .csv of "
-                         "path,label or a folder")
-    if images is not None:
-        raise UsageError("--images is for a COCO JSON's images")
-    if (data / "images").is_dir() and (data / "labels").is_dir():
-        return eval_coco.read_yolo_folder(data)
-    if (data / "images").is_dir() and (data / "masks").is_dir():
-        return read_masks(data)
-    yamls = sorted(p for p in data.iterdir() if p.suffix.lower() in (".yaml", ".yml"))
-    if len(yamls) == 1:
-        return eval_coco.read_yolo_yaml(yamls[0])
-    return read_class_folders(data)
 
 
 def image_files(folder: Path) -> List[Path]:

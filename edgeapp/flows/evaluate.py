@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from edgeapp.errors import InvalidModel, WrongTask
+from edgeapp.errors import InvalidModel, UsageError, WrongTask
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.eval_data import EvalData
 from edgeapp.flows.open_task import OpenTask, Placement
@@ -76,6 +76,35 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
              "median_ms": round(statistics.median(latencies), 3) if latencies else None,
              "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
     return ModelEval(entry, scorer, errors)
+
+
+def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
+    """The labelled data `data` names (a file or a folder, the format found from it)."""
+    from edgeapp.flows import eval_coco
+    from edgeapp.flows.eval_data import read_class_folders, read_csv, read_masks
+
+    if not data.exists():
+        raise UsageError(f"--data {data}: not found")
+    suffix = data.suffix.lower()
+    if data.is_file():
+        if suffix == ".json":
+            return eval_coco.read_coco(data, images)
+        if suffix in (".yaml", ".yml"):
+            return eval_coco.read_yolo_yaml(data)
+        if suffix == ".csv":
+            return read_csv(data)
+        raise UsageError(f"--data {data}: expected a COCO .json, a YOLO data .yaml, a .csv of "
+                         "path,label or a folder")
+    if images is not None:
+        raise UsageError("--images is for a COCO JSON's images")
+    if (data / "images").is_dir() and (data / "labels").is_dir():
+        return eval_coco.read_yolo_folder(data)
+    if (data / "images").is_dir() and (data / "masks").is_dir():
+        return read_masks(data)
+    yamls = sorted(p for p in data.iterdir() if p.suffix.lower() in (".yaml", ".yml"))
+    if len(yamls) == 1:
+        return eval_coco.read_yolo_yaml(yamls[0])
+    return read_class_folders(data)
 
 
 def scalar_metrics(metrics: dict) -> Dict[str, float]:
