@@ -63,6 +63,14 @@ def eval_command(
     first, images/s, median latency and where it ran. An image that cannot be decoded is left
     out of the metrics (said, counted) and the exit code is 3.
     """
+    run_eval(ctx, models, data, images, labels, mean, std, fmt, save_predictions, plot, workers)
+
+
+def run_eval(ctx: typer.Context, models: List[str], data: Path, images: Optional[Path],
+             labels: Optional[Path], mean: Optional[float], std: Optional[float], fmt: ReportFormat,
+             save: Optional[Path], plot: Optional[Path], workers: Optional[int],
+             published: Optional[dict] = None) -> None:
+    """The body of `eval` (and `models eval`, which adds what Coral `published`)."""
     from edgeapp.flows.evaluate import evaluate_models, read_data, refuse_unknown, report
 
     shared.check_common(ctx.params, {})
@@ -71,13 +79,15 @@ def eval_command(
     for note in found.notes:
         say(f"note: {note}")
     refuse_unknown(models)
-    _check_outputs(save_predictions, plot)
+    _check_outputs(save, plot)
     results = evaluate_models(
         models, found, shared.placement(ctx), labels_file=labels, mean=mean, std=std,
         workers=shared.decode_workers(workers), say=say, resolve=shared.resolve_model,
         progress=shared.progress_bar)
-    _write_outputs(found, models, results, save_predictions, plot)
+    _write_outputs(found, models, results, save, plot)
     doc = report(found, results)
+    if published:
+        doc["published"] = published
     if fmt == ReportFormat.json:
         import json
 
@@ -136,6 +146,10 @@ def render(doc: dict) -> str:
         rows.append(cells)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    if doc.get("published"):
+        pub = doc["published"]
+        lines.append("published by Coral: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in pub.items() if k != "source") + f" ({pub.get('source')})")
     for e in entries:
         per = e["metrics"].get("per_class")
         if per and len(per) <= 20:
