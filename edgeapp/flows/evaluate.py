@@ -145,15 +145,23 @@ def open_model(model: str, place: Placement, *, labels_file: Any = None,
 def _open_float(path: Path, labels_file: Any, mean: Optional[float], std: Optional[float],
                 sidecars: Sequence[Any], fast_decode: bool) -> OpenTask:
     from edgeapp.core.labels import read_labels
-    from edgeapp.execution.runner import SingleRunner
     from edgeapp.flows.convert.float_engine import open_float
-    from edgeapp.tasks import task_for
-    from edgeapp.tasks.base import bind
-    from edgeapp.tasks.model import ImageModel, input_spec
 
     engine = open_float(path)
     meta = conversion_meta(path, sidecars) or engine.meta
     labels = read_labels(labels_file) if labels_file else (meta.labels or engine.meta.labels)
+    return open_engine(engine, meta, labels, mean, std, fast_decode)
+
+
+def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[float] = None,
+                std: Optional[float] = None, fast_decode: bool = False) -> OpenTask:
+    """A float engine (flows/convert/float_engine.py) bound to its task as `classify` binds a
+    .tflite: the task from `meta` or the outputs, the input fitted as the int8 model's is."""
+    from edgeapp.execution.runner import SingleRunner
+    from edgeapp.tasks import task_for
+    from edgeapp.tasks.base import bind
+    from edgeapp.tasks.model import ImageModel, input_spec
+
     try:
         model = ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, fast_decode))
         task = bind(task_for(engine, meta), model)
@@ -209,6 +217,27 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
         out.append(result)
     differences([r.entry for r in out])
     return out
+
+
+def float_vs_int8(float_model: OpenTask, int8_model: OpenTask, data: EvalData,
+                  workers: int = 2) -> dict:
+    """The task's metric of a float original and the int8 model made from it, on the same data
+    (what `convert --eval` stores in the sidecar): {"data", "float", "int8", "drop"}; "drop" is
+    float minus int8 per metric (positive: int8 lost that much)."""
+    ref, q = evaluate(float_model, data, workers), evaluate(int8_model, data, workers)
+    a, b = scalar_metrics(ref.entry["metrics"]), scalar_metrics(q.entry["metrics"])
+    return {"data": data.summary(), "float": ref.entry, "int8": q.entry,
+            "drop": {k: round(a[k] - b[k], 6) for k in a if k in b},
+            "left_out": ref.errors + [e for e in q.errors if e not in ref.errors]}
+
+
+def is_labelled_data(path: Path) -> bool:
+    """Whether --eval names labelled data `eval` reads beyond class folders (a COCO JSON, a YOLO
+    dataset, a CSV, images and masks)."""
+    if path.is_file():
+        return path.suffix.lower() in (".json", ".yaml", ".yml", ".csv")
+    return path.is_dir() and (path / "images").is_dir() and (
+        (path / "labels").is_dir() or (path / "masks").is_dir())
 
 
 def report(data: EvalData, results: List[ModelEval]) -> dict:

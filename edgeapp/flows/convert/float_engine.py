@@ -68,11 +68,27 @@ def open_float(path: Path) -> FloatEngine:
 def _keras(path: Path) -> FloatEngine:
     from edgeapp.flows.convert.keras import load_keras
 
-    model = load_keras(path)
+    return engine_for(path, load_keras(path), ModelMeta())
+
+
+def engine_for(path: Path, model: Any, meta: ModelMeta) -> FloatEngine:
+    """An engine over a loaded flows/convert FloatModel (what `convert --eval` measures);
+    `meta` says its labels, normalization and, for an Ultralytics export, its task."""
     h, w, c = model.input_shape
-    probe = model.predict(np.zeros((1, h, w, c), np.float32))
-    return FloatEngine(path, model.predict, (1, h, w, c), [tuple(o.shape) for o in probe],
-                       model.runtime, ModelMeta(), model.close)
+    outs = [tuple(o.shape) for o in model.predict(np.zeros((1, h, w, c), np.float32))]
+    scale = _yolo_box_scale(meta, outs, (w, h))
+
+    def run(x: np.ndarray) -> List[np.ndarray]:
+        return _normalized_boxes(model.predict(x), scale)
+
+    return FloatEngine(path, run, (1, h, w, c), outs, model.runtime, meta, model.close)
+
+
+def _normalized_boxes(got: List[np.ndarray], scale: Optional[np.ndarray]) -> List[np.ndarray]:
+    if scale is not None:
+        got = list(got)
+        got[0] = got[0] / scale
+    return got
 
 
 def _onnx(path: Path) -> FloatEngine:
@@ -96,24 +112,21 @@ def _onnx(path: Path) -> FloatEngine:
     h, w, c = (dims[2], dims[3], dims[1]) if nchw else (dims[1], dims[2], dims[3])
     if not all(isinstance(d, int) for d in (h, w, c)):
         raise InvalidModel(f"{path}: input {dims} has a symbolic size: export it with a fixed one")
-    meta = _onnx_meta(session)
+    meta = meta_from_props(session.get_modelmeta().custom_metadata_map or {})
     name = inputs[0].name
     outs = [tuple(d if isinstance(d, int) else 1 for d in o.shape) for o in session.get_outputs()]
     scale = _yolo_box_scale(meta, outs, (w, h))
 
     def run(x: np.ndarray) -> List[np.ndarray]:
-        got = session.run(None, {name: x.transpose(0, 3, 1, 2) if nchw else x})
-        if scale is not None:
-            got[0] = got[0].copy()
-            got[0][:, :4] /= scale
-        return got
+        return _normalized_boxes(session.run(None, {name: x.transpose(0, 3, 1, 2) if nchw else x}),
+                                 scale)
 
     return FloatEngine(path, run, (1, h, w, c), outs, "ONNX Runtime", meta)
 
 
-def _onnx_meta(session: Any) -> ModelMeta:
-    """Ultralytics' metadata_props (names, task; it takes pixels / 255), else nothing."""
-    props = session.get_modelmeta().custom_metadata_map or {}
+def meta_from_props(props: dict) -> ModelMeta:
+    """An ONNX file's metadata_props: Ultralytics' (names, task; it takes pixels / 255), else
+    nothing."""
     if "names" not in props:
         return ModelMeta()
     return ModelMeta(labels=metadata_names(props), mean=0.0, std=255.0,
@@ -125,4 +138,6 @@ def _yolo_box_scale(meta: ModelMeta, outs: List[tuple], size: tuple) -> Optional
     if meta.ultralytics_task != "detect" or len(outs) != 1 or len(outs[0]) != 3:
         return None
     w, h = size
-    return np.array([w, h, w, h], np.float32)[:, None]
+    scale = np.ones((outs[0][1], 1), np.float32)  # rows: cx, cy, w, h, then class scores
+    scale[:4, 0] = (w, h, w, h)
+    return scale
