@@ -302,7 +302,8 @@ def test_a_corrupt_image_is_left_out_and_exit_3(cli, shapes, tmp_path):
 
 
 def test_without_pycocotools_detection_is_exit_7_with_the_install_line(shapes):
-    code = ("import sys; sys.modules['pycocotools'] = None; sys.argv = ['edgeapp'] + sys.argv[1:]; "
+    code = ("import sys; sys.modules['pycocotools'] = sys.modules['faster_coco_eval'] = None; "
+            "sys.argv = ['edgeapp'] + sys.argv[1:]; "
             "from edgeapp.cli.app import main; main()")
     proc = subprocess.run([sys.executable, "-c", code, "eval", str(V8), "--data", str(shapes["yaml"])],
                           capture_output=True, text=True, cwd=ROOT)
