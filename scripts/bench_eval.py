@@ -11,8 +11,6 @@ same default --workers and CPU interpreters:
   eval      flows.evaluate.evaluate on the same images as a YOLO dataset (every box above
             0.001, up to 300 per image, then pycocotools at the end: `edgeapp eval MODEL
             --data data.yaml`)
-  classify / eval (classification): the same with the suite-style colour classifier when
-            --classifier names one (a .tflite whose labels are the class folders' names)
 
 Rounds interleave the two sides (one warm-up round first, not counted), so a change of load on
 a shared machine hits both alike; the figures are medians over the rounds. Target: eval >= 0.9x.
