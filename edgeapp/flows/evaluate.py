@@ -97,13 +97,13 @@ def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
                          "path,label or a folder")
     if images is not None:
         raise UsageError("--images is for a COCO JSON's images")
+    yamls = sorted(p for p in data.iterdir() if p.suffix.lower() in (".yaml", ".yml"))
+    if len(yamls) == 1:  # a dataset's own definition (names, val) comes first
+        return eval_coco.read_yolo_yaml(yamls[0])
     if (data / "images").is_dir() and (data / "labels").is_dir():
         return eval_coco.read_yolo_folder(data)
     if (data / "images").is_dir() and (data / "masks").is_dir():
         return read_masks(data)
-    yamls = sorted(p for p in data.iterdir() if p.suffix.lower() in (".yaml", ".yml"))
-    if len(yamls) == 1:
-        return eval_coco.read_yolo_yaml(yamls[0])
     return read_class_folders(data)
 
 
