@@ -142,8 +142,10 @@ def color_set(tmp_path_factory) -> Path:
 def test_classification_against_scikit_learn(cli, tiny_model, color_set, tmp_path):
     from sklearn.metrics import accuracy_score, top_k_accuracy_score
 
-    doc = run_json(cli, tiny_model, "--data", color_set, "--save-predictions", tmp_path)
+    doc = run_json(cli, tiny_model, "--data", color_set, "--save-predictions", tmp_path,
+                   "--plot", tmp_path / "confusion.svg")
     m = doc["models"][0]["metrics"]
+    assert (tmp_path / "confusion.svg").read_text().lstrip().startswith("<?xml")
     rows = [json.loads(line) for line in (tmp_path / f"{tiny_model.stem}.jsonl").read_text().splitlines()]
     assert len(rows) == 24
     labels = ["blue", "green", "red"]
@@ -183,8 +185,9 @@ def test_segmentation_against_scikit_learn(cli, ps_models, tmp_path):
     import edgeapp
 
     data = eval_sets.masks_set(tmp_path / "seg")
-    doc = run_json(cli, ps_models["seg"], "--data", data)
+    doc = run_json(cli, ps_models["seg"], "--data", data, "--plot", tmp_path / "iou.png")
     m = doc["models"][0]["metrics"]
+    assert (tmp_path / "iou.png").read_bytes()[:4] == b"\x89PNG"
     truth, pred = [], []
     with edgeapp.open_model(ps_models["seg"]) as model:
         for image in sorted((data / "images").iterdir()):
