@@ -312,3 +312,12 @@ def test_without_pycocotools_detection_is_exit_7_with_the_install_line(shapes):
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == ExitCode.MISSING_DEPENDENCY, proc.stderr
     assert "pip install 'edgeapp[eval]'" in proc.stderr
+
+
+def test_a_compiled_model_without_an_edge_tpu_is_measured_on_its_cpu_twin(cli, compiled_pair, color_set):
+    compiled, twin = compiled_pair
+    r = cli("eval", twin, compiled, "--data", color_set, "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    cpu, edgetpu = json.loads(r.stdout)["models"]
+    assert edgetpu["runs_on"] == "cpu" and "CPU" in r.stderr
+    assert edgetpu["metrics"] == cpu["metrics"] and edgetpu["delta"]["top1"] == 0
