@@ -124,8 +124,7 @@ def differences(entries: List[dict]) -> None:
 def open_model(model: str, place: Placement, *, labels_file: Any = None,
                mean: Optional[float] = None, std: Optional[float] = None,
                say: Say = lambda _t: None, resolve: Optional[Callable] = None,
-               sidecars: Sequence[Any] = (), cpu_replicas: int = 1,
-               fast_decode: bool = False) -> OpenTask:
+               sidecars: Sequence[Any] = (), cpu_replicas: int = 1) -> OpenTask:
     """An int8 .tflite, _edgetpu.tflite or Coral name as `classify` opens it; a float ONNX or
     Keras source on ONNX Runtime / TensorFlow with the preprocessing of its conversion: --mean/
     --std, else its own sidecar, else the sidecar of the int8 model converted from it among
@@ -134,27 +133,26 @@ def open_model(model: str, place: Placement, *, labels_file: Any = None,
 
     path = Path(str(model))
     if path.exists() and is_float_source(path):
-        return _open_float(path, labels_file, mean, std, sidecars, fast_decode)
+        return _open_float(path, labels_file, mean, std, sidecars)
     from edgeapp.flows.open_task import open_task
 
     return open_task(model, None, place, labels_file=labels_file, mean=mean, std=std,
-                     on_notice=say, resolve=resolve, cpu_replicas=cpu_replicas,
-                     fast_decode=fast_decode)
+                     on_notice=say, resolve=resolve, cpu_replicas=cpu_replicas)
 
 
 def _open_float(path: Path, labels_file: Any, mean: Optional[float], std: Optional[float],
-                sidecars: Sequence[Any], fast_decode: bool) -> OpenTask:
+                sidecars: Sequence[Any]) -> OpenTask:
     from edgeapp.core.labels import read_labels
     from edgeapp.flows.convert.float_engine import open_float
 
     engine = open_float(path)
     meta = conversion_meta(path, sidecars) or engine.meta
     labels = read_labels(labels_file) if labels_file else (meta.labels or engine.meta.labels)
-    return open_engine(engine, meta, labels, mean, std, fast_decode)
+    return open_engine(engine, meta, labels, mean, std)
 
 
 def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[float] = None,
-                std: Optional[float] = None, fast_decode: bool = False) -> OpenTask:
+                std: Optional[float] = None) -> OpenTask:
     """A float engine (flows/convert/float_engine.py) bound to its task as `classify` binds a
     .tflite: the task from `meta` or the outputs, the input fitted as the int8 model's is."""
     from edgeapp.execution.runner import SingleRunner
@@ -163,7 +161,7 @@ def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[f
     from edgeapp.tasks.model import ImageModel, input_spec
 
     try:
-        model = ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, fast_decode))
+        model = ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std))
         task = bind(task_for(engine, meta), model)
     except BaseException:
         engine.close()
@@ -191,8 +189,7 @@ def conversion_meta(path: Path, sidecars: Sequence[Any]) -> Any:
 def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Placement(), *,
                     labels_file: Any = None, mean: Optional[float] = None,
                     std: Optional[float] = None, workers: int = 2, say: Say = lambda _t: None,
-                    resolve: Optional[Callable] = None, progress: Any = None,
-                    fast_decode: bool = False) -> List[ModelEval]:
+                    resolve: Optional[Callable] = None, progress: Any = None) -> List[ModelEval]:
     """Every model on the same data, in order; the first is the reference of each "delta".
     `progress(total, label)` gives a context manager yielding `advance` (cli.options.progress_bar)."""
     import contextlib
@@ -203,7 +200,7 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
     out = []
     for model in models:
         with open_model(model, place, labels_file=labels_file, mean=mean, std=std, say=say,
-                        resolve=resolve, sidecars=tflites, fast_decode=fast_decode,
+                        resolve=resolve, sidecars=tflites,
                         cpu_replicas=max(1, min(usable_cores(), len(data.paths)))) as opened:
             check_task(opened, data)
             bar = progress(len(data.paths), f"eval {Path(str(model)).name}") if progress else \
