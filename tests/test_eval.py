@@ -321,3 +321,42 @@ def test_a_compiled_model_without_an_edge_tpu_is_measured_on_its_cpu_twin(cli, c
     cpu, edgetpu = json.loads(r.stdout)["models"]
     assert edgetpu["runs_on"] == "cpu" and "CPU" in r.stderr
     assert edgetpu["metrics"] == cpu["metrics"] and edgetpu["delta"]["top1"] == 0
+
+
+# ----------------------------------------------------------------------------- the maths alone
+
+
+def test_numpy_metrics_match_scikit_learn_on_random_predictions():
+    from sklearn.metrics import accuracy_score, confusion_matrix, jaccard_score, top_k_accuracy_score
+
+    from edgeapp.core.eval_metrics import add_masks, classification_metrics, segmentation_metrics
+
+    rng = np.random.default_rng(0)
+    scores = rng.random((300, 12))
+    truth = rng.integers(0, 12, 300)
+    truth[:60] = scores[:60].argmax(axis=1)  # some hits
+    ranked = [list(np.argsort(-s)[:5]) for s in scores]
+    m = classification_metrics(truth, ranked, {i: f"c{i}" for i in range(12)})
+    assert m["top1"] == pytest.approx(accuracy_score(truth, scores.argmax(axis=1)))
+    assert m["top5"] == pytest.approx(top_k_accuracy_score(truth, scores, k=5, labels=range(12)))
+    t = rng.integers(0, 6, (40, 50)).astype(np.uint8)
+    p = np.where(rng.random((40, 50)) < 0.6, t, rng.integers(0, 7, (40, 50)))
+    t[:3] = 255  # not labelled
+    counts = add_masks(np.zeros((7, 7), np.int64), t, p)
+    keep = t != 255
+    present = sorted(set(t[keep]) | set(p[keep]))
+    seg = segmentation_metrics(counts, {})
+    assert seg["miou"] == pytest.approx(jaccard_score(t[keep], p[keep], labels=present, average="macro"))
+    assert seg["pixel_accuracy"] == pytest.approx(accuracy_score(t[keep], p[keep]))
+    assert np.array_equal(counts[np.ix_(present, present)], confusion_matrix(t[keep], p[keep], labels=present))
+
+
+def test_names_match_coral_style_gapped_labels():
+    from edgeapp.core.eval_metrics import match_names
+
+    model = {0: "person", 2: "car", 17: "Dog", 90: "toothbrush"}  # Coral's numbering
+    data = {1: "person", 3: "car", 18: "dog"}  # COCO's category ids
+    mapping, unknown = match_names(model, data)
+    assert mapping == {0: 1, 2: 3, 17: 18} and unknown == []
+    mapping, unknown = match_names({0: "person"}, data)
+    assert mapping == {0: 1} and unknown == ["car", "dog"]
