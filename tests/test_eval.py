@@ -287,10 +287,22 @@ def test_a_coco_json_missing_fields_is_exit_2(cli, shapes, tmp_path, drop, says)
     assert r.exit_code == ExitCode.USAGE and says in r.stderr, r.stderr
 
 
-def test_a_model_of_another_task_is_exit_4_naming_both(cli, tiny_model, shapes):
+def test_a_model_of_another_task_is_exit_4_naming_both(cli, tiny_model, shapes, tmp_path):
     r = cli("eval", tiny_model, "--data", shapes["yaml"])
     assert r.exit_code == ExitCode.MODEL_INVALID, r.stderr
     assert "a classifier" in r.stderr and "detection data" in r.stderr and str(shapes["yaml"]) in r.stderr
+    # found before any model runs: the detector first in line is not run, nothing is written
+    r = cli("eval", V8, tiny_model, "--data", shapes["yaml"], "--save-predictions", tmp_path / "p")
+    assert r.exit_code == ExitCode.MODEL_INVALID and "running" not in r.stderr, r.stderr
+    assert not list((tmp_path / "p").glob("*.json"))
+
+
+def test_api_evaluate_refuses_another_tasks_data(tiny_model, shapes):
+    import edgeapp
+    from edgeapp.errors import WrongTask
+
+    with edgeapp.open_model(tiny_model) as model, pytest.raises(WrongTask, match="detection data"):
+        model.evaluate(shapes["yaml"])
 
 
 def test_a_corrupt_image_is_left_out_and_exit_3(cli, shapes, tmp_path):

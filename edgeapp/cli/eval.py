@@ -78,7 +78,7 @@ def run_eval(ctx: typer.Context, models: List[str], data: Path, images: Optional
     say(f"found {found.describe()}")
     for note in found.notes:
         say(f"note: {note}")
-    refuse_unknown(models)
+    refuse_unknown(models, found)
     _check_outputs(save, plot)
     results = evaluate_models(
         models, found, shared.placement(ctx), labels_file=labels, mean=mean, std=std,

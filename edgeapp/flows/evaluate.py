@@ -242,9 +242,39 @@ def report(data: EvalData, results: List[ModelEval]) -> dict:
     return {"data": data.summary(), "models": [r.entry for r in results]}
 
 
-def refuse_unknown(models: Sequence[str]) -> None:
-    """A MODEL that is neither a file nor a folder nor a Coral name: exit 4 before any work."""
+def refuse_unknown(models: Sequence[str], data: Optional[EvalData] = None) -> None:
+    """Before any model runs: a MODEL that is neither a file nor a folder nor a Coral name, or
+    a .tflite whose task (its sidecar's, else its outputs') is not the data's, is exit 4."""
+    from edgeapp.tasks import kind
+
     for m in models:
         p = Path(str(m))
         if not p.exists() and (p.suffix or "/" in str(m)):
             raise InvalidModel(f"model not found: {m}")
+        task = file_task(p) if data is not None else None
+        if task is not None and kind(task).evaluates != data.kind:  # type: ignore[union-attr]
+            raise WrongTask(f"{m} is {kind(task).noun} ({task}); --data {data.source} is "  # type: ignore[union-attr]
+                            f"{DATA_WORDS.get(data.kind, data.kind)}")  # type: ignore[union-attr]
+
+
+def file_task(path: Path) -> Optional[str]:
+    """The task of a .tflite file from the file alone (no runtime), or None when unsure."""
+    from edgeapp.core.meta import read_meta
+    from edgeapp.core.tflite.model import load_model
+    from edgeapp.errors import EdgeappError
+    from edgeapp.tasks import guess_from, names
+
+    if path.suffix.lower() != ".tflite" or not path.is_file():
+        return None
+    meta = read_meta(path)
+    if meta.task in names():
+        return str(meta.task)
+    if getattr(meta, "ultralytics_task", None):
+        return None  # the model's own metadata decides when it opens
+    try:
+        parsed = load_model(path)
+    except EdgeappError:
+        return None  # opening it says why
+    shapes = [t.shape for t in parsed.output_tensors]
+    size = parsed.input_tensors[0].shape if len(parsed.input_tensors) == 1 else ()
+    return guess_from(shapes, parsed.op_names, (size[2], size[1]) if len(size) == 4 else None)
