@@ -25,8 +25,9 @@ flows.camera, tasks/), so results are identical. Errors are edgeapp.errors excep
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
+from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
 from edgeapp.tasks import kind, names
@@ -112,18 +113,32 @@ class Model:
                serve: Optional[str] = None, serve_token: Optional[str] = None,
                mqtt: Optional[str] = None, mqtt_mode: str = "frames",
                on_notice: Optional[Callable[[str], None]] = None, stop: Any = None,
-               **options: Any) -> Any:
+               track: bool = False, count_lines: Sequence[str] = (), zones: Sequence[str] = (),
+               events: Optional[PathLike] = None, **options: Any) -> Any:
         """Run `task` (default: the model's) on the frames of a camera (index), a video file or a
         stream, as `edgeapp camera` does: every frame's record to `on_record`, and optionally a
         window, a recording, a results file (`output`), the live view (`serve`: PORT or
         HOST:PORT) and MQTT (`mqtt`: mqtt://host/prefix). Stops at the end of a file, after
         `max_frames` or `duration`, or when the threading.Event `stop` is set. The model is
-        opened again for frames on the same devices. Returns the flows.camera.CameraOutcome
-        (`stats`, `warnings`, `error`: None when the run succeeded)."""
+        opened again for frames on the same devices. `track`: objects get a `track_id`, and
+        `count_lines` / `zones` (as `--count-line` / `--zone` write them) are counted, the
+        events written to `events` (JSON lines); the counts are in the outcome's `outputs`.
+        Returns the flows.camera.CameraOutcome (`stats`, `warnings`, `error`: None when the run
+        succeeded)."""
         from edgeapp.flows.camera import CameraRequest, CameraRun, LiveViewSettings, MqttSettings
 
         name = task or self.task
         _check_api_options(name, options)
+        tracking = None
+        if track:
+            from edgeapp.core.zones import parse_line, parse_zone
+            from edgeapp.flows.tracking import TrackingSettings
+
+            tracking = TrackingSettings([parse_line(x) for x in count_lines],
+                                        [parse_zone(z) for z in zones],
+                                        Path(events) if events is not None else None)
+        elif count_lines or zones or events is not None:
+            raise UsageError("count_lines, zones and events count tracked objects: add track=True")
         request = CameraRequest(
             task=name, options=options, source=str(source), display=display,
             record=Path(record) if record is not None else None,
@@ -131,7 +146,7 @@ class Model:
             max_frames=max_frames, duration=duration, drop_frames=drop_frames, reconnect=reconnect,
             live_view=LiveViewSettings(serve, token=serve_token) if serve is not None else None,
             mqtt=MqttSettings(mqtt, mqtt_mode) if mqtt is not None else None,
-            on_record=on_record, **self._reopen)
+            on_record=on_record, tracking=tracking, **self._reopen)
         return CameraRun(request, on_notice, stop).run()
 
     def close(self) -> None:

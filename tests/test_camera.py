@@ -3,7 +3,7 @@
 Videos are written here with cv2.VideoWriter (MJPG in AVI) from frames whose expected class is
 known: frames filled with blue, green or red for the tiny colour classifier, coloured squares
 for the detection models. Lost sources and slow inference use the loop's own extension points:
-a `FrameSource` that stops giving frames and a `FrameTask` that sleeps.
+a `FrameSource` that stops giving frames and a frame runner that sleeps.
 """
 
 from __future__ import annotations
@@ -314,16 +314,39 @@ class FakeSource:
 
 
 class FakeTask:
-    """A FrameTask that takes `delay` seconds per frame and records what it saw."""
+    """A frame runner (the runners' submit/next_done face, one frame in flight, as
+    execution/runners opens one with frames=True) that takes `delay` seconds per frame in the
+    caller's thread and records what it saw."""
 
-    device = "fake"
+    label = "fake"
+    window = 1
 
     def __init__(self, delay: float = 0.0, interrupt_at: Optional[int] = None,
                  wait_for: Optional[Callable[[], bool]] = None) -> None:
         self.delay, self.seen, self.interrupt_at = delay, 0, interrupt_at
         self.wait_for = wait_for  # the first frame waits until this holds (no timing involved)
+        self.queued: list = []
 
-    def __call__(self, frame):
+    @property
+    def pending(self) -> int:
+        return len(self.queued)
+
+    @property
+    def has_room(self) -> bool:
+        return not self.queued
+
+    def submit(self, key, frame) -> None:
+        self.queued.append((key, frame))
+
+    def next_done(self, timeout=None):
+        from edgeapp.execution.runner import Done
+        from edgeapp.tasks.base import Result
+
+        key, frame = self.queued.pop(0)
+        fields, latency = self.run(frame)
+        return key, Done((Result(fields), latency), self.label, latency)
+
+    def run(self, frame):
         self.seen += 1
         if self.interrupt_at is not None and self.seen >= self.interrupt_at:
             raise KeyboardInterrupt

@@ -579,3 +579,36 @@ def test_password_from_the_environment(monkeypatch):
     assert (t.username, t.password) == ("ha", "s3cret")
     with pytest.raises(UsageError):
         parse_mqtt_url("mqtts://broker/x?ca=/nonexistent/ca.pem")
+
+
+def test_tracking_events_counts_and_counter_entities(cli, broker, tmp_path):
+    """camera --track --mqtt: each event on PREFIX/tracks (the same as --events writes), the
+    counts retained on PREFIX/counts, and a Home Assistant counter per line direction and zone
+    whose template reads those counts."""
+    pytest.importorskip("scipy")
+    from conftest import ROOT
+    from shapes_video import crossing_scene
+
+    video = crossing_scene().write(tmp_path / "crossing.avi")
+    detector = ROOT / "tests" / "fixtures" / "yolo" / "yolov8_256_full_integer_quant.tflite"
+    sub = Subscriber(broker.port, "door/#")
+    try:
+        r = cli("camera", detector, "--source", video, "--mqtt", broker.url("door"), "--track",
+                "--iou", "0.45", "--count-line", "door:160,0,160,240",
+                "--zone", "right:0.5,0,1,0,1,1,0.5,1", "--events", tmp_path / "ev.jsonl",
+                "--summary", "json")
+        assert r.exit_code == 0, r.stderr
+        written = [json.loads(x) for x in (tmp_path / "ev.jsonl").read_text().splitlines()]
+        sub.wait(lambda: sub.on("door/status")[-1:] == [b"offline"], what="offline")
+        assert sub.json_on("door/tracks") == written and len(written) >= 8
+        counts = sub.json_on("door/counts")[-1]
+        assert counts == last_json(r.stderr)["tracking"]
+        assert (counts["lines"]["door"]["in"], counts["lines"]["door"]["out"]) == (1, 1)
+    finally:
+        sub.close()
+    configs = retained_under(broker.port, "homeassistant/sensor/edgeapp_door")
+    keys = {topic.split("/")[-2] for topic in configs}
+    assert {"line_door_in", "line_door_out", "zone_right"} <= keys
+    line_in = next(c for t, c in configs.items() if "/line_door_in/" in t)
+    assert line_in["state_topic"] == "door/counts"
+    assert render(line_in["value_template"], counts) == "1"

@@ -12,7 +12,7 @@ import sys
 import threading
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -117,6 +117,25 @@ MqttDiscoveryOpt = Annotated[bool, typer.Option(
     "--mqtt-discovery/--no-mqtt-discovery",
     help="Home Assistant MQTT discovery: retained configs under homeassistant/ for what the task "
          "reports (entities appear by themselves); --no-mqtt-discovery removes them.")]
+TrackOpt = Annotated[bool, typer.Option(
+    "--track", help="Follow each detected object: a track_id per object that stays while it is "
+                    "visible and through short gaps (ByteTrack), its trail on the overlay, "
+                    "track_started / track_ended events. Detection models only; needs "
+                    "`pip install 'edgeapp[track]'`.")]
+CountLineOpt = Annotated[Optional[List[str]], typer.Option(
+    "--count-line", metavar="NAME:x1,y1,x2,y2",
+    help="With --track: count the tracks crossing this line, by direction (in: from the line's "
+         "left to its right, facing from its first point to its second) and label, once per "
+         "track. Pixels of the source, or 0..1 fractions of it. Repeatable.", show_default=False)]
+ZoneOpt = Annotated[Optional[List[str]], typer.Option(
+    "--zone", metavar="NAME:x1,y1,x2,y2,x3,y3,...",
+    help="With --track: a polygon (3 points or more); each track's entering and leaving (with "
+         "its time inside) and how many are in it now. Pixels or 0..1 fractions. Repeatable.",
+    show_default=False)]
+EventsOpt = Annotated[Optional[Path], typer.Option(
+    "--events", metavar="FILE",
+    help="With --track: write one JSON line per event (track_started, track_ended, line_crossed, "
+         "zone_entered, zone_left) to FILE.", show_default=False)]
 SummaryOpt = Annotated[SummaryFormat, typer.Option(
     "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")]
 
@@ -136,7 +155,8 @@ AFTER = (
     ("serve_token_file", ServeTokenFileOpt, None), ("mqtt", MqttOpt, None),
     ("mqtt_mode", MqttModeOpt, MqttMode.frames), ("mqtt_debounce", DebounceOpt, 1.0),
     ("mqtt_queue", MqttQueueOpt, 100), ("mqtt_discovery", MqttDiscoveryOpt, True),
-    ("summary", SummaryOpt, SummaryFormat.text), ("mean", shared.MeanOpt, None),
+    ("track", TrackOpt, False), ("count_line", CountLineOpt, None), ("zone", ZoneOpt, None),
+    ("events", EventsOpt, None), ("summary", SummaryOpt, SummaryFormat.text), ("mean", shared.MeanOpt, None),
     ("std", shared.StdOpt, None), ("device", shared.DeviceOpt, None),
     ("cpu_model", shared.CpuModelOpt, None), ("threads", shared.ThreadsOneOpt, None),
     ("cpu_kernels", shared.CpuKernelsOpt, shared.CpuKernels.fast),
@@ -212,7 +232,19 @@ def _request(ctx: typer.Context, options: dict) -> Any:
         record=p.get("record"), max_frames=p.get("max_frames"), duration=p.get("duration"),
         drop_frames=p.get("drop_frames"), reconnect=p["reconnect"], records_format=p.get("fmt"),
         records_output=p.get("output"), records_stdout=None, live_view=view, mqtt=mqtt,
-        resolve=resolve_model)
+        resolve=resolve_model, tracking=_tracking(p))
+
+
+def _tracking(p: dict) -> Any:
+    """--track's settings: its lines and zones parsed (a usage error names the flag)."""
+    if not p.get("track"):
+        return None
+    from edgeapp.core.zones import parse_line, parse_zone
+    from edgeapp.flows.tracking import TrackingSettings
+
+    return TrackingSettings(lines=[parse_line(x) for x in p.get("count_line") or ()],
+                            zones=[parse_zone(z) for z in p.get("zone") or ()],
+                            events=p.get("events"))
 
 
 def _check_flags(ctx: typer.Context) -> None:
@@ -233,6 +265,13 @@ def _check_flags(ctx: typer.Context) -> None:
     output = p.get("output")
     if output is not None and output.exists() and output.is_dir():
         raise UsageError(f"--output {output} is a folder")
+    if not p.get("track"):
+        for name in ("count_line", "zone", "events"):
+            if p.get(name):
+                raise UsageError(f"--{name.replace('_', '-')} counts tracked objects: add --track")
+    events = p.get("events")
+    if events is not None and events.exists() and events.is_dir():
+        raise UsageError(f"--events {events} is a folder")
     unused = {"serve": ("serve_fps", "serve_token", "serve_token_file"),
               "mqtt": ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery")}
     for parent, names in unused.items():
@@ -266,11 +305,23 @@ def _outputs_line(extra: dict) -> str:
     if "live_view" in extra:
         v = extra["live_view"]
         text += f"; live view: {v['viewers_total']} viewer(s), {v['frames_encoded']} frame(s) encoded"
+    if "tracking" in extra:
+        text += "; " + tracking_line(extra["tracking"])
     if "mqtt" in extra:
         m = extra["mqtt"]
         text += (f"; mqtt: {m['published']} published, {m['dropped']} dropped, "
                  f"{m['reconnects']} reconnect(s)")
     return text
+
+
+def tracking_line(counts: dict) -> str:
+    """The summary's words for --track: tracks, each line's crossings, each zone's visits."""
+    parts = [f"{counts['tracks']} track(s)"]
+    for name, c in counts["lines"].items():
+        parts.append(f"line {name}: {c['in']} in, {c['out']} out")
+    for name, c in counts["zones"].items():
+        parts.append(f"zone {name}: {c['entered']} entered, {c['left']} left, {c['now']} inside")
+    return ", ".join(parts)
 
 
 def _on_sigterm(stop: threading.Event):

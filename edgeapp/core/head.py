@@ -30,7 +30,6 @@ from edgeapp.core.tflite.model import TfliteModel
 NORM_SCALE = 1.0 / 128
 SCORE_SCALE = 1.0 / 256
 RANGE_MARGIN = 0.25
-QUANTIZED = ("uint8", "int8")
 # operator versions by head dtype: the versions TFLite's converter gives these kernels
 _VERSIONS = {"uint8": {"L2_NORMALIZATION": 1, "FULLY_CONNECTED": 1, "SOFTMAX": 1},
              "int8": {"L2_NORMALIZATION": 2, "FULLY_CONNECTED": 4, "SOFTMAX": 2},

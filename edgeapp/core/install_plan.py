@@ -2,7 +2,7 @@
 
 `edgeapp doctor` prints the plan; a known-crash pair is refused with the plan's one-line fix.
 edgeapp prints these commands; it never downloads or installs system packages itself. Pure:
-hw/hostinfo.read_platform reads /etc/os-release, dpkg's architecture and the Python version.
+hw/osinfo.read_platform reads /etc/os-release, dpkg's architecture and the Python version.
 
 Routes, by platform (Coral's package source is gone: no plan names it):
 - Mendel (Coral Dev Board / Dev Board Mini): keep the pair Mendel installed (libedgetpu1-std 16.0

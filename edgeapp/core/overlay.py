@@ -76,7 +76,35 @@ def draw_objects(img: np.ndarray, objects: Sequence[dict]) -> np.ndarray:
         x0, y0, x1, y1 = (int(round(v)) for v in o["bbox"])
         color = color_for(int(o["id"]))
         cv2.rectangle(img, (x0, y0), (x1, y1), color, _stroke(img))
-        _text(img, f"{_name(o)} {o['score']:.2f}", (x0, y0 - 2), (0, 0, 0), bg=color)
+        tid = o.get("track_id")
+        tag = f"#{tid} " if tid is not None else ""
+        _text(img, f"{tag}{_name(o)} {o['score']:.2f}", (x0, y0 - 2), (0, 0, 0), bg=color)
+    return img
+
+
+def draw_counting(img: np.ndarray, lines: Sequence, zones: Sequence, counts: dict,
+                  trails: dict) -> np.ndarray:
+    """camera --track: each track's recent path, the counting lines with their in/out counts,
+    the zones with how many objects are in each now (core/zones.py Line, Zone in pixels)."""
+    import cv2
+
+    thin = _stroke(img, 1)
+    for tid, points in trails.items():
+        if len(points) > 1:
+            cv2.polylines(img, [np.array(points, np.int32)], False, color_for(int(tid) + 7), thin,
+                          cv2.LINE_AA)
+    for zone in zones:
+        pts = np.array([[int(round(x)), int(round(y))] for x, y in zone.points], np.int32)
+        cv2.polylines(img, [pts], True, (255, 200, 0), _stroke(img), cv2.LINE_AA)
+        c = counts["zones"].get(zone.name, {})
+        _text(img, f"{zone.name}: {c.get('now', 0)} in", (int(pts[:, 0].min()), int(pts[:, 1].min()) + 14),
+              (0, 0, 0), bg=(255, 200, 0))
+    for line in lines:
+        (x0, y0), (x1, y1) = ((int(round(x)), int(round(y))) for x, y in line.points)
+        cv2.line(img, (x0, y0), (x1, y1), (0, 220, 255), _stroke(img), cv2.LINE_AA)
+        c = counts["lines"].get(line.name, {})
+        _text(img, f"{line.name}: in {c.get('in', 0)} out {c.get('out', 0)}",
+              ((x0 + x1) // 2, (y0 + y1) // 2), (0, 0, 0), bg=(0, 220, 255))
     return img
 
 

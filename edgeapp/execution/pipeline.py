@@ -4,7 +4,7 @@ As Coral's PipelinedModelRunner does: one interpreter per segment, each on its o
 driven by its own thread, with bounded queues between them (one item between two segments, so
 a slow segment holds back the ones before it instead of piling up memory). While segment 1
 works on image k, segment 0 already works on image k+1. Tensors travel by name; one that a
-later segment reads skips the segments in between (core/segments.Chain), and is dropped after
+later segment reads skips the segments in between (core/pipeline_segments.Chain), and is dropped after
 its last reader. Results come out in input order (every queue is FIFO).
 
 A segment that fails stops the pipeline cleanly: every thread ends, every result before the

@@ -70,6 +70,7 @@ class CameraRequest:
     mqtt: Optional[MqttSettings] = None
     on_record: Optional[Callable[[dict], None]] = None  # every frame's record, as it is made
     resolve: Optional[Callable] = None  # a Coral model's name -> (path, notice) (open_task's)
+    tracking: Any = None  # flows/tracking.TrackingSettings: --track and its lines, zones, events
 
 
 @dataclass
@@ -101,8 +102,15 @@ class CameraRun:
         self.stop = stop or threading.Event()
         self.address = self.target = self.token = None
         self.cap = self.opened = self.live = self.publisher = self.writer = self.health = None
+        self.tracker: Any = None
         self.output_error: List[EdgeappError] = []
         self._network()
+        if request.tracking is not None:
+            from edgeapp.core.zones import check_names
+            from edgeapp.flows.tracking import check_tracking_available
+
+            check_names(request.tracking.lines, request.tracking.zones)
+            check_tracking_available()  # missing: exit 7 with the install line, before the model
 
     def _network(self) -> None:
         view, mqtt = self.request.live_view, self.request.mqtt
@@ -137,15 +145,16 @@ class CameraRun:
                          "their size")
             window = Display(f"edgeapp {Path(opened.engine.model_path).name}") if show else None
             self._records(show, kind)
+            self._tracking(kind)
             outputs = self._outputs(kind, cap.name)
             if self.publisher is not None and not cap.live:  # a file: every record to the broker
                 self.publisher.wait_settled(MQTT_SETTLE)
-            stats = run_camera(cap, opened.task, drop=r.drop_frames, max_frames=r.max_frames,
+            stats = run_camera(cap, opened.runner, drop=r.drop_frames, max_frames=r.max_frames,
                                duration=r.duration, reconnect=ReconnectPolicy(timeout=r.reconnect),
                                on_record=self._on_record if self.writer or r.on_record else None,
                                display=window, recorder=recorder,
-                               stop_event=self.stop, on_notice=self.say, runner=opened.runner,
-                               outputs=outputs)
+                               stop_event=self.stop, on_notice=self.say, kind=kind,
+                               outputs=outputs, tracking=self.tracker)
         finally:
             self.close()
         return self._outcome(stats)
@@ -154,7 +163,12 @@ class CameraRun:
         from edgeapp.flows.open_task import open_task
 
         r = self.request
-        opened = open_task(r.model, r.task, r.place, options=r.options, labels_file=r.labels_file,
+        options = r.options
+        if r.tracking is not None and options.get("track_low") is None:
+            from edgeapp.flows.tracking import LOW  # weaker boxes too: they keep tracks alive
+
+            options = {**options, "track_low": LOW}
+        opened = open_task(r.model, r.task, r.place, options=options, labels_file=r.labels_file,
                            mean=r.mean, std=r.std, on_notice=self.say, resolve=r.resolve,
                            frames=True, strict_options=False)
         for note in opened.task.kind.warnings(opened.model, r.labels_file):
@@ -172,6 +186,19 @@ class CameraRun:
         if r.records_output is not None or to_stdout:
             self.writer = Layout(kind, frames=True).writer(r.records_format or Format.jsonl,
                                                            r.records_output)
+
+    def _tracking(self, kind: Any) -> None:
+        """--track: the stage that follows the objects, at the task's display threshold."""
+        settings = self.request.tracking
+        if settings is None:
+            return
+        from edgeapp.flows.tracking import TrackStage, check_trackable
+
+        check_trackable(kind)
+        labels = self.opened.model.labels or {}
+        high = kind.track_threshold(self.opened.task.plan)
+        self.tracker = TrackStage(settings, high, kind.tracks,
+                                  labels=lambda i: str(labels.get(int(i), i)))
 
     def _on_record(self, record: dict) -> None:
         """A results file that cannot be written (a full disk) stops the run, with its summary."""
@@ -204,6 +231,8 @@ class CameraRun:
         self.live = LiveView(self.address, fps=view.fps, kind=kind, token=self.token,
                              extra=lambda: {**({"mqtt": self.publisher.summary()}
                                                if self.publisher is not None else {}),
+                                            **({"tracking": self.tracker.summary()}
+                                               if self.tracker is not None else {}),
                                             **self.health.stats()},
                              info={"model": Path(engine.model_path).name, "task": kind.name,
                                    "device": engine.device, "device_note": note,
@@ -220,13 +249,21 @@ class CameraRun:
         announce = discovery_messages(kind, self.opened.model.labels, self.target.prefix,
                                       settings.mode, remove=not settings.discovery,
                                       model=Path(engine.model_path).name, version=VERSION)
+        tracking = self.request.tracking
+        if tracking is not None and (tracking.lines or tracking.zones):
+            from edgeapp.sinks.ha_discovery import counting_discovery
+
+            announce += counting_discovery(self.target.prefix, [x.name for x in tracking.lines],
+                                           [z.name for z in tracking.zones],
+                                           remove=not settings.discovery,
+                                           model=Path(engine.model_path).name, kind_name=kind.name)
         self.publisher = MqttOut(self.target, kind=kind, mode=settings.mode,
                                  debounce=settings.debounce, announce=announce,
                                  queue_size=settings.queue, on_notice=self.say).start()
         self.health.publish_to(self.publisher)
 
     def close(self) -> None:
-        for part in (self.opened, self.live, self.publisher, self.writer, self.health):
+        for part in (self.opened, self.live, self.publisher, self.writer, self.health, self.tracker):
             if part is not None:
                 part.close()
 
@@ -236,6 +273,8 @@ class CameraRun:
             outputs["live_view"] = self.live.summary()
         if self.publisher is not None:
             outputs["mqtt"] = self.publisher.summary()
+        if self.tracker is not None:
+            outputs["tracking"] = self.tracker.summary()
         warnings = self._warnings(stats, outputs.get("mqtt"))
         return CameraOutcome(stats, self.opened.engine.model_path, self.opened.task.name, outputs,
                              warnings, self._error(stats, outputs.get("mqtt")))

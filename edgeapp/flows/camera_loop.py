@@ -19,50 +19,10 @@ from typing_extensions import Protocol
 from edgeapp.core.stats import p50_p99
 from edgeapp.errors import is_interrupt
 from edgeapp.hw.capture import FrameGrabber, FrameSource, ReconnectPolicy
-from edgeapp.tasks.base import BoundTask, Result, TaskKind, annotate_frame
-
-
-class FrameTask(Protocol):
-    """Turns one BGR frame into results; the loop needs no more (tests pass slow ones)."""
-
-    device: str
-
-    def __call__(self, frame: np.ndarray) -> tuple[Any, float]:
-        """(Result, or the record's task fields; inference milliseconds)."""
-
+from edgeapp.tasks.base import TaskKind, annotate_frame
 
 # ---------------------------------------------------------------------------------------------
 # The loop
-
-
-class _Inline:
-    """One task in the loop's own thread, behind the runners' submit/next_done face."""
-
-    window = 1
-
-    def __init__(self, task: Any) -> None:
-        self.task = task
-        self.label = getattr(task, "device", None) or task.engine.name
-        self._queued: list = []
-
-    @property
-    def pending(self) -> int:
-        return len(self._queued)
-
-    @property
-    def has_room(self) -> bool:
-        return not self._queued
-
-    def submit(self, key, image: np.ndarray) -> None:
-        self._queued.append((key, image))
-
-    def next_done(self, timeout: Optional[float] = None):
-        from edgeapp.execution.runner import Done
-
-        key, image = self._queued.pop(0)
-        run = self.task.run_frame if isinstance(self.task, BoundTask) else self.task
-        result, latency = run(image)
-        return key, Done((result, latency), self.label, latency)
 
 
 @dataclass
@@ -136,31 +96,33 @@ class Sinks:
     recorder: Any = None  # sinks/recorder.Recorder
     outputs: Sequence[FrameOutput] = ()  # live view, MQTT
     overlay: bool = True  # draw the results on the frames shown and recorded
+    tracking: Any = None  # flows/tracking.TrackStage: track ids, lines, zones, events
 
 
-def run_camera(source: FrameSource, task: Any, *, drop: Optional[bool] = None,
+def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
                max_frames: Optional[int] = None, duration: Optional[float] = None,
                reconnect: ReconnectPolicy = ReconnectPolicy(), queue_size: int = 4,
                on_record: Optional[Callable[[dict], None]] = None, display: Any = None,
                recorder: Any = None, overlay: bool = True,
                stop_event: Optional[threading.Event] = None,
                on_notice: Optional[Callable[[str], None]] = None,
-               outputs: Sequence[FrameOutput] = (), runner=None,
-               kind: Optional[TaskKind] = None) -> CameraStats:
+               outputs: Sequence[FrameOutput] = (), kind: Optional[TaskKind] = None,
+               tracking: Any = None) -> CameraStats:
     """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
 
-    `task`: a BoundTask (or any FrameTask). `drop` None: newest-frame for live sources, every
+    `runner`: the frames' runner (execution/runners.open_runner with frames=True, as
+    flows/open_task opens it): each device's thread runs the whole task on a frame and hands
+    back (Result, inference ms), one frame per device in flight, in frame order. `drop` None:
+    newest-frame for live sources, every
     frame for files (see the module doc). Each processed frame gives one record to `on_record`:
     frame index, timestamp, the task's fields, inference latency and the whole frame's time.
     Ctrl-C stops cleanly (stop "interrupted"). Raises only if the source cannot be opened at
     all. `outputs` (live view, MQTT) get each processed frame and its record after display and
-    recording. `runner` (execution/parallel.py, opened with frames=True) runs the frames on
-    several Edge TPUs at once, one frame each, results still in frame order; without it `task`
-    runs in this thread. `kind` draws the overlay (default: the task's).
+    recording. `kind` draws the overlay. `tracking`
+    (flows/tracking.TrackStage) gives objects their track ids before anything sees the record;
+    its events go to the outputs that take them (`on_events`), the last ones when the run ends.
     """
-    loop = _Loop(source, runner if runner is not None else _Inline(task),
-                 kind or getattr(task, "kind", None),
-                 Sinks(on_record, display, recorder, outputs, overlay))
+    loop = _Loop(source, runner, kind, Sinks(on_record, display, recorder, outputs, overlay, tracking))
     return loop.run(drop, max_frames, duration, reconnect, queue_size, stop_event, on_notice)
 
 
@@ -174,6 +136,7 @@ class _Loop:
         self.last_done: Optional[float] = None
         self.grabber: Any = None
         self.stats: Any = None
+        self.last_frame: Any = None  # (index, timestamp) of the last frame delivered
 
     def run(self, drop, max_frames, duration, reconnect, queue_size, stop_event,
             on_notice) -> CameraStats:
@@ -198,7 +161,10 @@ class _Loop:
             stats.stop = "interrupted"
         finally:
             stats.seconds = time.perf_counter() - start
-            self._close()
+            try:
+                self._finish_tracking()
+            finally:
+                self._close()
         stats.device = run.label  # "..., then cpu" when a TPU was lost
         if grabber.error is not None and stats.stop == "capture error":
             stats.stop = f"capture error: {type(grabber.error).__name__}: {grabber.error}"
@@ -231,9 +197,13 @@ class _Loop:
     def _deliver(self, key: tuple, ran: Any) -> bool:
         """One result to the sinks; False when the window was closed."""
         (frame, t0), (result, latency) = key, ran.outputs
-        if not isinstance(result, Result):  # a plain FrameTask's fields
-            result = Result(result)
         sinks, stats = self.sinks, self.stats
+        events: list = []
+        if sinks.tracking is not None:
+            height, width = frame.image.shape[:2]
+            events = sinks.tracking.update(result.fields, frame.index, frame.timestamp, width, height)
+            result.extras["counting"] = sinks.tracking.snapshot()
+            self.last_frame = (frame.index, frame.timestamp)
         if self.draw:
             annotate_frame(self.kind, frame.image, result, latency, self.fps_ema, ran.device)
         if sinks.recorder is not None:
@@ -260,7 +230,24 @@ class _Loop:
                 for out in sinks.outputs:
                     out.on_frame(frame.image, record, annotated=self.draw, fps=self.fps_ema,
                                  stats=stats, extras=result.extras)
+        if events:
+            self._send_events(events)
         return keep_going
+
+    def _send_events(self, events: list) -> None:
+        counts = self.sinks.tracking.summary()
+        for out in self.sinks.outputs:
+            take = getattr(out, "on_events", None)
+            if take is not None:
+                take(events, counts)
+
+    def _finish_tracking(self) -> None:
+        """The tracks still alive when the run ends end now (their events are sent)."""
+        if self.sinks.tracking is None or self.last_frame is None:
+            return
+        events = self.sinks.tracking.finish(*self.last_frame)
+        if events:
+            self._send_events(events)
 
     def _close(self) -> None:
         stats, grabber, sinks = self.stats, self.grabber, self.sinks

@@ -10,8 +10,6 @@ from edgeapp.core.check_report import CheckResult, check_model
 from edgeapp.core.compiler_files import DEFAULT_PREDICTION, major
 from edgeapp.core.tflite.model import map_model_file, parse_model
 
-PREDICTABLE = (14, 16)  # what the rules know: 14/15 emit runtime 13, 16 emits runtime 14
-
 
 def predicted_compiler(asked: Optional[int] = None) -> Tuple[int, str]:
     """(compiler major version to predict for, why that one)."""

@@ -66,7 +66,6 @@ class Job:
 @dataclass
 class ClusterStats(BatchStats):
     per_worker: dict = field(default_factory=lambda: defaultdict(int))  # worker address -> images
-    workers_seen: int = 0
 
     def summary(self, device: str, output=None) -> list:
         parts = super().summary(device, output)

@@ -38,8 +38,6 @@ from edgeapp.hw.compiler_host import (
     bundle_at,
     choose_runner,
     command,
-    host_kind,
-    is_x86_64_linux,
 )
 from edgeapp.hw.proc import log_command
 
@@ -49,11 +47,6 @@ DEFAULT_TIMEOUT_S = 180  # the compiler's own default (-t)
 
 
 # ----------------------------------------------------------------------------- finding
-
-
-def compiler_runs_here() -> bool:
-    """Google's compiler is an x86-64 Linux program: native here, emulated elsewhere."""
-    return is_x86_64_linux(*host_kind())
 
 
 def install_help() -> str:

@@ -56,3 +56,33 @@ def discovery_messages(kind: Any, labels: Optional[Dict[int, str]], prefix: str,
         if payload or topic not in out:
             out[topic] = payload
     return list(out.items())
+
+
+def counting_discovery(prefix: str, lines: List[str], zones: List[str], *, remove: bool = False,
+                       model: str = "", kind_name: str = "") -> List[Tuple[str, str]]:
+    """camera --track: a counter per line and direction and one per zone (objects in it now),
+    read from the retained PREFIX/counts (flows/tracking.py's summary)."""
+    node = node_id(prefix)
+    device = {"identifiers": [node], "name": f"edgeapp {prefix}", "manufacturer": "edgeapp",
+              "model": f"{kind_name} · {model}" if model else kind_name}
+    entities = []
+    for name in lines:
+        for direction in ("in", "out"):
+            entities.append((f"line_{_key(name)}_{direction}", f"{name} {direction}",
+                             f"{{{{ value_json.lines[{json.dumps(name)}].{direction} }}}}", "total_increasing"))
+    for name in zones:
+        entities.append((f"zone_{_key(name)}", f"{name} occupancy",
+                         f"{{{{ value_json.zones[{json.dumps(name)}].now }}}}", "measurement"))
+    out = []
+    for key, title, template, state_class in entities:
+        topic = f"{DISCOVERY_PREFIX}/sensor/{node}/{key}/config"
+        config = {"name": title, "unique_id": f"{node}_{key}", "state_topic": f"{prefix}/counts",
+                  "value_template": template, "availability_topic": f"{prefix}/status",
+                  "payload_available": "online", "payload_not_available": "offline",
+                  "state_class": state_class, "device": device, "origin": {"name": "edgeapp"}}
+        out.append((topic, "" if remove else json.dumps(config)))
+    return out
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_") or "x"

@@ -11,6 +11,9 @@ Topics under the URL's prefix (default `edgeapp`):
   video time for a file) before it counts, so a flicker sends nothing;
 - `PREFIX/state`   mode events: the confirmed state, retained (`{"label": ...}` for a
   classifier, `{"labels": [...]}` for the others), for sensors that start after the event;
+- `PREFIX/tracks`  with --track: one JSON object per tracking event (`track_started`,
+  `track_ended`, `line_crossed`, `zone_entered`, `zone_left`; flows/tracking.py);
+- `PREFIX/counts`  with --track: the line and zone counts, retained, after every event;
 - `homeassistant/...`  Home Assistant discovery configs (ha_discovery.py), retained, sent with
   `online` at every connection (`announce`).
 
@@ -312,6 +315,13 @@ class MqttOut:
             for ev in events:
                 self._put(self.topic("events"), {**ev, **record}, 1, False)
             self._put(self.topic("state"), self.detector.state(), 1, True)
+
+    def on_events(self, events: Sequence[dict], counts: dict) -> None:
+        """camera --track: each event on PREFIX/tracks, the counts (retained) on PREFIX/counts."""
+        self.events += len(events)
+        for ev in events:
+            self._put(self.topic("tracks"), ev, 1, False)
+        self._put(self.topic("counts"), counts, 1, True)
 
     def _put(self, topic: str, payload: Any, qos: int, retain: bool) -> None:
         with self._lock:

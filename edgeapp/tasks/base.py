@@ -156,6 +156,10 @@ class TaskKind:
     instead_of_custom_ops: ClassVar[Optional[str]] = None  # advice for models needing a custom op
     evaluates: ClassVar[Optional[str]] = None  # the labelled data `eval` measures it on
     eval_options: ClassVar[Dict[str, Any]] = {}  # its options in `eval` (every result counts)
+    # camera --track: the record's field of boxes ({"id", "score", "bbox"} items) it follows;
+    # the task takes a `track_low` option (boxes kept below the threshold for the tracker) and
+    # says its display threshold through `track_threshold`
+    tracks: ClassVar[Optional[str]] = None
 
     @property
     def defaults(self) -> Dict[str, Any]:
@@ -288,6 +292,11 @@ class TaskKind:
         the kind `evaluates` names), with the model's `labels`."""
         raise UsageError(f"{self.name} has no metric: eval cannot measure it")
 
+    def track_threshold(self, plan: Any) -> float:
+        """camera --track: the score a box needs to start a track and be shown (the task runs
+        down to `track_low` so that weaker boxes can keep tracks alive)."""
+        raise NotImplementedError(f"{self.name} results are not tracked")
+
     def api_value(self, result: "Result") -> Any:
         """What `model.<task>(image)` returns: the record's items (a task may add its extras)."""
         return result.fields[self.field]
@@ -394,5 +403,10 @@ def annotate_frame(kind: Optional[TaskKind], img: np.ndarray, result: Result,
 
     if kind is not None:
         kind.draw(img, result.fields, result.extras)
+    counting = result.extras.get("counting")  # camera --track: flows/tracking.py's snapshot
+    if counting is not None:
+        from edgeapp.core.overlay import draw_counting
+
+        draw_counting(img, *counting)
     return draw_status(img, latency_ms, fps, device)
 

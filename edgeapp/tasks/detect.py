@@ -43,6 +43,7 @@ class Plan:
     layout: Any  # core.detect.Layout or core.yolo.YoloLayout
     quantization: list  # (scale, zero point) per output
     threshold: float  # the option, else this decoder's default
+    floor: float  # boxes kept down to this score: the threshold, lower when tracking
 
 
 class Detect(TaskKind):
@@ -79,6 +80,10 @@ class Detect(TaskKind):
                    "(IoU) are dropped (NMS).", min=0.0, max=1.0),
         TaskOption("max_det", MAX_DET, "YOLO: at most this many objects per image after NMS.",
                    min=1),
+        TaskOption("track_low", None, "With --track: boxes down to this score keep a track alive "
+                   "(ByteTrack's second round); only boxes above --threshold start tracks and are "
+                   "shown.", type=float, min=0.0, max=1.0, paths=("camera", "api"),
+                   default_text="0.1 with --track"),
     )
     events = "presence"
     nothing = "(no object above threshold)"
@@ -86,6 +91,7 @@ class Detect(TaskKind):
     ultralytics_task = "detect"  # YOLO detection exports (not -seg, -pose, -cls, -obb)
     evaluates = "detection"
     eval_options = {"threshold": EVAL_THRESHOLD, "max_det": EVAL_MAX_DET}  # as COCO evaluation expects
+    tracks = "objects"
 
     def claims(self, shapes, ops, input_size=None) -> bool:
         from edgeapp.core.yolo import is_yolo_output
@@ -98,15 +104,15 @@ class Detect(TaskKind):
         decoder = options["decoder"]
         quant = output_quantization(engine)
         if decoder == "ssd" or (decoder == "auto" and len(engine.outputs) == 4):
-            return Plan("ssd", self._ssd_layout(engine), quant,
-                        given_or(options["threshold"], SSD_THRESHOLD))
+            return _plan("ssd", self._ssd_layout(engine), quant,
+                         given_or(options["threshold"], SSD_THRESHOLD), options)
         try:
             layout = engine_yolo_layout(engine, None if decoder == "auto" else decoder)
         except InvalidModel:
             if decoder == "auto":  # neither family: name the task these outputs are for
                 raise self.refuse(engine) from None
             raise
-        return Plan(layout.kind, layout, quant, given_or(options["threshold"], CONF))
+        return _plan(layout.kind, layout, quant, given_or(options["threshold"], CONF), options)
 
     def _ssd_layout(self, engine: Any) -> Any:
         """The post-process op's four outputs; another model named for what it is (a YOLO
@@ -151,16 +157,19 @@ class Detect(TaskKind):
                   labels: Optional[dict]) -> Result:
         if plan.decoder == "ssd":
             objects = get_objects(outputs, plan.layout, prepared.fit, plan.quantization,
-                                  plan.threshold, options["top_k"])
+                                  plan.floor, options["top_k"])
         else:
             from edgeapp.core.yolo import get_yolo_objects
 
             objects = get_yolo_objects(outputs, plan.quantization, plan.layout, prepared.fit,
-                                       plan.threshold, options["iou"], options["max_det"])
+                                       plan.floor, options["iou"], options["max_det"])
             if options["top_k"] is not None:
                 objects = objects[:options["top_k"]]
         return Result({"objects": object_fields(objects, labels)},
                       {"boxes": [o.bbox.as_list() for o in objects]})  # unrounded, for eval
+
+    def track_threshold(self, plan: Plan) -> float:
+        return plan.threshold
 
     def rows(self, fields: dict) -> List[dict]:
         rows = []
@@ -256,6 +265,13 @@ def _yolo_input(pixels: np.ndarray, spec: InputSpec) -> tuple:
 
     mean, std = (spec.mean, spec.std) if spec.normalization_given else (YOLO_MEAN, YOLO_STD)
     return letterbox_tensor(pixels, spec.size, spec.dtype, spec.scale, spec.zero_point, mean, std)
+
+
+def _plan(decoder: str, layout: Any, quant: list, threshold: float, options: dict) -> Plan:
+    """With --track (`track_low` given) boxes down to it are kept for the tracker, which shows
+    only those above the threshold (or on a track)."""
+    low = options.get("track_low")
+    return Plan(decoder, layout, quant, threshold, threshold if low is None else min(threshold, low))
 
 
 def given_or(value: Optional[float], default: float) -> float:

@@ -13,8 +13,6 @@ import numpy as np
 from edgeapp.errors import InvalidModel
 from edgeapp.flows.convert.base import FloatModel, first_line, tensorflow
 
-SUFFIXES = (".keras", ".h5", ".hdf5")
-
 
 def load_keras(path: Path) -> FloatModel:
     """A .keras/.h5 file or a SavedModel folder: one image input [batch, H, W, C], one output."""

@@ -1,0 +1,248 @@
+"""`camera --track`: identities, line counts and zone times over a detection run's frames.
+
+One `TrackStage` per run sits between the task's result and the sinks (flows/camera_loop.py):
+it gives each object of the record a `track_id` (core/tracking.py, ByteTrack), decides which
+tracks crossed a counting line or entered or left a zone (core/zones.py), and turns that into
+events: `track_started`, `track_ended` (duration, path length), `line_crossed` (line,
+direction), `zone_entered`, `zone_left` (zone, seconds inside). Counts go into the run's summary,
+the overlay, the live view and MQTT; events into `--events FILE` (JSON lines) and MQTT.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from edgeapp.core.tracking import ByteTracker, Track, TrackerSettings
+from edgeapp.core.zones import Line, Zone, centre, check_inside, crossing, inside, side
+from edgeapp.errors import EdgeappError, MissingDependency, WrongTask
+
+LOW = 0.1  # ByteTrack's floor: boxes down to this keep a track alive, never start one
+TRAIL = 30  # centres kept per track for the overlay's trail
+INSTALL = "pip install 'edgeapp[track]'"
+
+
+@dataclass
+class TrackingSettings:
+    """What `--track`, `--count-line`, `--zone` and `--events` ask for (plain values)."""
+
+    lines: Sequence[Line] = ()
+    zones: Sequence[Zone] = ()
+    events: Optional[Path] = None  # JSON lines, one per event
+    lost_frames: int = 30
+
+
+def check_tracking_available() -> None:
+    """The tracker's assignment solver is SciPy's (the `track` extra): exit 7 without it."""
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        raise MissingDependency(f"--track needs SciPy (the track extra): {INSTALL}") from None
+
+
+def check_trackable(kind: Any) -> None:
+    """--track follows a task's objects; other tasks are refused as another task's model."""
+    if getattr(kind, "tracks", None) is None:
+        raise WrongTask(f"--track follows detected objects: the model is {kind.noun}, not a "
+                        "detection model")
+
+
+@dataclass
+class _State:
+    """What the stage remembers of one track beyond the tracker's own state."""
+
+    label: str
+    first_t: float
+    last_t: float
+    first_frame: int
+    last_frame: int
+    path: float = 0.0
+    last_point: Optional[tuple] = None
+    trail: deque = field(default_factory=lambda: deque(maxlen=TRAIL))
+    sides: Dict[str, int] = field(default_factory=dict)  # line -> last side taken
+    crossed: set = field(default_factory=set)  # (line, direction) counted once per track
+    zones: Dict[str, float] = field(default_factory=dict)  # zone -> entered at (s)
+
+
+class TrackStage:
+    """Tracks, lines and zones for one stream of frames."""
+
+    def __init__(self, settings: TrackingSettings, high: float, field: str = "objects",
+                 labels: Optional[Callable[[int], str]] = None) -> None:
+        self.settings, self.high, self.field = settings, high, field
+        self.tracker = ByteTracker(TrackerSettings(high=high, low=min(LOW, high),
+                                                   lost_frames=settings.lost_frames))
+        self.label_of = labels or str
+        self.states: Dict[int, _State] = {}
+        self.lines: List[Line] = []
+        self.zones: List[Zone] = []
+        self.size: Optional[tuple] = None
+        self.counts = self._empty_counts(settings)
+        self.frames = 0
+        self._events_file: Any = None
+        if settings.events is not None:
+            try:
+                self._events_file = open(settings.events, "w", encoding="utf-8")
+            except OSError as e:
+                raise EdgeappError(f"--events {settings.events}: {e.strerror or e}") from None
+
+    @staticmethod
+    def _empty_counts(settings: TrackingSettings) -> dict:
+        return {"tracks": 0,
+                "lines": {x.name: {"in": 0, "out": 0, "by_label": {}} for x in settings.lines},
+                "zones": {z.name: {"now": 0, "entered": 0, "left": 0, "by_label": {}}
+                          for z in settings.zones}}
+
+    def _place(self, width: int, height: int) -> None:
+        """Lines and zones in this stream's pixels (checked against its first frame)."""
+        check_inside(list(self.settings.lines) + list(self.settings.zones), width, height)
+        self.size = (width, height)
+        self.lines = [x.at(width, height) for x in self.settings.lines]
+        self.zones = [z.at(width, height) for z in self.settings.zones]
+
+    def update(self, fields: dict, frame: int, t: float, width: int, height: int) -> List[dict]:
+        """Track this frame's objects (the record's `objects` get `track_id`; boxes below the
+        display threshold stay only where they carry a track); the events of this frame."""
+        if self.size is None:
+            self._place(width, height)
+        self.frames += 1
+        objects = fields.get(self.field) or []
+        step = self.tracker.update([o["bbox"] for o in objects], [o["score"] for o in objects],
+                                   [o.get("id", 0) for o in objects])
+        kept, events, moved = [], [], []
+        for o, tid, smooth in zip(objects, step.ids, step.smoothed):
+            if tid is None and o["score"] < self.high:
+                continue
+            kept.append({**o, "track_id": tid})
+            if tid is not None:
+                moved.append((tid, smooth))
+        fields[self.field] = kept
+        for track in step.started:
+            events.append(self._start(track, frame, t))
+        for tid, smooth in moved:
+            events.extend(self._move(tid, smooth, frame, t))
+        for track in step.ended:
+            events.extend(self._end(track, frame, t))
+        self._write(events)
+        return events
+
+    def finish(self, frame: int, t: float) -> List[dict]:
+        """The stream ended: every track still alive ends (and leaves its zones)."""
+        events: List[dict] = []
+        for track in self.tracker.finish():
+            events.extend(self._end(track, frame, t))
+        self._write(events)
+        return events
+
+    def _start(self, track: Track, frame: int, t: float) -> dict:
+        label = self.label_of(track.class_id)
+        state = self.states[track.track_id] = _State(label, t, t, frame, frame)
+        if track.first_box is not None:  # seen before it was confirmed: the side it came from
+            for line in self.lines:
+                first = side(centre(track.first_box), line)
+                if first:
+                    state.sides[line.name] = first
+        self.counts["tracks"] += 1
+        return {"event": "track_started", "frame": frame, "timestamp": round(t, 3),
+                "track_id": track.track_id, "label": label}
+
+    def _move(self, tid: int, box: tuple, frame: int, t: float) -> List[dict]:
+        """A track seen in this frame, at `box` (its smoothed box): path, lines, zones."""
+        state = self.states[tid]
+        point = centre(box)
+        if state.last_point is not None:
+            state.path += math.hypot(point[0] - state.last_point[0], point[1] - state.last_point[1])
+        state.last_point, state.last_t, state.last_frame = point, t, frame
+        state.trail.append((int(round(point[0])), int(round(point[1]))))
+        base = {"frame": frame, "timestamp": round(t, 3), "track_id": tid, "label": state.label}
+        events = []
+        for line in self.lines:
+            now = side(point, line)
+            if now == 0:
+                continue
+            direction = crossing(state.sides.get(line.name), now)
+            state.sides[line.name] = now
+            if direction is None or (line.name, direction) in state.crossed:
+                continue
+            state.crossed.add((line.name, direction))
+            self._count(self.counts["lines"][line.name], direction, state.label)
+            events.append({"event": "line_crossed", **base, "line": line.name,
+                           "direction": direction})
+        for zone in self.zones:
+            events.extend(self._zone(zone, state, inside(point, zone.points), base, t))
+        return events
+
+    def _zone(self, zone: Zone, state: _State, now_inside: bool, base: dict, t: float) -> list:
+        count = self.counts["zones"][zone.name]
+        was = zone.name in state.zones
+        if now_inside and not was:
+            state.zones[zone.name] = t
+            count["now"] += 1
+            self._count(count, "entered", state.label)
+            return [{"event": "zone_entered", **base, "zone": zone.name}]
+        if was and not now_inside:
+            entered = state.zones.pop(zone.name)
+            count["now"] -= 1
+            self._count(count, "left", state.label)
+            return [{"event": "zone_left", **base, "zone": zone.name,
+                     "seconds": round(t - entered, 3)}]
+        return []
+
+    @staticmethod
+    def _count(counts: dict, key: str, label: str) -> None:
+        counts[key] += 1
+        per = counts["by_label"].setdefault(label, {})
+        per[key] = per.get(key, 0) + 1
+
+    def _end(self, track: Track, frame: int, t: float) -> List[dict]:
+        state = self.states.pop(track.track_id, None)
+        if state is None:
+            return []
+        base = {"frame": frame, "timestamp": round(t, 3), "track_id": track.track_id,
+                "label": state.label}
+        events = []
+        for name in sorted(state.zones):  # a track that ends inside a zone leaves it
+            entered = state.zones.pop(name)
+            count = self.counts["zones"][name]
+            count["now"] -= 1
+            self._count(count, "left", state.label)
+            events.append({"event": "zone_left", **base, "zone": name,
+                           "seconds": round(state.last_t - entered, 3)})
+        events.append({"event": "track_ended", **base, "first_frame": state.first_frame,
+                       "last_frame": state.last_frame,
+                       "duration": round(state.last_t - state.first_t, 3),
+                       "path_length": round(state.path, 1),
+                       "frames_seen": track.hits})
+        return events
+
+    def _write(self, events: List[dict]) -> None:
+        if self._events_file is None or not events:
+            return
+        try:
+            for ev in events:
+                self._events_file.write(json.dumps(ev) + "\n")
+            self._events_file.flush()
+        except OSError as e:
+            raise EdgeappError(f"--events {self.settings.events}: {e.strerror or e}") from None
+
+    def trails(self) -> Dict[int, List[tuple]]:
+        """Each live track's recent centres, for the overlay."""
+        return {tid: list(s.trail) for tid, s in self.states.items()}
+
+    def snapshot(self) -> tuple:
+        """What the overlay draws for this frame (core/overlay.draw_counting's arguments): the
+        lines, zones, counts and trails as they are now, copied (drawn later, in another thread)."""
+        return (self.lines, self.zones, json.loads(json.dumps(self.counts)), self.trails())
+
+    def summary(self) -> dict:
+        return {"tracks": self.counts["tracks"], "lines": self.counts["lines"],
+                "zones": {k: {kk: vv for kk, vv in v.items()} for k, v in self.counts["zones"].items()}}
+
+    def close(self) -> None:
+        if self._events_file is not None:
+            self._events_file.close()
+            self._events_file = None
