@@ -2,6 +2,7 @@
 """`eval`'s images/s beside `detect`'s and `classify`'s on the same images, in one run.
 
     python scripts/bench_eval.py [--count 200] [--size 640x480] [--rounds 5] [--json]
+                                 [--task detect|classify|both]
 
 Both sides run in this process through the functions the commands run after start-up, on the
 same model, the same images (read once beforehand, so both read them from the page cache), the
@@ -15,8 +16,12 @@ same default --workers and CPU interpreters:
 Rounds interleave the two sides (one warm-up round first, not counted), so a change of load on
 a shared machine hits both alike; the figures are medians over the rounds. Target: eval >= 0.9x.
 
+  classify  the same with the bundled digits classifier (models/digits_int8.tflite) beside
+            eval on class folders of the same JPEGs (top-1/top-5)
+
 Images: drawn circles, squares and triangles (scripts/build_yolo_fixtures.py's own drawing) as
 JPEGs, with their YOLO labels; the model: tests/fixtures/yolo/yolov8_256_full_integer_quant.tflite.
+For classify: models/samples' digits, enlarged with noise to --size, in class folders 0-9.
 """
 
 from __future__ import annotations
@@ -35,6 +40,23 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 MODEL = ROOT / "tests" / "fixtures" / "yolo" / "yolov8_256_full_integer_quant.tflite"
+DIGITS = ROOT / "models" / "digits_int8.tflite"
+
+
+def make_digits(root: Path, count: int, size: tuple) -> Path:
+    """Class folders 0-9 of enlarged, noisy copies of models/samples' digits (JPEG)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(2)
+    for i in range(count):
+        k = i % 10
+        digit = Image.open(ROOT / "models" / "samples" / f"digit_{k}.png").convert("RGB").resize(size)
+        pixels = np.asarray(digit, np.float32) + rng.normal(0, 8, (size[1], size[0], 3))
+        (root / str(k)).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(root / str(k) / f"{i:05d}.jpg", quality=90)
+    for p in root.rglob("*.jpg"):
+        p.read_bytes()
+    return root
 
 
 def make_set(root: Path, count: int, size: tuple) -> Path:
@@ -104,30 +126,40 @@ def main() -> None:
     ap.add_argument("--size", default="640x480")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--model", type=Path, default=MODEL)
+    ap.add_argument("--task", choices=("detect", "classify", "both"), default="both")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     size = tuple(int(v) for v in args.size.split("x"))
+    tasks = ("detect", "classify") if args.task == "both" else (args.task,)
+    docs = [compare(task, args, size) for task in tasks]
+    if args.json:
+        print(json.dumps(docs, indent=2))
+        return
+    for doc in docs:
+        med = doc["images_per_s"]
+        print(f"{args.count} JPEGs {args.size}, {Path(doc['model']).name}, median of {args.rounds} rounds")
+        print(f"  {doc['task']:<8} {med['command']:7.1f} images/s")
+        print(f"  eval     {med['eval']:7.1f} images/s   ratio {doc['ratio']:.2f} (target >= 0.9)")
+
+
+def compare(task: str, args, size: tuple) -> dict:
+    """Interleaved rounds of the task's command and eval on the same images."""
     from edgeapp.flows.evaluate import read_data
 
+    model = args.model if task == "detect" else DIGITS
     with tempfile.TemporaryDirectory() as tmp:
-        root = make_set(Path(tmp) / "set", args.count, size)
-        data = read_data(root)
-        paths = list(data.paths)
-        sides: dict = {"detect": [], "eval": []}
+        make = make_set if task == "detect" else make_digits
+        data = read_data(make(Path(tmp) / "set", args.count, size))
+        sides: dict = {"command": [], "eval": []}
         for r in range(args.rounds + 1):
-            got = (run_command(args.model, paths, Path(tmp) / "out.jsonl"), run_eval(args.model, data))
+            got = (run_command(model, list(data.paths), Path(tmp) / "out.jsonl"), run_eval(model, data))
             if r:  # round 0 warms up
-                sides["detect"].append(got[0])
+                sides["command"].append(got[0])
                 sides["eval"].append(got[1])
     med = {k: statistics.median(v) for k, v in sides.items()}
-    doc = {"model": str(args.model), "images": args.count, "size": args.size, "rounds": args.rounds,
-           "images_per_s": med, "ratio": med["eval"] / med["detect"], "per_round": sides}
-    if args.json:
-        print(json.dumps(doc, indent=2))
-        return
-    print(f"{args.count} JPEGs {args.size}, {args.model.name}, median of {args.rounds} rounds")
-    print(f"  detect  {med['detect']:7.1f} images/s")
-    print(f"  eval    {med['eval']:7.1f} images/s   ratio {doc['ratio']:.2f} (target >= 0.9)")
+    return {"task": task, "model": str(model), "images": args.count, "size": args.size,
+            "rounds": args.rounds, "images_per_s": med, "ratio": med["eval"] / med["command"],
+            "per_round": sides}
 
 
 if __name__ == "__main__":
