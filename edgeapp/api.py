@@ -18,7 +18,7 @@
 Every task of tasks/ is a method (`model.<task>(image, **options)` and `model.<task>_batch(paths,
 **options)`) and a `task=` name; its options and their defaults are the task's own, the same as
 its command's, and the functions are the ones the CLI runs (flows.open_task, flows.batch,
-flows.camera, tasks/), so results are identical. Errors are edgeapp.errors exceptions
+flows.camera.run, tasks/), so results are identical. Errors are edgeapp.errors exceptions
 (InvalidModel, DeviceUnavailable, InputError...).
 """
 
@@ -123,16 +123,16 @@ class Model:
         opened again for frames on the same devices. `track`: objects get a `track_id`, and
         `count_lines` / `zones` (as `--count-line` / `--zone` write them) are counted, the
         events written to `events` (JSON lines); the counts are in the outcome's `outputs`.
-        Returns the flows.camera.CameraOutcome (`stats`, `warnings`, `error`: None when the run
+        Returns the flows.camera.run.CameraOutcome (`stats`, `warnings`, `error`: None when the run
         succeeded)."""
-        from edgeapp.flows.camera import CameraRequest, CameraRun, LiveViewSettings, MqttSettings
+        from edgeapp.flows.camera.run import CameraRequest, CameraRun, LiveViewSettings, MqttSettings
 
         name = task or self.task
         _check_api_options(name, options)
         tracking = None
         if track:
             from edgeapp.core.zones import parse_line, parse_zone
-            from edgeapp.flows.tracking import TrackingSettings
+            from edgeapp.flows.camera.tracking import TrackingSettings
 
             tracking = TrackingSettings([parse_line(x) for x in count_lines],
                                         [parse_zone(z) for z in zones],

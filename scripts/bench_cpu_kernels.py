@@ -20,7 +20,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from edgeapp.flows.bench import random_input  # noqa: E402
+from edgeapp.flows.bench.run import random_input  # noqa: E402
 from edgeapp.hw.runtime import open_engine  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "coral"

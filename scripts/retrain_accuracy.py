@@ -85,7 +85,7 @@ def shapes(folder: Path, per_class: int, seed: int = 0) -> None:
 
 
 def embeddings(model: Path, folder: Path, cache_root: Path) -> tuple:
-    from edgeapp.execution.runners import open_runner
+    from edgeapp.execution.placement import open_runner
     from edgeapp.flows.embedding_cache import EmbeddingCache
     from edgeapp.flows.retrain import class_folders, extract
     from edgeapp.hw.hostinfo import usable_cores

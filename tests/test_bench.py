@@ -12,8 +12,8 @@ from conftest import SHARED, SIZE
 
 from edgeapp.core import stats
 from edgeapp.errors import UsageError
-from edgeapp.flows.bench import random_input, thread_counts, time_invocations
-from edgeapp.flows.synthetic import DEFAULT_SPEC
+from edgeapp.flows.bench.run import random_input, thread_counts, time_invocations
+from edgeapp.flows.bench.synthetic import DEFAULT_SPEC
 from edgeapp.hw.hostinfo import usable_cores
 
 TINY_MACS = SIZE * SIZE * 8 * 27 + (SIZE // 2) ** 2 * 8 * 72 + 8 * 3  # conv, conv, dense

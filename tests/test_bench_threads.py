@@ -9,7 +9,7 @@ import pytest
 from test_bench import bench_env  # noqa: F401 - fixture
 
 from edgeapp.core import stats
-from edgeapp.flows.bench_threads import ROUNDS, mark_best, shares, sweep_note, turns
+from edgeapp.flows.bench.threads import ROUNDS, mark_best, shares, sweep_note, turns
 from edgeapp.hw.hostinfo import usable_cores
 
 

@@ -25,7 +25,7 @@ from conftest import CLASSES, ROOT
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.core.frames import fit_frame
 from edgeapp.errors import ExitCode
-from edgeapp.flows.camera_loop import CameraStats, run_camera
+from edgeapp.flows.camera.loop import CameraStats, run_camera
 from edgeapp.hw.capture import FrameGrabber, OpenCVSource, ReconnectPolicy, parse_source
 from edgeapp.sinks.display import has_display
 
@@ -315,7 +315,7 @@ class FakeSource:
 
 class FakeTask:
     """A frame runner (the runners' submit/next_done face, one frame in flight, as
-    execution/runners opens one with frames=True) that takes `delay` seconds per frame in the
+    execution/placement opens one with frames=True) that takes `delay` seconds per frame in the
     caller's thread and records what it saw."""
 
     label = "fake"

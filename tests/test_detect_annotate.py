@@ -44,7 +44,7 @@ def test_detect_annotate_without_opencv_is_exit_7_and_doctor_checks_opencv(det_m
     import cv2
 
     assert (checks["opencv"]["status"], checks["opencv"]["detail"].split()[0]) == ("ok", cv2.__version__)
-    from edgeapp.flows.doctor import opencv_check
+    from edgeapp.flows.doctor.install import opencv_check
 
     missing = opencv_check("edgeapp_no_such_module")
     assert missing.status == "warn" and "pip install opencv-python" in missing.fix

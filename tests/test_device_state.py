@@ -329,7 +329,7 @@ def test_a_cool_card_and_no_duration_is_not_throttling(tpus, cli, compiled_pair,
 # -- camera: the live view and MQTT carry the temperature and the throttling flag ------------------
 
 def test_health_summary_flags_drift_and_heat():
-    from edgeapp.flows.tpu_health import WINDOW, summarize
+    from edgeapp.flows.camera.tpu_health import WINDOW, summarize
 
     cool = {"usb:0": {"temperature_c": None, "clock_mhz": 500.0, "throttling": None, "thermal": None}}
     steady = summarize(cool, [10.0] * WINDOW, [10.5] * WINDOW)
@@ -429,7 +429,7 @@ def test_performance_reaches_every_segment_of_a_pipeline(tpus, tmp_path):
     import numpy as np
     from standin import write_segments
 
-    from edgeapp.execution.runners import open_runner
+    from edgeapp.execution.placement import open_runner
 
     log = tmp_path / "options.log"
     tpus("usb,usb,pci", options_log=log)

@@ -13,7 +13,7 @@ from standin import standin_lib  # noqa: F401 - fixture
 from test_devices import add_apex, two_accelerators_and_a_mouse
 
 from edgeapp.errors import ExitCode
-from edgeapp.flows.doctor import FAIL, OK, WARN, exit_ok, numpy_check, pycoral_check, run_checks
+from edgeapp.flows.doctor.install import FAIL, OK, WARN, exit_ok, numpy_check, pycoral_check, run_checks
 
 # What libedgetpu1-std's package installs (/lib/udev/rules.d/60-libedgetpu1-std.rules).
 USB_RULES = ('SUBSYSTEM=="usb",ATTRS{idVendor}=="1a6e",GROUP="plugdev"\n'
@@ -324,7 +324,7 @@ def test_doctor_names_the_clock_mode_of_the_installed_build(tmp_path, standin_li
 def test_probe_cache_line_counts_the_model_verdicts_it_acts_on(tmp_path):
     """Five crash verdicts on model files block those files: doctor says so (it used to count
     only the delegate-probe pairs and report "no verdicts")."""
-    from edgeapp.flows.doctor import probe_cache_check
+    from edgeapp.flows.doctor.install import probe_cache_check
     from edgeapp.hw.verdicts import ModelKey, Verdict, VerdictCache
 
     cache_dir = tmp_path / "cache"

@@ -15,7 +15,7 @@ import pytest
 
 from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES
 from edgeapp.core.pairing import UNKNOWN, WORKS
-from edgeapp.flows.doctor import install_plan
+from edgeapp.flows.doctor.install import install_plan
 from edgeapp.hw.osinfo import read_platform
 
 RELEASES = "https://github.com/feranick/libedgetpu/releases/download"

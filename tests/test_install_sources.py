@@ -16,7 +16,7 @@ from test_doctor import _file, by_name, env_for, pi5
 from test_install_plan import fake_system
 
 from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES
-from edgeapp.flows.doctor import OK, WARN, install_plan, pycoral_check, run_checks
+from edgeapp.flows.doctor.install import OK, WARN, install_plan, pycoral_check, run_checks
 
 DEAD = re.compile(r"packages\.cloud\.google\.com|coral-edgetpu-stable|apt repositor|apt-key|"
                   r"edgetpu-compiler \(|Colab", re.I)

@@ -19,7 +19,7 @@ from edgeapp.core.pipeline_segments import check_chain, find_segment_files
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceUnavailable, ExitCode, InvalidModel, UsageError
 from edgeapp.execution.parallel import DevicePool
-from edgeapp.execution.runners import open_runner
+from edgeapp.execution.placement import open_runner
 from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
 from edgeapp.hw.runtime import open_engine
 
@@ -200,7 +200,7 @@ def test_camera_frames_on_several_tpus_stay_in_order(tpus, cli, compiled_pair, c
 def test_cpu_default_split_gives_the_one_interpreter_records(cli, tiny_model, images):
     """On the CPU, without --threads, one one-thread interpreter per core runs side by side:
     same records, same order, as one interpreter."""
-    from edgeapp.execution.runners import open_runner as opened
+    from edgeapp.execution.placement import open_runner as opened
 
     runner = opened(tiny_model, "cpu", cpu_replicas=2)
     assert isinstance(runner, DevicePool) and runner.label == "cpu"

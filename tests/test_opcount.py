@@ -9,7 +9,7 @@ from conftest import SHARED, SIZE
 from edgeapp.core.opcount import count_ops, macs_per_op
 from edgeapp.core.tflite.model import load_model, parse_model
 from edgeapp.core.tflite.writer import ModelWriter
-from edgeapp.flows.synthetic import SyntheticSpec, build_synthetic
+from edgeapp.flows.bench.synthetic import SyntheticSpec, build_synthetic
 
 
 def test_tiny_model_conv_layer_by_hand(tiny_model):

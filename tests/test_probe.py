@@ -20,7 +20,7 @@ import pytest
 from conftest import default_runtime
 from test_devices import add_apex, add_usb
 
-from edgeapp.flows.doctor import library_checks
+from edgeapp.flows.doctor.install import library_checks
 from edgeapp.hw.devices import list_edge_tpus
 from edgeapp.hw.runtime import find_runtime
 from edgeapp.hw.verdicts import Pair, Verdict, VerdictCache

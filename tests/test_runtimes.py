@@ -46,7 +46,7 @@ def test_doctor_checks_the_tensorflow_runtime_before_calling_its_pair_ok(fake_li
 
 
 def test_a_pair_whose_runtime_does_not_import_is_not_ok(fake_libs, tmp_path):
-    from edgeapp.flows.doctor import FAIL, Check, library_checks
+    from edgeapp.flows.doctor.install import FAIL, Check, library_checks
 
     env = {"EDGEAPP_EDGETPU_LIB": str(fake_libs["LOADS"]), "EDGEAPP_CACHE_DIR": str(tmp_path),
            "PATH": os.environ.get("PATH", "")}

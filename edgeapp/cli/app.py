@@ -15,7 +15,7 @@ from typing_extensions import Annotated
 from edgeapp import __version__
 from edgeapp.cli import bench, camera, check, compile, compiler, convert, devices, doctor, models, retrain
 from edgeapp.cli import eval as eval_cli
-from edgeapp.cli.command import Group, use_everywhere
+from edgeapp.cli.command import Group, summary_line, use_everywhere
 from edgeapp.cli.options import Globals, RuntimeName
 
 
@@ -53,28 +53,13 @@ class EdgeappGroup(Group):
             found = self._built[name]
         return found
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
+    def command_summaries(self, ctx: Any) -> List[Tuple[str, str]]:
         """The commands and their one-line help, without building the lazy ones."""
-        names = self.list_commands(ctx)
         lazy = self._lazy()
-        limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = []
-        for name in names:
-            if name in lazy:
-                rows.append((name, _shorten(lazy[name][1](), limit)))
-                continue
-            command = super().get_command(ctx, name)
-            if command is not None and not command.hidden:
-                rows.append((name, command.get_short_help_str(limit)))
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        listed = dict(super().command_summaries(ctx))
+        return [(name, summary_line(lazy[name][1]()) if name in lazy else listed[name])
+                for name in self.list_commands(ctx) if name in lazy or name in listed]
 
-
-def _shorten(text: str, limit: int) -> str:
-    text = text.strip().rstrip(".")
-    if len(text) <= limit:
-        return text
-    return text[:max(0, limit - 3)].rsplit(" ", 1)[0] + "..."
 
 app = typer.Typer(
     name="edgeapp",

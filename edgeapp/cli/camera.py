@@ -1,7 +1,7 @@
 """`edgeapp camera`: any task live from a camera, a stream or a video file.
 
 This module parses and renders; the run itself (sources, sinks, health, outcome) is
-flows/camera.py, which the Python API runs too. The command takes every task's camera options
+flows/camera/run.py, which the Python API runs too. The command takes every task's camera options
 (tasks/<name>.py, `TaskOption.paths`), so it is built when first asked for (cli/app.py).
 """
 
@@ -199,7 +199,7 @@ def _task_option() -> Any:
 
 def camera(ctx: typer.Context, options: dict) -> None:
     """Parse, run the flow, render the outcome."""
-    from edgeapp.flows.camera import CameraRun
+    from edgeapp.flows.camera.run import CameraRun
 
     check_common(ctx.params, options)
     _check_flags(ctx)
@@ -215,7 +215,7 @@ def camera(ctx: typer.Context, options: dict) -> None:
 
 def _request(ctx: typer.Context, options: dict) -> Any:
     from edgeapp.cli.options import placement, resolve_model
-    from edgeapp.flows.camera import CameraRequest, LiveViewSettings, MqttSettings
+    from edgeapp.flows.camera.run import CameraRequest, LiveViewSettings, MqttSettings
 
     p = ctx.params
     view = mqtt = None
@@ -240,7 +240,7 @@ def _tracking(p: dict) -> Any:
     if not p.get("track"):
         return None
     from edgeapp.core.zones import parse_line, parse_zone
-    from edgeapp.flows.tracking import TrackingSettings
+    from edgeapp.flows.camera.tracking import TrackingSettings
 
     return TrackingSettings(lines=[parse_line(x) for x in p.get("count_line") or ()],
                             zones=[parse_zone(z) for z in p.get("zone") or ()],

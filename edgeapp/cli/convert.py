@@ -195,6 +195,10 @@ def _print_report(r: dict) -> None:
             ("sidecar", r["sidecar"]),
             ("calibration", f"{r['calibration_samples']} sample(s)")]
     rows += [("note", n) for n in r.get("notes") or []]
+    if r.get("embedding_depth") is not None:
+        rows.append(("task", f"an embedding extractor ({r['embedding_depth']}-d feature vector, "
+                             "from a global pooling): agreement is the outputs' cosine and SQNR; "
+                             "`edgeapp retrain PHOTOS --base MODEL` puts a classifier on it"))
     detail = r.get("agreement_detail") or {}
     where = f" on {detail['measured_on']}" if detail.get("measured_on") else ""
     if r.get("agreement") is not None:

@@ -28,7 +28,7 @@ def doctor_command(
     Exit 0 when nothing fails.
     """
     from edgeapp.core.userdirs import cache_dir
-    from edgeapp.flows.doctor import FAIL, exit_ok, install_plan, run_checks
+    from edgeapp.flows.doctor.install import FAIL, exit_ok, install_plan, run_checks
     from edgeapp.hw.verdicts import VerdictCache
 
     cache = VerdictCache(cache_dir())

@@ -185,7 +185,7 @@ class DevicePool(Runner):
 
 
 class CpuPool(DevicePool):
-    """One-thread CPU interpreters side by side (execution/runners.cpu_runner).
+    """One-thread CPU interpreters side by side (execution/placement.cpu_runner).
 
     Fed like any runner (`imap`: the pool's threads invoke), or, by a caller that prepares its
     inputs on threads of its own (flows/batch.py), right there: `run_here` invokes on a free

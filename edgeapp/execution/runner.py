@@ -4,7 +4,7 @@ a result (`Done`).
 Every runner takes (key, payload) items and hands back (key, Done) in input order; a payload of
 None (an input that failed before inference) passes through as (key, None) in its place.
 Several Edge TPUs side by side are execution/parallel.py, segment pipelines
-execution/pipeline.py; execution/runners.py opens the right one for a model and --device.
+execution/pipeline.py; execution/placement.py opens the right one for a model and --device.
 """
 
 from __future__ import annotations

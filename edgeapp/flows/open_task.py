@@ -82,7 +82,7 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
     are for whichever task the model turns out to be), not refused.
     """
     from edgeapp.core.pipeline_segments import find_segment_files
-    from edgeapp.execution.runners import open_runner
+    from edgeapp.execution.placement import open_runner
     from edgeapp.tasks import kind, task_for
     from edgeapp.tasks.base import bind
     from edgeapp.tasks.model import image_model

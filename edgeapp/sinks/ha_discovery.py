@@ -61,7 +61,7 @@ def discovery_messages(kind: Any, labels: Optional[Dict[int, str]], prefix: str,
 def counting_discovery(prefix: str, lines: List[str], zones: List[str], *, remove: bool = False,
                        model: str = "", kind_name: str = "") -> List[Tuple[str, str]]:
     """camera --track: a counter per line and direction and one per zone (objects in it now),
-    read from the retained PREFIX/counts (flows/tracking.py's summary)."""
+    read from the retained PREFIX/counts (flows/camera/tracking.py's summary)."""
     node = node_id(prefix)
     device = {"identifiers": [node], "name": f"edgeapp {prefix}", "manufacturer": "edgeapp",
               "model": f"{kind_name} · {model}" if model else kind_name}

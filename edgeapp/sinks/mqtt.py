@@ -12,7 +12,7 @@ Topics under the URL's prefix (default `edgeapp`):
 - `PREFIX/state`   mode events: the confirmed state, retained (`{"label": ...}` for a
   classifier, `{"labels": [...]}` for the others), for sensors that start after the event;
 - `PREFIX/tracks`  with --track: one JSON object per tracking event (`track_started`,
-  `track_ended`, `line_crossed`, `zone_entered`, `zone_left`; flows/tracking.py);
+  `track_ended`, `line_crossed`, `zone_entered`, `zone_left`; flows/camera/tracking.py);
 - `PREFIX/counts`  with --track: the line and zone counts, retained, after every event;
 - `homeassistant/...`  Home Assistant discovery configs (ha_discovery.py), retained, sent with
   `online` at every connection (`announce`).

@@ -403,7 +403,7 @@ def annotate_frame(kind: Optional[TaskKind], img: np.ndarray, result: Result,
 
     if kind is not None:
         kind.draw(img, result.fields, result.extras)
-    counting = result.extras.get("counting")  # camera --track: flows/tracking.py's snapshot
+    counting = result.extras.get("counting")  # camera --track: flows/camera/tracking.py's snapshot
     if counting is not None:
         from edgeapp.core.overlay import draw_counting
 

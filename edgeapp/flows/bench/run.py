@@ -1,8 +1,8 @@
 """The benchmark as a whole run: the devices and thread counts asked for, a segment set's
 pipeline, the comparison with the CPU; the JSON document (docs/bench.md).
 
-One device is measured by flows/bench_device.py, a thread sweep by flows/bench_threads.py,
-several Edge TPUs together by flows/bench_multi.py; which devices, by flows/bench_devices.py.
+One device is measured by flows/bench/one_device.py, a thread sweep by flows/bench/threads.py,
+several Edge TPUs together by flows/bench/several_tpus.py; which devices, by flows/bench/which_devices.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from edgeapp.core.limits import MAX_THREADS
 from edgeapp.core.naming import edgetpu_twin_path
 from edgeapp.core.tflite.model import TfliteModel, load_model
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
-from edgeapp.flows.bench_device import (  # noqa: F401 - importers of the benchmark find them here
+from edgeapp.flows.bench.one_device import (  # noqa: F401 - importers of the benchmark find them here
     BenchOptions,
     bench_device,
     random_input,
@@ -55,9 +55,9 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     A CPU model X.tflite runs on the Edge TPU as X_edgetpu.tflite when that is beside it; a
     compiled model runs on the CPU as its twin (runtime.open_engine). `no_tpu_reason` says why
     there is no compiled model to run on the Edge TPU (e.g. no compiler for --synthetic).
-    A run that measured nothing raises DeviceUnavailable (bench_devices.check_measured).
+    A run that measured nothing raises DeviceUnavailable (which_devices.check_measured).
     """
-    from edgeapp.flows.bench_devices import check_measured, plan_devices
+    from edgeapp.flows.bench.which_devices import check_measured, plan_devices
 
     plan = plan_devices(device)
     counts = thread_counts(threads)
@@ -90,7 +90,7 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
         doc["comparison"] = comparison
     tpus = [r for r in results if r.get("available") and r["device"] == "edgetpu"]
     if len(tpus) >= 2:  # several TPUs: together too, and how that scales
-        from edgeapp.flows.bench_multi import bench_parallel
+        from edgeapp.flows.bench.several_tpus import bench_parallel
 
         doc["parallel"] = bench_parallel(tpus[0]["model"], [r["device_name"] for r in tpus], opts,
                                          random_input, opts.samples)
@@ -98,9 +98,9 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
 
 
 def _measure(target, dev: str, counts: list, opts: BenchOptions, progress, lenient: bool) -> list:
-    """One device; several thread counts are timed in interleaved rounds (bench_threads)."""
+    """One device; several thread counts are timed in interleaved rounds (threads.py)."""
     if len(counts) > 1:
-        from edgeapp.flows.bench_threads import sweep
+        from edgeapp.flows.bench.threads import sweep
 
         return sweep(target, dev, counts, opts, progress)
     r = bench_device(target, dev, counts[0], opts, strict=not lenient)
@@ -116,7 +116,7 @@ def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
     from edgeapp.core.naming import segment_source
     from edgeapp.core.pipeline_segments import set_label
     from edgeapp.errors import UsageError
-    from edgeapp.flows.bench_multi import bench_pipeline
+    from edgeapp.flows.bench.several_tpus import bench_pipeline
 
     n = len(segments)
     if plan.one_tpu:
@@ -144,8 +144,8 @@ def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
 
 
 def _mark_best(doc: dict) -> None:
-    """A thread sweep's best row and its `thread_sweep` section (bench_threads.mark_best)."""
-    from edgeapp.flows.bench_threads import mark_best
+    """A thread sweep's best row and its `thread_sweep` section (threads.mark_best)."""
+    from edgeapp.flows.bench.threads import mark_best
 
     section = mark_best(doc["results"])
     if section:

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from edgeapp.core import stats
-from edgeapp.flows.bench_device import BenchOptions, Timed, finish, ready, timed
+from edgeapp.flows.bench.one_device import BenchOptions, Timed, finish, ready, timed
 
 ROUNDS = 7
 REWARM = 2  # untimed inferences before each round's share (after another count's threads ran)

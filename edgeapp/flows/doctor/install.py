@@ -5,7 +5,7 @@ Every check reads files under `root` and tools on the PATH of `env`, so tests ru
 fake system trees. Python packages are looked up without importing them (a TFLite runtime is
 imported in a child process, TensorFlow not at all), so doctor stays fast and cannot be killed
 by a broken native wheel. The checks of the devices themselves (their state, udev rules,
-containers, kernel modules, a Raspberry Pi 5's PCIe settings) are in flows/doctor_devices.py.
+containers, kernel modules, a Raspberry Pi 5's PCIe settings) are in flows/doctor/devices.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from edgeapp.core.debian import parse_os_release
 from edgeapp.core.install_plan import Plan, plan_for
 from edgeapp.core.pairing import CRASH, UNIDENTIFIED, WORKS, Build, decide, identify
 from edgeapp.core.userdirs import cache_dir
-from edgeapp.flows.doctor_devices import FAIL, OK, WARN, Check, device_checks
+from edgeapp.flows.doctor.devices import FAIL, OK, WARN, Check, device_checks
 from edgeapp.hw.libedgetpu import (
     build_label,
     dpkg_owner,

@@ -3,7 +3,7 @@ power meter; then ops, TOPS, power and energy: one result dict of the documented
 
 Devices that cannot be used give a result with `"available": false` and the reason instead of
 an exception, so `--device all` always shows every device. Only `runtime.open_engine` touches
-the TFLite runtime. Whole runs (devices, thread counts, segment sets) are flows/bench.py's.
+the TFLite runtime. Whole runs (devices, thread counts, segment sets) are flows/bench/run.py's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from edgeapp.core.opcount import OpCount, count_ops
 from edgeapp.core.tflite.model import TfliteModel, load_model
 from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
-from edgeapp.flows import bench_thermal
+from edgeapp.flows.bench import thermal as bench_thermal
 from edgeapp.hw import hostinfo, power
 
 

@@ -2,7 +2,7 @@
 and whether it is throttling, for the live view's /stats and for MQTT (with Home Assistant
 discovery of a temperature sensor where the device has one).
 
-A frame output (flows/camera_loop.FrameOutput): `on_frame` only notes each frame's inference
+A frame output (flows/camera/loop.FrameOutput): `on_frame` only notes each frame's inference
 latency; a thread reads the devices' state (hw/tpu_state.py) every `interval` seconds and
 publishes it. Throttling, as bench defines it (core/thermal.py): the driver has lowered the
 clock (past trip point 0), or the latency of the last frames is more than 15% above that of

@@ -1,6 +1,6 @@
 """`camera --track`: identities, line counts and zone times over a detection run's frames.
 
-One `TrackStage` per run sits between the task's result and the sinks (flows/camera_loop.py):
+One `TrackStage` per run sits between the task's result and the sinks (flows/camera/loop.py):
 it gives each object of the record a `track_id` (core/tracking.py, ByteTrack), decides which
 tracks crossed a counting line or entered or left a zone (core/zones.py), and turns that into
 events: `track_started`, `track_ended` (duration, path length), `line_crossed` (line,

@@ -1,6 +1,6 @@
 """Live and video inference: the loop that takes frames from `capture.FrameGrabber`, runs the
 model on the newest one, hands each result to the sinks (display, recording, records, live
-view, MQTT), and keeps the statistics for the summary. flows/camera.py sets a whole run up.
+view, MQTT), and keeps the statistics for the summary. flows/camera/run.py sets a whole run up.
 
 The frame policy (newest frame for live sources, every frame for files) and reconnecting are
 the capture side's: see hw/capture.py. OpenCV is imported only inside functions.
@@ -96,7 +96,7 @@ class Sinks:
     recorder: Any = None  # sinks/recorder.Recorder
     outputs: Sequence[FrameOutput] = ()  # live view, MQTT
     overlay: bool = True  # draw the results on the frames shown and recorded
-    tracking: Any = None  # flows/tracking.TrackStage: track ids, lines, zones, events
+    tracking: Any = None  # flows/camera/tracking.TrackStage: track ids, lines, zones, events
 
 
 def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
@@ -110,7 +110,7 @@ def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
                tracking: Any = None) -> CameraStats:
     """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
 
-    `runner`: the frames' runner (execution/runners.open_runner with frames=True, as
+    `runner`: the frames' runner (execution/placement.open_runner with frames=True, as
     flows/open_task opens it): each device's thread runs the whole task on a frame and hands
     back (Result, inference ms), one frame per device in flight, in frame order. `drop` None:
     newest-frame for live sources, every
@@ -119,7 +119,7 @@ def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
     Ctrl-C stops cleanly (stop "interrupted"). Raises only if the source cannot be opened at
     all. `outputs` (live view, MQTT) get each processed frame and its record after display and
     recording. `kind` draws the overlay. `tracking`
-    (flows/tracking.TrackStage) gives objects their track ids before anything sees the record;
+    (flows/camera/tracking.TrackStage) gives objects their track ids before anything sees the record;
     its events go to the outputs that take them (`on_events`), the last ones when the run ends.
     """
     loop = _Loop(source, runner, kind, Sinks(on_record, display, recorder, outputs, overlay, tracking))

@@ -1,6 +1,6 @@
 """A whole camera run, for the CLI's `camera` and the API's `Model.camera`: the model opened for
 its task on its devices, the source, the sinks (per-frame records, a window, a recording, the
-live view, MQTT, the Edge TPU's health), the frame loop (flows/camera_loop.py), and the outcome:
+live view, MQTT, the Edge TPU's health), the frame loop (flows/camera/loop.py), and the outcome:
 statistics, warnings and the error that decides the exit code.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional
 
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
-from edgeapp.flows.camera_loop import CameraStats, run_camera
+from edgeapp.flows.camera.loop import CameraStats, run_camera
 from edgeapp.flows.open_task import Placement
 
 MQTT_SETTLE = 10.0  # seconds a file's run waits for the broker's first answer before its frames
@@ -70,7 +70,7 @@ class CameraRequest:
     mqtt: Optional[MqttSettings] = None
     on_record: Optional[Callable[[dict], None]] = None  # every frame's record, as it is made
     resolve: Optional[Callable] = None  # a Coral model's name -> (path, notice) (open_task's)
-    tracking: Any = None  # flows/tracking.TrackingSettings: --track and its lines, zones, events
+    tracking: Any = None  # flows/camera/tracking.TrackingSettings: --track and its lines, zones, events
 
 
 @dataclass
@@ -107,7 +107,7 @@ class CameraRun:
         self._network()
         if request.tracking is not None:
             from edgeapp.core.zones import check_names
-            from edgeapp.flows.tracking import check_tracking_available
+            from edgeapp.flows.camera.tracking import check_tracking_available
 
             check_names(request.tracking.lines, request.tracking.zones)
             check_tracking_available()  # missing: exit 7 with the install line, before the model
@@ -165,7 +165,7 @@ class CameraRun:
         r = self.request
         options = r.options
         if r.tracking is not None and options.get("track_low") is None:
-            from edgeapp.flows.tracking import LOW  # weaker boxes too: they keep tracks alive
+            from edgeapp.flows.camera.tracking import LOW  # weaker boxes too: they keep tracks alive
 
             options = {**options, "track_low": LOW}
         opened = open_task(r.model, r.task, r.place, options=options, labels_file=r.labels_file,
@@ -192,7 +192,7 @@ class CameraRun:
         settings = self.request.tracking
         if settings is None:
             return
-        from edgeapp.flows.tracking import TrackStage, check_trackable
+        from edgeapp.flows.camera.tracking import TrackStage, check_trackable
 
         check_trackable(kind)
         labels = self.opened.model.labels or {}
@@ -214,7 +214,7 @@ class CameraRun:
 
     def _outputs(self, kind: Any, source: str) -> list:
         if self.address is not None or self.target is not None:  # the Edge TPU's heat and clock
-            from edgeapp.flows.tpu_health import TpuHealth
+            from edgeapp.flows.camera.tpu_health import TpuHealth
 
             self.health = TpuHealth(self.request.place.performance).start()
         if self.address is not None:  # first: a port in use fails before anything connects
