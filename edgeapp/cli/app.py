@@ -16,7 +16,8 @@ from edgeapp import __version__
 from edgeapp.cli import bench, camera, check, compile, compiler, convert, devices, doctor, models, retrain
 from edgeapp.cli import eval as eval_cli
 from edgeapp.cli.command import Group, summary_line, use_everywhere
-from edgeapp.cli.options import Globals, RuntimeName
+from edgeapp.cli.options import Globals, RuntimeName, say
+from edgeapp.errors import ExitCode
 
 
 class EdgeappGroup(Group):
@@ -52,6 +53,15 @@ class EdgeappGroup(Group):
                 self._built[name] = self._lazy()[name][0]()
             found = self._built[name]
         return found
+
+    def invoke(self, ctx: Any) -> Any:
+        """Ctrl-C while a command is looked up or built (its modules importing) is exit 130 and
+        one line, as in the command itself, not click's "Aborted!" and exit 1."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            say("interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
     def command_summaries(self, ctx: Any) -> List[Tuple[str, str]]:
         """The commands and their one-line help, without building the lazy ones."""
@@ -104,6 +114,8 @@ def main_options(
 
 
 def main() -> None:
+    """The app, as `edgeapp` and `python -m edgeapp` run it (edgeapp/__main__.py guards Ctrl-C
+    around it, the imports of this module included)."""
     import faulthandler
 
     try:  # if a runtime still dies natively in this process, the user gets a line, not silence

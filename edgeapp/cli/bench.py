@@ -27,6 +27,7 @@ from edgeapp.cli.options import (
     resolve_runtime,
     say,
 )
+from edgeapp.core.units import counted
 from edgeapp.errors import UsageError
 from edgeapp.hw.power import POWER_MODES
 
@@ -231,10 +232,10 @@ def _report(doc: dict, fmt: ReportFormat, output: Optional[Path]) -> None:
 
 def _progress(result: dict) -> None:
     if result.get("available"):
-        threads = result["threads"] if result["threads"] else "default"
+        threads = counted(result["threads"], "thread") if result["threads"] else "default threads"
         name = result.get("device_name") or result["device"]
         lat = result["latency_ms"]
-        say(f"{name} ({threads} threads): median {lat['p50']:.3f} ms, mean {lat['mean']:.3f} ms "
+        say(f"{name} ({threads}): median {lat['p50']:.3f} ms, mean {lat['mean']:.3f} ms "
             f"over {result['runs']} runs")
 
 

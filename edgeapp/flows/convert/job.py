@@ -68,9 +68,16 @@ def prepare(job: ConvertJob) -> Prepared:
     fmt = source_format(job.model)
     found = find_sources(job.calibration, "--calibration")
     held, labelled = _eval_sources(job.eval_dir)
+    notes = []
     if held is None:
+        total = len(found.paths)
         found, held = split_held_out(found, job.calibration_size, job.val)
-    prepared = Prepared(job, fmt, found, held, eval_data=labelled)
+        kept = len(held.paths) if held is not None else 0
+        if kept < job.val:
+            notes.append(f"--val {job.val}: {kept} of the {total} image(s) held out to measure "
+                         "agreement (at most a fifth, so that calibration keeps most); --eval DIR "
+                         "measures on a folder of its own")
+    prepared = Prepared(job, fmt, found, held, notes=notes, eval_data=labelled)
     if fmt == "onnx":
         from edgeapp.flows.convert import onnx_graph
 
@@ -103,6 +110,8 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
     from edgeapp.flows.convert.quantize import exported, quantize
 
     job = p.job
+    for note in p.notes:
+        say(note)
     model, cal = _float_model_and_calibration(p, say, progress)
     try:
         calibration = normalize(cal, job.mean, job.std)
@@ -231,6 +240,7 @@ def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, sa
                                          f"{p.job.model.name}: SQNR float vs int8 per layer"))
     except MissingDependency as e:
         say(f"report plot skipped: {e}")
+        result["plot_skipped"] = str(e)
     return result
 
 
