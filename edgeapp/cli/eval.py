@@ -63,26 +63,31 @@ def eval_command(
     first, images/s, median latency and where it ran. An image that cannot be decoded is left
     out of the metrics (said, counted) and the exit code is 3.
     """
-    run_eval(ctx, models, data, images, labels, mean, std, fmt, save_predictions, plot, workers)
+    shared.check_common({}, model=None, mean=mean, std=std, device=device, cpu_model=None,
+                        labels=labels)
+    place = shared.placement(ctx, device=device, runtime=runtime, threads=threads,
+                             no_probe=no_probe, cpu_kernels=cpu_kernels)
+    run_eval(models, place, data, images, labels, mean, std, fmt, save_predictions, plot, workers)
 
 
-def run_eval(ctx: typer.Context, models: List[str], data: Path, images: Optional[Path],
+def run_eval(models: List[str], place, data: Path, images: Optional[Path],
              labels: Optional[Path], mean: Optional[float], std: Optional[float], fmt: ReportFormat,
              save: Optional[Path], plot: Optional[Path], workers: Optional[int],
              published: Optional[dict] = None) -> None:
-    """The body of `eval` (and `models eval`, which adds what Coral `published`)."""
+    """The body of `eval` (and `models eval`, which adds what Coral `published`): `place`
+    (flows.open_task.Placement) is where every model runs."""
     from edgeapp.flows.evaluate import evaluate_models, read_data, refuse_unknown, report
 
-    shared.check_common(ctx.params, {})
     found = read_data(data, images)
     say(f"found {found.describe()}")
     for note in found.notes:
         say(f"note: {note}")
     refuse_unknown(models, found)
     _check_outputs(save, plot)
+    pairs = [shared.resolved(Path(m), place) for m in models]  # a Coral name pulled, with a bar
     results = evaluate_models(
-        models, found, shared.placement(ctx), labels_file=labels, mean=mean, std=std,
-        workers=shared.decode_workers(workers), say=say, resolve=shared.resolve_model,
+        [str(p) for p, _ in pairs], found, place, places=[pl for _, pl in pairs],
+        labels_file=labels, mean=mean, std=std, workers=shared.decode_workers(workers), say=say,
         progress=shared.progress_bar)
     _write_outputs(found, models, results, save, plot)
     doc = report(found, results)

@@ -208,11 +208,12 @@ def eval_command(
     """Run `edgeapp eval` on one of Coral's models (pulled when not cached), beside the accuracy
     Coral published for it."""
     from edgeapp.cli.eval import run_eval
+    from edgeapp.cli.options import placement
     from edgeapp.flows import models as m
 
     entry = m.lookup(m.registry(), name)
-    run_eval(ctx, [entry.name], data, images, None, None, None, fmt, save_predictions, None,
-             workers, published=dict(entry.published) or None)
+    run_eval([entry.name], placement(ctx, device=None), data, images, None, None, None, fmt,
+             save_predictions, None, workers, published=dict(entry.published) or None)
 
 
 def _runtimes() -> List[str]:

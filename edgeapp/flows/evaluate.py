@@ -123,7 +123,7 @@ def differences(entries: List[dict]) -> None:
 
 def open_model(model: str, place: Placement, *, labels_file: Any = None,
                mean: Optional[float] = None, std: Optional[float] = None,
-               say: Say = lambda _t: None, resolve: Optional[Callable] = None,
+               say: Say = lambda _t: None,
                sidecars: Sequence[Any] = (), cpu_replicas: int = 1) -> OpenTask:
     """An int8 .tflite, _edgetpu.tflite or Coral name as `classify` opens it; a float ONNX or
     Keras source on ONNX Runtime / TensorFlow with the preprocessing of its conversion: --mean/
@@ -137,7 +137,7 @@ def open_model(model: str, place: Placement, *, labels_file: Any = None,
     from edgeapp.flows.open_task import open_task
 
     return open_task(model, None, place, labels_file=labels_file, mean=mean, std=std,
-                     on_notice=say, resolve=resolve, cpu_replicas=cpu_replicas)
+                     on_notice=say, cpu_replicas=cpu_replicas)
 
 
 def _open_float(path: Path, labels_file: Any, mean: Optional[float], std: Optional[float],
@@ -189,7 +189,8 @@ def conversion_meta(path: Path, sidecars: Sequence[Any]) -> Any:
 def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Placement(), *,
                     labels_file: Any = None, mean: Optional[float] = None,
                     std: Optional[float] = None, workers: int = 2, say: Say = lambda _t: None,
-                    resolve: Optional[Callable] = None, progress: Any = None) -> List[ModelEval]:
+                    places: Optional[Sequence[Placement]] = None, progress: Any = None
+                    ) -> List[ModelEval]:
     """Every model on the same data, in order; the first is the reference of each "delta".
     `progress(total, label)` gives a context manager yielding `advance` (cli.options.progress_bar)."""
     import contextlib
@@ -198,9 +199,9 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
 
     tflites = [m for m in models if str(m).endswith(".tflite")]
     out = []
-    for model in models:
-        with open_model(model, place, labels_file=labels_file, mean=mean, std=std, say=say,
-                        resolve=resolve, sidecars=tflites,
+    for n, model in enumerate(models):
+        with open_model(model, places[n] if places else place, labels_file=labels_file, mean=mean,
+                        std=std, say=say, sidecars=tflites,
                         cpu_replicas=max(1, min(usable_cores(), len(data.paths)))) as opened:
             check_task(opened, data)
             bar = progress(len(data.paths), f"eval {Path(str(model)).name}") if progress else \
