@@ -203,6 +203,8 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
         with open_model(model, places[n] if places else place, labels_file=labels_file, mean=mean,
                         std=std, say=say, sidecars=tflites,
                         cpu_replicas=max(1, min(usable_cores(), len(data.paths)))) as opened:
+            for note in opened.notices:  # where it runs, when not where asked
+                say(note)
             check_task(opened, data)
             bar = progress(len(data.paths), f"eval {Path(str(model)).name}") if progress else \
                 contextlib.nullcontext(None)
