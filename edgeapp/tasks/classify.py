@@ -33,6 +33,9 @@ class Classify(TaskKind):
     guess_rank = 9  # any score vector: asked last
     evaluates = "classification"
     eval_options = {"top_k": 5, "threshold": 0.0}
+    # scaled JPEG decode changed MobileNets' top-1 class on more than 1.5 % of photos
+    # (docs/performance.md#decoding-photos-scaled-or-full): whole, unless --decode scaled
+    decode = "full"
 
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_score_vector(shapes[0])

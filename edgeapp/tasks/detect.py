@@ -29,6 +29,7 @@ from edgeapp.tasks.base import (
     event_name,
     item_name,
     jinja_literal,
+    kept_image,
 )
 from edgeapp.tasks.model import InputSpec
 
@@ -133,11 +134,12 @@ class Detect(TaskKind):
                 keep_image: bool = False) -> tuple:
         if plan is None or plan.decoder == "ssd":
             return super().prepare(source, spec, options, plan, keep_image)
-        from edgeapp.core.preprocess import load_image
+        from edgeapp.core.preprocess import decode_image
 
-        img = load_image(source, spec.channels, spec.size if spec.fast_decode else None)
-        tensor, fit = _yolo_input(np.asarray(img, dtype=np.uint8), spec)
-        return tensor, Prepared(fit, img if keep_image else None, source)
+        decoded = decode_image(source, spec.channels, spec.scaled_for, "letterbox")
+        tensor, fit = _yolo_input(np.asarray(decoded.image, dtype=np.uint8), spec)
+        return tensor, Prepared(decoded.fit_of_photo(fit),
+                                kept_image(decoded, source, spec) if keep_image else None, source)
 
     def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
                       plan: Any = None) -> tuple:

@@ -44,6 +44,8 @@ class ConvertJob:
     val_labels: Optional[dict] = None  # --val-labels: the model's classes, to name folders' indices
     input_size: Optional[tuple] = None  # --input-size H, W for symbolic ONNX dims
     report: bool = False
+    max_drop: Optional[float] = None  # --max-drop: the task metric's points int8 may lose (0.01 = 1)
+    decode: str = "full"  # JPEGs decoded as --decode does at inference; the sidecar records it
 
 
 @dataclass
@@ -128,6 +130,8 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
                 "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
             if job.report:
                 report["report"] = _layer_report(p, model, saved, calibration, q, say)
+            if job.max_drop is not None:
+                _max_drop(p, model, saved, cal, calibration, q, report, say)
         if p.eval_data is not None and embedding is None:
             report["eval"] = _task_metric(p, model, cal, say)
         elif p.eval_data is not None:
@@ -146,11 +150,13 @@ def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> t
         say(f"loading {job.model} (TensorFlow)")
         model = load_keras(job.model)
         h, w, c = model.input_shape
-        return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say)
+        return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say,
+                                  decode=job.decode)
     from edgeapp.flows.convert.onnx import load_onnx
 
     inp = p.onnx_input
-    cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say)
+    cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say,
+                       decode=job.decode)
     make_output_folder(job.output)  # for the log
     log = convert_log_path(job.output)
     say(f"converting {job.model} with onnx2tf (log: {log})")
@@ -178,19 +184,45 @@ def _embedding_depth(p: Prepared, tflite, cal) -> Optional[int]:
     return embedding_output(tflite, count)
 
 
-def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
-    from edgeapp.flows.convert.agreement import measure, truth_labels
+def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
+    """(images, where they come from, their class indices or None) for measuring int8."""
+    from edgeapp.flows.convert.agreement import truth_labels
 
     job = p.job
     h, w, c = model.input_shape
     if p.held_out is not None:
-        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say)
+        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say, decode=job.decode)
         from_eval = job.eval_dir is not None and p.held_out.source == job.eval_dir
         source = f"--eval {job.eval_dir}" if from_eval else "held-out calibration images"
     else:
         data, source = cal, "the calibration images (none held out)"
-    labels = truth_labels(data, job.val_labels or job.labels)
-    return measure(job.output, model, data, job.mean, job.std, source, labels, class_scores)
+    return data, source, truth_labels(data, job.val_labels or job.labels)
+
+
+def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
+    from edgeapp.flows.convert.agreement import measure
+
+    data, source, labels = _held_out(p, model, cal, say)
+    return measure(p.job.output, model, data, p.job.mean, p.job.std, source, labels, class_scores)
+
+
+def _max_drop(p: Prepared, model: FloatModel, saved: str, cal, calibration, q, report: dict, say: Say) -> None:
+    """--max-drop's trials; when another model than the plain one is kept, the report
+    describes the kept one."""
+    from edgeapp.core.tflite.model import load_model
+    from edgeapp.flows.convert.tune import tune
+
+    data, source, labels = _held_out(p, model, cal, say)
+    tuned = tune(p, model, saved, cal, calibration, q, data, source, labels, say)
+    detail = tuned.pop("detail")
+    report["max_drop"] = tuned
+    if tuned["chosen"] not in (None, "plain"):
+        kept = load_model(p.job.output)
+        report.update(size_bytes=kept.size, ops=dict(Counter(op.op for op in kept.operators).most_common()),
+                      op_versions={op.op: op.version for op in kept.operators})
+        report["agreement_detail"] = detail
+        report.update({k: detail[k] for k in (
+            "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
 
 
 def _task_metric(p: Prepared, model: FloatModel, cal, say: Say) -> dict:
@@ -269,6 +301,9 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
         ev = report["eval"]
         extra["eval"] = {"data": ev["data"], "float": ev["float"]["metrics"],
                          "int8": ev["int8"]["metrics"], "drop": ev["drop"]}
+    if report.get("max_drop"):
+        extra["max_drop"] = report["max_drop"]
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,
+                                                  decode=job.decode,
                                                   extra=extra))
     return task, str(sidecar)
