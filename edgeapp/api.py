@@ -94,6 +94,18 @@ class Model:
         exception."""
         return iter_records(_strings(paths), self._opened.runner, self._task(task, options), workers)
 
+    def evaluate(self, data: PathLike, images: Optional[PathLike] = None, workers: int = 2) -> dict:
+        """The model's metric on labelled `data` (class folders or a CSV, a COCO JSON or a YOLO
+        dataset, images/ + masks/, a COCO keypoints JSON; `images`: a COCO JSON's image
+        folder), as `edgeapp eval --format json` reports it: {"data": {...}, "models": [{"model",
+        "runs_on", "images", "failed", "images_per_s", "median_ms", "metrics": {...}}]}."""
+        from edgeapp.flows.evaluate import differences, evaluate, read_data, report
+
+        found = read_data(Path(data), Path(images) if images is not None else None)
+        result = evaluate(self._opened, found, workers)
+        differences([result.entry])
+        return report(found, [result])
+
     def camera(self, source: Any = "0", *, task: Optional[str] = None,
                on_record: Optional[Callable[[dict], None]] = None, display: bool = False,
                record: Optional[PathLike] = None, output: Optional[PathLike] = None,

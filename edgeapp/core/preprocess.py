@@ -195,6 +195,21 @@ def _orientation(img) -> int:
 _TRANSPOSED = (2, 3, 4, 5, 6, 7, 8)  # EXIF orientations other than 1 (upright)
 
 
+def image_size(path: Any) -> Optional[tuple[int, int]]:
+    """(width, height) of an image file as `load_image` turns it upright, read from its header
+    only; None when it cannot be read (the run that decodes it says why)."""
+    from PIL import Image
+
+    _quiet_pillow()
+    try:
+        with Image.open(path) as img:
+            w, h = img.size
+            turned = img.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # a quarter turn swaps them
+    except (OSError, SyntaxError, ValueError):
+        return None
+    return (h, w) if turned else (w, h)
+
+
 def upright(img, orientation: Optional[int] = None):
     """The image turned as its EXIF orientation says (a phone photo taken sideways), as
     ImageOps.exif_transpose does, but an image already upright is kept, not copied: that copy

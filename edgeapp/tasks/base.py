@@ -158,6 +158,8 @@ class TaskKind:
     guess_rank: ClassVar[int] = 5  # guess_task asks kinds in this order (specific shapes first)
     ultralytics_task: ClassVar[Optional[str]] = None  # the task of Ultralytics' exports it runs
     instead_of_custom_ops: ClassVar[Optional[str]] = None  # advice for models needing a custom op
+    evaluates: ClassVar[Optional[str]] = None  # the labelled data `eval` measures it on
+    eval_options: ClassVar[Dict[str, Any]] = {}  # its options in `eval` (every result counts)
     # camera --track: the record's field of boxes ({"id", "score", "bbox"} items) it follows;
     # the task takes a `track_low` option (boxes kept below the threshold for the tracker) and
     # says its display threshold through `track_threshold`
@@ -294,6 +296,11 @@ class TaskKind:
                              f"{', '.join(sorted(declared)) or 'none'})")
         return {**self.defaults, **{k: declared[k].check(v) for k, v in given.items()}}
 
+    def scorer(self, data: Any, labels: Optional[dict]) -> "Scorer":
+        """What measures this task's results on labelled `data` (flows/eval_data.EvalData of
+        the kind `evaluates` names), with the model's `labels`."""
+        raise UsageError(f"{self.name} has no metric: eval cannot measure it")
+
     def track_threshold(self, plan: Any) -> float:
         """camera --track: the score a box needs to start a track and be shown (the task runs
         down to `track_low` so that weaker boxes can keep tracks alive)."""
@@ -307,6 +314,24 @@ class TaskKind:
         """Write `result`'s file for input `path` into `folder` (sinks/image_folder.ImageFolder)
         for the output-folder `option`; the fields this adds to the record."""
         raise NotImplementedError(f"{self.name} declares --{option.name} but writes no file")
+
+
+class Scorer:
+    """One model's results on labelled data, added image by image (`add(index, result)`, the
+    index into the data's images), then its metrics over the images that ran (`metrics`), its
+    predictions as `eval --save-predictions` writes them, and what `--plot` draws (`plot`)."""
+
+    notes: List[str]  # what to tell the user (classes the model does not know)
+    plot: dict  # set by `metrics`: {"kind": ..., ...} for sinks/eval_plot.py
+
+    def add(self, index: int, result: Result) -> None:
+        raise NotImplementedError
+
+    def metrics(self, done: List[int]) -> dict:
+        raise NotImplementedError
+
+    def predictions(self) -> List[dict]:
+        raise NotImplementedError
 
 
 def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanczos",
