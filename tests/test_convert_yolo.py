@@ -1,7 +1,8 @@
 """`edgeapp convert yolo.onnx --calibration photos/`: a trained Ultralytics YOLOv8 export
 (tests/fixtures/yolo_onnx, scripts/build_yolo_onnx_fixtures.py) converted once, as a user does
 it (a subprocess, offline), then run with no flags by `detect`, `camera` and the Python API and scored
-by COCO mAP on the labelled held-out set against the float ONNX and Ultralytics' own int8.
+by `edgeapp eval` (COCO mAP) on the labelled held-out set against the float ONNX and
+Ultralytics' own int8.
 """
 
 import json
@@ -116,88 +117,15 @@ def iou(a, b) -> float:
     return ix * iy / union if union > 0 else 0.0
 
 
-def coco_map(results: list) -> tuple:
-    import contextlib
-    import io
-
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        gt = COCO(str(VAL / "instances_val.json"))
-        ev = COCOeval(gt, gt.loadRes(results), "bbox")
-        ev.evaluate()
-        ev.accumulate()
-        ev.summarize()
-    return float(ev.stats[0]), float(ev.stats[1])
-
-
-def coco_results(outputs_of) -> list:
-    """COCO results on the held-out set: each image letterboxed, `outputs_of(pixels)` ->
-    (outputs, their (scale, zero point), YoloLayout), decoded and NMS'd by core/yolo.py at the
-    score floor of a mAP evaluation, boxes mapped back unrounded (categories matched by name)."""
-    from edgeapp.core import yolo
-    from edgeapp.core.boxes import to_original_array
-    from edgeapp.core.preprocess import load_image
-
-    truth = json.loads((VAL / "instances_val.json").read_text())
-    by_name = {c["name"]: c["id"] for c in truth["categories"]}
-    out = []
-    for im in truth["images"]:
-        boxed, fit = yolo.letterbox(np.asarray(load_image(str(VAL / im["file_name"]))), (256, 256))
-        outputs, quant, layout = outputs_of(boxed)
-        found = yolo.decode(outputs, quant, layout, (256, 256), 0.001)
-        keep = yolo.nms(found.boxes, found.scores, found.classes)
-        for b, sc, c in zip(to_original_array(found.boxes[keep], fit), found.scores[keep], found.classes[keep]):
-            out.append({"image_id": im["id"], "category_id": by_name[NAMES[int(c)]], "score": float(sc),
-                        "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]})
-    return out
-
-
-def tflite_outputs(model: Path):
-    """A .tflite run as `detect` runs it: rounded input quantization, the layout its sidecar
-    names (else its shapes say)."""
-    from edgeapp.core import yolo
-    from edgeapp.core.meta import read_meta
-    from edgeapp.core.preprocess import quantize_input
-    from edgeapp.hw.runtime import open_engine
-
-    engine = open_engine(model, "cpu")
-    layout = yolo.engine_yolo_layout(engine, None, read_meta(model).extra.get("yolo"))
-    scale, zero = engine.input_quantization
-
-    def run(pixels):
-        q = quantize_input(pixels, engine.input_dtype, scale, zero, 0.0, 255.0)[None]
-        return engine.run(q), yolo.output_quantization(engine), layout
-
-    return run
-
-
-def float_outputs():
-    """The float ONNX on ONNX Runtime, its pixel boxes normalized as the yolov8 layout reads them."""
-    import onnxruntime as ort
-
-    from edgeapp.core import yolo
-
-    s = ort.InferenceSession(str(ONNX), providers=["CPUExecutionProvider"])
-    layout = yolo.find_yolo_layout([(1, 7, 1344)], (256, 256))
-
-    def run(pixels):
-        raw = s.run(None, {"images": (pixels.astype(np.float32) / 255).transpose(2, 0, 1)[None]})[0]
-        raw[0, :4] /= 256.0
-        return [raw], [(0.0, 0)], layout
-
-    return run
-
-
 def test_int8_map_within_a_point_of_float_and_above_ultralytics_int8(converted):
-    """Held-out labelled images, never calibrated on: COCO mAP50-95 (pycocotools) of the float
-    ONNX, edgeapp's int8 and Ultralytics' own full-integer export of the same checkpoint, all
-    decoded and NMS'd the same way (conf 0.001, IoU 0.7)."""
+    """`edgeapp eval` on the labelled held-out set (never calibrated on): COCO mAP50-95 of the
+    float ONNX, edgeapp's int8 and Ultralytics' own full-integer export of the same checkpoint,
+    all through the same pipeline (conf 0.001, IoU 0.7, 300 boxes)."""
     _, out = converted
-    float_map, float_50 = coco_map(coco_results(float_outputs()))
-    int8_map, int8_50 = coco_map(coco_results(tflite_outputs(out)))
-    theirs, theirs_50 = coco_map(coco_results(tflite_outputs(ULTRALYTICS_INT8)))
+    proc = edgeapp("eval", ONNX, out, ULTRALYTICS_INT8, "--data", VAL, "--format", "json")
+    models = json.loads(proc.stdout)["models"]
+    float_map, int8_map, theirs = (m["metrics"]["map"] for m in models)
+    assert models[0]["runs_on"] == "float on ONNX Runtime" and models[0]["model"] == str(ONNX)
     assert float_map > 0.5, float_map  # a trained model: the comparison means something
     assert int8_map >= float_map - 0.01, (float_map, int8_map)
     assert int8_map >= theirs, (int8_map, theirs)

@@ -201,9 +201,11 @@ def _dfl_layout(dims: list, w: int, h: int, name: str) -> Optional[YoloLayout]:
 def sidecar_layout(info: dict, shapes: Sequence[Sequence[int]], input_size: tuple[int, int],
                    name: str = "model") -> YoloLayout:
     """The layout `convert` wrote in the sidecar ({"layout": "dfl", "boxes": i, "scores": j}),
-    checked against the model's outputs: it tells box logits from 64 class scores."""
+    checked against the model's outputs: it tells box logits from 64 class scores. A model
+    with other outputs sharing the sidecar (the float export `eval` runs beside its int8) is
+    read by its shapes."""
     if info.get("layout") != "dfl" or len(shapes) != 2:
-        return find_yolo_layout(shapes, input_size, info.get("layout"), name)
+        return find_yolo_layout(shapes, input_size, None, name)
     dims = [tuple(int(d) for d in s) for s in shapes]
     b, c = int(info.get("boxes", 0)), int(info.get("scores", 1))
     n = dims[0][1] if len(dims[0]) == 3 else -1

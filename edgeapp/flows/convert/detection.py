@@ -4,13 +4,12 @@ agreement in detection terms, and the sidecar entry that lets `detect` read the 
 Agreement without labelled data: the float original (ONNX Runtime running the user's whole
 export, Ultralytics' own decode included) finds boxes on held-out images; those boxes stand in
 as ground truth for the int8 model, decoded on the CPU as `detect` decodes it; COCO mAP50-95
-and mAP50 (pycocotools) say how much of the float model's detections the int8 one keeps.
+and mAP50 (core/coco_eval, as `eval` computes them) say how much of the float model's
+detections the int8 one keeps.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 from typing import Optional
 
@@ -94,12 +93,11 @@ def _nms(found) -> list:
 
 def coco_map(truth: list, found: list, classes: int) -> Optional[dict]:
     """COCO box mAP50-95 and mAP50 of `found` against `truth` (per image lists of (score,
-    class, xyxy); truth's scores ignored), by pycocotools; None without it or without truth."""
-    try:
-        from pycocotools.coco import COCO
-        from pycocotools.cocoeval import COCOeval
-    except ImportError:
-        return None
+    class, xyxy); truth's scores ignored), by `eval`'s own evaluator (core/coco_eval); None
+    without its library or without truth."""
+    from edgeapp.core.coco_eval import box_metrics
+    from edgeapp.errors import MissingDependency
+
     anns, dets = [], []
     for image, (t, f) in enumerate(zip(truth, found)):
         for _, c, b in t:
@@ -108,18 +106,13 @@ def coco_map(truth: list, found: list, classes: int) -> Optional[dict]:
         dets += [{"image_id": image, "category_id": c, "bbox": _xywh(b), "score": s} for s, c, b in f]
     if not anns:
         return None
-    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
-        gt = COCO()
-        gt.dataset = {"images": [{"id": i} for i in range(len(truth))], "annotations": anns,
-                      "categories": [{"id": c} for c in range(classes)]}
-        gt.createIndex()
-        if not dets:
-            return {"map50_95": 0.0, "map50": 0.0, "truth_boxes": len(anns), "found_boxes": 0}
-        run = COCOeval(gt, gt.loadRes(dets), "bbox")
-        run.evaluate()
-        run.accumulate()
-        run.summarize()
-    return {"map50_95": round(float(run.stats[0]), 4), "map50": round(float(run.stats[1]), 4),
+    gt = {"images": [{"id": i} for i in range(len(truth))], "annotations": anns,
+          "categories": [{"id": c, "name": str(c)} for c in range(classes)]}
+    try:
+        scores = box_metrics(gt, dets)
+    except MissingDependency:
+        return None
+    return {"map50_95": round(scores["map"], 4), "map50": round(scores["map50"], 4),
             "truth_boxes": len(anns), "found_boxes": len(dets)}
 
 
@@ -140,4 +133,4 @@ def measure(session, inp, path: Path, data: Dataset, mean: float, std: float, en
             "map50": None if scores is None else scores["map50"],
             "note": None if scores is not None else (
                 "no box found by the float model" if not any(truth) else
-                "pycocotools is not installed: pip install pycocotools")}
+                "the eval extra is not installed: pip install 'edgeapp[eval]'")}
