@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, write_color_folders
+from conftest import ROOT
+from media import write_color_folders
 
 from edgeapp.core.edgetpu_rules import MAX_KNOWN_VERSION
 from edgeapp.core.tflite.model import load_model

@@ -8,7 +8,7 @@ import json
 import re
 
 from conftest import make_edgetpu_stand_in
-from test_models import env, published, registry_doc, server  # noqa: F401  (fixtures: model server)
+from model_server_fixtures import registry_doc
 
 
 def test_a_model_by_name_says_once_that_it_runs_on_the_cpu(cli, env, color_images):  # noqa: F811

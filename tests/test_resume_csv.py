@@ -12,7 +12,6 @@ import sys
 import time
 
 from conftest import ROOT
-from test_resume import many_images  # noqa: F401 - fixture
 
 from edgeapp.sinks.records import TORN_WRITE_BOUNDARY
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CLASSES, SHARED, color_pixels, make_edgetpu_stand_in, write_color_folders
+from conftest import CLASSES, SHARED, make_edgetpu_stand_in
+from media import color_pixels, write_color_folders
 from retrain_models import keras_extractor
-from standin import standin_lib, tpus  # noqa: F401 - fixtures
 
 from edgeapp.core.registry import digests
 from edgeapp.errors import ExitCode

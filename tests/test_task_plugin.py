@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from camera_proc import CameraProc
-from conftest import color_pixels, make_edgetpu_stand_in
-from standin import standin_lib, tpus  # noqa: F401 - fixtures
+from conftest import make_edgetpu_stand_in
+from media import color_pixels
 
 PKG = Path(__file__).resolve().parent.parent / "edgeapp"
 
@@ -146,7 +146,7 @@ with edgeapp.open_model({str(tiny_model)!r}, "cpu", task="zzz", top_k=1) as mode
 
 def test_a_new_task_on_the_camera_with_mqtt_events_and_the_live_view(plugged, tiny_model, video,
                                                                       tmp_path):
-    from test_mqtt import Broker, Subscriber
+    from mqtt_broker import Broker, Subscriber
 
     broker = Broker(tmp_path).start()
     sub = Subscriber(broker.port, "zzz/#")

@@ -24,8 +24,8 @@ import numpy as np
 import posesegment_models as pm
 import pytest
 from camera_proc import CameraProc
-from conftest import color_pixels, make_edgetpu_stand_in
-from standin import standin_lib, tpus  # noqa: F401 - fixtures
+from conftest import make_edgetpu_stand_in
+from media import color_pixels
 
 from edgeapp import tasks
 from edgeapp.sinks.records import BATCH_FIELDS, FRAME_FIELDS, Layout
@@ -224,7 +224,7 @@ def test_mqtt_events_mean_something_for_each_task(task, cases, cli, tmp_path):
 
 
 def _mqtt_events_mean_something_for_each_task(task, case, cli, tmp_path):
-    from test_mqtt import Broker, Subscriber
+    from mqtt_broker import Broker, Subscriber
 
     (tmp_path / case.model.stem).mkdir()
     broker = Broker(tmp_path / case.model.stem).start()
