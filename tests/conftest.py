@@ -3,6 +3,10 @@
 The model classifies 16x16 RGB images by their dominant colour (red, green, blue), so every
 test knows the expected class of an image it generates. Nothing is downloaded and nothing
 from ../shared is needed.
+
+Fixtures that several test modules share live in topic modules (`*_fixtures.py`) that
+`pytest_plugins` below loads for every test module; images and videos are made by
+tests/media.py.
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import CLASSES
-from media import make_video
+from media import CLASSES, make_video
 
 import edgeapp
 from edgeapp.errors import DeviceUnavailable, UsageError

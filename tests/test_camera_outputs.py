@@ -8,8 +8,7 @@ from pathlib import Path
 
 import cv2
 import pytest
-from conftest import CLASSES
-from media import make_video
+from media import CLASSES, make_video
 
 from edgeapp.errors import ExitCode
 

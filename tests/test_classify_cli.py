@@ -6,8 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import CLASSES
-from media import color_pixels
+from media import CLASSES, color_pixels
 from PIL import Image
 
 from edgeapp.errors import ExitCode

@@ -27,9 +27,8 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 from camera_proc import CameraProc, StreamServer
-from conftest import CLASSES
 from live_view_client import BEARER, TOKEN, get, stats, wait_for
-from media import H, W, make_video, marker_index
+from media import CLASSES, H, W, make_video, marker_index
 
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.sinks.live_http import Guard, host_name, resolve_token

@@ -21,7 +21,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CLASSES, ROOT, SHARED, tflite_schema
+from conftest import ROOT, SHARED, tflite_schema
+from media import CLASSES
 from model_server_fixtures import PROXY_VARS, registry_doc
 
 from edgeapp.errors import ExitCode

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from camera_proc import CameraProc, StreamServer
-from conftest import CLASSES, ROOT
-from media import make_video
+from conftest import ROOT
+from media import CLASSES, make_video
 from mqtt_broker import Broker, Subscriber, retained
 
 from edgeapp.errors import ExitCode, UsageError

@@ -11,8 +11,9 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import CLASSES, SHARED
+from conftest import SHARED
 from jsonl_records import records, without_device
+from media import CLASSES
 from standin import write_segments
 
 from edgeapp.core.pipeline_segments import check_chain, find_segment_files

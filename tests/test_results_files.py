@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli_run import edgeapp, error_lines
-from conftest import CLASSES
-from media import make_video
+from media import CLASSES, make_video
 
 from edgeapp.errors import ExitCode
 

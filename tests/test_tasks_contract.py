@@ -25,7 +25,7 @@ import posesegment_models as pm
 import pytest
 from camera_proc import CameraProc
 from conftest import make_edgetpu_stand_in
-from media import color_pixels
+from media import CLASSES, make_images, make_video
 
 from edgeapp import tasks
 from edgeapp.sinks.records import BATCH_FIELDS, FRAME_FIELDS, Layout
@@ -66,11 +66,7 @@ def _video(path: Path, image: Path, frames: int = 12) -> Path:
     import cv2
 
     bgr = cv2.resize(cv2.imread(str(image)), (320, 240), interpolation=cv2.INTER_NEAREST)
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 15, (320, 240))
-    for _ in range(frames):
-        writer.write(bgr)
-    writer.release()
-    return path
+    return make_video(path, [bgr] * frames, fps=15)
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +77,9 @@ def pool(tiny_model, tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("contract")
     det = detection_models.build(tmp_path_factory)
     ps = pm.build(tmp_path_factory)
-    rng = np.random.default_rng(5)
     # plain_tf2 ends in plain TF ops (static output shapes), so its stand-in build keeps them
     entries = {
-        "classifier": (tiny_model, [], [_save(folder, f"c{i}.png", color_pixels(i % 3, rng, 32))
-                                        for i in range(3)]),
+        "classifier": (tiny_model, [], make_images(folder, CLASSES, size=32, seed=5, name="c{i}")),
         "ssd": (det["plain_tf2"], ["--labels", det["labels"]],
                 [_save(folder, f"d{i}.png", _square(i % 3, 5 + i)) for i in range(3)]),
         "yolo": (YOLO / "yolov8_256_full_integer_quant.tflite", [],
