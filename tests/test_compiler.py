@@ -180,7 +180,7 @@ def test_argv_is_a_list_with_every_flag():
                     "--search_delegate", "m dir/x.tflite"]
 
 
-# ----------------------------------------------------------------------------- stand-in
+# --------------------------------------------------------- the stand-in compiler (compiler_fixtures.py)
 
 
 def test_compile_full_json(cli, fake_compiler, model_copy, tmp_path):

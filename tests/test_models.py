@@ -1,9 +1,9 @@
 """`edgeapp models` and model names as MODEL, through the CLI, against a real HTTP server.
 
-The server (http.server on 127.0.0.1, in a thread) serves files under /MODE/PATH: `ok` (with
-Range requests), `norange`, `truncated`, `wrong` (same length, other bytes), `404`, `500`,
-`slow`, `cut` (the first request of a file stops half-way), `cutalways` and `stall` (headers,
-then silence). Requests with an absolute URI are served too, as a forward proxy would.
+The server (tests/model_server_fixtures.py: http.server on 127.0.0.1, in a thread) serves
+files under /MODE/PATH: `ok` (with Range requests), `norange`, `truncated`, `wrong` (same
+length, other bytes), `404`, `500`, `slow`, `cut` (the first request of a file stops half-way),
+`cutalways` and `stall` (headers, then silence). Requests with an absolute URI are served too, as a forward proxy would.
 
 The registry is ours (EDGEAPP_MODELS_REGISTRY) over models made by the tests' own `convert`,
 with hashes computed here by hashlib; EDGEAPP_MODELS_URL picks the server and the mode. Tests
@@ -29,11 +29,6 @@ from edgeapp.errors import ExitCode
 
 INDEX = ROOT.parent / "shared" / "coral-test-data-index.json"
 
-
-# --- the server --------------------------------------------------------------------------------
-
-
-# --- a registry over our own models ------------------------------------------------------------
 
 
 def one_error_line(r) -> str:
