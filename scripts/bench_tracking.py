@@ -31,16 +31,16 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from shapes_video import random_scene  # noqa: E402
 
-DETECTOR = ROOT / "tests" / "fixtures" / "yolo" / "yolov8_256_full_integer_quant.tflite"
+DETECTOR = ROOT / "models" / "shapes_yolov8_int8.tflite"  # the shipped shapes detector
 HIGH, LOW, IOU = 0.25, 0.1, 0.45
 
 
-def detections(scene) -> list:
+def detections(scene, detector: Path = DETECTOR) -> list:
     """Per frame: (boxes (N, 4), scores, classes) from the real detector, down to LOW."""
     from edgeapp import open_model
 
     out = []
-    with open_model(DETECTOR, device="cpu") as model:
+    with open_model(detector, device="cpu") as model:
         for f in range(scene.frames):
             rgb = scene.render(f)[:, :, ::-1]
             objects = model.detect(rgb, threshold=LOW, iou=IOU)
@@ -147,11 +147,12 @@ def main() -> None:
     ap.add_argument("--scenes", type=int, default=5)
     ap.add_argument("--frames", type=int, default=150)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--model", type=Path, default=DETECTOR, help="a detection model for the shapes")
     args = ap.parse_args()
     rows = []
     for seed in range(args.scenes):
         scene = random_scene(seed, frames=args.frames)
-        dets = detections(scene)
+        dets = detections(scene, args.model)
         (ours, ours_lines), theirs = run_edgeapp(dets), run_supervision(dets)
         truth_counts, our_counts = line_counts(scene, ours_lines)
         row = {"scene": seed, "edgeapp": score(scene, ours), "supervision": score(scene, theirs),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import edgeapp
-from edgeapp.errors import InvalidModel
+from edgeapp.errors import ExitCode, InvalidModel
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,3 +98,15 @@ def test_a_model_for_another_task_is_refused_in_the_apis_words(tmp_path_factory,
     Image.new("RGB", (96, 64), (200, 60, 230)).save(image)
     r = cli("segment", pose, image, "--device", "cpu")
     assert "use `edgeapp pose`" in r.stderr and "model.pose" not in r.stderr
+
+
+@pytest.mark.parametrize("device", ["all", "usb:0,usb:1", "auto"])
+def test_a_missing_model_is_an_invalid_model_whatever_the_device(cli, color_images, tmp_path, device):
+    """Not "no Edge TPU found" (exit 5) when several TPUs are asked for: the model is what is
+    wrong, and it is said first (exit 4; the API raises InvalidModel)."""
+    missing = tmp_path / "nope.tflite"
+    r = cli("classify", missing, color_images["red"], "--device", device)
+    assert r.exit_code == ExitCode.MODEL_INVALID, r.stderr
+    assert f"model not found: {missing}" in r.stderr
+    with pytest.raises(InvalidModel, match="model not found"):
+        edgeapp.open_model(missing, device=device)

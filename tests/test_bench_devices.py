@@ -92,3 +92,14 @@ def test_no_edge_tpu_anywhere_is_not_an_empty_success(tpus, cli, segments, tmp_p
     r = cli("bench", segments, "-d", "all,auto", "--runs", "3", "-f", "json")
     assert r.exit_code == ExitCode.DEVICE_UNAVAILABLE, r.stdout
     assert "CPU twin" in r.stderr and r.stdout == ""
+
+
+def test_all_on_an_uncompiled_model_says_to_compile_it_in_the_users_words(cli, tiny_model, bench_env):
+    """`--device all` on a CPU model: the Edge TPU row says to compile it, not "--device edgetpu
+    cannot run it" (the user typed all); one thread is "1 thread"."""
+    r = cli("bench", tiny_model, "--device", "all", "--threads", "1", "--runs", "3", "--warmup", "0")
+    assert r.exit_code == 0, r.stderr
+    (row,) = [ln for ln in r.stdout.splitlines() if ln.startswith("edgetpu")]
+    assert f"is not compiled for the Edge TPU: run `edgeapp compile {tiny_model}` first" in row, row
+    assert "--device edgetpu" not in row
+    assert "edgeapp: cpu (1 thread): median" in r.stderr, r.stderr

@@ -38,7 +38,7 @@ def test_the_latency_panel_shows_a_stall_with_the_boxes():
 
     steady = [0.43 + 0.001 * (i % 7) for i in range(99)]
     fig, ax = plt.subplots()
-    latency_panel(ax, {"cpu (1 threads)": steady + [113.0], "cpu (2 threads)": [0.44] * 100})
+    latency_panel(ax, {"cpu (1 thread)": steady + [113.0], "cpu (2 threads)": [0.44] * 100})
     assert ax.get_yscale() == "log"  # the 0.43 ms boxes and the 113 ms stall both on the axis
     low, high = ax.get_ylim()
     assert low < 0.43 and high >= 113.0

@@ -69,7 +69,8 @@ def test_text_summary_and_max_frames(cli, tiny_model, color_video):
     assert r.exit_code == 0, r.stderr
     assert len(r.stdout.splitlines()) == 5
     line = r.stderr.strip().splitlines()[-1]
-    assert "5 processed" in line and "0 dropped" in line and "stop: max frames" in line
+    # the frames read ahead of the limit are no part of the run: not "9 captured, 5 processed"
+    assert "5 frame(s) captured, 5 processed, 0 dropped" in line and "stop: max frames" in line
     assert "p50" in line and "p99" in line and "cpu" in line
 
 
@@ -515,3 +516,16 @@ def test_bench_script_reports_overhead():
     result = json.loads(proc.stdout)
     assert result["frame"] == [640, 480]
     assert {"capture_copy", "resize", "colour", "overlay", "total"} <= set(result["ms"])
+
+
+def test_frames_read_ahead_of_max_frames_are_not_counted_as_captured(cli, tpus, compiled_pair, color_video):
+    """A slow device (the stand-in Edge TPU, 40 ms per frame) lets the capture thread read ahead
+    of the last frame run: those frames are no part of the run ("9 captured, 5 processed, 0
+    dropped" said otherwise)."""
+    tpus("usb", delay_ms=40)
+    path, _ = color_video
+    r = cli("camera", compiled_pair[0], "--source", path, "--no-display", "--max-frames", "5",
+            "--device", "usb:0")
+    assert r.exit_code == 0, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert "5 frame(s) captured, 5 processed, 0 dropped" in line and "on usb:0" in line, line

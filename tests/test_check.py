@@ -585,3 +585,11 @@ def test_segmentation_advice_points_to_edgeapp_segment():
     preds2, _ = R.predict(m2)
     assert all(p.mapped for p in preds2)
     assert any("`edgeapp segment`" in a for a in CR.summarize(m2, preds2)["advice"])
+
+
+def test_the_compiler_predicted_without_one_installed_is_said_in_words(cli, tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEAPP_DATA_DIR", str(tmp_path))  # nothing installed by edgeapp
+    r = cli("check", tiny_model)
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("compiler ")]
+    assert line.endswith("(Edge TPU runtime 14): the last release, as edgeapp has installed no "
+                         "compiler (`edgeapp compiler install`)"), line

@@ -154,9 +154,27 @@ def test_labels_embedded_in_model_metadata_zip(cli, tiny_model, color_images, tm
 def test_nothing_to_classify_is_a_usage_error(cli, tiny_model, tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "readme.txt").write_text("no images here")
-    for args in ([tmp_path / "empty"], ["-"]):
-        r = cli("classify", tiny_model, *args, input="")
-        assert r.exit_code == ExitCode.USAGE and "no images found" in r.stderr, r.stderr
+    r = cli("classify", tiny_model, tmp_path / "empty")
+    assert r.exit_code == ExitCode.USAGE and "no images found" in r.stderr, r.stderr
+    r = cli("classify", tiny_model, "-", input="")
+    assert r.exit_code == ExitCode.USAGE, r.stderr
+    assert "error: no image paths on stdin (-): give one path per line" in r.stderr, r.stderr
+
+
+def test_a_missing_input_path_is_named_on_stderr(cli, tiny_model, color_images, tmp_path):
+    """A typo'd folder is said where the user looks, not only in the results file; with no
+    valid input at all it is a usage error (exit 2), as a glob that matches nothing is."""
+    typo = tmp_path / "typo_dir"
+    out = tmp_path / "typo.csv"
+    r = cli("classify", tiny_model, typo, "--output", out)
+    assert r.exit_code == ExitCode.USAGE, r.stderr
+    assert f"error: no such file or folder: {typo}" in r.stderr, r.stderr
+    assert not out.exists()
+
+    r = cli("classify", tiny_model, typo, color_images["red"], "--output", out)
+    assert r.exit_code == ExitCode.INPUTS_FAILED, r.stderr
+    assert f"warning: {typo}: no such file or folder" in r.stderr, r.stderr
+    assert "1 failed" in r.stderr and f"{typo}," in out.read_text()
 
 
 def test_a_fifo_is_an_error_record_not_a_hang(cli, tiny_model, color_images, tmp_path):

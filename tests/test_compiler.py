@@ -390,15 +390,21 @@ def test_convert_compile_step(fake_compiler, model_copy, capsys):
     assert "Edge TPU check" in text and "partially mapped" in text
 
 
-def test_convert_compile_without_compiler_is_skipped(model_copy, tmp_path, monkeypatch, capsys):
+def test_convert_compile_without_compiler_is_exit_7_with_the_install_line(model_copy, tmp_path, monkeypatch,
+                                                                         capsys):
+    """The user asked for a compiled model: a script must be able to tell that nothing was
+    compiled (the converted model and its report are still there)."""
     from edgeapp.cli.convert import finish_report
 
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("EDGEAPP_DATA_DIR", str(tmp_path / "data"))  # no compiler installed by edgeapp
     monkeypatch.delenv("EDGETPU_COMPILER", raising=False)
     report = _report(model_copy)
-    assert finish_report(model_copy, report, "json", compile_=True) == 0
+    assert finish_report(model_copy, report, "json", compile_=True) == ExitCode.MISSING_DEPENDENCY
     captured = capsys.readouterr()
-    assert "--compile skipped: edgetpu_compiler not found" in captured.err
+    (line,) = [ln for ln in captured.err.splitlines() if ln.startswith("edgeapp: error:")]
+    assert f"--compile: {model_copy} was converted but not compiled: edgetpu_compiler not found" in line
+    assert "`edgeapp compiler install`" in line
     assert "skipped" in json.loads(captured.out)["compile"]
 
 

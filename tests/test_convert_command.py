@@ -91,7 +91,7 @@ def test_convert_on_a_terminal_shows_progress_not_tensorflow_chatter(tiny_keras,
     assert code == 0, shown
     assert "calibrating" in shown and "40/40" in shown  # the progress bar
     assert "fully_quantize" not in shown and "inference_type" not in shown
-    assert shown.count("has 2 label(s) for the model's 3 class(es)") == 1
+    assert shown.count("2 label(s) from --labels") == 1 and "for the model's 3 class(es)" in shown
     assert "top-1 agreement" in out
 
 
@@ -112,3 +112,28 @@ np.save({str(tmp_path / "cal.npy")!r}, np.random.default_rng(0).integers(0, 255,
     assert r.returncode == ExitCode.CONVERT_FAILED, r.stderr
     assert "not fully int8" in r.stderr and "SIN #" in r.stderr and f"{out} not written" in r.stderr
     assert not out.parent.exists()  # no .tflite, no temporary file, no sidecar, not even the folder
+
+
+def test_convert_report_says_what_it_left_out_and_none_of_tflites_chatter(tiny_keras, tiny_data, tmp_path):
+    """--report: the runtime's "INFO: Created TensorFlow Lite XNNPACK delegate" stays off the
+    terminal; a plot left out for want of matplotlib (hidden here by a package on PYTHONPATH
+    that fails to import, as a missing one does) and a --val capped at a fifth are said."""
+    hidden = tmp_path / "without_matplotlib" / "matplotlib"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'matplotlib'\")\n")
+    out = tmp_path / "m.tflite"
+    environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environ["PYTHONPATH"] = str(hidden.parent)
+    proc = subprocess.run([sys.executable, "-m", "edgeapp", "convert", str(tiny_keras), "-o", str(out),
+                           "--calibration", str(tiny_data / "train"), "--samples", "40", "--val", "100",
+                           "--report"], capture_output=True, text=True, cwd=ROOT, env=environ)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "XNNPACK" not in proc.stderr and "INFO:" not in proc.stderr, proc.stderr
+    total = sum(1 for p in (tiny_data / "train").rglob("*") if p.suffix in (".png", ".jpg"))
+    assert f"edgeapp: --val 100: {total // 5} of the {total} image(s) held out to measure agreement " \
+           "(at most a fifth" in proc.stderr, proc.stderr
+    assert not out.with_suffix(".report.png").exists()
+    assert "edgeapp: report plot skipped: the report's plot needs matplotlib: pip install " \
+           "'edgeapp[plot]'" in proc.stderr
+    (row,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("layer report")]
+    assert row.endswith("no plot (the report's plot needs matplotlib: pip install 'edgeapp[plot]')"), row

@@ -58,7 +58,7 @@ def test_detect_does_not_read_its_own_annotated_images(det_model, tmp_path, cli)
     Image.fromarray(a).save(tmp_path / "one.png")
     for run in range(2):
         r = cli("detect", det_model, tmp_path, "--annotate", tmp_path / "ann", "-f", "jsonl",
-                "-o", tmp_path / "new" / "dir" / "boxes.jsonl")
+                "-o", tmp_path / "new" / "dir" / "boxes.jsonl", "--overwrite")
         assert r.exit_code == 0, r.stderr
         records = [json.loads(ln) for ln in (tmp_path / "new/dir/boxes.jsonl").read_text().splitlines()]
         assert [Path(rec["path"]).name for rec in records] == ["one.png"]

@@ -109,7 +109,7 @@ def test_label_count_that_does_not_fit_warns_once(cli, tiny_model, color_images,
     labels.write_text("cat\ndog\n")
     r = cli("classify", tiny_model, color_images["red"], color_images["blue"], "--labels", labels)
     assert r.exit_code == 0
-    warning = f"warning: --labels {labels} has 2 label(s) for the model's 3 class(es)"
+    warning = f"warning: 2 label(s) from --labels {labels} for the model's 3 class(es)"
     assert r.stderr.count(warning) == 1
     assert "warning" not in cli("classify", tiny_model, color_images["red"]).stderr  # its own 3 labels
 

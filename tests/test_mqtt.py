@@ -476,11 +476,11 @@ def test_tracking_events_counts_and_counter_entities(cli, broker, tmp_path):
     from shapes_video import crossing_scene
 
     video = crossing_scene().write(tmp_path / "crossing.avi")
-    detector = ROOT / "tests" / "fixtures" / "yolo" / "yolov8_256_full_integer_quant.tflite"
+    detector = ROOT / "models" / "shapes_yolov8_int8.tflite"
     sub = Subscriber(broker.port, "door/#")
     try:
         r = cli("camera", detector, "--source", video, "--mqtt", broker.url("door"), "--track",
-                "--iou", "0.45", "--count-line", "door:160,0,160,240",
+                "--count-line", "door:160,0,160,240",
                 "--zone", "right:0.5,0,1,0,1,1,0.5,1", "--events", tmp_path / "ev.jsonl",
                 "--summary", "json")
         assert r.exit_code == 0, r.stderr

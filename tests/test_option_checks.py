@@ -63,3 +63,52 @@ def test_two_options_that_contradict_each_other_are_a_usage_error():
     assert "--runs and --duration contradict each other" in r.output
     for ok in (["--duration", "0.5"], ["-n", "5"], []):
         assert runner.invoke(app, ok).exit_code == 0
+
+
+@pytest.mark.parametrize("case", ["resume without output", "resume a table", "labels not found",
+                                  "another task's model", "camera that cannot be opened"])
+def test_what_needs_no_model_is_checked_before_it_is_opened(cli, tiny_model, color_images, tmp_path, case):
+    """The error is the only line: nothing says where the model runs (it was not opened for
+    nothing), and no live view is announced for a camera that cannot be opened."""
+    image = color_images["red"]
+    args, said = {
+        "resume without output": (("classify", tiny_model, image, "--resume"),
+                                  "--resume needs --output FILE"),
+        "resume a table": (("classify", tiny_model, image, "--resume", "-o", tmp_path / "r.txt"),
+                           "--resume needs --format jsonl or csv"),
+        "labels not found": (("classify", tiny_model, image, "-l", tmp_path / "nope.txt"),
+                             "labels file not found"),
+        "another task's model": (("detect", tiny_model, image), "use `edgeapp classify`"),
+        "camera that cannot be opened": (("camera", tiny_model, "--source", "/dev/video63",
+                                          "--serve", "127.0.0.1:0", "--no-display"),
+                                         "cannot open /dev/video63"),
+    }[case]
+    r = cli(*args)
+    assert r.exit_code in (ExitCode.USAGE, ExitCode.MODEL_INVALID, ExitCode.DEVICE_UNAVAILABLE), r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("edgeapp: error: ") and said in lines[0], r.stderr
+
+
+def test_an_existing_results_file_is_not_replaced_unless_asked(cli, tiny_model, color_images, tmp_path):
+    """Forgetting --resume after a Ctrl-C must not throw away the results: a results file that
+    holds something is refused (naming --resume and --overwrite), before the model is opened."""
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"path": "earlier.jpg"}\n')
+    r = cli("classify", tiny_model, color_images["red"], "-o", out)
+    assert r.exit_code == ExitCode.USAGE, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line == (f"edgeapp: error: {out} already holds results: add --resume to go on where "
+                    "they stopped, or --overwrite to replace them")
+    assert out.read_text() == '{"path": "earlier.jpg"}\n'
+
+    r = cli("classify", tiny_model, color_images["red"], "-o", out, "--resume", "--overwrite")
+    assert r.exit_code == ExitCode.USAGE and "contradict" in r.stderr, r.stderr
+
+    r = cli("classify", tiny_model, color_images["red"], "-o", out, "--overwrite")
+    assert r.exit_code == 0, r.stderr
+    assert "earlier.jpg" not in out.read_text() and str(color_images["red"]) in out.read_text()
+
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")  # nothing to lose: written without asking
+    r = cli("classify", tiny_model, color_images["red"], "-o", empty)
+    assert r.exit_code == 0, r.stderr

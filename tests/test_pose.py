@@ -103,7 +103,7 @@ def test_csv_table_annotate_bad_input_and_resume(cli, ps_models, tmp_path):
     assert "2 already done" in r.stderr
     # ... and appends to results of this model only, as classify and detect do
     other = tmp_path / "other_pose.tflite"
-    other.write_bytes(Path(ps_models["pose"]).read_bytes())
+    other.write_bytes(Path(ps_models["pose"]).read_bytes() + b"\0" * 64)  # other bytes: another model
     before = out.read_bytes()
     r = cli("pose", other, good, "-f", "csv", "-o", out, "--resume")
     assert r.exit_code == ExitCode.USAGE and f"not of {other}" in r.stderr, r.stderr

@@ -70,7 +70,7 @@ def test_table_entries_are_apart_though_labels_hold_commas(cli, tiny_model, colo
 
 def test_resume_refuses_results_of_another_model(cli, tiny_model, color_images, tmp_path):
     other = tmp_path / "other.tflite"
-    other.write_bytes(tiny_model.read_bytes())
+    other.write_bytes(tiny_model.read_bytes() + b"\0" * 64)  # other bytes: another model (a copy is the same)
     for fmt in ("jsonl", "csv"):
         out = tmp_path / f"results.{fmt}"
         r = cli("classify", tiny_model, color_images["red"], "-f", fmt, "-o", out)

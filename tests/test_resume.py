@@ -67,10 +67,11 @@ def test_partial_last_line_is_trimmed_and_redone(cli, tiny_model, color_images, 
     assert out.read_text().endswith("\n")
 
 
-def test_output_without_resume_starts_over(cli, tiny_model, color_images, tmp_path):
+def test_output_with_overwrite_starts_over(cli, tiny_model, color_images, tmp_path):
     out = tmp_path / "out.jsonl"
     for _ in range(2):
-        cli("classify", tiny_model, color_images["red"], "-f", "jsonl", "-o", out)
+        r = cli("classify", tiny_model, color_images["red"], "-f", "jsonl", "-o", out, "--overwrite")
+        assert r.exit_code == 0, r.stderr
     assert len(out.read_text().splitlines()) == 1
 
 
@@ -135,3 +136,29 @@ def test_non_utf8_file_names_stay_valid_output(cli, tiny_model, color_images, tm
     assert r.exit_code == 0, r.stderr
     rows = list(csv.DictReader(out_csv.read_bytes().decode("utf-8", "surrogateescape").splitlines()))
     assert {os.fsencode(row["path"]): row["label"] for row in rows}[odd] == "green"
+
+
+def test_resume_takes_the_same_model_spelled_another_way(cli, tiny_model, color_images, tmp_path,
+                                                         monkeypatch):
+    """Written with a relative model path, resumed with the absolute one from another folder,
+    or with a copy of the same file: the same model (its results go on), not a mix."""
+    import shutil
+
+    out = tmp_path / "out.jsonl"
+    images = [color_images[c] for c in ("red", "green", "blue")]
+    monkeypatch.chdir(tiny_model.parent)
+    r = cli("classify", tiny_model.name, images[0], "-f", "jsonl", "-o", out)
+    assert r.exit_code == 0, r.stderr
+    monkeypatch.chdir(tmp_path)
+    r = cli("classify", tiny_model, *images[:2], "-f", "jsonl", "-o", out, "--resume")
+    assert r.exit_code == 0, r.stderr
+    assert "1 already done" in r.stderr
+
+    copy = tmp_path / "copy" / tiny_model.name
+    copy.parent.mkdir()
+    shutil.copy(tiny_model, copy)
+    shutil.copy(tiny_model.with_suffix(".json"), copy.with_suffix(".json"))
+    r = cli("classify", copy, *images, "-f", "jsonl", "-o", out, "--resume")
+    assert r.exit_code == 0, r.stderr
+    assert "2 already done" in r.stderr
+    assert [json.loads(line)["path"] for line in out.read_text().splitlines()] == [str(p) for p in images]

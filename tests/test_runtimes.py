@@ -142,3 +142,57 @@ def test_the_verdict_cache_counts_every_verdict_it_acts_on(tmp_path):
     text = cache.describe()
     assert text.startswith("7 cached verdict(s): Edge TPU pairs pass 1; model files crash 5, pass 1")
     assert "5 refused until `edgeapp doctor --forget-probes`" in text
+
+
+NUMPY_1_RUNTIME = '''
+"""tflite-runtime 2.14 (built for numpy 1.x) under numpy 2: it imports, saying so on stderr,
+and its extension then fails on every model, the failed numpy import chained under the
+SystemError CPython raises for it."""
+import sys
+
+sys.stderr.write("\\nA module that was compiled using NumPy 1.x cannot be run in\\nNumPy 2.1.3 as it "
+                 "may crash. To support both 1.x and 2.x\\nversions of NumPy, modules must be "
+                 "compiled with NumPy 2.0.\\n")
+
+
+class Interpreter:
+    def __init__(self, model_path=None, **kw):
+        try:
+            raise ImportError("numpy.core.multiarray failed to import")
+        except ImportError as e:
+            raise SystemError("<built-in method CreateWrapperFromFile of PyCapsule object at "
+                              "0x7f3a2c1d5e30> returned a result with an exception set") from e
+'''
+
+
+@pytest.mark.parametrize("probe", ["checked in a child", "--no-probe"])
+def test_a_runtime_built_for_numpy_1_is_the_runtimes_failure_not_the_models(tiny_model, color_images,
+                                                                              tmp_path, probe):
+    """Exit 7 naming numpy and the extra that pins it, not exit 4 "model invalid"; no verdict
+    is cached against the model."""
+    folder = tmp_path / "runtimes"
+    (folder / "tflite_runtime").mkdir(parents=True)
+    (folder / "tflite_runtime" / "__init__.py").write_text("")
+    (folder / "tflite_runtime" / "interpreter.py").write_text(NUMPY_1_RUNTIME)
+    info = folder / "tflite_runtime-2.14.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tflite-runtime\nVersion: 2.14.0\n")
+    cache = tmp_path / "cache"
+    extra = ["--no-probe"] if probe == "--no-probe" else []
+    r = edgeapp("classify", "--runtime", "tflite-runtime", tiny_model, color_images["red"], *extra,
+                env={"EDGEAPP_RUNTIME_PATH": str(folder), "EDGEAPP_CACHE_DIR": str(cache)})
+    assert r.returncode == ExitCode.MISSING_DEPENDENCY, r.stderr
+    (line,) = error_lines(r.stderr)
+    assert "tflite-runtime 2.14.0 was built for another numpy than numpy " in line
+    assert "pip install 'edgeapp[tflite-runtime]' (tflite-runtime with numpy<2)" in line
+    if (cache / "probe.json").exists():
+        assert json.loads((cache / "probe.json").read_text())["models"] == {}
+
+
+def test_the_tflite_runtime_hint_names_the_extra_that_pins_numpy(tiny_model, color_images, tmp_path):
+    r = edgeapp("classify", "--runtime", "tflite-runtime", tiny_model, color_images["red"],
+                env={"EDGEAPP_RUNTIME_PATH": str(tmp_path)})
+    if r.returncode != ExitCode.MISSING_DEPENDENCY:
+        pytest.skip("tflite-runtime is installed here")
+    (line,) = error_lines(r.stderr)
+    assert "runtime 'tflite-runtime' is not installed (pip install 'edgeapp[tflite-runtime]'" in line

@@ -1,5 +1,5 @@
 """camera --track: ByteTrack ids, counting lines and zones, events, on rendered videos of drawn
-shapes run through the real shapes YOLO detector (tests/fixtures/yolo/) and the real runtime."""
+shapes run through the shipped shapes YOLO detector (models/) and the real runtime."""
 
 from __future__ import annotations
 
@@ -18,10 +18,7 @@ from edgeapp.core.zones import Line, crossing, inside, parse_line, parse_zone, s
 from edgeapp.errors import UsageError
 
 pytest.importorskip("scipy")
-DETECTOR = ROOT / "tests" / "fixtures" / "yolo" / "yolov8_256_full_integer_quant.tflite"
-# The tiny shapes detector gives near-duplicate boxes now and then (IoU 0.5-0.7, which
-# Ultralytics' NMS at 0.7 keeps); a tighter NMS keeps one box per shape for these tests.
-DETECT = ("--iou", "0.45")
+DETECTOR = ROOT / "models" / "shapes_yolov8_int8.tflite"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,7 +140,7 @@ def crossing_video(tmp_path_factory) -> Path:
 def tracked(crossing_video, tmp_path_factory) -> dict:
     """One run: records, events and the JSON summary."""
     out = tmp_path_factory.mktemp("tracked")
-    r = edgeapp("camera", DETECTOR, "--source", crossing_video, "--no-display", "--track", *DETECT,
+    r = edgeapp("camera", DETECTOR, "--source", crossing_video, "--no-display", "--track",
                 "--count-line", "door:160,0,160,240", "--count-line", "half:0,0.5,1,0.5",
                 "--zone", "right:0.5,0,1,0,1,1,0.5,1", "--events", out / "events.jsonl",
                 "-o", out / "records.jsonl", "--summary", "json")
@@ -253,7 +250,7 @@ def test_api_camera_tracks(crossing_video, tmp_path):
     records = []
     with open_model(DETECTOR) as model:
         outcome = model.camera(str(crossing_video), on_record=records.append, track=True,
-                               count_lines=["door:160,0,160,240"], iou=0.45,
+                               count_lines=["door:160,0,160,240"],
                                events=tmp_path / "ev.jsonl")
     assert outcome.error is None
     assert outcome.outputs["tracking"]["lines"]["door"]["in"] == 1

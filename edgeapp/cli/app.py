@@ -14,8 +14,9 @@ from typing_extensions import Annotated
 
 from edgeapp import __version__
 from edgeapp.cli import bench, camera, check, compile, compiler, convert, devices, doctor, models, retrain
-from edgeapp.cli.command import Group, use_everywhere
-from edgeapp.cli.options import Globals, RuntimeName
+from edgeapp.cli.command import Group, summary_line, use_everywhere
+from edgeapp.cli.options import Globals, RuntimeName, say
+from edgeapp.errors import ExitCode
 
 
 class EdgeappGroup(Group):
@@ -52,28 +53,22 @@ class EdgeappGroup(Group):
             found = self._built[name]
         return found
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
+    def invoke(self, ctx: Any) -> Any:
+        """Ctrl-C while a command is looked up or built (its modules importing) is exit 130 and
+        one line, as in the command itself, not click's "Aborted!" and exit 1."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            say("interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+    def command_summaries(self, ctx: Any) -> List[Tuple[str, str]]:
         """The commands and their one-line help, without building the lazy ones."""
-        names = self.list_commands(ctx)
         lazy = self._lazy()
-        limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = []
-        for name in names:
-            if name in lazy:
-                rows.append((name, _shorten(lazy[name][1](), limit)))
-                continue
-            command = super().get_command(ctx, name)
-            if command is not None and not command.hidden:
-                rows.append((name, command.get_short_help_str(limit)))
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        listed = dict(super().command_summaries(ctx))
+        return [(name, summary_line(lazy[name][1]()) if name in lazy else listed[name])
+                for name in self.list_commands(ctx) if name in lazy or name in listed]
 
-
-def _shorten(text: str, limit: int) -> str:
-    text = text.strip().rstrip(".")
-    if len(text) <= limit:
-        return text
-    return text[:max(0, limit - 3)].rsplit(" ", 1)[0] + "..."
 
 app = typer.Typer(
     name="edgeapp",
@@ -118,6 +113,8 @@ def main_options(
 
 
 def main() -> None:
+    """The app, as `edgeapp` and `python -m edgeapp` run it (edgeapp/__main__.py guards Ctrl-C
+    around it, the imports of this module included)."""
     import faulthandler
 
     try:  # if a runtime still dies natively in this process, the user gets a line, not silence

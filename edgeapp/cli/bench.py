@@ -27,6 +27,7 @@ from edgeapp.cli.options import (
     resolve_runtime,
     say,
 )
+from edgeapp.core.units import counted
 from edgeapp.errors import UsageError
 from edgeapp.hw.power import POWER_MODES
 
@@ -211,7 +212,9 @@ def _report(doc: dict, fmt: ReportFormat, output: Optional[Path]) -> None:
     if fmt == ReportFormat.json:
         typer.echo(json.dumps(doc, indent=2))
     else:
-        typer.echo(format_table(doc))
+        from edgeapp.cli.table import output_width
+
+        typer.echo(format_table(doc, output_width()))
     if output is None:
         return
     line = json.dumps(doc, separators=(",", ":")) + "\n"
@@ -229,10 +232,10 @@ def _report(doc: dict, fmt: ReportFormat, output: Optional[Path]) -> None:
 
 def _progress(result: dict) -> None:
     if result.get("available"):
-        threads = result["threads"] if result["threads"] else "default"
+        threads = counted(result["threads"], "thread") if result["threads"] else "default threads"
         name = result.get("device_name") or result["device"]
         lat = result["latency_ms"]
-        say(f"{name} ({threads} threads): median {lat['p50']:.3f} ms, mean {lat['mean']:.3f} ms "
+        say(f"{name} ({threads}): median {lat['p50']:.3f} ms, mean {lat['mean']:.3f} ms "
             f"over {result['runs']} runs")
 
 
@@ -240,46 +243,71 @@ def _fmt(v, spec: str = ".2f", none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
 
-def format_table(doc: dict) -> str:
-    """The human-readable report: one row per device/thread count, then comparison and notes."""
+# The results table's columns: (header, right-aligned), and which a narrow terminal keeps first
+COLUMNS = (("device", False), ("thr", True), ("load ms", True), ("first ms", True), ("mean ms", True),
+           ("std", True), ("min", True), ("p50", True), ("p90", True), ("p99", True), ("max", True),
+           ("inf/s", True), ("GOPS/inf", True), ("TOPS", True), ("%peak", True), ("W", True),
+           ("source", True), ("TOPS/W", True), ("mJ/inf", True))
+KEPT_FIRST = ("device", "thr", "mean ms", "p50", "p99", "inf/s", "first ms", "TOPS", "TOPS/W", "W",
+              "load ms", "std", "min", "max", "p90", "GOPS/inf", "%peak", "source", "mJ/inf")
+
+
+def _cells(r: dict) -> List[str]:
+    lat = r["latency_ms"]
+    share = r.get("share_of_peak")
+    gops = r["ops_per_inference"] / 1e9 if r["ops_per_inference"] else None
+    return [r.get("device_name") or r["device"], str(r["threads"]) if r["threads"] else "def",
+            f"{r['load_ms']:.1f}", f"{r['first_ms']:.3f}"] + [
+        f"{lat[k]:.3f}" for k in ("mean", "std", "min", "p50", "p90", "p99", "max")] + [
+        f"{r['throughput_ips']:.1f}", _fmt(gops, ".3f"), _fmt(r["tops"], ".4f"),
+        _fmt(share * 100 if share else None, ".1f"), _fmt(r["power_w"], ".2f"), str(r["power_source"]),
+        _fmt(r["tops_per_watt"], ".4f"), _fmt(r["mj_per_inference"], ".2f")]
+
+
+def _results_lines(doc: dict, width: Optional[int]) -> tuple:
+    """The results table (each row one line, the columns a narrow terminal has room for), the
+    columns left out."""
+    from edgeapp.cli.table import render
+
+    headers = [h for h, _ in COLUMNS]
+    measured = [r for r in doc["results"] if r.get("available")]
+    lines, left_out = render(headers, [_cells(r) for r in measured],
+                             priority=[headers.index(h) for h in KEPT_FIRST],
+                             right=[i for i, (_, right) in enumerate(COLUMNS) if right], width=width)
+    rows = iter(lines[1:])
+    out = [lines[0]]
+    for r in doc["results"]:
+        if not r.get("available"):
+            out.append(f"{r.get('device_name') or r['device']:<8} unavailable: {r['reason']}")
+            continue
+        row = next(rows)
+        if r.get("best"):
+            row += "  <- best" + (" (within noise)" if (doc.get("thread_sweep") or {}).get("within_noise")
+                                  else "")
+        out.append(row)
+    return out, left_out
+
+
+def format_table(doc: dict, width: Optional[int] = None) -> str:
+    """The human-readable report: one row per device/thread count, then comparison and notes;
+    within `width` columns when given (the least important columns left out, prose wrapped)."""
+    from edgeapp.cli.table import left_out_note
+
     host, model = doc["host"], doc["model"]
-    lines = []
-    if model.get("synthetic"):
-        lines.append(f"model: {model['description']}")
-    else:
-        lines.append(f"model: {model['path']}")
+    lines = [f"model: {model['description']}" if model.get("synthetic") else f"model: {model['path']}"]
     runtimes = ", ".join(host.get("runtimes") or []) or "-"
     lines.append(f"host: {host.get('cpu') or 'unknown CPU'}, {host.get('cores')} cores "
                  f"({host.get('usable_cores')} usable), governor {host.get('governor') or 'n/a'}, "
                  f"load {_fmt(host.get('loadavg_1m'))}; {runtimes}")
-    header = (f"{'device':<8} {'thr':>4} {'load ms':>8} {'first ms':>9} {'mean ms':>8} {'std':>7} "
-              f"{'min':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} {'inf/s':>8} {'GOPS/inf':>8} "
-              f"{'TOPS':>8} {'%peak':>6} {'W':>6} {'source':>8} {'TOPS/W':>7} {'mJ/inf':>7}")
-    lines += ["", header] if doc["results"] else []
     notes: List[str] = []
     for r in doc["results"]:
-        for n in r.get("notes", []):
-            if n not in notes:
-                notes.append(n)
-        name = r.get("device_name") or r["device"]
-        if not r.get("available"):
-            lines.append(f"{name:<8} unavailable: {r['reason']}")
-            continue
-        lat = r["latency_ms"]
-        thr = str(r["threads"]) if r["threads"] else "def"
-        share = r.get("share_of_peak")
-        row = (f"{name:<8} {thr:>4} {r['load_ms']:>8.1f} {r['first_ms']:>9.3f} "
-               f"{lat['mean']:>8.3f} {lat['std']:>7.3f} {lat['min']:>7.3f} {lat['p50']:>7.3f} "
-               f"{lat['p90']:>7.3f} {lat['p99']:>7.3f} {lat['max']:>7.3f} "
-               f"{r['throughput_ips']:>8.1f} "
-               f"{_fmt(r['ops_per_inference'] / 1e9 if r['ops_per_inference'] else None, '.3f'):>8} "
-               f"{_fmt(r['tops'], '.4f'):>8} {_fmt(share * 100 if share else None, '.1f'):>6} "
-               f"{_fmt(r['power_w'], '.2f'):>6} {r['power_source']:>8} "
-               f"{_fmt(r['tops_per_watt'], '.4f'):>7} {_fmt(r['mj_per_inference'], '.2f'):>7}")
-        if r.get("best"):
-            row += "  <- best" + (" (within noise)" if (doc.get("thread_sweep") or {}).get("within_noise")
-                                  else "")
-        lines.append(row)
+        notes += [n for n in r.get("notes", []) if n not in notes]
+    if doc["results"]:
+        table, left_out = _results_lines(doc, width)
+        lines += [""] + table
+        note = left_out_note(left_out, width, "`--format json`")
+        if note:
+            notes.append(note)
     for dev, c in (doc.get("comparison") or {}).items():
         lines.append(f"{dev} speed-up over CPU: cold {_fmt(c['cold_speedup'])}×, "
                      f"warm {_fmt(c['warm_speedup'])}×")
@@ -295,7 +323,23 @@ def format_table(doc: dict) -> str:
     if notes:
         lines.append("")
         lines += [f"note: {n}" for n in notes]
-    return "\n".join(lines)
+    return "\n".join(_wrapped(lines, width))
+
+
+def _wrapped(lines: List[str], width: Optional[int]) -> List[str]:
+    """Prose lines (model, host, notes) wrapped to `width`; table rows are already within it."""
+    import textwrap
+
+    if width is None:
+        return lines
+    out: List[str] = []
+    for line in lines:
+        if len(line) <= width or ":" not in line.split(" ", 1)[0] + " ":
+            out.append(line)
+        else:
+            out += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False,
+                                 break_long_words=False) or [line]
+    return out
 
 
 def _clock_lines(doc: dict) -> list:

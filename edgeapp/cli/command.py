@@ -12,11 +12,12 @@ valid values of edgeapp's plain option types itself, as Typer would, and hands a
 (an error to word, a value Typer might read otherwise) to Typer's own checks.
 """
 
+import inspect
 import os
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -236,10 +237,38 @@ class Command(TyperCommand):
 
 
 class Group(TyperGroup):
-    """The `edgeapp` and `edgeapp models` groups: their own options' errors read plainly too."""
+    """The `edgeapp` and `edgeapp models` groups: their own options' errors read plainly too, and
+    each command's line in the help is its first sentence, whole."""
 
     def parse_args(self, ctx: Any, args: List[str]) -> List[str]:
         return _parse_args(super().parse_args, ctx, args)
+
+    def command_summaries(self, ctx: Any) -> List[Tuple[str, str]]:
+        """(name, one-line help) of each command the help lists."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = TyperGroup.get_command(self, ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.short_help or summary_line(command.help or "")))
+        return rows
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = self.command_summaries(ctx)
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)  # wraps the summaries to the terminal's width
+
+
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)\.(?=\s|$)")
+
+
+def summary_line(text: str) -> str:
+    """The first sentence of a help text, whole and without its full stop: click would cut it at
+    a width, mid-sentence; the help formatter wraps it instead."""
+    lines = [ln for ln in inspect.cleandoc(text).split("\n\n", 1)[0].splitlines() if ln.strip() != "\b"]
+    paragraph = " ".join(" ".join(lines).split())
+    end = _SENTENCE_END.search(paragraph)
+    return paragraph[:end.start()] if end else paragraph.rstrip(".")
 
 
 def use_everywhere(*apps: typer.Typer) -> None:

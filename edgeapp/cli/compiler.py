@@ -13,6 +13,7 @@ from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
 
 app = typer.Typer(
     name="compiler", no_args_is_help=True, cls=Group,
+    short_help="Google's Edge TPU compiler in one verified command: install, show, remove",
     help="Google's Edge TPU compiler in one verified command: fetched from Google's own "
          "repository (or taken from Coral's .deb you have), kept in your data folder, run "
          "natively on x86-64 Linux, through QEMU on ARM Linux, in Docker on macOS.")

@@ -146,7 +146,9 @@ def parse_input_size(text: Optional[str]) -> Optional[tuple]:
 def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
                   compiler: Optional[str] = None) -> int:
     """Add the `check` verdict (and the --compile result) to the report, print it, and return
-    the exit code: 0, or the compile step's code when it ran and did not map everything."""
+    the exit code: 0, or the compile step's code when it ran and did not map everything, or 7
+    when --compile was asked for and there is no compiler (the model was converted, but a
+    script must not take it for compiled)."""
     from edgeapp.cli.check import verdict_line
     from edgeapp.errors import MissingDependency
     from edgeapp.flows.check import check_file, predicted_compiler
@@ -156,14 +158,14 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
     checked.summary["compiler_version_why"] = why
     report["edgetpu_check"] = checked.summary
     report["edgetpu_verdict"] = verdict_line(checked)
-    compiled = None
+    compiled = missing = None
     if compile_:
         from edgeapp.flows.compile import compile_file
 
         try:  # the same use case as `edgeapp compile`, with its checks
             compiled = compile_file(output, out_dir=output.parent, compiler=compiler, log=say)
         except MissingDependency as e:
-            say(f"--compile skipped: {e}")
+            missing = e
             report["compile"] = {"skipped": str(e)}
         else:
             report["compile"] = compiled.to_json()
@@ -172,6 +174,9 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
         say(f"Edge TPU check: {report['edgetpu_verdict']}")
     else:
         _print_report(report)
+    if missing is not None:
+        say(f"error: --compile: {output} was converted but not compiled: {missing}")
+        return int(missing.exit_code)
     if compiled is None:
         return 0
     from edgeapp.cli.compile import render
@@ -193,6 +198,10 @@ def _print_report(r: dict) -> None:
             ("sidecar", r["sidecar"]),
             ("calibration", f"{r['calibration_samples']} sample(s)")]
     rows += [("note", n) for n in r.get("notes") or []]
+    if r.get("embedding_depth") is not None:
+        rows.append(("task", f"an embedding extractor ({r['embedding_depth']}-d feature vector, "
+                             "from a global pooling): agreement is the outputs' cosine and SQNR; "
+                             "`edgeapp retrain PHOTOS --base MODEL` puts a classifier on it"))
     detail = r.get("agreement_detail") or {}
     where = f" on {detail['measured_on']}" if detail.get("measured_on") else ""
     if r.get("agreement") is not None:
@@ -208,8 +217,9 @@ def _print_report(r: dict) -> None:
     if r.get("edgetpu_verdict"):
         rows.append(("Edge TPU check", r["edgetpu_verdict"]))
     if r.get("report"):
-        rows.append(("layer report", f"{r['report']['json']}" + (f", {r['report']['plot']}" if r["report"]["plot"]
-                                                                  else "")))
+        plot = r["report"]["plot"] or (f"no plot ({r['report']['plot_skipped']})"
+                                        if r["report"].get("plot_skipped") else None)
+        rows.append(("layer report", f"{r['report']['json']}" + (f", {plot}" if plot else "")))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         typer.echo(f"{k:<{width}}  {v}")

@@ -81,13 +81,14 @@ def run_images(ctx: typer.Context, task: str, options: dict, *,
     kind = task_kind(task)
     check_common(p, options)
     fmt = results_format(p.get("fmt"), p.get("output"))
+    _check_output(fmt, p)
     writing = (["--annotate"] if p.get("annotate") else []) + [
         option.flag_names[0] for option, folder in (folders or {}).items() if folder is not None]
     if p.get("cluster") and writing:
         raise UsageError(f"{' and '.join(writing)} write files where the images are processed: "
                          "not with --cluster")
     out = Folders(p.get("annotate"), folders)  # OpenCV and the folders checked first
-    paths = out.exclude_own(expand_inputs(p["inputs"]))
+    paths = out.exclude_own(expand_inputs(p["inputs"], on_notice=say))
     if p.get("cluster"):
         stats, where = _on_cluster(ctx, task, options, paths, fmt)
     else:
@@ -148,4 +149,16 @@ def _writer(layout: Any, fmt, p: dict, models: tuple):
 
     ours = [str(m) for m in models if m]
     return layout.writer(fmt, p.get("output"), p.get("resume", False),
-                         check_models=lambda recorded: check_resumed_model(recorded, *ours))
+                         check_models=lambda recorded: check_resumed_model(recorded, *ours),
+                         overwrite=p.get("overwrite", False))
+
+
+def _check_output(fmt, p: dict) -> None:
+    """The results file's options, before a model is opened: --resume and --overwrite
+    contradict each other, and the rest is the records sink's rule."""
+    from edgeapp.sinks.records import check_output
+
+    if p.get("resume") and p.get("overwrite"):
+        raise UsageError("--resume and --overwrite contradict each other (one goes on, one "
+                         "replaces): give one")
+    check_output(fmt, p.get("output"), p.get("resume", False), p.get("overwrite", False))

@@ -15,6 +15,7 @@ from edgeapp.tasks import names as task_names
 
 app = typer.Typer(
     name="models", no_args_is_help=True, cls=Group,
+    short_help="Coral's published models by name: list, pull (verified), path",
     help="Coral's published models (classification, detection, pose, segmentation), each a CPU "
          "model and its Edge TPU build: pulled, verified, usable by name as any command's MODEL.")
 
@@ -34,6 +35,7 @@ def list_command(
     fmt: ReportFormatOpt = ReportFormat.table,
 ) -> None:
     """Every model: task, input size, files, download size, how it is verified, whether cached."""
+    from edgeapp.cli.table import left_out_note, output_width, render
     from edgeapp.core.units import format_bytes
     from edgeapp.flows import models as m
 
@@ -51,9 +53,12 @@ def list_command(
         table.append((r["name"], r["task"], f"{w_h[0]}x{w_h[1]}" if w_h else "?",
                       format_bytes(r["size"]), m.cached_text(e), _verification(r["files"]),
                       _files_text([f["path"] for f in r["files"]])))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
-    for row in table:
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+    width = output_width()
+    lines, left_out = render(table[0], table[1:], priority=(0, 1, 2, 4, 3, 5, 6), width=width)
+    typer.echo("\n".join(lines))
+    note = left_out_note(left_out, width, "`edgeapp models list --format json`")
+    if note:
+        say(f"note: {note}")
     lacking = [r["name"] for r in rows if r["needs_ops"]]
     if lacking:
         ops = sorted({op for r in rows for op in r["needs_ops"]})

@@ -108,6 +108,9 @@ OutputOpt = Annotated[Optional[Path], typer.Option(
     show_default=False)]
 ResumeOpt = Annotated[bool, typer.Option(
     "--resume", help="Skip inputs already in --output (after a killed or failed run).")]
+OverwriteOpt = Annotated[bool, typer.Option(
+    "--overwrite", help="Replace an --output file that already holds results (without it, such "
+                        "a file is refused unless --resume is given).")]
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Output format: table, jsonl or csv. Default: what the --output "
                            "file's extension says (.csv, .jsonl), else table.", show_default=False)]
@@ -210,6 +213,10 @@ def check_common(params: dict, options: dict) -> None:
             + ("nothing will pass it" if threshold > 1 else "everything passes it"))
     if params.get("device") is not None and not str(params["device"]).strip():
         raise UsageError("--device is empty: give auto, cpu, edgetpu, usb, usb:N, pci:N, a list or all")
+    if params.get("labels") is not None:  # not found, not text: said before the model is opened
+        from edgeapp.core.labels import read_labels
+
+        read_labels(params["labels"])
     ignored = ignored_cpu_model(params.get("model"), params.get("cpu_model"))
     if ignored:
         say(f"warning: {ignored}")

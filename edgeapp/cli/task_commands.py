@@ -22,6 +22,7 @@ SHARED: Tuple[Tuple[str, Any, Any], ...] = (
     ("fmt", shared.FormatOpt, None),
     ("output", shared.OutputOpt, None),
     ("resume", shared.ResumeOpt, False),
+    ("overwrite", shared.OverwriteOpt, False),
     ("mean", shared.MeanOpt, None),
     ("std", shared.StdOpt, None),
     ("workers", shared.WorkersOpt, None),

@@ -97,19 +97,45 @@ def require_extractor(model: TfliteModel, label_count: Optional[int] = None,
 
 
 POOLING = frozenset({"AVERAGE_POOL_2D", "MEAN", "L2_NORMALIZATION"})
+EMBED_TASK = "embed"  # the task a sidecar records for an embedding extractor (tasks/internal/embed.py)
 
 
-def embedding_note(model: TfliteModel) -> Optional[str]:
-    """Why a one-output model's values are no class scores (it ends in a global pooling, as an
-    embedding extractor does), or None when they may be."""
+def pooled_output(model: TfliteModel) -> Optional[Operator]:
+    """The global pooling (or L2 normalization) making a one-output model's output, as an
+    embedding extractor ends; None when its output comes from anything else."""
     if len(model.outputs) != 1:
         return None
     source = output_source(model, model.outputs[0])
-    if source is None or source.op not in POOLING:
+    return source if source is not None and source.op in POOLING else None
+
+
+def embedding_output(model: TfliteModel, label_count: Optional[int] = None) -> Optional[int]:
+    """D when `model` is an embedding extractor by its graph: one output, a feature vector
+    [1, 1, 1, D] or [1, D] made by a global pooling (a classifier's scores come from a
+    FULLY_CONNECTED or a SOFTMAX), and the labels, when there are `label_count`, not naming its D
+    values (a classifier ending at a pooled convolution, such as SqueezeNet's logits). Else None.
+    What `convert` records as the task `embed`, measuring agreement without class scores."""
+    if pooled_output(model) is None:
+        return None
+    depth = embedding_depth(model.output_tensors[0].shape)
+    if depth is None or (label_count is not None and label_count in (depth, depth - 1)):
+        return None
+    return depth
+
+
+def embedding_note(model: TfliteModel, declared: bool = False) -> Optional[str]:
+    """Why a one-output model's values are no class scores (it ends in a global pooling, as an
+    embedding extractor does, or its sidecar says it is one: `declared`), or None when they may
+    be."""
+    if len(model.outputs) != 1:
+        return None
+    source = pooled_output(model)
+    if source is None and not declared:
         return None
     size = 1
     for d in model.output_tensors[0].shape:
         size *= max(int(d), 1)
-    return (f"{model.path} looks like an embedding model: its output ({size} values) comes from "
-            f"{source.op}, not from a classifier layer, so the 'scores' below are feature values, "
-            "not class probabilities; `edgeapp retrain` puts a classifier on it")
+    why = (f"its output ({size} values) comes from {source.op}, not from a classifier layer"
+           if source is not None else f"its sidecar records it as one (task: {EMBED_TASK})")
+    return (f"{model.path} looks like an embedding model: {why}, so the 'scores' below are feature "
+            "values, not class probabilities; `edgeapp retrain` puts a classifier on it")

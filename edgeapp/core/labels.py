@@ -44,7 +44,7 @@ def label_count_warning(labels: Optional[dict[int, str]], classes: int, source: 
     beyond = [i for i in labels if i >= classes]
     if len(labels) == classes and not beyond:
         return None
-    what = f"{source} has {len(labels)} label(s) for the model's {classes} class(es)"
+    what = f"{len(labels)} label(s) from {source} for the model's {classes} class(es)"
     if beyond:
         return f"{what}; labels of ids {min(beyond)}..{max(beyond)} are never used: wrong labels file?"
     return f"{what}; classes without a label are shown by id: wrong labels file?"

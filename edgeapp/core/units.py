@@ -13,3 +13,8 @@ def format_bytes(n: Optional[int], unit: Optional[str] = None) -> str:
         if name == unit or (unit is None and n >= size):
             return f"{n / size:.2f} {name}"
     return f"{n} B"
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 thread`, `4 threads`: a count with its noun in the number it takes (regular plurals)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -66,18 +66,37 @@ class BatchStats:
 def check_resumed_model(recorded: set[str], *ours: str) -> None:
     """--resume appends to results of the same model only (`ours`: the paths this run's records
     name; a compiled model and its CPU twin count as one); mixing two models' results in one
-    file would pass unnoticed."""
-    from edgeapp.core.naming import cpu_twin_path
+    file would pass unnoticed. The same model spelled another way is the same model: the same
+    file once resolved, a file with the same bytes, or a relative path written from another
+    folder that names the end of ours."""
     from edgeapp.errors import UsageError
 
-    def same(path: str) -> str:
-        return os.path.abspath(cpu_twin_path(path))
-
-    mine = {same(p) for p in ours}
-    other = sorted(m for m in recorded if same(m) not in mine)
+    mine = [_resolved(p) for p in ours if p]
+    other = sorted(m for m in recorded if not _same_model(m, mine))
     if other:
         raise UsageError(f"--resume: the results file holds results of {other[0]}, not of "
                          f"{ours[-1]}; resume with that model, or choose another --output")
+
+
+def _resolved(path: str) -> str:
+    from edgeapp.core.naming import cpu_twin_path
+
+    return os.path.realpath(cpu_twin_path(path))
+
+
+def _same_model(recorded: str, mine: list) -> bool:
+    import filecmp
+
+    from edgeapp.core.naming import cpu_twin_path
+
+    theirs = _resolved(recorded)
+    if theirs in mine:
+        return True
+    if os.path.isfile(theirs):  # found from here: the same bytes are the same model
+        return any(os.path.isfile(m) and filecmp.cmp(theirs, m, shallow=False) for m in mine)
+    tail = cpu_twin_path(recorded).parts
+    return not os.path.isabs(recorded) and ".." not in tail and \
+        any(Path(m).parts[-len(tail):] == tail for m in mine)
 
 
 def iter_records(paths: Iterable, engine: Union[Engine, Runner], task: BoundTask,

@@ -21,7 +21,8 @@ def predicted_compiler(asked: Optional[int] = None) -> Tuple[int, str]:
     found = major(str(record.get("version"))) if record else None
     if found is not None:
         return (16 if found >= 16 else 14), f"the installed compiler {record['version']}"  # type: ignore[index]
-    return DEFAULT_PREDICTION, "no compiler installed by edgeapp: the last release"
+    return DEFAULT_PREDICTION, ("the last release, as edgeapp has installed no compiler "
+                                "(`edgeapp compiler install`)")
 
 
 def check_file(path: Union[str, Path], compiler: int = DEFAULT_PREDICTION) -> CheckResult:

@@ -94,17 +94,26 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
         if name_notice:  # auto and no Edge TPU: the name's CPU build, said once, on the CPU
             say(name_notice)
             device = "cpu"
+        if not path.is_file():  # missing, a folder, a FIFO: the model's error, whatever the device
+            from edgeapp.core.tflite.model import map_model_file
+
+            map_model_file(path)
+    held = _Held(say)  # where it runs is said once the task is bound: a wrong task is said alone
     holder: dict = {}
     kw: dict = {}
     if frames:
         kw = {"work": lambda engine, frame: holder["task"].on(engine).run_frame(frame), "depth": 1}
     try:
         runner = open_runner(path, device, cpu_model=place.cpu_model, runtime=place.runtime,
-                             threads=place.threads, probe=place.probe, on_notice=say,
+                             threads=place.threads, probe=place.probe, on_notice=held,
                              cpu_kernels=place.cpu_kernels, cpu_replicas=cpu_replicas,
                              performance=place.performance, reconnect=place.reconnect, **kw)
     except InvalidModel:
+        held.release()
         _explain_unopenable(path)
+        raise
+    except BaseException:
+        held.release()
         raise
     try:
         loaded = image_model(runner.engine, runner.meta_path, labels_file, mean, std, fast_decode,
@@ -117,7 +126,27 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
     except BaseException:
         runner.close()
         raise
+    held.release()
     return OpenTask(runner, loaded, bound)
+
+
+class _Held:
+    """Notices kept until `release()`, then passed on as they come (a runner's later ones)."""
+
+    def __init__(self, say: Notice) -> None:
+        self.say = say
+        self.lines: Optional[list] = []
+
+    def __call__(self, text: str) -> None:
+        if self.lines is None:
+            self.say(text)
+        else:
+            self.lines.append(text)
+
+    def release(self) -> None:
+        lines, self.lines = self.lines or [], None
+        for text in lines:
+            self.say(text)
 
 
 def _resolve_quietly(path: Path, device: str) -> tuple:

@@ -165,6 +165,10 @@ class OpenCVSource:
         }
         return DeviceUnavailable(f"cannot open {self.name}: {hints[self.kind]}")
 
+    @property
+    def is_open(self) -> bool:
+        return self._cap is not None
+
     def read(self) -> Optional[np.ndarray]:
         if self._cap is None:
             return None

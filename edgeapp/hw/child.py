@@ -304,7 +304,7 @@ def _child_steps(rt: Any, model_path: str, library: Optional[str], load_delegate
     import numpy as np
 
     from edgeapp.errors import EdgeappError
-    from edgeapp.hw.runtime_errors import runtime_error_text
+    from edgeapp.hw.runtime_errors import error_chain_text, runtime_error_text
 
     delegates = None
     if library and load_delegate is not None:
@@ -330,7 +330,7 @@ def _child_steps(rt: Any, model_path: str, library: Optional[str], load_delegate
         for d in interpreter.get_output_details():
             interpreter.get_tensor(d["index"])
     except Exception as e:  # noqa: BLE001 - the runtime's own refusal, said cleanly
-        text = runtime_error_text(e)
+        text = runtime_error_text(e) if not e.__cause__ else error_chain_text(e)
         if delegates:
             return {"status": "failed", "message": f"Edge TPU rejected {model_path}: {text}"}
         return {"status": "invalid", "message": f"{rt.name} {rt.version} cannot run {model_path}: {text}"}

@@ -18,9 +18,12 @@ import tempfile
 import threading
 from typing import Iterator, List, Optional, TextIO
 
+from edgeapp.hw.runtime_errors import NATIVE_NOISE
+
 ROUTINE_PREFIXES = ("fully_quantize:", "WARNING: All log messages before absl::InitializeLog()",
                     "Estimated count of arithmetic ops",
-                    "To enable the following instructions:")  # cpu_feature_guard's 2nd line
+                    "To enable the following instructions:",  # cpu_feature_guard's 2nd line
+                    *NATIVE_NOISE)  # TFLite's "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
 # absl/glog lines of severity I(nfo) or W(arning): `I0000 00:00:1795463749.232396  5526 port.cc:153] `
 _ABSL_ROUTINE = re.compile(r"^[IW]\d{4} [\d:.]+ +\d+ \S+\.(?:cc|h):\d+\]")
 # The GPU build of TensorFlow (which tf-keras pulls in beside tensorflow-cpu) on a machine without

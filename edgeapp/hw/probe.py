@@ -241,6 +241,7 @@ def read_label(runtime: Any, library: str, timeout: Optional[float] = None) -> C
 
 def _judge_model(runtime: Any, model_path: str, r: ChildResult) -> Verdict:
     from edgeapp.errors import MissingDependency
+    from edgeapp.hw.runtime_errors import numpy_mismatch, numpy_mismatch_text
 
     def verdict(status: str, message: str) -> Verdict:
         return Verdict(status, message, None, str(Path(model_path).resolve()), r.probed_at, r.stage)
@@ -253,6 +254,8 @@ def _judge_model(runtime: Any, model_path: str, r: ChildResult) -> Verdict:
     if r.result is None:
         last = r.stderr[-1] if r.stderr else "no output"
         raise MissingDependency(f"the model check process failed (exit {r.returncode}): {last}")
+    if r.result["status"] != "pass" and numpy_mismatch(" ".join([r.result.get("message", ""), *r.stderr])):
+        raise MissingDependency(numpy_mismatch_text(runtime.name, runtime.version))  # nothing cached
     return verdict(r.result["status"], r.result.get("message", ""))
 
 

@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     from edgeapp.hw.device_choice import DeviceSpec
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
-from edgeapp.hw.runtime_errors import runtime_error_text
+from edgeapp.hw.runtime_errors import (
+    INSTALL,
+    error_chain_text,
+    numpy_mismatch,
+    numpy_mismatch_text,
+    runtime_error_text,
+)
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
@@ -158,13 +164,15 @@ def find_runtime(name: Optional[str] = None) -> Runtime:
             module = import_runtime(candidate)
         except ImportError as e:
             if candidate in available_runtimes():
+                if name and numpy_mismatch(error_chain_text(e)):
+                    raise MissingDependency(numpy_mismatch_text(name, runtime_version(name))) from None
                 broken = f"{candidate} {runtime_version(candidate)} is installed but does not import: {e}"
             continue
         return Runtime(candidate, _imported_version(module) or runtime_version(candidate), module)
     if name and broken:
         raise MissingDependency(f"{broken} (pip install --force-reinstall {_DISTRIBUTIONS[name][0]})")
     if name:
-        raise MissingDependency(f"runtime {name!r} is not installed (pip install {_DISTRIBUTIONS[name][0]})")
+        raise MissingDependency(f"runtime {name!r} is not installed ({INSTALL[name]})")
     raise MissingDependency("no TFLite runtime installed: pip install ai-edge-litert "
                             "(or tflite-runtime on 32-bit ARM)")
 
@@ -420,7 +428,11 @@ def _interpreter(rt: Runtime, model: TfliteModel, delegates: Optional[list], thr
         with collected_native_stderr(native):
             interpreter = rt.make_interpreter(model.path, delegates, threads, cpu_kernels)
             interpreter.allocate_tensors()
-    except (RuntimeError, ValueError) as e:
+    except (RuntimeError, ValueError, SystemError) as e:
+        if numpy_mismatch(error_chain_text(e)) or numpy_mismatch(" ".join(native)):
+            raise MissingDependency(numpy_mismatch_text(rt.name, rt.version)) from None
+        if isinstance(e, SystemError):
+            raise
         first = runtime_error_text(e, native)
         if delegates:
             raise DeviceUnavailable(f"Edge TPU rejected {model.path}: {first}") from None

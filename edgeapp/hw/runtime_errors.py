@@ -31,3 +31,47 @@ def runtime_error_text(error: BaseException, native: Optional[list[str]] = None)
             parts.append(line)
     joined = "; ".join(parts) or type(error).__name__
     return joined if len(joined) <= _MAX_MESSAGE else joined[:_MAX_MESSAGE - 3] + "..."
+
+
+# How each runtime is installed: tflite-runtime through edgeapp's extra, which pins the numpy<2
+# its wheels (2.14 and older) were built for; `pip install tflite-runtime` beside numpy 2 gives
+# a runtime that imports and then fails on every model.
+INSTALL = {"ai-edge-litert": "pip install ai-edge-litert",
+           "tflite-runtime": "pip install 'edgeapp[tflite-runtime]' (tflite-runtime with numpy<2)",
+           "tensorflow": "pip install tensorflow"}
+
+# What a runtime built against numpy 1.x says under numpy 2: numpy's message, or the import
+# inside its extension failing (which CPython chains under the extension's SystemError,
+# "<built-in method CreateWrapperFromFile ...> returned a result with an exception set").
+_NUMPY_MISMATCH = ("compiled using NumPy 1.x cannot be run in", "numpy.core.multiarray failed to import",
+                   "_ARRAY_API not found", "numpy.dtype size changed")
+
+
+def error_chain_text(error: BaseException) -> str:
+    """`error` and what caused it, as one line: an extension's SystemError says nothing of why."""
+    parts, seen = [str(error).strip() or type(error).__name__], 0
+    cause = error.__cause__ or error.__context__
+    while cause is not None and seen < 5:
+        parts.append(f"{type(cause).__name__}: {cause}")
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return " (".join(parts) + ")" * (len(parts) - 1)
+
+
+def numpy_mismatch(text: str) -> bool:
+    """Whether a runtime's error (with its causes, or what it printed) says it was built for
+    another numpy than the one installed."""
+    return any(marker in text for marker in _NUMPY_MISMATCH)
+
+
+def numpy_mismatch_text(runtime: str, version: str) -> str:
+    """The runtime's failure, said as such: no model runs on it, whatever the model."""
+    try:
+        import numpy
+
+        installed = f"numpy {numpy.__version__}"
+    except ImportError:
+        installed = "the numpy installed here"
+    return (f"the TFLite runtime {runtime} {version} was built for another numpy than {installed} "
+            f"and cannot run any model with it (the runtime fails, not the model): "
+            f"{INSTALL.get(runtime, 'pip install ai-edge-litert')}, or use another runtime "
+            "(--runtime ai-edge-litert)")

@@ -66,9 +66,30 @@ class Layout:
         return f"{record['path']}  {self.kind.summary_text(record)}"
 
     def writer(self, fmt: "Format", output: Optional[Path] = None, resume: bool = False,
-               check_models: Optional[Callable[[set], None]] = None) -> "RecordWriter":
+               check_models: Optional[Callable[[set], None]] = None,
+               overwrite: bool = True) -> "RecordWriter":
         return RecordWriter(fmt, self.columns, self.rows, self.table_line, output, resume,
-                            check_models=check_models, chunks=not self.frames)
+                            check_models=check_models, chunks=not self.frames, overwrite=overwrite)
+
+
+def check_output(fmt: "Format", output: Optional[Path], resume: bool, overwrite: bool = True) -> None:
+    """What a results file's options mean together, checked before any model is opened.
+
+    `overwrite` False: a results file that already holds something is refused unless resumed
+    (forgetting --resume after a Ctrl-C would throw away hours of results)."""
+    if resume and output is None:
+        raise UsageError("--resume needs --output FILE (the file to resume)")
+    if resume and Format(fmt) == Format.table:
+        raise UsageError("--resume needs --format jsonl or csv (the table format cannot be resumed)")
+    if output is None or resume or overwrite:
+        return
+    try:
+        holds = output.is_file() and output.stat().st_size > 0
+    except OSError:
+        holds = False  # said when it is opened
+    if holds:
+        raise UsageError(f"{output} already holds results: add --resume to go on where they "
+                         "stopped, or --overwrite to replace them")
 
 
 # Records written together, at most: this many, or this many bytes, or the ones that came within
@@ -88,10 +109,12 @@ class RecordWriter:
     def __init__(self, fmt: Format, columns: list[str], rows: Callable[[dict], list[dict]],
                  table: TableFormatter, output: Optional[Path] = None, resume: bool = False,
                  stream: Optional[TextIO] = None,
-                 check_models: Optional[Callable[[set[str]], None]] = None, chunks: bool = True) -> None:
+                 check_models: Optional[Callable[[set[str]], None]] = None, chunks: bool = True,
+                 overwrite: bool = True) -> None:
         """`check_models(models)`, with --resume, gets the `model` fields already in the file
         before anything in it changes, and raises to refuse appending. `chunks` False: every
-        record is written at once (the camera's frames, a live stream)."""
+        record is written at once (the camera's frames, a live stream). `overwrite` False: an
+        existing results file is refused unless resumed (see `check_output`)."""
         self.fmt, self.columns, self.rows, self.table = fmt, columns, rows, table
         self.output = output
         self.done: set[str] = set()
@@ -101,10 +124,7 @@ class RecordWriter:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._flushed_at = time.monotonic()
-        if resume and output is None:
-            raise UsageError("--resume needs --output FILE (the file to resume)")
-        if resume and fmt == Format.table:
-            raise UsageError("--resume needs --format jsonl or csv")
+        check_output(fmt, output, resume, overwrite)
         if output is not None:
             if resume and output.exists():
                 self.done = prepare_resume(output, fmt, columns, check_models)

@@ -43,11 +43,11 @@ class Classify(TaskKind):
     def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:
         """An embedding extractor (its values are features, not class scores); labels that do
         not fit the class vector."""
-        from edgeapp.core.embedding import embedding_note
+        from edgeapp.core.embedding import EMBED_TASK, embedding_note
         from edgeapp.tasks.model import output_shapes
 
         source = f"--labels {labels_file}" if labels_file else "the model's labels"
-        notes = [embedding_note(model.engine.model),
+        notes = [embedding_note(model.engine.model, declared=model.meta.task == EMBED_TASK),
                  self.labels_warning(model.labels, output_shapes(model.engine), source)]
         return [n for n in notes if n]
 

@@ -21,6 +21,7 @@ from edgeapp.core.edgetpu_specs import PEAK_TOPS
 from edgeapp.core.naming import cpu_twin_path
 from edgeapp.core.opcount import OpCount, count_ops
 from edgeapp.core.tflite.model import TfliteModel, load_model
+from edgeapp.core.units import counted
 from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.flows.bench import thermal as bench_thermal
@@ -142,7 +143,8 @@ def finish(r: Ready, opts: BenchOptions, t: Timed) -> dict:
     engine = r.engine
     after = bench_thermal.tpu_state(engine, opts.performance)
     if opts.samples is not None:
-        opts.samples[f"{engine.name}" + (f" ({r.threads} threads)" if r.threads else "")] = list(t.latencies)
+        opts.samples[f"{engine.name}" + (f" ({counted(r.threads, 'thread')})" if r.threads else "")] = \
+            list(t.latencies)
     notes = r.notes
     result = _figures(engine, r.threads, opts, t.latencies, t.window, t.watts, t.meter, notes)
     result.update(load_ms=round(r.load_ms, 3), first_ms=round(r.first_ms, 3))

@@ -126,6 +126,10 @@ def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
     return loop.run(drop, max_frames, duration, reconnect, queue_size, stop_event, on_notice)
 
 
+# Stops the run chose (a limit, Ctrl-C, a stop asked for): the source had more to give.
+_RUN_ENDED = ("max frames", "duration", "interrupted", "stopped", "window closed")
+
+
 class _Loop:
     """One camera run: frames in, results out to the sinks, statistics kept."""
 
@@ -136,12 +140,14 @@ class _Loop:
         self.last_done: Optional[float] = None
         self.grabber: Any = None
         self.stats: Any = None
+        self.last_index: Optional[int] = None  # the last frame processed
         self.last_frame: Any = None  # (index, timestamp) of the last frame delivered
 
     def run(self, drop, max_frames, duration, reconnect, queue_size, stop_event,
             on_notice) -> CameraStats:
         source, run, recorder = self.source, self.run_on, self.sinks.recorder
-        source.open()
+        if not getattr(source, "is_open", False):  # opened already: CameraRun opens it first
+            source.open()
         drop = source.live if drop is None else drop
         if recorder is not None and recorder.fps is None and source.fps:
             recorder.fps = source.fps
@@ -212,6 +218,7 @@ class _Loop:
         done = time.perf_counter()
         frame_ms = (done - t0) * 1000.0
         stats.processed += 1
+        self.last_index = frame.index
         stats.inference_ms.append(latency)
         stats.frame_ms.append(frame_ms)
         stats.end_to_end_ms.append((done - frame.captured_at) * 1000.0)
@@ -258,6 +265,10 @@ class _Loop:
         if sinks.display is not None:
             sinks.display.close()
         stats.captured, stats.dropped = grabber.captured, grabber.dropped
+        if stats.stop in _RUN_ENDED and self.last_index is not None:
+            # the frames read ahead after the last one processed were no part of the run
+            stats.captured = min(stats.captured, self.last_index + 1)
+            stats.dropped = min(stats.dropped, stats.captured - stats.processed)
         stats.reconnects, stats.reconnect_attempts = grabber.reconnects, grabber.reconnect_attempts
         stats.max_pending = grabber.max_pending
         stats.reopen_error = grabber.last_error

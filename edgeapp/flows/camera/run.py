@@ -135,7 +135,7 @@ class CameraRun:
         r = self.request
         try:
             cap = self.cap = OpenCVSource(r.source, r.width, r.height)
-            cap.check()  # a missing file fails before the model is loaded
+            cap.open()  # a camera or file that cannot be opened fails before the model and the live view
             recorder = Recorder(str(r.record)) if r.record is not None else None
             self.opened = opened = self._open()
             kind = opened.task.kind
@@ -263,7 +263,8 @@ class CameraRun:
         self.health.publish_to(self.publisher)
 
     def close(self) -> None:
-        for part in (self.opened, self.live, self.publisher, self.writer, self.health, self.tracker):
+        for part in (self.opened, self.live, self.publisher, self.writer, self.health, self.tracker,
+                     self.cap):
             if part is not None:
                 part.close()
 

@@ -52,15 +52,16 @@ def _limits(dtype) -> tuple[int, int]:
 
 
 def measure(path: Path, model: FloatModel, data: Dataset, mean: float, std: float,
-            source: str, labels: Optional[np.ndarray] = None) -> dict:
-    """The agreement report: where it was measured, per output cosine/SQNR, class agreement."""
+            source: str, labels: Optional[np.ndarray] = None, class_scores: bool = True) -> dict:
+    """The agreement report: where it was measured, per output cosine/SQNR, and for class
+    scores (not `class_scores=False`: an embedding's features) top-1 agreement and accuracy."""
     reference = model.predict(normalize(data, mean, std))
     test = run_int8(path, data, mean, std)
     outputs = compare_outputs(reference, test, model.output_names)
     report = {"samples": int(len(data.x)), "measured_on": source, "float_runtime": model.runtime,
               "outputs": outputs, "agreement": None, "float_accuracy": None, "int8_accuracy": None,
               "float_top5": None, "int8_top5": None}
-    if reference and test and is_class_vector(reference[0].shape):
+    if class_scores and reference and test and is_class_vector(reference[0].shape):
         from edgeapp.core.quant_metrics import align
 
         got = align(reference[0], test[0])

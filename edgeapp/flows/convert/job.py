@@ -67,9 +67,16 @@ def prepare(job: ConvertJob) -> Prepared:
     fmt = source_format(job.model)
     found = find_sources(job.calibration, "--calibration")
     held = find_sources(job.eval_dir, "--eval") if job.eval_dir is not None else None
+    notes = []
     if held is None:
+        total = len(found.paths)
         found, held = split_held_out(found, job.calibration_size, job.val)
-    prepared = Prepared(job, fmt, found, held)
+        kept = len(held.paths) if held is not None else 0
+        if kept < job.val:
+            notes.append(f"--val {job.val}: {kept} of the {total} image(s) held out to measure "
+                         "agreement (at most a fifth, so that calibration keeps most); --eval DIR "
+                         "measures on a folder of its own")
+    prepared = Prepared(job, fmt, found, held, notes=notes)
     if fmt == "onnx":
         from edgeapp.flows.convert import onnx_graph
 
@@ -88,6 +95,8 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
     from edgeapp.flows.convert.quantize import exported, quantize
 
     job = p.job
+    for note in p.notes:
+        say(note)
     model, cal = _float_model_and_calibration(p, say, progress)
     try:
         calibration = normalize(cal, job.mean, job.std)
@@ -96,7 +105,10 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             with progress(len(calibration), "calibrating") as advance:
                 q = quantize(saved, calibration, job.output, job.io, progress=advance)
             report = _report_base(p, model, q, len(cal.x))
-            report["agreement_detail"] = _agreement(p, model, cal, say)
+            embedding = _embedding_depth(p, q.model, cal)
+            if embedding is not None:
+                report["embedding_depth"] = embedding
+            report["agreement_detail"] = _agreement(p, model, cal, say, class_scores=embedding is None)
             report.update({k: report["agreement_detail"][k] for k in (
                 "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
             if job.report:
@@ -137,7 +149,17 @@ def _report_base(p: Prepared, model: FloatModel, q, samples: int) -> dict:
             "op_versions": {op.op: op.version for op in tflite.operators}}
 
 
-def _agreement(p: Prepared, model: FloatModel, cal, say: Say) -> dict:
+def _embedding_depth(p: Prepared, tflite, cal) -> Optional[int]:
+    """D when the written model is an embedding extractor (core/embedding.py), whose outputs are
+    features, not class scores: no top-1 against the class folders, no labels for them."""
+    from edgeapp.core.embedding import embedding_output
+
+    names = p.job.labels or p.job.val_labels
+    count = len(names) if names else (len(cal.class_names) if cal.class_names else None)
+    return embedding_output(tflite, count)
+
+
+def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
     from edgeapp.flows.convert.agreement import measure, truth_labels
 
     job = p.job
@@ -148,7 +170,7 @@ def _agreement(p: Prepared, model: FloatModel, cal, say: Say) -> dict:
     else:
         data, source = cal, "the calibration images (none held out)"
     labels = truth_labels(data, job.val_labels or job.labels)
-    return measure(job.output, model, data, job.mean, job.std, source, labels)
+    return measure(job.output, model, data, job.mean, job.std, source, labels, class_scores)
 
 
 def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, say: Say) -> dict:
@@ -168,20 +190,25 @@ def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, sa
                                          f"{p.job.model.name}: SQNR float vs int8 per layer"))
     except MissingDependency as e:
         say(f"report plot skipped: {e}")
+        result["plot_skipped"] = str(e)
     return result
 
 
 def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
     """The task by the outputs, and the sidecar X.json: labels, preprocessing, agreement."""
+    from edgeapp.core.embedding import EMBED_TASK
     from edgeapp.core.meta import ModelMeta, write_sidecar
     from edgeapp.tasks import guess_from, kind
 
     job = p.job
     names = cal.class_names
-    label_map = job.labels or ({i: n for i, n in enumerate(names)} if names else None)
     shapes = [t.shape for t in tflite.output_tensors]
-    task = guess_from(shapes, [op.op for op in tflite.operators])  # what it is for, when known
-    if task is not None:
+    if report.get("embedding_depth") is not None:  # features: the folders name no outputs
+        task, label_map = EMBED_TASK, job.labels
+    else:
+        task = guess_from(shapes, [op.op for op in tflite.operators])  # what it is for, when known
+        label_map = job.labels or ({i: n for i, n in enumerate(names)} if names else None)
+    if task is not None and task != EMBED_TASK:
         warning = kind(task).labels_warning(label_map, shapes,
                                             "--labels" if job.labels else "the class folders")
         if warning:
