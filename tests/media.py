@@ -12,7 +12,7 @@ encoded JPEG shows.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence, Tuple, Union
+from typing import Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -99,27 +99,29 @@ def colour_frame(colour: str, rng: np.random.Generator, size: Tuple[int, int] = 
     return f
 
 
-def make_video(path: Path, frames: Sequence[Union[str, np.ndarray]], *, fps: float = 30.0,
+def make_video(path: Path, frames: Iterable[Union[str, np.ndarray]], *, fps: float = 30.0,
                size: Tuple[int, int] = (W, H), seed: int = 0, marked: bool = False,
                rng: Optional[np.random.Generator] = None, rgb: bool = False, **colour) -> Path:
     """An MJPG AVI at `fps`: one frame per entry of `frames`, a BGR array as it is (`rgb`: an
     RGB one, as Pillow and the model builders make them) or a colour name as `colour_frame`
     makes it (`size`, noise from a generator seeded `seed`, `colour`: its `level` and
-    `noise`); with `marked`, each frame carries its index (`mark`)."""
+    `noise`); with `marked`, each frame carries its index (`mark`). Frames are written as they
+    come: `frames` may be a generator of a long scene. The first frame sets the video's size."""
     import cv2
 
     rng = rng or np.random.default_rng(seed)
-    made = []
+    writer = None
     for i, f in enumerate(frames):
         if isinstance(f, str):
             f = colour_frame(f, rng, size, **colour)
         elif rgb:
             f = np.ascontiguousarray(f[:, :, ::-1])
-        made.append(mark(f, i) if marked else f)
-    h, w = made[0].shape[:2]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (w, h))
-    assert writer.isOpened()
-    for f in made:
+        if marked:
+            f = mark(f, i)
+        if writer is None:
+            writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (f.shape[1], f.shape[0]))
+            assert writer.isOpened(), f"OpenCV cannot write {path}"
         writer.write(f)
+    assert writer is not None, "a video needs at least one frame"
     writer.release()
     return path
