@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
+from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.tasks import kind, names
 from edgeapp.tasks.base import BoundTask, Result
 
@@ -46,7 +47,7 @@ class Model:
         self._bound: dict = {}
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> Engine:
         return self._opened.engine
 
     @property
@@ -222,8 +223,9 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
     what `run` and `batch` use when not told. `path` may also name one of Coral's published
     models (`edgeapp models list`): it is pulled and verified when not cached. `performance`
     (low, medium, high, max) is libedgetpu's clock setting for the Edge TPU."""
-    place = Placement(device, str(cpu_model) if cpu_model else None, runtime, threads, True,
-                      cpu_kernels, performance)
+    engine = EngineOptions(str(cpu_model) if cpu_model else None, runtime, threads,
+                           cpu_kernels=cpu_kernels, performance=performance)
+    place = Placement(device, engine)
     if task is not None:
         _check_api_options(task, options)
     opened = open_task(path, task, place, options=options, labels_file=labels, mean=mean, std=std,

@@ -404,11 +404,12 @@ def test_performance_reaches_every_segment_of_a_pipeline(tpus, tmp_path):
     from standin import write_segments
 
     from edgeapp.execution.placement import open_runner
+    from edgeapp.hw.runtime import EngineOptions
 
     log = tmp_path / "options.log"
     tpus("usb,usb,pci", options_log=log)
     write_segments(tmp_path / "seg")
-    with open_runner(tmp_path / "seg" / "colors", "all", performance="low") as runner:
+    with open_runner(tmp_path / "seg" / "colors", "all", EngineOptions(performance="low")) as runner:
         list(runner.imap([(0, np.zeros((1, 16, 16, 3), np.uint8))]))
     opened = {o[0]: o[1:] for o in _options(log)}
     assert opened == {"usb:0": ["device=usb:0", "Performance=Low"],

@@ -116,18 +116,16 @@ def bench_command(
     finite("--watts", watts)
     finite("--duration", duration)
     check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of counting --runs")
-    from edgeapp.flows.bench.run import run_bench, save_peaks
+    from edgeapp.flows.bench.run import BenchOptions, run_bench, save_peaks
 
     dev = _device(ctx, device, synthetic)
-    if plot is not None:
-        from edgeapp.sinks.plots import check_plot_target
-
-        check_plot_target(plot)
-    if synthetic and model is not None:
-        raise UsageError("give a MODEL or --synthetic, not both")
-    if not synthetic and model is None:
-        raise UsageError("missing MODEL (or use --synthetic)")
-    opts = _options(ctx)
+    _check(model, synthetic, plot, usb_queue)
+    opts = BenchOptions(runs=runs, warmup=warmup, duration=duration, power_mode=choice_value(power_mode),
+                        watts=watts, runtime=resolve_runtime(ctx, runtime),
+                        cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
+                        probe=not no_probe, cpu_kernels=choice_value(cpu_kernels),
+                        samples={} if plot is not None else None,
+                        performance=choice_value(performance), usb_queue=usb_queue)
     progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
     if synthetic:
         doc = _run_synthetic(dev, threads, opts, progress)
@@ -147,6 +145,23 @@ def bench_command(
         say(f"plot written to {plot}")
 
 
+def _check(model: Optional[Path], synthetic: bool, plot: Optional[Path], usb_queue: Optional[int]) -> None:
+    """Contradictions and impossible values, before any work."""
+    from edgeapp.core.clock import check_usb_queue
+
+    if plot is not None:
+        from edgeapp.sinks.plots import check_plot_target
+
+        check_plot_target(plot)
+    if synthetic and model is not None:
+        raise UsageError("give a MODEL or --synthetic, not both")
+    if not synthetic and model is None:
+        raise UsageError("missing MODEL (or use --synthetic)")
+    problem = check_usb_queue(usb_queue)
+    if problem:
+        raise UsageError(problem)
+
+
 def _device(ctx: typer.Context, device: Optional[str], synthetic: bool) -> str:
     """--device, else the global one; --synthetic measures everything by default."""
     from edgeapp.hw.device_choice import parse_devices
@@ -156,26 +171,6 @@ def _device(ctx: typer.Context, device: Optional[str], synthetic: bool) -> str:
         dev = "all"
     parse_devices(dev)  # UsageError for a bad device string or list, before any work
     return dev
-
-
-def _options(ctx: typer.Context):
-    """BenchOptions from the command's options (ctx.params)."""
-    from edgeapp.core.clock import check_usb_queue
-    from edgeapp.flows.bench.run import BenchOptions
-
-    p = ctx.params
-    problem = check_usb_queue(p.get("usb_queue"))
-    if problem:
-        raise UsageError(problem)
-    return BenchOptions(runs=p["runs"], warmup=p["warmup"], duration=p.get("duration"),
-                        power_mode=choice_value(p["power_mode"]), watts=p.get("watts"),
-                        runtime=resolve_runtime(ctx, p.get("runtime")),
-                        cpu_model=str(p["cpu_model"]) if p.get("cpu_model") else None,
-                        synthetic=p["synthetic"], probe=not p["no_probe"],
-                        cpu_kernels=choice_value(p["cpu_kernels"]),
-                        samples={} if p.get("plot") is not None else None,
-                        performance=choice_value(p.get("performance")),
-                        usb_queue=p.get("usb_queue"))
 
 
 def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:

@@ -10,9 +10,10 @@ import json
 import signal
 import sys
 import threading
+from dataclasses import MISSING, dataclass, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -21,6 +22,9 @@ from edgeapp.cli import options as shared
 from edgeapp.cli.options import check_common, choice_value, finite, given, say
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.sinks.records import Format
+
+if TYPE_CHECKING:
+    from edgeapp.flows.open_task import Placement
 
 SUMMARY = "Run a model on live frames: overlay, headless JSON lines, recording, summary."
 HELP = SUMMARY + """
@@ -140,31 +144,59 @@ SummaryOpt = Annotated[SummaryFormat, typer.Option(
     "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")]
 
 
-
-# The camera's own options, in help order: (parameter, annotation, default). The tasks' options
-# (cli/task_commands.camera_parameters) follow --labels.
-OWN = (
-    ("source", SourceOpt, "0"), ("width", WidthOpt, None),
-    ("height", HeightOpt, None), ("display", DisplayOpt, None), ("record", RecordOpt, None),
-    ("max_frames", MaxFramesOpt, None), ("duration", DurationOpt, None), ("fmt", FormatOpt, None),
-    ("output", OutputOpt, None), ("labels", shared.LabelsOpt, None),
-)
-AFTER = (
-    ("drop_frames", DropOpt, None), ("reconnect", ReconnectOpt, 10.0), ("serve", ServeOpt, None),
-    ("serve_fps", ServeFpsOpt, 10.0), ("serve_token", ServeTokenOpt, None),
-    ("serve_token_file", ServeTokenFileOpt, None), ("mqtt", MqttOpt, None),
-    ("mqtt_mode", MqttModeOpt, MqttMode.frames), ("mqtt_debounce", DebounceOpt, 1.0),
-    ("mqtt_queue", MqttQueueOpt, 100), ("mqtt_discovery", MqttDiscoveryOpt, True),
-    ("track", TrackOpt, False), ("count_line", CountLineOpt, None), ("zone", ZoneOpt, None),
-    ("events", EventsOpt, None), ("summary", SummaryOpt, SummaryFormat.text), ("mean", shared.MeanOpt, None),
-    ("std", shared.StdOpt, None), ("device", shared.DeviceOpt, None),
-    ("cpu_model", shared.CpuModelOpt, None), ("threads", shared.ThreadsOneOpt, None),
-    ("cpu_kernels", shared.CpuKernelsOpt, shared.CpuKernels.fast),
-    ("runtime", shared.RuntimeOpt, None), ("no_probe", shared.NoProbeOpt, False),
-    ("performance", shared.PerformanceOpt, None),
-)
 ModelArg = Annotated[Path, typer.Argument(metavar="MODEL", show_default=False, help=(
     "A model of any task, or its *_edgetpu.tflite build, or a Coral model's name."))]
+
+
+@dataclass
+class CameraOptions:
+    """What `edgeapp camera` was given, built once from its parameters. Each field is one
+    parameter in help order (its annotation declares the flag): MODEL, --task, the fields up to
+    --labels, then the tasks' camera options (cli/task_commands.camera_parameters), then the
+    rest. To add an option, add a field and read it as `values.<name>`."""
+
+    model: ModelArg
+    task: Any = None  # --task: its choices are the tasks' names, made when the command is built
+    source: SourceOpt = "0"
+    width: WidthOpt = None
+    height: HeightOpt = None
+    display: DisplayOpt = None
+    record: RecordOpt = None
+    max_frames: MaxFramesOpt = None
+    duration: DurationOpt = None
+    fmt: FormatOpt = None
+    output: OutputOpt = None
+    labels: shared.LabelsOpt = None
+    drop_frames: DropOpt = None
+    reconnect: ReconnectOpt = 10.0
+    serve: ServeOpt = None
+    serve_fps: ServeFpsOpt = 10.0
+    serve_token: ServeTokenOpt = None
+    serve_token_file: ServeTokenFileOpt = None
+    mqtt: MqttOpt = None
+    mqtt_mode: MqttModeOpt = MqttMode.frames
+    mqtt_debounce: DebounceOpt = 1.0
+    mqtt_queue: MqttQueueOpt = 100
+    mqtt_discovery: MqttDiscoveryOpt = True
+    track: TrackOpt = False
+    count_line: CountLineOpt = None
+    zone: ZoneOpt = None
+    events: EventsOpt = None
+    summary: SummaryOpt = SummaryFormat.text
+    mean: shared.MeanOpt = None
+    std: shared.StdOpt = None
+    device: shared.DeviceOpt = None
+    cpu_model: shared.CpuModelOpt = None
+    threads: shared.ThreadsOneOpt = None
+    cpu_kernels: shared.CpuKernelsOpt = shared.CpuKernels.fast
+    runtime: shared.RuntimeOpt = None
+    no_probe: shared.NoProbeOpt = False
+    performance: shared.PerformanceOpt = None
+
+    def placement(self, ctx: typer.Context) -> "Placement":
+        return shared.placement(ctx, device=self.device, cpu_model=self.cpu_model, runtime=self.runtime,
+                                threads=self.threads, no_probe=self.no_probe,
+                                cpu_kernels=self.cpu_kernels, performance=self.performance)
 
 
 def command() -> Any:
@@ -176,14 +208,17 @@ def command() -> Any:
                                  annotation=annotation)
 
     task_params, task_options = camera_parameters()
-    signature = ([param("ctx", typer.Context, inspect.Parameter.empty),
-                  param("model", ModelArg, inspect.Parameter.empty),
-                  param("task", _task_option(), None)]
-                 + [param(*o) for o in OWN] + task_params + [param(*o) for o in AFTER])
+    own = [param(f.name, _task_option() if f.name == "task" else f.type,
+                 inspect.Parameter.empty if f.default is MISSING else f.default)
+           for f in fields(CameraOptions)]
+    at = [p.name for p in own].index("labels") + 1
+    signature = [param("ctx", typer.Context, inspect.Parameter.empty)] + own[:at] + task_params + own[at:]
+    names = {f.name for f in fields(CameraOptions)}
 
     def run(ctx: typer.Context, **values: Any) -> None:
         settings, _ = given_options(task_options, values)
-        camera(ctx, {k: v for k, v in settings.items() if v is not None})
+        camera(ctx, CameraOptions(**{k: v for k, v in values.items() if k in names}),
+               {k: v for k, v in settings.items() if v is not None})
 
     return build_command(signature, run, "camera", HELP)
 
@@ -197,90 +232,87 @@ def _task_option() -> Any:
         show_default=False)]
 
 
-def camera(ctx: typer.Context, options: dict) -> None:
+def camera(ctx: typer.Context, values: CameraOptions, options: dict) -> None:
     """Parse, run the flow, render the outcome."""
     from edgeapp.flows.camera.run import CameraRun
 
-    check_common(ctx.params, options)
-    _check_flags(ctx)
+    v = values
+    check_common(options, model=v.model, mean=v.mean, std=v.std, device=v.device, cpu_model=v.cpu_model,
+                 labels=v.labels)
+    _check_flags(ctx, v)
     stop = threading.Event()
-    run = CameraRun(_request(ctx, options), say, stop)
+    run = CameraRun(_request(ctx, v, options), say, stop)
     restore = _on_sigterm(stop)
     try:
         outcome = run.run()
     finally:
         restore()
-    _finish(outcome, ctx.params["summary"])
+    _finish(outcome, v.summary)
 
 
-def _request(ctx: typer.Context, options: dict) -> Any:
-    from edgeapp.cli.options import placement, resolve_model
+def _request(ctx: typer.Context, v: CameraOptions, options: dict) -> Any:
+    from edgeapp.cli.options import resolved
     from edgeapp.flows.camera.run import CameraRequest, LiveViewSettings, MqttSettings
 
-    p = ctx.params
     view = mqtt = None
-    if p.get("serve") is not None:
-        view = LiveViewSettings(p["serve"], p["serve_fps"], p.get("serve_token"),
-                                p.get("serve_token_file"), show_token=sys.stderr.isatty())
-    if p.get("mqtt") is not None:
-        mqtt = MqttSettings(p["mqtt"], choice_value(p["mqtt_mode"]), p["mqtt_debounce"],
-                            p["mqtt_queue"], p["mqtt_discovery"])
+    if v.serve is not None:
+        view = LiveViewSettings(v.serve, v.serve_fps, v.serve_token, v.serve_token_file,
+                                show_token=sys.stderr.isatty())
+    if v.mqtt is not None:
+        mqtt = MqttSettings(v.mqtt, choice_value(v.mqtt_mode), v.mqtt_debounce, v.mqtt_queue,
+                            v.mqtt_discovery)
+    model, place = resolved(v.model, v.placement(ctx))
     return CameraRequest(
-        model=p["model"], task=choice_value(p.get("task")), place=placement(ctx), options=options,
-        labels_file=p.get("labels"), mean=p.get("mean"), std=p.get("std"), source=p["source"],
-        width=p.get("width"), height=p.get("height"), display=p.get("display"),
-        record=p.get("record"), max_frames=p.get("max_frames"), duration=p.get("duration"),
-        drop_frames=p.get("drop_frames"), reconnect=p["reconnect"], records_format=p.get("fmt"),
-        records_output=p.get("output"), records_stdout=None, live_view=view, mqtt=mqtt,
-        resolve=resolve_model, tracking=_tracking(p))
+        model=model, task=choice_value(v.task), place=place, options=options,
+        labels_file=v.labels, mean=v.mean, std=v.std, source=v.source,
+        width=v.width, height=v.height, display=v.display,
+        record=v.record, max_frames=v.max_frames, duration=v.duration,
+        drop_frames=v.drop_frames, reconnect=v.reconnect, records_format=v.fmt,
+        records_output=v.output, records_stdout=None, live_view=view, mqtt=mqtt,
+        tracking=_tracking(v))
 
 
-def _tracking(p: dict) -> Any:
+def _tracking(v: CameraOptions) -> Any:
     """--track's settings: its lines and zones parsed (a usage error names the flag)."""
-    if not p.get("track"):
+    if not v.track:
         return None
     from edgeapp.core.zones import parse_line, parse_zone
     from edgeapp.flows.camera.tracking import TrackingSettings
 
-    return TrackingSettings(lines=[parse_line(x) for x in p.get("count_line") or ()],
-                            zones=[parse_zone(z) for z in p.get("zone") or ()],
-                            events=p.get("events"))
+    return TrackingSettings(lines=[parse_line(x) for x in v.count_line or ()],
+                            zones=[parse_zone(z) for z in v.zone or ()], events=v.events)
 
 
-def _check_flags(ctx: typer.Context) -> None:
+def _check_flags(ctx: typer.Context, v: CameraOptions) -> None:
     """Contradictions: a usage error when nothing could run, a warning for an option with no
     effect."""
     from edgeapp.sinks.display import has_display
 
-    p = ctx.params
-    finite("--serve-fps", p["serve_fps"])
-    finite("--mqtt-debounce", p["mqtt_debounce"])
-    finite("--duration", p.get("duration"))
-    if p.get("duration") is not None and p["duration"] <= 0:
-        raise UsageError(f"--duration {p['duration']:g} stops before the first frame: give seconds "
+    finite("--serve-fps", v.serve_fps)
+    finite("--mqtt-debounce", v.mqtt_debounce)
+    finite("--duration", v.duration)
+    if v.duration is not None and v.duration <= 0:
+        raise UsageError(f"--duration {v.duration:g} stops before the first frame: give seconds "
                          "above 0, or leave it out" +
-                         (" (--max-frames stops on its own)" if p.get("max_frames") else ""))
-    if p.get("display") and not has_display():
+                         (" (--max-frames stops on its own)" if v.max_frames else ""))
+    if v.display and not has_display():
         raise UsageError("--display: there is no display here (DISPLAY is not set); use --no-display")
-    output = p.get("output")
-    if output is not None and output.exists() and output.is_dir():
-        raise UsageError(f"--output {output} is a folder")
-    if not p.get("track"):
-        for name in ("count_line", "zone", "events"):
-            if p.get(name):
+    if v.output is not None and v.output.exists() and v.output.is_dir():
+        raise UsageError(f"--output {v.output} is a folder")
+    if not v.track:
+        for name, value in (("count_line", v.count_line), ("zone", v.zone), ("events", v.events)):
+            if value:
                 raise UsageError(f"--{name.replace('_', '-')} counts tracked objects: add --track")
-    events = p.get("events")
-    if events is not None and events.exists() and events.is_dir():
-        raise UsageError(f"--events {events} is a folder")
-    unused = {"serve": ("serve_fps", "serve_token", "serve_token_file"),
-              "mqtt": ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery")}
-    for parent, names in unused.items():
-        if p.get(parent) is None:
+    if v.events is not None and v.events.exists() and v.events.is_dir():
+        raise UsageError(f"--events {v.events} is a folder")
+    unused = {"serve": (v.serve, ("serve_fps", "serve_token", "serve_token_file")),
+              "mqtt": (v.mqtt, ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery"))}
+    for parent, (value, names) in unused.items():
+        if value is None:
             for name in names:
                 if given(ctx, name):
                     say(f"warning: --{name.replace('_', '-')} has no effect without --{parent}")
-    if p.get("mqtt") is not None and choice_value(p["mqtt_mode"]) == "frames" and \
-            given(ctx, "mqtt_debounce"):
+    if v.mqtt is not None and choice_value(v.mqtt_mode) == "frames" and given(ctx, "mqtt_debounce"):
         say("warning: --mqtt-debounce applies to --mqtt-mode events only")
 
 

@@ -7,9 +7,13 @@ command uses `Command` (and its groups `Group`), which say `MODEL INPUTS...`, `I
 `'xml' is not one of table, jsonl, csv`; older Typers already did, and are left as they are.
 
 Typer 0.29 also checks every value through a pydantic TypeAdapter, and importing pydantic costs
-a command more than the rest of its start-up but numpy: `PlainValues` converts the plainly
-valid values of edgeapp's plain option types itself, as Typer would, and hands anything else
-(an error to word, a value Typer might read otherwise) to Typer's own checks.
+a command more than the rest of its start-up but numpy. A parameter without a click type (such
+a Typer's) gets `PlainValues` as its `process_value` (Click's public method): the plainly valid
+values of edgeapp's plain option types are converted here, as Typer would, from the type and
+`typer.Option`/`typer.Argument` the command's function declares; anything else (an error to
+word, a value Typer might read otherwise) goes to the parameter's own `process_value`. A Typer
+on click's types (0.23, say) converts cheaply itself and is left alone.
+tests/test_cli_option_values.py checks both ways agree on every parameter of every command.
 """
 
 import inspect
@@ -17,10 +21,12 @@ import os
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import typer
 from typer.core import TyperCommand, TyperGroup
+from typer.models import ParameterInfo
+from typing_extensions import Annotated, get_args, get_origin
 
 _CHOICE = r"^(?:Value error, )?(?P<value>.+?) is not one of (?P<choices>.+?)\.?$"  # compiled when used
 
@@ -120,16 +126,16 @@ def _plain_path(info: Any) -> bool:
                 or info.writable or not info.readable or not info.file_okay or not info.dir_okay)
 
 
-def _converter(descriptor: Any) -> Optional[Callable[[Any, Any], Any]]:
+def _converter(kind: Any, info: Any) -> Optional[Callable[[Any, Any], Any]]:
     """How to convert one value of a parameter of this type, or None: only Typer knows."""
-    info, kind = descriptor.parameter_info, descriptor.annotation
-    if descriptor.file_annotation is not None or info.parser is not None or \
-            getattr(info, "click_type", None) is not None:
+    if getattr(info, "parser", None) is not None or getattr(info, "click_type", None) is not None:
         return None
     if kind is bool:
         return _flag
     if kind is str:
         return _text
+    if info is None:
+        return None
     if kind in (int, float) and not info.clamp:
         return _number(kind, info.min, info.max)
     if isinstance(kind, type) and issubclass(kind, Enum) and info.case_sensitive:
@@ -139,66 +145,92 @@ def _converter(descriptor: Any) -> Optional[Callable[[Any, Any], Any]]:
     return None
 
 
+def declared(command: Any, ctx: Any) -> Dict[str, Tuple[Any, Any]]:
+    """{parameter name: (its type, Optional removed; its typer.Option or typer.Argument)} as the
+    command's function declares them (`Annotated[type, typer.Option(...)]`), and --help."""
+    help_option = command.get_help_option(ctx)
+    found: Dict[str, Tuple[Any, Any]] = {help_option.name: (bool, None)} if help_option is not None else {}
+    try:
+        signature = inspect.signature(command.callback)
+    except (TypeError, ValueError):  # no callback, or none Python can read
+        return found
+    for p in signature.parameters.values():
+        if get_origin(p.annotation) is not Annotated:
+            continue
+        kind, *extras = get_args(p.annotation)
+        info = next((e for e in extras if isinstance(e, ParameterInfo)), None)
+        if info is not None:
+            found[p.name] = (_required(kind), info)
+    return found
+
+
+def _required(kind: Any) -> Any:
+    """Optional[X] -> X."""
+    args = get_args(kind)
+    if get_origin(kind) is Union and len(args) == 2 and type(None) in args:
+        return args[0] if args[1] is type(None) else args[1]
+    return kind
+
+
 class PlainValues:
-    """A parameter's values converted as Typer 0.29's checks would, without pydantic: the one
-    `coerce` Typer calls (typer.core._TyperParameter.process_value); the rest goes to Typer's."""
+    """A parameter's `process_value`: values converted as Typer 0.29's checks would, without
+    pydantic; anything else goes to the parameter's own (its class's) `process_value`."""
 
-    def __init__(self, descriptor: Any, convert: Callable[[Any, Any], Any], many: bool) -> None:
-        self.descriptor, self.convert, self.many = descriptor, convert, many
-        self._typer: Any = None
+    def __init__(self, param: Any, convert: Callable[[Any, Any], Any], many: bool) -> None:
+        self.param, self.convert, self.many = param, convert, many
 
-    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+    def __call__(self, ctx: Any, value: Any) -> Any:
+        param = self.param
+        try:
+            converted = self.plain(value, ctx)
+        except _NotPlain:
+            return self.typers(ctx, value)
+        if param.required and param.value_is_missing(converted):
+            return self.typers(ctx, value)  # Typer's words for what is missing
+        if param.callback is not None:
+            converted = param.callback(ctx, param, converted)
+        return converted
+
+    def plain(self, value: Any, ctx: Any) -> Any:
         if value is None:
             return () if self.many else None
-        try:
-            if not self.many:
-                return self.convert(value, ctx)
-            if not isinstance(value, (list, tuple)):
-                raise _NotPlain
-            return [self.convert(v, ctx) for v in value]
-        except _NotPlain:
-            return self.typers().coerce(value, param=param, ctx=ctx)
+        if not self.many:
+            return self.convert(value, ctx)
+        if not isinstance(value, (list, tuple)):
+            raise _NotPlain
+        return [self.convert(v, ctx) for v in value]
 
-    def typers(self) -> Any:
-        if self._typer is None:
-            from typer._coercion import build_runtime_param
-
-            self._typer = build_runtime_param(self.descriptor)
-        return self._typer
+    def typers(self, ctx: Any, value: Any) -> Any:
+        """What Typer makes of `value`: the parameter class's own process_value."""
+        return type(self.param).process_value(self.param, ctx, value)
 
 
-def plain_values(param: Any) -> Optional[PlainValues]:
-    """The plain conversion for a parameter of Typer 0.29 or newer, None for anything else."""
-    descriptor = getattr(param, "type_descriptor", None)
-    if descriptor is None:
-        return None  # an older Typer: click's types, no pydantic
-    kind, many = descriptor.annotation, param.multiple or param.nargs == -1
+def plain_values(param: Any, declaration: Optional[Tuple[Any, Any]]) -> Optional[PlainValues]:
+    """The plain conversion for a parameter without a click type (a Typer that converts values
+    itself) declared as `declaration` (see `declared`), None when it is left to Typer."""
+    if declaration is None or getattr(param, "type", None) is not None:
+        return None  # click's types convert cheaply; or a parameter we did not declare
+    kind, info = declaration
+    many = param.multiple or param.nargs == -1
     if many:
-        if getattr(kind, "__origin__", None) is not list or len(kind.__args__) != 1:
+        if get_origin(kind) is not list or len(get_args(kind)) != 1:
             return None
-        kind = kind.__args__[0]
+        kind = get_args(kind)[0]
     try:
-        convert = _converter(descriptor) if kind is descriptor.annotation else \
-            _converter(_Element(descriptor, kind))
-    except AttributeError:  # a Typer whose descriptors say other things
+        convert = _converter(kind, info)
+    except AttributeError:  # a Typer whose Option says other things
         return None
-    return PlainValues(descriptor, convert, many) if convert is not None else None
-
-
-class _Element:
-    """The descriptor of one element of a list parameter."""
-
-    def __init__(self, descriptor: Any, kind: Any) -> None:
-        self.parameter_info, self.annotation = descriptor.parameter_info, kind
-        self.file_annotation = None
+    return PlainValues(param, convert, many) if convert is not None else None
 
 
 def _parse_args(parse: Any, ctx: Any, args: List[str]) -> List[str]:
-    for param in ctx.command.get_params(ctx):
-        if getattr(param, "_runtime_param", False) is None:  # Typer 0.29, not set up yet
-            plain = plain_values(param)
-            if plain is not None:
-                param._runtime_param = plain
+    command = ctx.command
+    names: Optional[Dict[str, Tuple[Any, Any]]] = None
+    for param in command.get_params(ctx):  # once per parameter: its own process_value, or ours
+        if getattr(param, "type", None) is None and "process_value" not in vars(param):
+            names = declared(command, ctx) if names is None else names
+            plain = plain_values(param, names.get(param.name))
+            param.process_value = plain or type(param).process_value.__get__(param)
     try:
         return parse(ctx, args)
     except typer.BadParameter as e:

@@ -5,21 +5,99 @@ local or --cluster, --device lists/all, the results writer, progress, the summar
 exit code.
 """
 
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import typer
 
 from edgeapp.cli.options import (
+    AnnotateOpt,
+    ChunkSizeOpt,
+    ClusterOpt,
+    CpuKernels,
+    CpuKernelsOpt,
+    CpuModelOpt,
+    DeviceOpt,
+    FastDecodeOpt,
+    FormatOpt,
+    InputsArg,
+    LabelsOpt,
+    MeanOpt,
+    ModelArg,
+    NoProbeOpt,
+    OutputOpt,
+    OverwriteOpt,
+    PerformanceOpt,
+    ResumeOpt,
+    RuntimeOpt,
+    ShipBytesOpt,
+    StdOpt,
+    ThreadsOpt,
+    TpuReconnectOpt,
+    WorkersOpt,
     check_common,
     decode_workers,
     placement,
     progress_bar,
+    resolved,
     results_format,
     resumable,
     say,
 )
 from edgeapp.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from edgeapp.flows.open_task import Placement
+    from edgeapp.tasks.base import Prepared, Result, TaskKind
+
+    Hook = Callable[[str, Prepared, Result], Optional[dict]]  # what a batch calls per image
+
+
+@dataclass
+class ImageOptions:
+    """What a task command was given, built once from its parameters (cli/task_commands.py).
+
+    Each field is one parameter: its annotation declares the flag, its default is the option's.
+    MODEL, INPUTS and --labels (for a task that names classes) come first, then the task's own
+    options (tasks/<name>.py), then the rest in this order: the options every task command
+    shares. To add one, add a field here (its `...Opt` in cli/options.py when others share it)
+    and read it below as `values.<name>`.
+    """
+
+    model: ModelArg
+    inputs: InputsArg
+    labels: LabelsOpt = None
+    annotate: AnnotateOpt = None
+    fmt: FormatOpt = None
+    output: OutputOpt = None
+    resume: ResumeOpt = False
+    overwrite: OverwriteOpt = False
+    mean: MeanOpt = None
+    std: StdOpt = None
+    workers: WorkersOpt = None
+    fast_decode: FastDecodeOpt = False
+    device: DeviceOpt = None
+    cpu_model: CpuModelOpt = None
+    threads: ThreadsOpt = None
+    cpu_kernels: CpuKernelsOpt = CpuKernels.fast
+    runtime: RuntimeOpt = None
+    no_probe: NoProbeOpt = False
+    performance: PerformanceOpt = None
+    tpu_reconnect: TpuReconnectOpt = 0.0
+    cluster: ClusterOpt = None
+    ship_bytes: ShipBytesOpt = False
+    chunk_size: ChunkSizeOpt = 16
+
+    @classmethod
+    def of(cls, values: Dict[str, Any]) -> "ImageOptions":
+        """The command's values (its keyword arguments), the task's own left out."""
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+    def placement(self, ctx: typer.Context) -> "Placement":
+        return placement(ctx, device=self.device, cpu_model=self.cpu_model, runtime=self.runtime,
+                         threads=self.threads, no_probe=self.no_probe, cpu_kernels=self.cpu_kernels,
+                         performance=self.performance, reconnect=self.tpu_reconnect)
 
 
 class Folders:
@@ -48,12 +126,12 @@ class Folders:
         named += [(option.folder, folder) for option, folder in self.extra.items()]
         return [f"{what} in {folder.folder}" for what, folder in named]
 
-    def hook(self, kind: Any):
+    def hook(self, kind: "TaskKind") -> "Optional[Hook]":
         """The per-image writer of these folders: (path, prepared, result) -> fields to add."""
         if not self.all():
             return None
 
-        def write(path, prepared, result) -> Optional[dict]:
+        def write(path: str, prepared: "Prepared", result: "Result") -> Optional[dict]:
             if self.annotate is not None:
                 self.annotate.annotate(path, prepared.image,
                                        lambda bgr: kind.draw(bgr, result.fields, result.extras))
@@ -65,100 +143,97 @@ class Folders:
         return write
 
 
-def run_images(ctx: typer.Context, task: str, options: dict, *,
+def run_images(ctx: typer.Context, task: str, values: ImageOptions, options: dict, *,
                folders: Optional[Dict[Any, Optional[Path]]] = None) -> None:
-    """Run `task` with `options` over the command's inputs, as its shared options say.
-
-    `ctx.params` holds the shared options by name (model, inputs, labels, fmt, output, resume,
-    mean, std, workers, fast_decode, device, cpu_model, threads, cpu_kernels, runtime,
-    no_probe, cluster, ship_bytes, chunk_size, annotate). `folders` {TaskOption: folder}: the
-    task's own output folders given.
+    """Run `task` with `options` (the task's own, as plain values) over the command's inputs, as
+    its shared `values` say. `folders` {TaskOption: folder}: the task's own output folders given.
     """
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.tasks import kind as task_kind
 
-    p = ctx.params
+    v = values
     kind = task_kind(task)
-    check_common(p, options)
-    fmt = results_format(p.get("fmt"), p.get("output"))
-    _check_output(fmt, p)
-    writing = (["--annotate"] if p.get("annotate") else []) + [
+    check_common(options, model=v.model, mean=v.mean, std=v.std, device=v.device, cpu_model=v.cpu_model,
+                 labels=v.labels)
+    fmt = results_format(v.fmt, v.output)
+    _check_output(fmt, v)
+    writing = (["--annotate"] if v.annotate else []) + [
         option.flag_names[0] for option, folder in (folders or {}).items() if folder is not None]
-    if p.get("cluster") and writing:
+    if v.cluster and writing:
         raise UsageError(f"{' and '.join(writing)} write files where the images are processed: "
                          "not with --cluster")
-    out = Folders(p.get("annotate"), folders)  # OpenCV and the folders checked first
-    paths = out.exclude_own(expand_inputs(p["inputs"], on_notice=say))
-    if p.get("cluster"):
-        stats, where = _on_cluster(ctx, task, options, paths, fmt)
+    out = Folders(v.annotate, folders)  # OpenCV and the folders checked first
+    paths = out.exclude_own(expand_inputs(v.inputs, on_notice=say))
+    if v.cluster:
+        stats, where = _on_cluster(ctx, task, v, options, paths, fmt)
     else:
-        stats, where = _locally(ctx, task, options, paths, fmt, out.hook(kind))
-    parts = stats.summary(where, p.get("output")) + out.summary(stats.ok)
+        stats, where = _locally(ctx, task, v, options, paths, fmt, out.hook(kind))
+    parts = stats.summary(where, v.output) + out.summary(stats.ok)
     say("; ".join(parts))
     if stats.failed:
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
 
 
-def _locally(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt, hook) -> tuple:
-    from edgeapp.cli.options import resolve_model
+def _locally(ctx: typer.Context, task: str, v: ImageOptions, options: dict, paths: List[str], fmt,
+             hook) -> tuple:
     from edgeapp.flows.batch import run_batch
     from edgeapp.flows.open_task import open_task
     from edgeapp.hw.hostinfo import usable_cores
     from edgeapp.sinks.records import Layout
 
-    p = ctx.params
     replicas = max(1, min(usable_cores(), len(paths)))  # one image needs one interpreter, not one per core
-    with open_task(p["model"], task, placement(ctx), options=options, labels_file=p.get("labels"),
-                   mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
-                   on_notice=say, resolve=resolve_model, cpu_replicas=replicas) as opened:
-        for note in opened.task.kind.warnings(opened.model, p.get("labels")):
+    model, place = resolved(v.model, v.placement(ctx))
+    with open_task(model, task, place, options=options, labels_file=v.labels, mean=v.mean, std=v.std,
+                   fast_decode=v.fast_decode, on_notice=say, cpu_replicas=replicas) as opened:
+        for note in opened.notices:
+            say(note)
+        for note in opened.task.kind.warnings(opened.model, v.labels):
             say(f"warning: {note}")
         engine = opened.engine
-        writer = _writer(Layout(opened.task.kind), fmt, p, (engine.model_path, engine.requested_model))
-        with writer, resumable(writer, p), progress_bar(len(paths), task) as advance:
-            workers = decode_workers(p.get("workers")) if len(paths) > 1 else 0  # one image: no thread
+        writer = _writer(Layout(opened.task.kind), fmt, v, (engine.model_path, engine.requested_model))
+        with writer, resumable(writer, v.output), progress_bar(len(paths), task) as advance:
+            workers = decode_workers(v.workers) if len(paths) > 1 else 0  # one image: no thread
             stats = run_batch(paths, opened.runner, opened.task, writer, workers=workers,
                               progress=advance, on_result=hook)
         return stats, opened.where
 
 
-def _on_cluster(ctx: typer.Context, task: str, options: dict, paths: List[str], fmt) -> tuple:
+def _on_cluster(ctx: typer.Context, task: str, v: ImageOptions, options: dict, paths: List[str],
+                fmt) -> tuple:
     from edgeapp.cli.options import resolve_model
     from edgeapp.core.labels import read_labels
     from edgeapp.flows.cluster import Job, run_cluster
     from edgeapp.sinks.records import Layout
     from edgeapp.tasks import kind
 
-    p = ctx.params
-    model, _ = resolve_model(p["model"], "all")  # a Coral model's name: both files, the workers choose
-    place = placement(ctx)
-    job = Job(task, str(model), place, labels=read_labels(p["labels"]) if p.get("labels") else None,
-              mean=p.get("mean"), std=p.get("std"), fast_decode=p.get("fast_decode", False),
-              options=kind(task).settle(options), decode_workers=decode_workers(p.get("workers")))
-    writer = _writer(Layout(kind(task)), fmt, p, (job.model, place.cpu_model))
-    with writer, resumable(writer, p), progress_bar(len(paths), task) as advance:
-        stats = run_cluster(paths, job, writer, p["cluster"], p.get("ship_bytes", False),
-                            p.get("chunk_size", 16), advance)
-    return stats, f"the cluster {p['cluster']}"
+    model, _ = resolve_model(v.model, "all")  # a Coral model's name: both files, the workers choose
+    place = v.placement(ctx)
+    job = Job(task, str(model), place, labels=read_labels(v.labels) if v.labels else None,
+              mean=v.mean, std=v.std, fast_decode=v.fast_decode,
+              options=kind(task).settle(options), decode_workers=decode_workers(v.workers))
+    writer = _writer(Layout(kind(task)), fmt, v, (job.model, place.engine.cpu_model))
+    with writer, resumable(writer, v.output), progress_bar(len(paths), task) as advance:
+        stats = run_cluster(paths, job, writer, v.cluster, v.ship_bytes, v.chunk_size, advance)
+    return stats, f"the cluster {v.cluster}"
 
 
-def _writer(layout: Any, fmt, p: dict, models: tuple):
+def _writer(layout: Any, fmt, v: ImageOptions, models: tuple):
     """The results (stdout or --output): --resume appends only to results of `models` (the
     paths this run's records name; a compiled model and its CPU twin count as one)."""
     from edgeapp.flows.batch import check_resumed_model
 
     ours = [str(m) for m in models if m]
-    return layout.writer(fmt, p.get("output"), p.get("resume", False),
+    return layout.writer(fmt, v.output, v.resume,
                          check_models=lambda recorded: check_resumed_model(recorded, *ours),
-                         overwrite=p.get("overwrite", False))
+                         overwrite=v.overwrite)
 
 
-def _check_output(fmt, p: dict) -> None:
+def _check_output(fmt, v: ImageOptions) -> None:
     """The results file's options, before a model is opened: --resume and --overwrite
     contradict each other, and the rest is the records sink's rule."""
     from edgeapp.sinks.records import check_output
 
-    if p.get("resume") and p.get("overwrite"):
+    if v.resume and v.overwrite:
         raise UsageError("--resume and --overwrite contradict each other (one goes on, one "
                          "replaces): give one")
-    check_output(fmt, p.get("output"), p.get("resume", False), p.get("overwrite", False))
+    check_output(fmt, v.output, v.resume, v.overwrite)

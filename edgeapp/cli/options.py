@@ -8,7 +8,7 @@ import traceback
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple, TypeVar
 
 import typer
 from typing_extensions import Annotated
@@ -17,6 +17,9 @@ from edgeapp.core.limits import MAX_THREADS
 from edgeapp.errors import EdgeappError, ExitCode, interrupt_of, is_interrupt
 from edgeapp.hw.runtime import RUNTIMES
 from edgeapp.sinks.records import Format
+
+if TYPE_CHECKING:
+    from edgeapp.flows.open_task import Placement
 
 F = TypeVar("F", bound=Callable)
 
@@ -150,8 +153,8 @@ def resolve_device(ctx: typer.Context, device: Optional[str]) -> str:
 
 
 def choice_value(value):
-    """An option's value as its plain string when it is a choice: Typer hands the command an
-    Enum, while `ctx.params` holds the Enum (Typer 0.29) or the string (0.23, Python 3.9)."""
+    """An option's value as its plain string when it is a choice (Typer hands the command an
+    Enum; the task options' values are plain strings)."""
     return value.value if isinstance(value, Enum) else value
 
 
@@ -182,42 +185,59 @@ def decode_workers(workers: Optional[int]) -> int:
     return workers if workers is not None else max(2, usable_cores())
 
 
-def placement(ctx: typer.Context):
-    """Where and how to run, from the shared options of an inference command (ctx.params)."""
+def placement(ctx: typer.Context, *, device: Optional[str], cpu_model: Optional[Path] = None,
+              runtime: Optional[RuntimeName] = None, threads: Optional[int] = None,
+              no_probe: bool = False, cpu_kernels: Any = CpuKernels.fast, performance: Any = None,
+              reconnect: float = 0.0) -> "Placement":
+    """Where and how to run (flows.open_task.Placement), from an inference command's options:
+    --device and --runtime fall back on the global ones."""
     from edgeapp.flows.open_task import Placement
+    from edgeapp.hw.runtime import EngineOptions
 
-    p = ctx.params
-    cpu_model = p.get("cpu_model")
-    performance = p.get("performance")
-    runtime = resolve_runtime(ctx, p.get("runtime"))
-    return Placement(resolve_device(ctx, p.get("device")), str(cpu_model) if cpu_model else None,
-                     runtime, p.get("threads"),
-                     not p.get("no_probe", False), CpuKernels(p.get("cpu_kernels") or "fast").value,
-                     performance=Performance(performance).value if performance else None,
-                     reconnect=float(p.get("tpu_reconnect") or 0.0))
+    engine = EngineOptions(str(cpu_model) if cpu_model else None, resolve_runtime(ctx, runtime), threads,
+                           not no_probe, CpuKernels(choice_value(cpu_kernels) or "fast").value,
+                           choice_value(performance))
+    return Placement(resolve_device(ctx, device), engine, float(reconnect or 0.0))
 
 
-def check_common(params: dict, options: dict) -> None:
+def resolved(model: Path, place: "Placement") -> Tuple[Path, "Placement"]:
+    """MODEL as a file before anything opens it: a Coral model's name is pulled (with a
+    progress bar) and, when auto finds no Edge TPU, its CPU build runs on the CPU (said once).
+    A segment set's base name is left to the pipeline."""
+    from dataclasses import replace
+
+    from edgeapp.core.pipeline_segments import find_segment_files
+
+    if find_segment_files(model) is not None:
+        return model, place
+    path, notice = resolve_model(model, place.device)
+    if notice:
+        say(notice)
+        place = replace(place, device="cpu")
+    return path, place
+
+
+def check_common(options: dict, *, model: Optional[Path], mean: Optional[float], std: Optional[float],
+                 device: Optional[str], cpu_model: Optional[Path], labels: Optional[Path] = None) -> None:
     """The checks every inference command makes of its numbers before opening anything."""
     from edgeapp.errors import UsageError
 
     finite("--threshold", options.get("threshold"))
-    finite("--mean", params.get("mean"))
-    finite("--std", params.get("std"))
-    std = params.get("std")
+    finite("--mean", mean)
+    finite("--std", std)
     if std is not None and std <= 0:
         raise UsageError(f"--std must be greater than 0, not {std:g} (the model takes (pixel - mean) / std)")
     threshold = options.get("threshold")
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         say(f"warning: --threshold {threshold:g} is outside 0..1, where scores are: "
             + ("nothing will pass it" if threshold > 1 else "everything passes it"))
-    if params.get("device") is not None and not str(params["device"]).strip():
+    if device is not None and not str(device).strip():
         raise UsageError("--device is empty: give auto, cpu, edgetpu, usb, usb:N, pci:N, a list or all")
-    if params.get("labels") is not None:  # not found, not text: said before the model is opened
+    if labels is not None:  # not found, not text: said before the model is opened
         from edgeapp.core.labels import read_labels
 
-        read_labels(params["labels"])
-    ignored = ignored_cpu_model(params.get("model"), params.get("cpu_model"))
+        read_labels(labels)
+    ignored = ignored_cpu_model(model, cpu_model)
     if ignored:
         say(f"warning: {ignored}")
 
@@ -298,7 +318,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def resumable(writer: Any, params: dict) -> Iterator[None]:
+def resumable(writer: Any, output: Optional[Path]) -> Iterator[None]:
     """A batch writing through `writer`: Ctrl-C says how many results it wrote, and where, and
     how to go on without redoing them."""
     try:
@@ -306,18 +326,18 @@ def resumable(writer: Any, params: dict) -> Iterator[None]:
     except Exception as e:  # noqa: BLE001 - only what Ctrl-C caused is turned into Interrupted
         if not is_interrupt(e):
             raise
-        raise Interrupted(_written_hint(writer, params)) from None
+        raise Interrupted(_written_hint(writer, output)) from None
     except KeyboardInterrupt:
-        raise Interrupted(_written_hint(writer, params)) from None
+        raise Interrupted(_written_hint(writer, output)) from None
 
 
-def _written_hint(writer: Any, params: dict) -> str:
+def _written_hint(writer: Any, output: Optional[Path]) -> str:
     """The resume hint, once the records produced so far are written (they are counted then)."""
     try:
         writer.flush()
     except (OSError, EdgeappError):  # a full disk: the message says what did get written
         pass
-    return resume_hint(writer.written, params.get("output"), writer.fmt, writer.kept)
+    return resume_hint(writer.written, output, writer.fmt, writer.kept)
 
 
 def resume_hint(written: int, output: Optional[Path], fmt: Any, kept: int = 0) -> str:
@@ -335,16 +355,6 @@ def resume_hint(written: int, output: Optional[Path], fmt: Any, kept: int = 0) -
     return f"{where}; run the same command with --resume to go on without redoing them"
 
 
-def _typed_params(args: tuple, kwargs: dict) -> None:
-    """`ctx.params` with the values the command gets (Path, Enum, list), as shared bodies read
-    them: Typer converts what it hands the function, while ctx.params holds click's values,
-    which older Typer (0.23, Python 3.9) leaves as strings."""
-    ctx = kwargs.get("ctx")  # click's Context: not always a typer.Context instance
-    params = getattr(ctx, "params", None)
-    if isinstance(params, dict):
-        params.update({k: v for k, v in kwargs.items() if k in params})
-
-
 def _say_interrupted(e: Optional[BaseException]) -> None:
     say(f"interrupted: {e}" if isinstance(e, Interrupted) and str(e) else "interrupted")
 
@@ -354,7 +364,6 @@ def cli_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        _typed_params(args, kwargs)
         try:
             return fn(*args, **kwargs)
         except EdgeappError as e:

@@ -23,7 +23,7 @@ from edgeapp.cli.options import (
     finite,
     placement,
     progress_bar,
-    resolve_model,
+    resolved,
     say,
 )
 from edgeapp.errors import UsageError
@@ -86,8 +86,12 @@ def retrain_command(
 
     options = _options(method, val, epochs, lr, l2, seed)
     total = len(class_folders(data_dir).paths)  # refusals of the folder come before any model
-    opened = open_task(base, "embed", placement(ctx), on_notice=say, resolve=resolve_model,
-                       cpu_replicas=usable_cores())
+    place = placement(ctx, device=device, cpu_model=cpu_model, runtime=runtime, threads=threads,
+                      no_probe=no_probe, performance=performance)
+    model, place = resolved(base, place)
+    opened = open_task(model, "embed", place, on_notice=say, cpu_replicas=usable_cores())
+    for note in opened.notices:
+        say(note)
     with opened, progress_bar(total, "embed") as advance:
         doc = retrain(opened.runner, data_dir, output, options, workers=decode_workers(workers),
                       cache=None if no_cache else EmbeddingCache(), progress=advance,

@@ -2,8 +2,9 @@
 
 A task command's signature is MODEL INPUTS..., --labels when the task names classes, the
 task's options (`TaskKind.options` taken by the "command" path), then the options every task
-command shares (`SHARED`, declared once in cli/options.py); its help is the task module's
-docstring. The camera takes the tasks' "camera" options the same way (`camera_parameters`).
+command shares: the fields of cli/images.ImageOptions, which is also what the body gets (one
+typed value); its help is the task module's docstring. The camera takes the tasks' "camera"
+options the same way (`camera_parameters`).
 Commands are built when first asked for, so `edgeapp --help` imports no task (cli/app.py).
 """
 
@@ -16,29 +17,6 @@ from typing_extensions import Annotated
 from edgeapp.cli import options as shared
 from edgeapp.cli.command import Command
 
-# The options every task command takes after its own: (parameter, annotation, default).
-SHARED: Tuple[Tuple[str, Any, Any], ...] = (
-    ("annotate", shared.AnnotateOpt, None),
-    ("fmt", shared.FormatOpt, None),
-    ("output", shared.OutputOpt, None),
-    ("resume", shared.ResumeOpt, False),
-    ("overwrite", shared.OverwriteOpt, False),
-    ("mean", shared.MeanOpt, None),
-    ("std", shared.StdOpt, None),
-    ("workers", shared.WorkersOpt, None),
-    ("fast_decode", shared.FastDecodeOpt, False),
-    ("device", shared.DeviceOpt, None),
-    ("cpu_model", shared.CpuModelOpt, None),
-    ("threads", shared.ThreadsOpt, None),
-    ("cpu_kernels", shared.CpuKernelsOpt, shared.CpuKernels.fast),
-    ("runtime", shared.RuntimeOpt, None),
-    ("no_probe", shared.NoProbeOpt, False),
-    ("performance", shared.PerformanceOpt, None),
-    ("tpu_reconnect", shared.TpuReconnectOpt, 0.0),
-    ("cluster", shared.ClusterOpt, None),
-    ("ship_bytes", shared.ShipBytesOpt, False),
-    ("chunk_size", shared.ChunkSizeOpt, 16),
-)
 _choice_types: Dict[Tuple[str, Tuple[str, ...]], type] = {}
 
 
@@ -98,22 +76,23 @@ def build_command(signature: List[inspect.Parameter], body: Callable[..., None],
 
 def task_command(name: str) -> Any:
     """The `edgeapp <task>` command of task `name`."""
+    import dataclasses
+
     from edgeapp import tasks
-    from edgeapp.cli.images import run_images
+    from edgeapp.cli.images import ImageOptions, run_images
 
     kind = tasks.kind(name)
     own = kind.options_for("command")
-    signature = [_parameter("ctx", typer.Context, inspect.Parameter.empty),
-                 _parameter("model", shared.ModelArg, inspect.Parameter.empty),
-                 _parameter("inputs", shared.InputsArg, inspect.Parameter.empty)]
-    if kind.labels:
-        signature.append(_parameter("labels", shared.LabelsOpt, None))
-    signature += [option_parameter(o) for o in own]
-    signature += [_parameter(n, a, d) for n, a, d in SHARED]
+    shared = [_parameter(f.name, f.type, f.default if f.default is not dataclasses.MISSING
+                         else inspect.Parameter.empty)
+              for f in dataclasses.fields(ImageOptions) if f.name != "labels" or kind.labels]
+    signature = [_parameter("ctx", typer.Context, inspect.Parameter.empty)]
+    at = 3 if kind.labels else 2  # MODEL INPUTS [--labels], then the task's own options
+    signature += shared[:at] + [option_parameter(o) for o in own] + shared[at:]
 
     def run(ctx: typer.Context, **values: Any) -> None:
         settings, folders = given_options(own, values)
-        run_images(ctx, name, settings, folders=folders)
+        run_images(ctx, name, ImageOptions.of(values), settings, folders=folders)
 
     doc = module_doc(tasks.module_of(name))
     return build_command(signature, run, name, doc)

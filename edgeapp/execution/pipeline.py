@@ -20,10 +20,14 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InvalidModel, UsageError
 from edgeapp.execution.runner import Done, Notice, Runner, SingleRunner, invoke
+
+if TYPE_CHECKING:
+    from edgeapp.hw.device_choice import DeviceChoice
+    from edgeapp.hw.runtime import EngineOptions
 
 _END = object()
 _POLL_S = 0.1  # how often blocked threads look at the stop flag
@@ -208,33 +212,31 @@ class SegmentPipeline(Runner):
         return out
 
 
-def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str] = None,
-                  threads: Optional[int] = None, probe: bool = True,
+def open_pipeline(paths: list, choice: DeviceChoice, options: Optional[EngineOptions] = None, *,
                   on_notice: Optional[Notice] = None, work: Callable = invoke,
-                  wrap: Callable = lambda engine: engine, cpu_kernels: str = "fast",
-                  tpu_options: Optional[dict] = None) -> Runner:
+                  wrap: Callable = lambda engine: engine) -> Runner:
     """Check the chain, then open segment i on the i-th TPU of `choice` (a list, `all`, or
     `auto`: every TPU found). Too few TPUs: an error, or with `auto` the CPU twin of the whole
-    model. `--device cpu` runs the twin. `tpu_options` (performance, usb_queue) go to every
-    segment's TPU."""
+    model (`options.cpu_model`, else the segments' source). `--device cpu` runs the twin.
+    `options` (hw/runtime.EngineOptions) open every segment's TPU and the twin."""
     from edgeapp.core.naming import segment_source
     from edgeapp.core.pipeline_segments import check_chain, set_label
     from edgeapp.core.tflite.model import load_model
     from edgeapp.hw.device_choice import find_tpus, resolve_tpus
-    from edgeapp.hw.runtime import open_engine
+    from edgeapp.hw.runtime import EngineOptions, open_engine
 
+    options = options or EngineOptions()
     say = on_notice or (lambda _text: None)
     n = len(paths)
     chain = check_chain([load_model(p) for p in paths])
     label, source = set_label(paths), str(segment_source(paths[0]))
-    twin_path = Path(cpu_model) if cpu_model else Path(source)
+    twin_path = Path(options.cpu_model) if options.cpu_model else Path(source)
 
     def twin(why: str):
         if not twin_path.exists():
             raise DeviceUnavailable(f"{why}: the whole model's CPU twin {twin_path} was not found; "
                                     "pass --cpu-model X.tflite (the model that was segmented)")
-        engine = open_engine(twin_path, "cpu", runtime=runtime, threads=threads, probe=False,
-                            cpu_kernels=cpu_kernels)
+        engine = open_engine(twin_path, "cpu", options, probe=False)
         _check_twin(engine, chain, paths)
         engine.notice = f"running {twin_path.name} (the whole model) on CPU"
         return engine
@@ -253,8 +255,7 @@ def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str]
     fallback = single is not None or choice.fallback
     lenient = fallback or choice.every  # TPUs found but unusable are skipped, not fatal
     names = find_tpus() if single is not None else resolve_tpus(choice)
-    engines, skipped = _open_segments(paths, names, lenient, runtime=runtime, probe=probe,
-                                      cpu_kernels=cpu_kernels, **(tpu_options or {}))
+    engines, skipped = _open_segments(paths, names, lenient, options)
     for s in skipped:
         say(f"skipping {s}")
     if len(engines) < n:
@@ -273,7 +274,8 @@ def open_pipeline(paths: list, choice, *, cpu_model=None, runtime: Optional[str]
                            on_notice=on_notice)
 
 
-def _open_segments(paths: list, names: list, lenient: bool, **options) -> tuple[list, list[str]]:
+def _open_segments(paths: list, names: list, lenient: bool,
+                   options: EngineOptions) -> tuple[list, list[str]]:
     """Segment i on the i-th usable TPU of `names` (the rest stay idle); an unusable TPU fails,
     or with `lenient` is skipped and named ("name: why") in the second list."""
     from edgeapp.hw.runtime import open_engine
@@ -284,7 +286,7 @@ def _open_segments(paths: list, names: list, lenient: bool, **options) -> tuple[
         if len(engines) == len(paths):
             break
         try:
-            engines.append(open_engine(paths[len(engines)], name, **options))
+            engines.append(open_engine(paths[len(engines)], name, options))
         except DeviceUnavailable as e:
             if not lenient:
                 raise

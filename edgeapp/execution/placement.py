@@ -7,75 +7,91 @@ execution/pipeline.py; the inference commands, the camera and the Python API all
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from edgeapp.errors import DeviceUnavailable
 from edgeapp.execution.parallel import CpuPool, DevicePool
 from edgeapp.execution.pipeline import open_pipeline
 from edgeapp.execution.reconnect import Reconnect
 from edgeapp.execution.runner import Notice, Runner, SingleRunner, engine_of, invoke
+from edgeapp.hw.runtime import Engine, EngineOptions, open_engine
+
+if TYPE_CHECKING:
+    from edgeapp.hw.device_choice import DeviceChoice
+
+Work = Callable[[Any, Any], Any]  # (member, payload) -> outputs: what a runner does per item
+Wrap = Callable[[Engine], Any]  # an opened engine -> the member `work` is called with
 
 
-def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[str | Path] = None,
-                runtime: Optional[str] = None, threads: Optional[int] = None, probe: bool = True,
-                on_notice: Optional[Notice] = None, work: Callable = invoke,
-                wrap: Callable = lambda engine: engine, depth: int = 2,
-                cpu_replicas: int = 1, cpu_kernels: str = "fast", performance: Optional[str] = None,
-                usb_queue: Optional[int] = None, reconnect: float = 0.0) -> Runner:
-    """Open `model` on `device` (one device, a TPU list, `all`), or a segment set as a pipeline.
+def _same(engine: Engine) -> Engine:
+    return engine
+
+
+
+class Notices:
+    """A runner's notices as values while it opens (`kept`, for the caller to say), then handed
+    to `later` as they happen (a TPU failing over mid-run); set `opening` False to switch."""
+
+    def __init__(self) -> None:
+        self.kept: list[str] = []
+        self.opening = True
+        self.later: Optional[Notice] = None
+
+    def __call__(self, text: str) -> None:
+        if self.opening:
+            self.kept.append(text)
+        elif self.later is not None:
+            self.later(text)
+
+
+def open_runner(model: str | Path, device: str = "auto", options: EngineOptions = EngineOptions(), *,
+                on_notice: Optional[Notice] = None, work: Work = invoke, wrap: Wrap = _same,
+                depth: int = 2, cpu_replicas: int = 1, reconnect: float = 0.0) -> Runner:
+    """Open `model` on `device` (one device, a TPU list, `all`), or a segment set as a pipeline,
+    every engine as `options` say (hw/runtime.EngineOptions).
 
     One device: `runtime.open_engine` as always, with `auto` also covering a TPU that fails
     mid-run. A list or `all`: a DevicePool over those TPUs. A set of segment files (any one of
     them, or the base name): a pipeline over as many TPUs (execution/pipeline.py).
     `wrap` turns each opened engine into the member `work(member, payload)` is called with;
     `depth` items per TPU are in flight (2 keeps a batch's TPUs busy, 1 keeps frames fresh).
-    `cpu_replicas`: when the run lands on the CPU and `threads` is not given, that many
+    `cpu_replicas`: when the run lands on the CPU and `options.threads` is not given, that many
     one-thread interpreters side by side instead of one (see `cpu_runner`).
-    `performance`/`usb_queue`: libedgetpu's options for every TPU opened (hw/device_choice.tuned).
     `reconnect` seconds: an Edge TPU that fails mid-run is waited for that long before its work
     goes to the others or the CPU twin (execution/reconnect.py); 0 gives up at once.
     """
     from edgeapp.core.pipeline_segments import find_segment_files
     from edgeapp.hw.device_choice import parse_devices
-    from edgeapp.hw.runtime import open_engine
 
     choice = parse_devices(device)
     segments = find_segment_files(model)
-    tpu_options = {"performance": performance, "usb_queue": usb_queue}
     if segments is not None:
-        return open_pipeline(segments, choice, cpu_model=cpu_model, runtime=runtime, threads=threads,
-                             probe=probe, on_notice=on_notice, work=work, wrap=wrap,
-                             cpu_kernels=cpu_kernels, tpu_options=tpu_options)
+        return open_pipeline(segments, choice, options, on_notice=on_notice, work=work, wrap=wrap)
     say = on_notice or (lambda _text: None)
 
-    def twin():
-        engine = open_engine(model, "cpu", cpu_model=cpu_model, runtime=runtime, threads=threads,
-                            probe=False, cpu_kernels=cpu_kernels)
+    def twin() -> Any:
+        engine = open_engine(model, "cpu", options, probe=False)
         engine.notice = f"running {Path(engine.model_path).name} (CPU twin) on CPU"
         return wrap(engine)
 
     waiter = None
     if reconnect > 0:
-        def reopen(name: str):
-            return wrap(open_engine(model, name, cpu_model=cpu_model, runtime=runtime, threads=threads,
-                                   probe=False, cpu_kernels=cpu_kernels, **tpu_options))
+        def reopen(name: str) -> Any:
+            return wrap(open_engine(model, name, options, probe=False))
 
         waiter = Reconnect(reopen, reconnect, on_notice=say)
     if not choice.several:
-        engine = open_engine(model, choice.text, cpu_model=cpu_model, runtime=runtime, threads=threads,
-                            probe=probe, cpu_kernels=cpu_kernels, **tpu_options)
+        engine = open_engine(model, choice.text, options)
         if engine.notice:
             say(engine.notice)
-        if engine.device == "cpu" and threads is None and cpu_replicas > 1:
-            return cpu_runner(engine, cpu_replicas, runtime=runtime, cpu_kernels=cpu_kernels,
-                              work=work, wrap=wrap,
+        if engine.device == "cpu" and options.threads is None and cpu_replicas > 1:
+            return cpu_runner(engine, cpu_replicas, options, work=work, wrap=wrap,
                               on_notice=on_notice, meta_path=str(model), depth=depth)
         auto = choice.single.kind == "auto" and engine.device == "edgetpu"
         return SingleRunner(wrap(engine), work=work, fallback=twin if auto else None,
                             on_notice=on_notice, meta_path=str(model),
                             reconnect=waiter if engine.device == "edgetpu" else None)
-    engines = open_tpus(model, choice, runtime=runtime, probe=probe, on_notice=say,
-                        cpu_kernels=cpu_kernels, **tpu_options)
+    engines = open_tpus(model, choice, options, on_notice=say)
     if not engines:  # `auto` in the list and no TPU usable: the CPU twin, said once
         member = twin()
         say(f"no Edge TPU usable: {engine_of(member).notice or 'running on CPU'}")
@@ -84,9 +100,8 @@ def open_runner(model: str | Path, device: str = "auto", *, cpu_model: Optional[
                       on_notice=on_notice, meta_path=str(model), depth=depth, reconnect=waiter)
 
 
-def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kernels: str = "fast",
-               work: Callable = invoke,
-               wrap: Callable = lambda e: e, on_notice: Optional[Notice] = None,
+def cpu_runner(engine: Engine, replicas: int, options: EngineOptions = EngineOptions(), *,
+               work: Work = invoke, wrap: Wrap = _same, on_notice: Optional[Notice] = None,
                meta_path: Optional[str] = None, depth: int = 2) -> Runner:
     """`replicas` one-thread interpreters of the CPU engine's model, fed from one queue.
 
@@ -96,11 +111,8 @@ def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kern
     threads between them, keep every core on useful work: measured by scripts/bench_feed.py.
     A batch's decoding threads invoke on them directly (`CpuPool.run_here`).
     The results are the same, in the same order."""
-    from edgeapp.hw.runtime import open_engine
-
     # the model parsed and checked (containment) when `engine` was opened: not again per replica
-    engines = [open_engine(engine.model, "cpu", runtime=runtime, threads=1, probe=False,
-                           cpu_kernels=cpu_kernels, trust_model=True)
+    engines = [open_engine(engine.model, "cpu", options, threads=1, probe=False, trust_model=True)
                for _ in range(replicas)]
     for e in engines:
         e.requested_model, e.notice = engine.requested_model, engine.notice
@@ -108,9 +120,8 @@ def cpu_runner(engine, replicas: int, *, runtime: Optional[str] = None, cpu_kern
                    meta_path=meta_path, depth=depth, label="cpu")
 
 
-def open_tpus(model, choice, *, runtime: Optional[str] = None, probe: bool = True,
-              on_notice: Notice = lambda _t: None, cpu_kernels: str = "fast",
-              performance: Optional[str] = None, usb_queue: Optional[int] = None) -> list:
+def open_tpus(model: str | Path, choice: DeviceChoice, options: EngineOptions = EngineOptions(), *,
+              on_notice: Notice = lambda _t: None) -> list:
     """One engine per TPU of a multi-device choice.
 
     TPUs the user named must all open. With `all`, a TPU found but unusable (busy in another
@@ -118,14 +129,12 @@ def open_tpus(model, choice, *, runtime: Optional[str] = None, probe: bool = Tru
     error unless `auto` allows the CPU twin (then the list comes back empty).
     """
     from edgeapp.hw.device_choice import resolve_tpus
-    from edgeapp.hw.runtime import open_engine
 
     names = resolve_tpus(choice)
     engines, skipped = [], []
     for name in names:
         try:
-            engine = open_engine(model, name, runtime=runtime, probe=probe, cpu_kernels=cpu_kernels,
-                                performance=performance, usb_queue=usb_queue)
+            engine = open_engine(model, name, options)
         except DeviceUnavailable as e:
             if not (choice.every or choice.fallback):
                 raise

@@ -9,12 +9,13 @@ task is the one asked for, else the model's metadata's, else what its outputs ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 from edgeapp.errors import InvalidModel
 from edgeapp.execution.runner import Runner
+from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.tasks.base import BoundTask
 from edgeapp.tasks.model import ImageModel
 
@@ -24,14 +25,16 @@ Notice = Callable[[str], None]
 @dataclass
 class OpenTask:
     """An opened model, where it runs, and the task bound to it. Close it (or use `with`) to
-    end the runner's threads."""
+    end the runner's threads. `notices`: what opening it has to tell the user (the CPU twin
+    runs, a TPU was skipped), for the caller to say."""
 
     runner: Runner
     model: ImageModel
     task: BoundTask
+    notices: List[str] = field(default_factory=list)
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> Engine:
         return self.runner.engine
 
     @property
@@ -51,17 +54,12 @@ class OpenTask:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where and how to run: what --device, --cpu-model, --runtime, --threads, --cpu-kernels,
-    --no-probe, --performance and --reconnect say (plain data: the cluster ships it to its
-    workers)."""
+    """Where and how to run: --device, how each engine opens (`engine`: --cpu-model, --runtime,
+    --threads, --cpu-kernels, --no-probe, --performance) and --reconnect (plain data: the
+    cluster ships it to its workers)."""
 
     device: str = "auto"
-    cpu_model: Optional[str] = None
-    runtime: Optional[str] = None
-    threads: Optional[int] = None
-    probe: bool = True
-    cpu_kernels: str = "fast"
-    performance: Optional[str] = None  # libedgetpu's Performance: low, medium, high, max
+    engine: EngineOptions = EngineOptions()
     reconnect: float = 0.0  # seconds to wait for an Edge TPU that vanished mid-run
 
 
@@ -69,12 +67,13 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
               options: Optional[dict] = None, labels_file: Any = None,
               labels: Optional[dict] = None, mean: Optional[float] = None,
               std: Optional[float] = None, fast_decode: bool = False,
-              on_notice: Optional[Notice] = None, resolve: Optional[Callable] = None,
-              frames: bool = False, cpu_replicas: int = 1, strict_options: bool = True) -> OpenTask:
+              on_notice: Optional[Notice] = None, frames: bool = False, cpu_replicas: int = 1,
+              strict_options: bool = True) -> OpenTask:
     """Open `model` on `place` and bind `task` (None: the model's own) with `options`.
 
-    `resolve(name, device)` turns a registry name into (path, notice) (the CLI's shows download
-    progress; default: flows.models.resolve, quiet). `frames`: the runner takes camera frames
+    A Coral model's name is pulled quietly (flows.models.resolve; the CLI resolves it first,
+    with a progress bar). What opening has to say comes back in `OpenTask.notices`;
+    `on_notice` hears what happens later (a TPU failing over). `frames`: the runner takes camera frames
     and each device's thread runs the whole task on its frame (prepare, invoke, interpret),
     one frame per device in flight; else it takes prepared tensors (batches).
     `cpu_replicas`: one-thread CPU interpreters side by side when the run lands on the CPU.
@@ -82,38 +81,31 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
     are for whichever task the model turns out to be), not refused.
     """
     from edgeapp.core.pipeline_segments import find_segment_files
-    from edgeapp.execution.placement import open_runner
+    from edgeapp.execution.placement import Notices, open_runner
     from edgeapp.tasks import kind, task_for
     from edgeapp.tasks.base import bind
     from edgeapp.tasks.model import image_model
 
-    say = on_notice or (lambda _text: None)
+    notices = Notices()
     path, device = Path(str(model)), place.device
     if find_segment_files(path) is None:
-        path, name_notice = (resolve or _resolve_quietly)(path, device)
+        path, name_notice = _resolve_quietly(path, device)
         if name_notice:  # auto and no Edge TPU: the name's CPU build, said once, on the CPU
-            say(name_notice)
+            notices(name_notice)
             device = "cpu"
         if not path.is_file():  # missing, a folder, a FIFO: the model's error, whatever the device
             from edgeapp.core.tflite.model import map_model_file
 
             map_model_file(path)
-    held = _Held(say)  # where it runs is said once the task is bound: a wrong task is said alone
     holder: dict = {}
     kw: dict = {}
     if frames:
         kw = {"work": lambda engine, frame: holder["task"].on(engine).run_frame(frame), "depth": 1}
     try:
-        runner = open_runner(path, device, cpu_model=place.cpu_model, runtime=place.runtime,
-                             threads=place.threads, probe=place.probe, on_notice=held,
-                             cpu_kernels=place.cpu_kernels, cpu_replicas=cpu_replicas,
-                             performance=place.performance, reconnect=place.reconnect, **kw)
+        runner = open_runner(path, device, place.engine, on_notice=notices, cpu_replicas=cpu_replicas,
+                             reconnect=place.reconnect, **kw)
     except InvalidModel:
-        held.release()
         _explain_unopenable(path)
-        raise
-    except BaseException:
-        held.release()
         raise
     try:
         loaded = image_model(runner.engine, runner.meta_path, labels_file, mean, std, fast_decode,
@@ -126,27 +118,8 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
     except BaseException:
         runner.close()
         raise
-    held.release()
-    return OpenTask(runner, loaded, bound)
-
-
-class _Held:
-    """Notices kept until `release()`, then passed on as they come (a runner's later ones)."""
-
-    def __init__(self, say: Notice) -> None:
-        self.say = say
-        self.lines: Optional[list] = []
-
-    def __call__(self, text: str) -> None:
-        if self.lines is None:
-            self.say(text)
-        else:
-            self.lines.append(text)
-
-    def release(self) -> None:
-        lines, self.lines = self.lines or [], None
-        for text in lines:
-            self.say(text)
+    notices.opening, notices.later = False, on_notice
+    return OpenTask(runner, loaded, bound, notices.kept)
 
 
 def _resolve_quietly(path: Path, device: str) -> tuple:

@@ -15,7 +15,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
@@ -321,11 +321,25 @@ class Engine:
                             f"{self.model.path}: {runtime_error_text(error)}")
 
 
-def open_engine(path: str | Path | TfliteModel, device: str = "auto", *,
-               cpu_model: Optional[str | Path] = None,
-               runtime: Optional[str] = None, threads: Optional[int] = None,
-               probe: bool = True, cpu_kernels: str = "fast", trust_model: bool = False,
-               performance: Optional[str] = None, usb_queue: Optional[int] = None) -> Engine:
+@dataclass(frozen=True)
+class EngineOptions:
+    """How every engine of a run is opened, whatever device it lands on: what --cpu-model,
+    --runtime, --threads, --no-probe, --cpu-kernels, --performance and --usb-queue say. One
+    value travels from the command (or the API) through placement down to `open_engine`; plain
+    data, so the cluster ships it to its workers."""
+
+    cpu_model: Optional[str] = None  # a compiled model's CPU twin (default: X.tflite beside it)
+    runtime: Optional[str] = None  # one of RUNTIMES; None: the best installed
+    threads: Optional[int] = None  # interpreter threads; None: the runtime's default
+    probe: bool = True  # try the (runtime, libedgetpu) pair in a child process first
+    cpu_kernels: str = "fast"  # one of CPU_KERNELS
+    performance: Optional[str] = None  # libedgetpu's Performance: low, medium, high, max
+    usb_queue: Optional[int] = None  # libedgetpu's Usb.MaxBulkInQueueLength
+
+
+def open_engine(path: str | Path | TfliteModel, device: str = "auto",
+                options: Optional[EngineOptions] = None, *, trust_model: bool = False,
+                **settings: Any) -> Engine:
     """Validate the model, pick the device, and return an allocated Engine.
 
     auto: Edge TPU when a compiled model and a TPU are there, else the CPU (the CPU twin for a
@@ -333,11 +347,12 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto", *,
     Containment (probe.py): no model reaches the runtime here before a child process has built,
     allocated and invoked it once (cached by content hash), so a file that crashes the runtime
     is refused with one line instead of killing us; trust_model (or EDGEAPP_TRUST_MODEL=1)
-    skips that. probe: first try the (runtime, Edge TPU library) pair in a child, so a
+    skips that. options.probe: first try the (runtime, Edge TPU library) pair in a child, so a
     mismatched build that segfaults is reported instead of killing us.
     A parsed `TfliteModel` may be passed instead of a path, so callers that already read it don't
     read it again.
-    cpu_kernels: "fast" (the runtime's default) or "reference" (see CPU_KERNELS).
+    `options` (EngineOptions), with `settings` (its fields by name, e.g. `threads=1`) replacing
+    some: cpu_kernels "fast" (the runtime's default) or "reference" (see CPU_KERNELS);
     performance (low|medium|high|max) and usb_queue (Usb.MaxBulkInQueueLength) go to libedgetpu
     with the device indexed (device_choice.tuned); max with a std build on USB is refused.
     """
@@ -345,14 +360,16 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto", *,
     from edgeapp.core.tflite.model import TfliteModel, load_model
     from edgeapp.hw.device_choice import parse_device, tuned
 
+    o = replace(options or EngineOptions(), **settings)
+    cpu_model, threads, cpu_kernels = o.cpu_model, o.threads, o.cpu_kernels
     spec = parse_device(device)
     model = path if isinstance(path, TfliteModel) else load_model(path)
     path = model.path if isinstance(path, TfliteModel) else path
-    rt = find_runtime(runtime)
+    rt = find_runtime(o.runtime)
     if spec.kind != "cpu" and model.is_edgetpu_compiled:
-        spec, extra = tuned(spec, performance, usb_queue)
+        spec, extra = tuned(spec, o.performance, o.usb_queue)
         try:
-            if probe:
+            if o.probe:
                 from edgeapp.hw.probe import ensure_probed
                 ensure_probed(rt, spec, model.path, lambda: load_edgetpu_delegate(rt, spec, extra),
                               check_model=not trust_model)

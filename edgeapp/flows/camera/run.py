@@ -69,7 +69,6 @@ class CameraRequest:
     live_view: Optional[LiveViewSettings] = None
     mqtt: Optional[MqttSettings] = None
     on_record: Optional[Callable[[dict], None]] = None  # every frame's record, as it is made
-    resolve: Optional[Callable] = None  # a Coral model's name -> (path, notice) (open_task's)
     tracking: Any = None  # flows/camera/tracking.TrackingSettings: --track and its lines, zones, events
 
 
@@ -169,8 +168,10 @@ class CameraRun:
 
             options = {**options, "track_low": LOW}
         opened = open_task(r.model, r.task, r.place, options=options, labels_file=r.labels_file,
-                           mean=r.mean, std=r.std, on_notice=self.say, resolve=r.resolve,
-                           frames=True, strict_options=False)
+                           mean=r.mean, std=r.std, on_notice=self.say, frames=True,
+                           strict_options=False)
+        for note in opened.notices:
+            self.say(note)
         for note in opened.task.kind.warnings(opened.model, r.labels_file):
             self.say(f"warning: {note}")
         return opened
@@ -216,7 +217,7 @@ class CameraRun:
         if self.address is not None or self.target is not None:  # the Edge TPU's heat and clock
             from edgeapp.flows.camera.tpu_health import TpuHealth
 
-            self.health = TpuHealth(self.request.place.performance).start()
+            self.health = TpuHealth(self.request.place.engine.performance).start()
         if self.address is not None:  # first: a port in use fails before anything connects
             self._live_view(kind, source)
         if self.target is not None:
