@@ -94,6 +94,18 @@ class Model:
         exception."""
         return iter_records(_strings(paths), self._opened.runner, self._task(task, options), workers)
 
+    def evaluate(self, data: PathLike, images: Optional[PathLike] = None, workers: int = 2) -> dict:
+        """The model's metric on labelled `data` (class folders or a CSV, a COCO JSON or a YOLO
+        dataset, images/ + masks/, a COCO keypoints JSON; `images`: a COCO JSON's image
+        folder), as `edgeapp eval --format json` reports it: {"data": {...}, "models": [{"model",
+        "runs_on", "images", "failed", "images_per_s", "median_ms", "metrics": {...}}]}."""
+        from edgeapp.flows.evaluate import differences, evaluate, read_data, report
+
+        found = read_data(Path(data), Path(images) if images is not None else None)
+        result = evaluate(self._opened, found, workers)
+        differences([result.entry])
+        return report(found, [result])
+
     def camera(self, source: Any = "0", *, task: Optional[str] = None,
                on_record: Optional[Callable[[dict], None]] = None, display: bool = False,
                record: Optional[PathLike] = None, output: Optional[PathLike] = None,
@@ -213,7 +225,7 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
                labels: Optional[PathLike] = None, mean: Optional[float] = None,
                std: Optional[float] = None, cpu_model: Optional[PathLike] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
-               fast_decode: bool = False, cpu_kernels: str = "fast",
+               decode: Optional[str] = None, cpu_kernels: str = "fast",
                performance: Optional[str] = None, **options: Any) -> Model:
     """Open an image model as the CLI does: validated, on the Edge TPU when usable (`auto`),
     else on the CPU (a compiled model's CPU twin); `device` may also list several Edge TPUs
@@ -222,14 +234,17 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
     `options` (top_k, threshold, resize...: the task's own, with its command's defaults) are
     what `run` and `batch` use when not told. `path` may also name one of Coral's published
     models (`edgeapp models list`): it is pulled and verified when not cached. `performance`
-    (low, medium, high, max) is libedgetpu's clock setting for the Edge TPU."""
+    (low, medium, high, max) is libedgetpu's clock setting for the Edge TPU. `decode` ("scaled"
+    or "full", as --decode; default: what the model was calibrated with, else the task's own:
+    full for classify, scaled for detect, pose and segment) is how JPEG files and bytes are
+    decoded."""
     engine = EngineOptions(str(cpu_model) if cpu_model else None, runtime, threads,
                            cpu_kernels=cpu_kernels, performance=performance)
     place = Placement(device, engine)
     if task is not None:
         _check_api_options(task, options)
     opened = open_task(path, task, place, options=options, labels_file=labels, mean=mean, std=std,
-                       fast_decode=fast_decode)
+                       decode=decode)
     return Model(opened, {"model": path, "place": place, "labels_file": labels, "mean": mean,
                           "std": std})
 

@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     CLUSTER_LOST = 11  # --cluster: the Dask scheduler cannot be reached or went away
     DOWNLOAD_FAILED = 12  # models: no network, HTTP error, connection cut (run again to resume)
     VERIFY_FAILED = 13  # models: a downloaded file is not the published one (it was removed)
+    OVER_BUDGET = 14  # convert --max-drop: no trial kept the loss within the budget (best file kept)
     INTERRUPTED = 130  # Ctrl-C, for every command (128 + SIGINT, as shells report it)
 
 

@@ -68,6 +68,7 @@ def main() -> int:
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))
+    from edgeapp.execution.runner import SingleRunner
     from edgeapp.flows.batch import run_batch
     from edgeapp.flows.inputs import expand_inputs
     from edgeapp.hw.runtime import open_engine
@@ -107,7 +108,7 @@ def main() -> int:
             prepare(p)
             prep_ms.append((time.perf_counter() - t) * 1000)
 
-        stats = run_batch(paths, engine, task, _Null(), workers=args.workers)
+        stats = run_batch(paths, SingleRunner(engine), task, _Null(), workers=args.workers)
         pipeline = stats.per_second
 
     print(f"model {args.model.name} on {engine.device} ({engine.runtime.name} {engine.runtime.version}, "

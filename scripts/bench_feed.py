@@ -67,10 +67,10 @@ def decode_ms(paths: list, fast: bool, size=(224, 224)) -> float:
     from edgeapp.core.preprocess import prepare_image
 
     for p in paths[:5]:
-        prepare_image(p, size, 3, np.uint8, 0.0078125, 128, fast_decode=fast)
+        prepare_image(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
     t0 = time.perf_counter()
     for p in paths:
-        prepare_image(p, size, 3, np.uint8, 0.0078125, 128, fast_decode=fast)
+        prepare_image(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
     return (time.perf_counter() - t0) * 1000.0 / len(paths)
 
 
@@ -83,7 +83,7 @@ def parallel_decode_ips(paths: list, fast: bool, threads: int, size=(224, 224)) 
     from edgeapp.core.preprocess import prepare_image
 
     def one(p):
-        return prepare_image(p, size, 3, np.uint8, 0.0078125, 128, fast_decode=fast)
+        return prepare_image(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, paths[:threads * 2]))
@@ -131,7 +131,7 @@ def top1_agreement(model: Path, paths: list) -> tuple[float, float, float]:
     for p in paths:
         outs = []
         for fast in (False, True):
-            x = prepare_image(p, (224, 224), 3, engine.input_dtype, scale, zero, fast_decode=fast)
+            x = prepare_image(p, (224, 224), 3, engine.input_dtype, scale, zero, decode="scaled" if fast else "full")
             outs.append(engine.run(x)[0].reshape(-1).astype(np.int32))
         a, b = int(np.argmax(outs[0])), int(np.argmax(outs[1]))
         scores.append(outs[0][a])

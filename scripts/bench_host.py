@@ -60,6 +60,20 @@ processes take, while the CPU per image still shows edgeapp's own overhead.
                           busy cores share the L3 cache, memory bandwidth and clock, which no
                           program on this machine escapes.
 
+Camera-sized photos (--camera N, default 30: 0.3 to 12 MP in turn, every third stored sideways
+with an EXIF orientation), with Coral's MobileNet v1 0.25/128 as the fast model (digits without
+../shared), each side in one round:
+  full-decode capacity    the decode peer above on these photos, each decoded whole
+  scaled-decode capacity  the same with Pillow's own `draft(mode, input size)` before loading (the
+                          DCT scale Pillow picks for that size)
+  edgeapp --decode scaled `edgeapp classify --decode scaled` (detect, pose and segment's default). Targets:
+                          >= 0.95 of the scaled-decode capacity, which is >= 2x the full one
+  edgeapp --decode full   target >= 0.95 of the full-decode capacity
+  mobilenet_v2 (scaled)   edgeapp beside its CPU-work bound with the decode at the scale used (the
+                          fused peer decoding scaled). Target >= 0.95.
+--decode full|scaled says how the --size JPEGs above are decoded, by edgeapp and by its peers
+alike (full by default, as `classify` decodes unless told).
+
 The machine matters: say its cores and load average with any figure quoted (both are printed).
 """
 
@@ -87,8 +101,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "coral"
 DIGITS = ROOT / "models" / "digits_int8.tflite"
 MOBILENET = SHARED / "mobilenet_v2_1.0_224_quant.tflite"
+FAST = SHARED / "mobilenet_v1_0.25_128_quant.tflite"  # the camera set's fast model (else digits)
 COMPILING = "edgeapp --help, no bytecode cache"
-TARGETS = {"help_s": 0.15, "classify_s": 0.35, "fast_vs_decode": 0.95, "mobilenet_vs_bound": 0.95}
+TARGETS = {"help_s": 0.15, "classify_s": 0.35, "fast_vs_decode": 0.95, "mobilenet_vs_bound": 0.95,
+           "camera_fast_vs_scaled_capacity": 0.95, "camera_scaled_vs_full_capacity": 2.0,
+           "camera_mobilenet_vs_bound": 0.95, "camera_full_vs_full_capacity": 0.95}
 
 sys.path.insert(0, str(ROOT))
 
@@ -117,6 +134,53 @@ def make_jpegs(folder: Path, count: int, size: tuple) -> List[str]:
         img.save(p, quality=90)
         paths.append(str(p))
     return paths
+
+
+CAMERA_SIZES = ((640, 480), (1280, 960), (2048, 1536), (3264, 2448), (4000, 3000))  # 0.3-12 MP
+
+
+def make_camera_jpegs(folder: Path, count: int) -> List[str]:
+    """`count` camera-sized photos, 0.3 to 12 MP in turn (CAMERA_SIZES): crops of the shared
+    1080p cat, else smooth random images, scaled up; every third one stored sideways with an
+    EXIF orientation (6), every fifth an MPO (a JPEG with a second picture, as many phones
+    write them); quality 92."""
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    src = SHARED / "cat_1080p.jpg"
+    base = Image.open(src).convert("RGB") if src.exists() else None
+    paths = []
+    for i in range(count):
+        w, h = CAMERA_SIZES[i % len(CAMERA_SIZES)]
+        if base is not None:
+            cw = int(base.width * rng.uniform(0.6, 0.95))
+            ch = min(base.height, cw * h // w)
+            x, y = rng.integers(0, base.width - cw + 1), rng.integers(0, base.height - ch + 1)
+            img = base.crop((x, y, x + cw, y + ch)).resize((w, h), Image.BICUBIC)
+        else:
+            small = rng.integers(0, 256, (h // 32, w // 32, 3), dtype=np.uint8)
+            img = Image.fromarray(small).resize((w, h), Image.BICUBIC)
+        kw = {}
+        if i % 3 == 2:  # stored sideways: the viewer (and edgeapp) turns it upright
+            img = img.transpose(Image.Transpose.ROTATE_90)
+            exif = Image.Exif()
+            exif[0x0112] = 6
+            kw["exif"] = exif.tobytes()
+        p = folder / f"cam_{i:03d}.jpg"
+        if i % 5 == 4:  # a phone's MPO: the photo, then a preview picture in the same file
+            img.save(p, "MPO", quality=92, save_all=True, append_images=[img.resize((640, 480))], **kw)
+        else:
+            img.save(p, quality=92, **kw)
+        paths.append(str(p))
+    return paths
+
+
+def camera_sizes(paths: List[str]) -> dict:
+    from PIL import Image
+
+    mp = [Image.open(p).size for p in paths]
+    mp = [w * h / 1e6 for w, h in mp]
+    return {"count": len(paths), "megapixels": [round(min(mp), 2), round(max(mp), 2)] if mp else []}
 
 
 # -- start-up ---------------------------------------------------------------------------------------
@@ -160,11 +224,14 @@ def startup_commands(one_jpg: str, with_mobilenet: bool) -> Dict[str, List[str]]
 
 # -- the peer loops: plain library calls ------------------------------------------------------------
 
-def plain_prepare(path: str, size: tuple, mode: str) -> np.ndarray:
-    """The library calls of edgeapp's preparation, nothing else (the decode peer's work)."""
+def plain_prepare(path: str, size: tuple, mode: str, scaled: bool = False) -> np.ndarray:
+    """The library calls of edgeapp's preparation, nothing else (the decode peer's work);
+    `scaled`: a JPEG decoded at the DCT scale Pillow's own `draft` picks for `size`."""
     from PIL import Image, ImageOps
 
     img = Image.open(path)
+    if scaled and img.format in ("JPEG", "MPO"):
+        img.draft(mode, size)
     img.load()
     if img.getexif().get(0x0112, 1) != 1:  # EXIF orientation: turned only when not upright
         img = ImageOps.exif_transpose(img)
@@ -242,14 +309,14 @@ def taker(paths: List[str]) -> Callable[[], Optional[str]]:
     return take
 
 
-def peer_decode(paths: List[str], size: tuple, mode: str, threads: int) -> Run:
+def peer_decode(paths: List[str], size: tuple, mode: str, threads: int, scaled: bool = False) -> Run:
     """Images/s of `threads` plain threads preparing images and doing nothing else."""
     take = taker(paths)
 
     def work() -> None:
         path = take()
         while path is not None:
-            plain_prepare(path, size, mode)
+            plain_prepare(path, size, mode, scaled)
             path = take()
 
     with Run(len(paths)) as run:
@@ -260,9 +327,10 @@ def peer_decode(paths: List[str], size: tuple, mode: str, threads: int) -> Run:
 class PlainModel:
     """One-thread interpreters of the runtime edgeapp picks, driven through its own API."""
 
-    def __init__(self, model: Path, count: int) -> None:
+    def __init__(self, model: Path, count: int, scaled: bool = False) -> None:
         from edgeapp.hw.runtime import find_runtime
 
+        self.scaled = scaled
         self.runtime = find_runtime()
         self.interpreters = []
         for _ in range(count):
@@ -276,7 +344,7 @@ class PlainModel:
         self.out = self.interpreters[0].get_output_details()[0]["index"]
 
     def tensor(self, path: str) -> np.ndarray:
-        return plain_quantize(plain_prepare(path, self.size, self.mode), self.detail)
+        return plain_quantize(plain_prepare(path, self.size, self.mode, self.scaled), self.detail)
 
     def invoke(self, k: int, tensor: np.ndarray) -> np.ndarray:
         interpreter = self.interpreters[k]
@@ -360,12 +428,13 @@ def cpu_work(paths: List[str], model: PlainModel) -> tuple:
 class EdgeappBatch:
     """A model opened as `edgeapp classify` opens it (cli/images.py), run on a list of images."""
 
-    def __init__(self, model: Path, results: Path) -> None:
+    def __init__(self, model: Path, results: Path, decode: str = "scaled") -> None:
         from edgeapp.cli.options import decode_workers
         from edgeapp.flows.open_task import Placement, open_task
         from edgeapp.hw.hostinfo import usable_cores
 
-        self.opened = open_task(model, "classify", Placement(), cpu_replicas=usable_cores())
+        self.opened = open_task(model, "classify", Placement(), cpu_replicas=usable_cores(),
+                                decode=decode)
         self.workers = decode_workers(None)
         self.results = results
 
@@ -384,6 +453,12 @@ class EdgeappBatch:
     @property
     def where(self) -> str:
         return self.opened.where
+
+    @property
+    def input_size(self) -> tuple:
+        """((width, height), Pillow mode) of the model's input."""
+        shape = self.opened.runner.engine.input_shape
+        return (int(shape[2]), int(shape[1])), "RGB" if shape[3] == 3 else "L"
 
     def close(self) -> None:
         self.opened.close()
@@ -460,6 +535,8 @@ class Bench:
         self.samples: Dict[str, List[float]] = {}
         self.batches: Dict[str, EdgeappBatch] = {}
         self.plain: Optional[PlainModel] = None
+        self.plain_scaled: Optional[PlainModel] = None
+        self.camera: Optional[List[str]] = None
         self.digits_input = None
 
     def add(self, key: str, value: float) -> None:
@@ -486,13 +563,15 @@ class Bench:
         or falls during a round favours neither side)."""
         if self.args.no_batch:
             return
-        digits = self.batches.setdefault("digits", EdgeappBatch(DIGITS, self.tmp / "digits.jsonl"))
+        scaled = self.args.decode == "scaled"
+        digits = self.batches.setdefault("digits", EdgeappBatch(DIGITS, self.tmp / "digits.jsonl",
+                                                                self.args.decode))
         if self.digits_input is None:
             shape = digits.opened.runner.engine.input_shape
             self.digits_input = ((int(shape[2]), int(shape[1])), "RGB" if shape[3] == 3 else "L")
         size, mode = self.digits_input
         fast, decode = in_order(flip, lambda: digits.rate(self.paths),
-                                lambda: peer_decode(self.paths, size, mode, self.cores))
+                                lambda: peer_decode(self.paths, size, mode, self.cores, scaled))
         cli = cli_rate(DIGITS, self.images, self.env, self.tmp) if self.args.cli else None
         if keep:
             self.runs("fast/decode_capacity", decode)
@@ -506,9 +585,10 @@ class Bench:
         if not self.mobilenet:
             return
         mnv2 = self.batches.setdefault("mobilenet_v2",
-                                       EdgeappBatch(MOBILENET, self.tmp / "mobilenet.jsonl"))
+                                       EdgeappBatch(MOBILENET, self.tmp / "mobilenet.jsonl",
+                                                    self.args.decode))
         if self.plain is None:
-            self.plain = PlainModel(MOBILENET, self.cores)
+            self.plain = PlainModel(MOBILENET, self.cores, scaled)
         alone = cpu_work(self.paths, self.plain)
         rate, (fused, split) = in_order(
             flip, lambda: mnv2.rate(self.paths),
@@ -536,18 +616,71 @@ class Bench:
             self.add("mnv2/work_share", (prepare + invoke) * 1000 / rate.cpu_ms)
             self.add("mnv2/busy", rate.busy(self.cores))
 
+    def camera_round(self, keep: bool, flip: bool) -> None:
+        """Camera-sized photos (--camera N of 0.3-12 MP): the fast model with scaled and full
+        decode beside both decode capacities, MobileNet V2 (scaled) beside its CPU-work bound
+        with decode counted at the scale used."""
+        if not self.args.camera:
+            return
+        if self.camera is None:
+            folder = self.tmp / "camera"
+            folder.mkdir()
+            self.camera = make_camera_jpegs(folder, self.args.camera)
+            for p in self.camera:
+                Path(p).read_bytes()
+        paths, fast_model = self.camera, (FAST if FAST.is_file() else DIGITS)
+        runs = {}
+        for decode in ("scaled", "full"):
+            self.batches.setdefault(f"camera_{decode}", EdgeappBatch(
+                fast_model, self.tmp / f"camera_{decode}.jsonl", decode))
+        size, mode = self.batches["camera_scaled"].input_size
+        sides = [("edgeapp_scaled", lambda: self.batches["camera_scaled"].rate(paths)),
+                 ("capacity_scaled", lambda: peer_decode(paths, size, mode, self.cores, True)),
+                 ("edgeapp_full", lambda: self.batches["camera_full"].rate(paths)),
+                 ("capacity_full", lambda: peer_decode(paths, size, mode, self.cores, False))]
+        for name, run in (sides[::-1] if flip else sides):
+            runs[name] = run()
+        if self.mobilenet:
+            mnv2 = self.batches.setdefault("camera_mnv2", EdgeappBatch(
+                MOBILENET, self.tmp / "camera_mnv2.jsonl", "scaled"))
+            if self.plain_scaled is None:
+                self.plain_scaled = PlainModel(MOBILENET, self.cores, True)
+            runs["mnv2"], runs["mnv2_peer"] = in_order(
+                flip, lambda: mnv2.rate(paths), lambda: peer_fused(paths, self.plain_scaled))
+        if not keep:
+            return
+        for name, run in runs.items():
+            self.runs(f"camera/{name}", run)
+        self.add("camera/ratio_scaled", runs["edgeapp_scaled"].rate / runs["capacity_scaled"].rate)
+        self.add("camera/ratio_full", runs["edgeapp_full"].rate / runs["capacity_full"].rate)
+        self.add("camera/scaled_vs_full_capacity",
+                 runs["capacity_scaled"].rate / runs["capacity_full"].rate)
+        self.add("camera/default_vs_full_capacity",
+                 runs["edgeapp_scaled"].rate / runs["capacity_full"].rate)
+        if "mnv2" in runs:
+            prepare, invoke = runs["mnv2_peer"].work
+            bound = self.cores / (prepare + invoke)
+            self.add("camera/mnv2_prepare_ms", prepare * 1000)
+            self.add("camera/mnv2_bound", bound)
+            self.add("camera/mnv2_ratio_bound", runs["mnv2"].rate / bound)
+            self.add("camera/mnv2_work_share", (prepare + invoke) * 1000 / runs["mnv2"].cpu_ms)
+            self.add("camera/mnv2_busy", runs["mnv2"].busy(self.cores))
+
     def run(self) -> dict:
         load = [os.getloadavg()[0]]
         for r in range(self.args.rounds + 1):  # round 0 warms caches, verdicts, interpreters
             self.startup_round(keep=r > 0)
             self.throughput_round(keep=r > 0, flip=r % 2 == 1)
+            self.camera_round(keep=r > 0, flip=r % 2 == 1)
             load.append(os.getloadavg()[0])
             if not self.args.json:
                 print(f"round {r}/{self.args.rounds} done (load average {load[-1]:.2f})",
                       file=sys.stderr)
         for batch in self.batches.values():
             batch.close()
-        result = {"machine": machine(), "images": {"count": len(self.paths), "size": self.args.size},
+        result = {"machine": machine(), "images": {"count": len(self.paths), "size": self.args.size,
+                                                   "decode": self.args.decode,
+                                                   "camera": camera_sizes(self.camera or [])},
                   "rounds": self.args.rounds, "repeat": self.args.repeat,
                   "loadavg_1m": {"min": min(load), "max": max(load)}, "targets": TARGETS,
                   "where": {k: b.where for k, b in self.batches.items()},
@@ -570,7 +703,11 @@ def verdicts(figures: dict) -> dict:
         if v is not None:
             found[f"classify_{label}_s"] = {"value": v, "target": TARGETS["classify_s"],
                                             "met": v <= TARGETS["classify_s"]}
-    for key, fig in (("fast_vs_decode", "fast/ratio"), ("mobilenet_vs_bound", "mnv2/ratio_bound")):
+    for key, fig in (("fast_vs_decode", "fast/ratio"), ("mobilenet_vs_bound", "mnv2/ratio_bound"),
+                     ("camera_fast_vs_scaled_capacity", "camera/ratio_scaled"),
+                     ("camera_scaled_vs_full_capacity", "camera/scaled_vs_full_capacity"),
+                     ("camera_mobilenet_vs_bound", "camera/mnv2_ratio_bound"),
+                     ("camera_full_vs_full_capacity", "camera/ratio_full")):
         v = med(fig)
         if v is not None:
             found[key] = {"value": v, "target": TARGETS[key], "met": v >= TARGETS[key]}
@@ -626,6 +763,24 @@ def print_table(r: dict) -> None:
         row("  edgeapp / best peer", "mnv2/ratio_peer", "")
         row("mobilenet_v2: edgeapp classify FOLDER (CLI)", "mnv2/cli", "img/s", "{:.1f}")
         row("  CLI / CPU-work bound", "mnv2/cli_ratio_bound", "")
+    if "camera/ratio_scaled" in f:
+        c = r["images"]["camera"]
+        print(f"camera-sized photos: {c['count']} JPEGs of {c['megapixels'][0]}-{c['megapixels'][1]} MP, "
+              f"fast model {FAST.stem if FAST.is_file() else 'digits'}:")
+        row("full-decode capacity (peer)", "camera/capacity_full", "img/s", "{:.1f}")
+        row("scaled-decode capacity (peer)", "camera/capacity_scaled", "img/s", "{:.1f}")
+        row("  scaled / full capacity", "camera/scaled_vs_full_capacity", "")
+        row("edgeapp --decode scaled", "camera/edgeapp_scaled", "img/s", "{:.1f}")
+        row("  / scaled-decode capacity", "camera/ratio_scaled", "")
+        row("  / full-decode capacity", "camera/default_vs_full_capacity", "")
+        row("edgeapp --decode full", "camera/edgeapp_full", "img/s", "{:.1f}")
+        row("  / full-decode capacity", "camera/ratio_full", "")
+        row("mobilenet_v2: prepare (scaled), CPU ms/img", "camera/mnv2_prepare_ms", "ms", "{:.2f}")
+        row("mobilenet_v2: CPU-work bound (scaled)", "camera/mnv2_bound", "img/s", "{:.1f}")
+        row("mobilenet_v2: edgeapp (scaled)", "camera/mnv2", "img/s", "{:.1f}")
+        row("  edgeapp / CPU-work bound", "camera/mnv2_ratio_bound", "")
+        row("    = necessary CPU / edgeapp's CPU", "camera/mnv2_work_share", "")
+        row("    x cores kept busy", "camera/mnv2_busy", "")
     print("targets (medians):")
     for key, v in r["verdicts"].items():
         sign = "<=" if key.endswith("_s") else ">="
@@ -646,6 +801,11 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--no-startup", action="store_true", help="skip the start-up figures")
     ap.add_argument("--no-batch", action="store_true", help="skip the throughput figures")
     ap.add_argument("--no-mobilenet", action="store_true", help="skip MobileNet V2")
+    ap.add_argument("--decode", choices=("scaled", "full"), default="full",
+                    help="how edgeapp and the peers decode the --size JPEGs (edgeapp's --decode; "
+                         "full: classify's default)")
+    ap.add_argument("--camera", type=int, default=30, metavar="N",
+                    help="camera-sized photos (0.3-12 MP) per run; 0 skips that set")
     ap.add_argument("--cli", action=argparse.BooleanOptionalAction, default=True,
                     help="also run `edgeapp classify FOLDER` as a user does (its own summary's rate)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")

@@ -169,8 +169,8 @@ def test_report_names_the_outlier_layer_first(onnx_converted):
     first = doc["layers"][0]
     assert first["source"] == "outlier_add" and "outlier_add" in first["name"] and first["op"] == "ADD"
     assert "outlier" in first["cause"] and first["outlier_ratio"] > 4
-    sqnr = [row["sqnr_db"] for row in doc["layers"] if row["sqnr_db"] is not None]
-    assert sqnr == sorted(sqnr)  # worst first
+    harm = [row["output_sqnr_db"] for row in doc["layers"] if row.get("output_sqnr_db") is not None]
+    assert harm == sorted(harm) and first["output_sqnr_db"] == harm[0]  # worst first, by harm at the output
     assert out.with_suffix(".report.png").stat().st_size > 5000
     assert report["report"]["layers"][0]["source"] == "outlier_add"
 
@@ -244,3 +244,21 @@ def test_without_the_extra_convert_says_the_install_line(tmp_path, onnx_data):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == ExitCode.MISSING_DEPENDENCY, proc.stderr
     assert "pip install 'edgeapp[onnx]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_eval_runs_the_onnx_float_original_beside_its_int8(onnx_converted, onnx_data, cli):
+    """`edgeapp eval FLOAT.onnx INT8.tflite`: the ONNX file on ONNX Runtime (NCHW, fed the NHWC
+    image transposed) with the preprocessing of its conversion (the int8 model's sidecar names
+    it as its source), its top-1 recomputed here from ONNX Runtime directly."""
+    from conftest import CLASSES
+
+    _, out, _ = onnx_converted["colors_nchw"]
+    r = cli("eval", FIXTURES / "colors_nchw.onnx", out, "--data", onnx_data / "photos", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    flt, q = json.loads(r.stdout)["models"]
+    assert flt["runs_on"] == "float on ONNX Runtime" and q["runs_on"] == "cpu"
+    images = sorted((onnx_data / "photos").rglob("*.png"))
+    truth = np.array([CLASSES.index(p.parent.name) for p in images])
+    top1 = float((ort_outputs(FIXTURES / "colors_nchw.onnx", images).argmax(axis=1) == truth).mean())
+    assert flt["images"] == len(images) and flt["metrics"]["top1"] == pytest.approx(top1)
+    assert q["delta"]["top1"] == pytest.approx(q["metrics"]["top1"] - flt["metrics"]["top1"])

@@ -474,3 +474,33 @@ def test_python_api_takes_names(env, color_images):
 
     model = edgeapp.open_model("colors", "cpu")
     assert model.device == "cpu" and model.classify(color_images["green"], top_k=1)[0]["label"] == "green"
+
+
+def test_published_accuracy_is_listed_and_models_eval_measures_it_beside(cli, env, tmp_path):
+    from conftest import write_color_folders
+
+    doc = json.loads(env["registry"].read_text())
+    doc["models"]["colors"]["published"] = {"top1": 0.975, "source": "https://example.test/colors"}
+    env["registry"].write_text(json.dumps(doc))
+    listed = cli("models", "list", "--format", "json")
+    assert listed.exit_code == 0, listed.stderr
+    by_name = {m["name"]: m for m in json.loads(listed.stdout)["models"]}
+    assert by_name["colors"]["published"] == {"top1": 0.975, "source": "https://example.test/colors"}
+    assert by_name["toy_ssd"]["published"] is None
+    table = cli("models", "list")
+    assert "top-1 97.5%" in next(line for line in table.stdout.splitlines() if line.startswith("colors "))
+    data = write_color_folders(tmp_path / "data", 4, seed=3)
+    r = cli("models", "eval", "colors", "--data", data, "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["published"]["top1"] == 0.975
+    assert got["models"][0]["images"] == 12 and got["models"][0]["metrics"]["top1"] > 0.9
+
+
+def test_the_package_registry_says_where_each_published_number_is_from():
+    reg = json.loads((ROOT / "edgeapp" / "core" / "coral_models.json").read_text())
+    published = {n: m["published"] for n, m in reg["models"].items() if m.get("published")}
+    assert published, "no published accuracy in the registry"
+    for name, p in published.items():
+        assert p["source"].startswith("https://coral.ai/models/"), name
+        assert {k for k in p if k != "source"} <= {"top1", "top5", "map"}, name

@@ -97,7 +97,7 @@ def test_a_range_widened_by_its_consumer_is_credited_to_the_consumer():
     ranked = rank(layers)
     assert [r["name"] for r in ranked] == ["add", "conv", "fc"]
     assert ranked[0]["sqnr_db"] == 28.0 and ranked[0]["local_sqnr_db"] == 80.0
-    assert "outliers" in ranked[0]["cause"] and ranked[1]["range_set_by"] == "add"
+    assert "one outlier sets the int8 step" in ranked[0]["cause"] and ranked[1]["range_set_by"] == "add"
     assert ranked[2]["cause"] is None  # 45 dB: nothing worth saying
 
 
@@ -140,3 +140,99 @@ def test_top_k_breaks_ties_as_classify_does():
     scores = rng.integers(0, 4, size=(500, 6)).astype(np.float32)  # quantized scores tie often
     ranked = top_k(scores, 3)
     assert ranked.tolist() == [[c.id for c in get_classes_from_scores(s, 3)] for s in scores]
+
+
+def test_a_range_set_by_one_outlier_is_clipped_at_the_percentile():
+    """--max-drop's clip: 3 spikes at 400 among 300,000 values in 0..7 set the calibrated range;
+    the 99.99th percentile cuts it back to ~7. A range without outliers is left alone."""
+    from edgeapp.core.quant_tune import RangeStats
+
+    rng = np.random.default_rng(2)
+    spiked, plain = RangeStats(0.0, 400.0), RangeStats(0.0, 7.0)
+    for i in range(30):
+        x = rng.uniform(0, 7, 10000)
+        plain.add(x)
+        if i % 10 == 0:
+            x[5] = 400.0
+        spiked.add(x)
+    low, high, clipped = spiked.clipped(99.99, 4.0, *spiked.measured())
+    assert clipped and low == 0.0 and high == pytest.approx(7.0, rel=0.02)
+    assert plain.clipped(99.99, 4.0, *plain.measured())[2] is False
+    assert spiked.measured() == (0.0, 400.0)
+
+
+def test_a_range_recorded_wider_than_the_values_is_re_measured():
+    from edgeapp.core.quant_tune import RangeStats
+
+    stats = RangeStats(-1.0, 400.0)  # the calibrator's record; the values only reach 0..7
+    stats.add(np.linspace(0, 7, 1000))
+    assert stats.measured() == (0.0, pytest.approx(7.0))
+
+
+@pytest.mark.parametrize("detail, metric, drop", [
+    ({"float_accuracy": 0.88, "int8_accuracy": 0.858, "agreement": 0.92}, "top-1 accuracy", 0.022),
+    ({"float_accuracy": None, "int8_accuracy": None, "agreement": 0.97}, "top-1 agreement", 0.03),
+    ({"agreement": None, "outputs": [{"cosine": 0.99}, {"cosine": 0.95}]}, "output cosine", 0.05),
+])
+def test_the_loss_is_in_the_task_metric(detail, metric, drop):
+    from edgeapp.core.quant_tune import drop_of, meets, metric_of
+
+    assert metric_of(detail)[0] == metric and drop_of(detail) == pytest.approx(drop)
+    assert meets(drop, drop) and not meets(drop, drop - 0.001)
+
+
+def test_the_kept_trial_loses_least_then_keeps_most_on_the_edge_tpu():
+    from edgeapp.core.quant_tune import best_of, tail_cuts
+
+    trials = [{"trial": "plain", "order": 0, "drop": 0.02, "macs_tpu_share": 1.0},
+              {"trial": "clip", "order": 1, "drop": 0.004, "macs_tpu_share": 1.0},
+              {"trial": "tail", "order": 2, "drop": 0.004, "macs_tpu_share": 0.4},
+              {"trial": "skipped", "order": 3, "drop": None}]
+    assert best_of(trials)["trial"] == "clip"
+    assert tail_cuts([0, 2, 4, 7], 8, 8) == [7, 4, 2, 1] and tail_cuts([0, 2, 4, 7], 8, 2) == [7, 4, 1]
+    assert tail_cuts([0, 2, 4, 7], 8, 2, outliers=[3]) == [7, 4, 3, 1]
+
+
+def test_bias_correction_takes_the_mean_error_off_each_channel():
+    from edgeapp.core.quant_tune import bias_shift
+
+    f = np.zeros((4, 5, 5, 3))
+    q = f + np.array([0.5, -0.25, 0.0])  # channel errors, scale 0.125 per int32 step
+    assert bias_shift(f, q, np.array([0.125, 0.125, 0.125])).tolist() == [4, -2, 0]
+
+
+def test_constants_are_replaced_in_place_and_shared_buffers_refused(tiny_model):
+    from edgeapp.core.edgetpu_ops import constant_reader
+    from edgeapp.core.tflite.model import parse_model
+    from edgeapp.core.tflite.patch import replace_constants
+
+    data = tiny_model.read_bytes()
+    m = parse_model(data)
+    bias = next(m.tensors[op.inputs[2]] for op in m.operators if op.op == "CONV_2D")
+    new = (np.arange(bias.shape[0], dtype="<i4") * 7).tobytes()
+    patched = replace_constants(data, {bias.index: new})
+    assert len(patched) == len(data) and constant_reader(patched)(parse_model(patched).tensors[bias.index]) == new
+    with pytest.raises(ValueError):
+        replace_constants(data, {bias.index: new + b"\0\0\0\0"})
+
+
+def test_harm_at_the_output_ranks_before_the_layers_own_error():
+    """A layer the output barely feels (its own SQNR low) goes after one that costs the output
+    most; layers not measured at the output follow, by their own SQNR."""
+    layers = [layer("early", "CONV_2D", 12.0, 5.0, output_sqnr_db=45.0),
+              layer("add", "ADD", 30.0, 400.0, output_sqnr_db=18.0, range_inflation=50.0),
+              layer("fc", "FULLY_CONNECTED", 20.0, 3.0)]
+    assert [r["name"] for r in rank(layers)] == ["add", "early", "fc"]
+    cause, _ = diagnose(layers[1] | {"sqnr_db": 14.0})
+    assert "its range is 50x what 99.99% of its values need: one outlier sets the int8 step" in cause
+
+
+@pytest.mark.parametrize("tensor, weights, name", [
+    ("functional_2_1/conv3_1/Relu;functional_2_1/conv3_1/BiasAdd", None, "conv3"),
+    ("StatefulPartitionedCall_1:0", "functional_2_1/fc_1/MatMul", "fc"),
+    ("PartitionedCall:0", None, None),
+])
+def test_layers_are_named_by_their_keras_layer(tensor, weights, name):
+    from edgeapp.core.quant_report import source_name
+
+    assert source_name(tensor, weights) == name

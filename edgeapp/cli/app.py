@@ -14,6 +14,7 @@ from typing_extensions import Annotated
 
 from edgeapp import __version__
 from edgeapp.cli import bench, camera, check, compile, compiler, convert, devices, doctor, models, retrain
+from edgeapp.cli import eval as eval_cli
 from edgeapp.cli.command import Group, summary_line, use_everywhere
 from edgeapp.cli.options import Globals, RuntimeName, say
 from edgeapp.errors import ExitCode
@@ -81,7 +82,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for module in (convert, check, compile, bench, devices, doctor, retrain):
+for module in (convert, check, compile, eval_cli, bench, devices, doctor, retrain):
     app.add_typer(module.app)
 app.add_typer(models.app)  # a group: models list | pull | path
 app.add_typer(compiler.app)  # a group: compiler install | show | remove

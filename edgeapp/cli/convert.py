@@ -8,7 +8,15 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, finite, progress_bar, say
+from edgeapp.cli.options import (
+    Decode,
+    ReportFormat,
+    ReportFormatOpt,
+    cli_errors,
+    finite,
+    progress_bar,
+    say,
+)
 from edgeapp.core.units import format_bytes
 
 app = typer.Typer()
@@ -42,8 +50,10 @@ ScaleOpt = Annotated[Optional[str], typer.Option(
     "--scale", metavar="S", help="Instead of --std: the model takes (pixel − mean) × S, e.g. 1/255.",
     show_default=False)]
 EvalOpt = Annotated[Optional[Path], typer.Option(
-    "--eval", help="A separate folder (one sub-folder per class) to measure agreement and accuracy on, "
-    "instead of held-out calibration images.", show_default=False)]
+    "--eval", help="Labelled data to measure float vs int8 on, in the task's own metric (as `edgeapp "
+    "eval` reads it: class folders or a path,label CSV, a COCO JSON or a YOLO dataset, images and "
+    "masks, a COCO keypoints JSON); stored in the sidecar. Class folders or loose images also "
+    "replace the held-out calibration images for agreement.", show_default=False)]
 LabelsOpt = Annotated[Optional[Path], typer.Option(
     "--labels", "-l", help="Labels file to store with the model (default: class folder names).",
     show_default=False)]
@@ -54,9 +64,20 @@ ValLabelsOpt = Annotated[Optional[Path], typer.Option(
 InputSizeOpt = Annotated[Optional[str], typer.Option(
     "--input-size", metavar="HxW", help="Height and width for an ONNX model whose input size is symbolic.",
     show_default=False)]
+ConvertDecodeOpt = Annotated[Decode, typer.Option(
+    "--decode", help="How calibration and agreement images (JPEGs) are decoded: full, or scaled "
+                     "as the image commands' --decode scaled; recorded in OUT.json, and the image "
+                     "commands then decode the model's inputs the same way.")]
 ReportOpt = Annotated[bool, typer.Option(
     "--report", help="Per layer: float vs int8 SQNR on the calibration images, worst first, with the likely "
     "cause and fix; writes OUT.report.json and OUT.report.png.")]
+MaxDropOpt = Annotated[Optional[float], typer.Option(
+    "--max-drop", metavar="X", min=0.0, max=1.0, show_default=False,
+    help="The most the int8 model may lose on the held-out images, as a fraction (0.005: half a point) of "
+    "top-1 accuracy (class folders), else of top-1 agreement with the float model. When plain int8 loses "
+    "more, fixes are tried cheapest first (per-channel weights, more calibration images, ranges re-measured "
+    "and clipped, the last layers in float on the CPU) and the first within it is kept; exit 14 when none "
+    "is (the best is written).")]
 CompileOpt = Annotated[bool, typer.Option(
     "--compile", help="Then compile it for the Edge TPU with edgetpu_compiler, when installed (`edgeapp "
     "compiler install`; natively on x86-64 Linux, else under QEMU or Docker): writes OUT_edgetpu.tflite beside "
@@ -73,8 +94,9 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
                     val: ValOpt = 50, io: IOOpt = IOType.uint8, mean: MeanOpt = 0.0, std: StdOpt = None,
                     scale: ScaleOpt = None, eval_dir: EvalOpt = None, labels: LabelsOpt = None,
                     val_labels: ValLabelsOpt = None, input_size: InputSizeOpt = None, report: ReportOpt = False,
-                    fmt: ReportFormatOpt = ReportFormat.table, compile_: CompileOpt = False,
-                    compiler: CompilerOpt = None) -> None:
+                    max_drop: MaxDropOpt = None, fmt: ReportFormatOpt = ReportFormat.table,
+                    compile_: CompileOpt = False, compiler: CompilerOpt = None,
+                    decode: ConvertDecodeOpt = Decode.full) -> None:
     """Quantize a Keras or ONNX model to full-integer int8 TFLite, calibrated on your images.
 
     Writes OUT.tflite and OUT.json (labels, preprocessing and the measured agreement, read by
@@ -90,16 +112,28 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
         eval_dir=eval_dir, io=io.value, mean=finite("--mean", mean), std=_std(std, scale),
         labels=read_labels(labels) if labels else None,
         val_labels=read_labels(val_labels) if val_labels else None,
-        input_size=parse_input_size(input_size), report=report)
+        input_size=parse_input_size(input_size), report=report, decode=decode.value, max_drop=max_drop)
     prepared = convert_job.prepare(job)  # everything checkable before TensorFlow loads
     result = convert_job.run(prepared, say, progress_bar)
     agreement = result.get("agreement")
     if agreement is not None and agreement < 0.9:  # top-1 agreement: measured for classifiers
         say(f"warning: int8 agrees with float on only {agreement:.1%} of samples; "
             "calibrate with more representative images or check --mean/--std")
-    code = finish_report(output, result, fmt.value, compile_, compiler)
+    code = finish_report(output, result, fmt.value, compile_, compiler) or over_budget(result)
     if code:
         raise typer.Exit(code)
+
+
+def over_budget(result: dict) -> int:
+    """Exit 14 when --max-drop was asked and no trial met it (the best model is written)."""
+    from edgeapp.errors import ExitCode
+
+    tuned = result.get("max_drop")
+    if not tuned or tuned["met"]:
+        return 0
+    say(f"error: no trial kept the loss within --max-drop {tuned['budget']:g}; kept the best, "
+        f"{tuned['chosen']!r} ({result['model']})")
+    return int(ExitCode.OVER_BUDGET)
 
 
 def _std(std: Optional[float], scale: Optional[str]) -> float:
@@ -210,10 +244,18 @@ def _print_report(r: dict) -> None:
         top5 = (f"; top-5 float {r['float_top5']:.4f}, int8 {r['int8_top5']:.4f}"
                 if r.get("float_top5") is not None else "")
         rows.append(("accuracy", f"top-1 float {r['float_accuracy']:.4f}, int8 {r['int8_accuracy']:.4f}{top5}"))
+    if r.get("eval"):
+        rows.append(("task metric", eval_line(r["eval"])))
     for o in detail.get("outputs") or []:
         sqnr = "identical" if o["sqnr_db"] is None else f"{o['sqnr_db']:.1f} dB"
         rows.append((f"output {o['name']}", f"cosine {o['cosine']:.4f} (min {o['cosine_min']:.4f}), SQNR {sqnr}"))
     rows.append(("operators", ", ".join(f"{k}×{v}" for k, v in r["ops"].items())))
+    if r.get("max_drop"):
+        t = r["max_drop"]
+        chosen = next((x for x in t["trials"] if x["trial"] == t["chosen"]), {})
+        drop = f"{chosen['drop'] * 100:+.2f} points of {t['metric']}" if chosen.get("drop") is not None else "?"
+        rows.append(("--max-drop", f"kept {t['chosen']!r} ({drop}; budget {t['budget'] * 100:.2f}, "
+                                   f"{'met' if t['met'] else 'NOT met'}) after {len(t['trials'])} trial(s)"))
     if r.get("edgetpu_verdict"):
         rows.append(("Edge TPU check", r["edgetpu_verdict"]))
     if r.get("report"):
@@ -228,17 +270,27 @@ def _print_report(r: dict) -> None:
         typer.echo(render_layers(r["report"]["layers"]))
 
 
+def eval_line(ev: dict) -> str:
+    """`map float 0.6120, int8 0.5870 (drop 0.0250) on COCO instances JSON data.json`."""
+    parts = [f"{k} float {ev['float']['metrics'][k]:.4f}, int8 {ev['int8']['metrics'][k]:.4f} "
+             f"(drop {d:+.4f})" for k, d in ev["drop"].items()]
+    return "; ".join(parts) + f" on {ev['data']['format']} {ev['data']['path']}"
+
+
 def render_layers(layers: list, limit: int = 10) -> str:
-    """The worst layers as a table: SQNR, op, name, and the cause and fix when one is found."""
-    lines = [f"{'SQNR dB':>8}  {'rel RMSE':>8}  {'op':<18} layer"]
+    """The worst layers as a table: the output's SQNR with that layer quantized (what it adds over
+    its inputs), its own SQNR, its range inflation (range / 99.99th percentile of |x|), op, name,
+    and the cause and fix when one is found."""
+    lines = [f"{'output dB':>9}  {'SQNR dB':>8}  {'range x':>7}  {'op':<18} layer"]
     for row in layers[:limit]:
+        out = "" if row.get("output_sqnr_db") is None else f"{row['output_sqnr_db']:9.1f}"
         sqnr = "    inf" if row["sqnr_db"] is None else f"{row['sqnr_db']:8.1f}"
-        rel = "" if row.get("rel_rmse") is None else f"{row['rel_rmse']:8.4f}"
+        inflation = "" if row.get("range_inflation") is None else f"{row['range_inflation']:7.1f}"
         name = row.get("source") or row["name"].split(";")[0]
-        lines.append(f"{sqnr}  {rel:>8}  {row['op']:<18} {name}")
+        lines.append(f"{out:>9}  {sqnr:>8}  {inflation:>7}  {row['op']:<18} {name}")
         if row.get("cause"):
-            lines.append(f"{'':>20}cause: {row['cause']}")
-            lines.append(f"{'':>20}fix: {row['fix']}")
+            lines.append(f"{'':>31}cause: {row['cause']}")
+            lines.append(f"{'':>31}fix: {row['fix']}")
     if len(layers) > limit:
         lines.append(f"... {len(layers) - limit} more layer(s) in the JSON report")
     return "\n".join(lines)

@@ -18,6 +18,7 @@ from edgeapp.cli.options import (
     CpuKernels,
     CpuKernelsOpt,
     CpuModelOpt,
+    DecodeOpt,
     DeviceOpt,
     FastDecodeOpt,
     FormatOpt,
@@ -37,6 +38,7 @@ from edgeapp.cli.options import (
     TpuReconnectOpt,
     WorkersOpt,
     check_common,
+    decode_choice,
     decode_workers,
     placement,
     progress_bar,
@@ -76,6 +78,7 @@ class ImageOptions:
     mean: MeanOpt = None
     std: StdOpt = None
     workers: WorkersOpt = None
+    decode: DecodeOpt = None
     fast_decode: FastDecodeOpt = False
     device: DeviceOpt = None
     cpu_model: CpuModelOpt = None
@@ -184,7 +187,8 @@ def _locally(ctx: typer.Context, task: str, v: ImageOptions, options: dict, path
     replicas = max(1, min(usable_cores(), len(paths)))  # one image needs one interpreter, not one per core
     model, place = resolved(v.model, v.placement(ctx))
     with open_task(model, task, place, options=options, labels_file=v.labels, mean=v.mean, std=v.std,
-                   fast_decode=v.fast_decode, on_notice=say, cpu_replicas=replicas) as opened:
+                   decode=decode_choice(v.decode, v.fast_decode), on_notice=say,
+                   cpu_replicas=replicas) as opened:
         for note in opened.notices:
             say(note)
         for note in opened.task.kind.warnings(opened.model, v.labels):
@@ -209,7 +213,7 @@ def _on_cluster(ctx: typer.Context, task: str, v: ImageOptions, options: dict, p
     model, _ = resolve_model(v.model, "all")  # a Coral model's name: both files, the workers choose
     place = v.placement(ctx)
     job = Job(task, str(model), place, labels=read_labels(v.labels) if v.labels else None,
-              mean=v.mean, std=v.std, fast_decode=v.fast_decode,
+              mean=v.mean, std=v.std, decode=decode_choice(v.decode, v.fast_decode),
               options=kind(task).settle(options), decode_workers=decode_workers(v.workers))
     writer = _writer(Layout(kind(task)), fmt, v, (job.model, place.engine.cpu_model))
     with writer, resumable(writer, v.output), progress_bar(len(paths), task) as advance:

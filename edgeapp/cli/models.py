@@ -47,11 +47,12 @@ def list_command(
                                "url_template": m.url_template(reg), "cache": str(m.models_dir()),
                                "models": rows}, indent=2))
         return
-    table = [("NAME", "TASK", "INPUT", "SIZE", "CACHED", "VERIFIED BY", "FILES")]
+    table = [("NAME", "TASK", "INPUT", "SIZE", "PUBLISHED", "CACHED", "VERIFIED BY", "FILES")]
     for e, r in zip(entries, rows):
         w_h = r["input"]
         table.append((r["name"], r["task"], f"{w_h[0]}x{w_h[1]}" if w_h else "?",
-                      format_bytes(r["size"]), m.cached_text(e), _verification(r["files"]),
+                      format_bytes(r["size"]), published_text(r["published"]), m.cached_text(e),
+                      _verification(r["files"]),
                       _files_text([f["path"] for f in r["files"]])))
     width = output_width()
     lines, left_out = render(table[0], table[1:], priority=(0, 1, 2, 4, 3, 5, 6), width=width)
@@ -67,7 +68,9 @@ def list_command(
             f"{', '.join(ops)}, which the installed TFLite runtime ({', '.join(_runtimes()) or 'none'}) "
             f"lacks: {'they' if several else 'it'} will not run here")
     say(f"{len(rows)} model(s) from {reg.source}@{reg.commit[:12]}; cache: {m.models_dir()}; "
-        "`edgeapp models pull NAME` fetches one, or name it as MODEL in any command")
+        "`edgeapp models pull NAME` fetches one, or name it as MODEL in any command; "
+        "PUBLISHED: Coral's own accuracy (coral.ai/models), `edgeapp models eval NAME --data DATA` "
+        "measures it on yours")
 
 
 @app.command("pull")
@@ -170,7 +173,47 @@ def _model_doc(entry, reg) -> dict:
     return {"name": entry.name, "task": entry.task, "description": entry.description,
             "input": list(entry.input) if entry.input else _cached_input(entry),
             "size": size, "cached": m.cached_text(entry) == "yes", "cached_models": roles,
-            "needs_ops": m.missing_ops(entry), "files": files}
+            "needs_ops": m.missing_ops(entry), "published": dict(entry.published) or None,
+            "files": files}
+
+
+PUBLISHED_NAMES = (("top1", "top-1"), ("map", "mAP"), ("miou", "mIoU"), ("oks_ap", "OKS AP"))
+
+
+def published_text(published: Optional[dict]) -> str:
+    """The headline accuracy Coral published ("top-1 81.2%", "mAP 25.6%"), or "-"."""
+    for key, words in PUBLISHED_NAMES:
+        if published and key in published:
+            return f"{words} {published[key] * 100:.1f}%"
+    return "-"
+
+
+@app.command("eval")
+@cli_errors
+def eval_command(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A model's name (`edgeapp models list`).",
+                                        show_default=False)],
+    data: Annotated[Path, typer.Option("--data", metavar="DATA", show_default=False,
+                                       help="Labelled data, as `edgeapp eval` reads it.")],
+    images: Annotated[Optional[Path], typer.Option(
+        "--images", metavar="DIR", show_default=False, help="A COCO JSON's images.")] = None,
+    fmt: ReportFormatOpt = ReportFormat.table,
+    save_predictions: Annotated[Optional[Path], typer.Option(
+        "--save-predictions", metavar="DIR", show_default=False,
+        help="Write the predictions into DIR (see `edgeapp eval`).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=0, show_default=False,
+                                                   help="Threads decoding images ahead.")] = None,
+) -> None:
+    """Run `edgeapp eval` on one of Coral's models (pulled when not cached), beside the accuracy
+    Coral published for it."""
+    from edgeapp.cli.eval import run_eval
+    from edgeapp.cli.options import placement
+    from edgeapp.flows import models as m
+
+    entry = m.lookup(m.registry(), name)
+    run_eval([entry.name], placement(ctx, device=None), data, images, None, None, None, fmt,
+             save_predictions, None, workers, published=dict(entry.published) or None)
 
 
 def _runtimes() -> List[str]:

@@ -117,9 +117,33 @@ OverwriteOpt = Annotated[bool, typer.Option(
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Output format: table, jsonl or csv. Default: what the --output "
                            "file's extension says (.csv, .jsonl), else table.", show_default=False)]
-FastDecodeOpt = Annotated[bool, typer.Option(
-    "--fast-decode", help="Decode JPEGs at reduced scale (faster on large photos; scores differ "
-                          "slightly from a full decode).")]
+class Decode(str, Enum):
+    scaled = "scaled"
+    full = "full"
+
+
+DecodeOpt = Annotated[Optional[Decode], typer.Option(
+    "--decode", help="How JPEGs are decoded: scaled (at the smallest of libjpeg's 1/2, 1/4, 1/8 "
+                     "scales still at least the model's input: several times faster on photos) "
+                     "or full. Default: what the model was calibrated with (its sidecar), else "
+                     "the task's own: full for classify, scaled for the others. See "
+                     "docs/performance.md.", show_default=False)]
+FastDecodeOpt = Annotated[bool, typer.Option("--fast-decode", hidden=True,
+                                             help="The old name of --decode scaled.")]
+
+
+def decode_choice(decode: Optional[Decode], fast_decode: bool = False) -> Optional[str]:
+    """--decode's value, with --fast-decode (hidden, kept for old scripts) as --decode scaled;
+    None: the model's sidecar decides, else the task."""
+    from edgeapp.errors import UsageError
+
+    chosen = getattr(decode, "value", decode)
+    if fast_decode:
+        if chosen == "full":
+            raise UsageError("--fast-decode is --decode scaled: not with --decode full")
+        return "scaled"
+    return chosen
+
 AnnotateOpt = Annotated[Optional[Path], typer.Option(
     "--annotate", help="Write each image with its results drawn into DIR.", metavar="DIR",
     show_default=False)]

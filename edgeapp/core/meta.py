@@ -27,6 +27,7 @@ class ModelMeta:
     labels: Optional[dict[int, str]] = None
     mean: Optional[float] = None  # the float model takes (pixel − mean) / std
     std: Optional[float] = None
+    decode: Optional[str] = None  # how calibration decoded JPEGs ("scaled", "full"), from a sidecar
     task: Optional[str] = None  # the edgeapp task it was made for (edgeapp/tasks), from a sidecar
     ultralytics_task: Optional[str] = None  # the task an Ultralytics export's metadata names
     source: Optional[str] = None  # where this was read from
@@ -36,7 +37,8 @@ class ModelMeta:
 def write_sidecar(model_path: str | Path, meta: ModelMeta) -> Path:
     out = sidecar_path(model_path)
     data = {"edgeapp_sidecar": SIDECAR_VERSION, "task": meta.task,
-            "preprocessing": {"mean": meta.mean, "std": meta.std},
+            "preprocessing": {"mean": meta.mean, "std": meta.std,
+                              **({"decode": meta.decode} if meta.decode else {})},
             "labels": [meta.labels.get(i, "") for i in range(max(meta.labels) + 1)] if meta.labels else None,
             **meta.extra}
     out.write_text(json.dumps(data, indent=2) + "\n")
@@ -79,7 +81,9 @@ def _read_sidecar(path: Path) -> Optional[ModelMeta]:
     labels = data.get("labels")
     extra = {k: v for k, v in data.items() if k not in ("edgeapp_sidecar", "task", "preprocessing", "labels")}
     return ModelMeta(labels={i: str(v) for i, v in enumerate(labels)} if labels else None,
-                     mean=pre.get("mean"), std=pre.get("std"), task=data.get("task"),
+                     mean=pre.get("mean"), std=pre.get("std"),
+                     decode=pre.get("decode") if pre.get("decode") in ("scaled", "full") else None,
+                     task=data.get("task"),
                      source=str(path), extra=extra)
 
 

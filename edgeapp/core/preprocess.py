@@ -10,8 +10,9 @@ from __future__ import annotations
 import io
 import os
 import warnings
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
@@ -81,16 +82,68 @@ def _quiet_pillow() -> None:
         _quiet = True
 
 
-def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, int] | None = None):
-    """Open any Pillow-readable image as RGB (or L for 1-channel models), fully decoded.
+DECODES = ("scaled", "full")  # --decode: JPEGs at the smallest DCT scale the model needs, or whole
+_SWAPPED = (5, 6, 7, 8)  # EXIF orientations that turn the stored image by 90 degrees
+# Pillow's names for JPEG files: MPO is a JPEG with more pictures after it (many phones' photos)
+JPEG_FORMATS = ("JPEG", "MPO")
 
-    `draft_size` lets JPEG decode at a reduced scale that is still at least that size (much
-    faster for camera-sized photos; results differ slightly from a full decode).
+
+@dataclass(frozen=True)
+class Decoded:
+    """A decoded image and the size of the photo it shows (upright), which is larger than the
+    image when a JPEG was decoded at a reduced scale (1/`scale`)."""
+
+    image: Any  # Pillow, RGB or L
+    size: Tuple[int, int]  # (width, height) of the whole photo, upright
+    scale: int = 1
+
+    def fit_of_photo(self, fit: Any) -> Any:
+        """A Fit made on the decoded image, mapping results onto the whole photo instead."""
+        if self.scale == 1:
+            return fit
+        return replace(fit, src_w=self.size[0], src_h=self.size[1])
+
+
+def dct_scale(stored: Tuple[int, int], needed: Tuple[int, int]) -> int:
+    """The largest JPEG DCT scale 1/k (k = 8, 4, 2) whose decoded size, ceil(side / k), is still
+    at least `needed` in both dimensions; 1 (a full decode) when none is: never upsampled."""
+    (w, h), (nw, nh) = stored, needed
+    for k in (8, 4, 2):
+        if -(-w // k) >= nw and -(-h // k) >= nh:
+            return k
+    return 1
+
+
+def needed_size(photo: Tuple[int, int], size: Tuple[int, int], fit: str = "stretch") -> Tuple[int, int]:
+    """The pixels of the photo the model input takes (width, height): all of `size` when
+    stretched, the content part of it when letterboxed."""
+    from edgeapp.core.boxes import make_fit
+
+    f = make_fit(fit, photo, size)
+    return f.content_w, f.content_h
+
+
+def load_image(source: ImageSource, channels: int = 3, scaled_for: Optional[Tuple[int, int]] = None,
+               fit: str = "stretch"):
+    """Open any Pillow-readable image as RGB (or L for 1-channel models); see `decode_image`."""
+    return decode_image(source, channels, scaled_for, fit).image
+
+
+def decode_image(source: ImageSource, channels: int = 3,
+                 scaled_for: Optional[Tuple[int, int]] = None, fit: str = "stretch") -> Decoded:
+    """Open any Pillow-readable image as RGB (or L for 1-channel models), upright.
+
+    `scaled_for`: the model input (width, height) the image will be fitted to (`fit`). A JPEG
+    is then decoded at the smallest DCT scale (libjpeg's 1/2, 1/4, 1/8) that still gives at
+    least the pixels the fit takes, which is several times faster on camera-sized photos;
+    other formats, and a JPEG with no smaller scale to spare, are decoded whole.
     """
     from PIL import Image, UnidentifiedImageError
 
+    mode = "RGB" if channels == 3 else "L"
     if not isinstance(source, (str, bytes, os.PathLike)):  # already decoded (Python API callers)
-        return to_mode(_decoded(source), "RGB" if channels == 3 else "L")
+        img = to_mode(_decoded(source), mode)
+        return Decoded(img, img.size)
     _quiet_pillow()
     limit = allow_pixels(max_pixels())
     name = "<bytes>" if isinstance(source, bytes) else str(source)
@@ -103,10 +156,18 @@ def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, in
         if w * h > limit:
             raise InputError(f"{name}: {w}x{h} image ({w * h / 1e6:.0f} megapixels) is over the "
                              f"{limit / 1e6:g}-megapixel limit; set {MAX_PIXELS_ENV} to allow it")
-        if draft_size and img.format == "JPEG":
-            img.draft("RGB" if channels == 3 else "L", draft_size)
+        orientation = _orientation(img)
+        photo = (h, w) if orientation in _SWAPPED else (w, h)
+        k = 1
+        if scaled_for is not None and img.format in JPEG_FORMATS:
+            need = needed_size(photo, scaled_for, fit)
+            k = dct_scale((w, h), need[::-1] if orientation in _SWAPPED else need)
+            if k > 1:  # (w // k, h // k) makes Pillow pick exactly 1/k (the next scale would be < it)
+                img.draft(mode, (w // k, h // k))
         img.load()
-        img = upright(img)
+        if img.size == (w, h):  # Pillow declined (a JPEG in several tiles): decoded whole
+            k = 1
+        img = upright(img, orientation)
     except Image.DecompressionBombError as e:  # only past twice the limit: Pillow's own check
         raise InputError(f"{name}: {_pixels_in(str(e))}is over the {limit / 1e6:g}-megapixel limit; "
                          f"set {MAX_PIXELS_ENV} to allow it") from None
@@ -119,19 +180,41 @@ def load_image(source: ImageSource, channels: int = 3, draft_size: tuple[int, in
     except (OSError, SyntaxError, ValueError) as e:
         raise InputError(f"{name}: cannot decode image ({e})") from None
     try:
-        return to_mode(img, "RGB" if channels == 3 else "L")
+        return Decoded(to_mode(img, mode), photo, k)
     except InputError as e:  # pixels no image has (NaN)
         raise InputError(f"{name}: {e}") from None
+
+
+def _orientation(img) -> int:
+    try:
+        return int(img.getexif().get(0x0112, 1))  # 0x0112: Orientation
+    except (TypeError, ValueError):
+        return 1
 
 
 _TRANSPOSED = (2, 3, 4, 5, 6, 7, 8)  # EXIF orientations other than 1 (upright)
 
 
-def upright(img):
+def image_size(path: Any) -> Optional[tuple[int, int]]:
+    """(width, height) of an image file as `load_image` turns it upright, read from its header
+    only; None when it cannot be read (the run that decodes it says why)."""
+    from PIL import Image
+
+    _quiet_pillow()
+    try:
+        with Image.open(path) as img:
+            w, h = img.size
+            turned = img.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # a quarter turn swaps them
+    except (OSError, SyntaxError, ValueError):
+        return None
+    return (h, w) if turned else (w, h)
+
+
+def upright(img, orientation: Optional[int] = None):
     """The image turned as its EXIF orientation says (a phone photo taken sideways), as
     ImageOps.exif_transpose does, but an image already upright is kept, not copied: that copy
     cost a batch about a tenth of each image's decoding."""
-    if img.getexif().get(0x0112, 1) in _TRANSPOSED:  # 0x0112: Orientation
+    if (_orientation(img) if orientation is None else orientation) in _TRANSPOSED:
         from PIL import ImageOps
 
         return ImageOps.exif_transpose(img)
@@ -188,12 +271,16 @@ def resize_bilinear(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     x0, x1, dx = taps(w, src_w)
     one = np.float32(1)
     dy, dx = dy[:, None, None], dx[None, :, None]
-    a = pixels.reshape(src_h, src_w, -1).astype(np.float32)
-    rows0, rows1 = a[y0], a[y1]
-    out = rows0[:, x0] * ((one - dy) * (one - dx))
-    out += rows0[:, x1] * ((one - dy) * dx)
-    out += rows1[:, x0] * (dy * (one - dx))
-    out += rows1[:, x1] * (dy * dx)
+    a = pixels.reshape(src_h, src_w, -1)
+    rows0, rows1 = a[y0], a[y1]  # the taps gathered as uint8: only they become float, not the photo
+
+    def tap(rows: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return rows[:, x].astype(np.float32)
+
+    out = tap(rows0, x0) * ((one - dy) * (one - dx))
+    out += tap(rows0, x1) * ((one - dy) * dx)
+    out += tap(rows1, x0) * (dy * (one - dx))
+    out += tap(rows1, x1) * (dy * dx)
     return np.clip(out, 0, 255).astype(np.uint8).reshape((h, w) + pixels.shape[2:])
 
 
@@ -270,7 +357,7 @@ def fit_pixels(img, size: tuple[int, int], mode: str = "stretch", resample: str 
 
 def prepare_image(source: ImageSource, size: tuple[int, int], channels: int, dtype: np.dtype,
                   scale: float, zero_point: int, mean: float = CORAL_MEAN,
-                  std: float = CORAL_STD, fast_decode: bool = False) -> np.ndarray:
+                  std: float = CORAL_STD, decode: str = "full") -> np.ndarray:
     """Load, convert, resize (stretch) and quantize one image into a (1, H, W, C) input tensor."""
-    pixels, _ = fit_pixels(load_image(source, channels, size if fast_decode else None), size)
+    pixels, _ = fit_pixels(load_image(source, channels, size if decode == "scaled" else None), size)
     return quantize_input(pixels, dtype, scale, zero_point, mean, std)[None]

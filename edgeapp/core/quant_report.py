@@ -11,6 +11,7 @@ hands them over that way) in bounded memory: sums and a histogram of |x| over th
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -70,7 +71,8 @@ class LayerAccumulator:
                 else 10 * math.log10(self.signal / self.noise))
         rel = math.sqrt(self.noise / self.signal) if self.signal else (0.0 if self.noise == 0 else math.inf)
         return {"sqnr_db": rounded(sqnr, 2), "rel_rmse": rounded(rel, 5), "max_abs": rounded(self.max_abs, 5),
-                "p99_99": rounded(p, 5), "outlier_ratio": rounded(self.max_abs / p, 2) if p > 0 else None}
+                "p99_99": rounded(p, 5), "outlier_ratio": rounded(self.max_abs / p, 2) if p > 0 else None,
+                "range_inflation": rounded(self.extent / p, 2) if p > 0 else None}
 
 
 def channel_range_ratio(weights: np.ndarray, axis: int) -> Optional[float]:
@@ -112,6 +114,18 @@ def _widened(row: dict, owner: dict) -> bool:
     return other > 0 and own * OUTLIER_RATIO < other
 
 
+def source_name(tensor_name: str, weights_name: Optional[str] = None) -> Optional[str]:
+    """A layer's name from TensorFlow's tensor names when no source map knows it: the Keras
+    layer in `model_1/conv3_1/Relu;...` (conv3), else the one in its weights' name (an output
+    tensor is named after the signature: `StatefulPartitionedCall:0`)."""
+    for name in (tensor_name, weights_name or ""):
+        part = name.split(";")[0]
+        scopes = part.split("/")
+        if len(scopes) >= 3 or (len(scopes) == 2 and "PartitionedCall" not in part):
+            return re.sub(r"_\d+$", "", scopes[1])
+    return None
+
+
 def r_name(row: dict) -> str:
     """A layer as people know it: the source model's name (ONNX node) when known."""
     return row.get("source") or row["name"].split(";")[0]
@@ -126,13 +140,14 @@ def diagnose(layer: dict) -> tuple:
         return (f"its int8 range is shared with {layer['range_set_by']}, whose values reach "
                 "far beyond this layer's own, so it keeps few int8 levels",
                 f"fix the range of {layer['range_set_by']} (see its cause)")
-    ratio = layer.get("outlier_ratio")
-    if ratio is not None and ratio > OUTLIER_RATIO:
-        return (f"activation range dominated by outliers: max {layer['max_abs']:.4g} vs 99.99th "
-                f"percentile {layer['p99_99']:.4g} ({ratio:.0f}x), so int8's 256 steps are spread "
-                "over values that almost never occur",
+    ratio = max(layer.get("range_inflation") or 0.0, layer.get("outlier_ratio") or 0.0)
+    if ratio > OUTLIER_RATIO:
+        return (f"its range is {ratio:.0f}x what 99.99% of its values need: one outlier sets the int8 "
+                f"step (max {layer['max_abs']:.4g}, 99.99th percentile {layer['p99_99']:.4g}), so its "
+                "usual values keep few of int8's 256 levels",
                 "clip this activation in the model (ReLU6, torch.clamp, Hardtanh) to the range its "
-                "values normally take, or calibrate on images like those you will run")
+                "values normally take; or `convert --max-drop X`, which re-measures and clips ranges "
+                "and, when the outlier carries information, keeps the layers from here on in float")
     spread = layer.get("weight_range_ratio")
     if spread is not None and spread > WEIGHT_RANGE_RATIO:
         return (f"weight channels whose ranges differ {spread:.0f}x: the small channels keep few "
@@ -157,11 +172,24 @@ def diagnose(layer: dict) -> tuple:
 
 
 def rank(layers: list) -> list:
-    """Worst first: the lowest SQNR a layer's int8 range causes (its own, or that of a layer it
-    widened: the cause before the layer it harmed); layers without a number (identical, or no
-    signal) last."""
+    """Worst first. Layers whose harm at the model's output was measured (`output_sqnr_db`: the
+    output's SQNR when that layer alone is quantized) first, lowest first; then the others by the
+    lowest SQNR their int8 range causes (their own, or that of a layer they widened: the cause
+    before the layer it harmed); layers without a number (identical, or no signal) last."""
     def key(row):
+        out = row.get("output_sqnr_db")
+        if out is not None:
+            return (0, out, 0)
         s = row.get("sqnr_db")
-        return (1, 0.0, 0) if s is None else (0, s, 1 if row.get("range_set_by") else 0)
+        return (2, 0.0, 0) if s is None else (1, s, 1 if row.get("range_set_by") else 0)
 
     return sorted(layers, key=key)
+
+
+def harm_candidates(layers: list, limit: int) -> list:
+    """The rows worth measuring at the output (each costs a quantization and a run): the
+    `limit` worst by their own error, and every one whose range an outlier sets."""
+    ranked = rank([dict(r, output_sqnr_db=None) for r in layers])
+    names = [r["name"] for r in ranked[:limit]]
+    names += [r["name"] for r in layers if (r.get("range_inflation") or 0.0) > OUTLIER_RATIO]
+    return list(dict.fromkeys(names))

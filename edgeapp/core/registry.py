@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional, Sequence, Union
 from urllib.parse import quote
@@ -62,6 +62,9 @@ class ModelEntry:
     # custom operators the model needs beyond TFLite's builtins and the Edge TPU's own
     # (PoseNet's PosenetDecoderOp): no stock TFLite runtime has them
     custom_ops: tuple[str, ...] = ()
+    # the accuracy Coral published for it, in eval's metric names (top1, top5, map: fractions),
+    # with the page it is from ("source"); {} when none was found
+    published: dict = field(default_factory=dict)
 
     @property
     def is_pipeline(self) -> bool:
@@ -191,10 +194,15 @@ def _model_entry(name: str, m: Any, files: dict[str, FileRef], bad: _Bad,
             raise bad(f"model {name!r}: its {role} file {p!r} is not listed in \"files\"")
         return files[p]
 
+    published = m.get("published") or {}
+    if not (isinstance(published, dict) and isinstance(published.get("source", ""), str) and all(
+            isinstance(v, (int, float)) and 0 <= v <= 1 for k, v in published.items() if k != "source")):
+        raise bad(f"model {name!r}: published must map metric names to fractions, with a source")
     segments = tuple(ref(s, "segment") for s in m.get("segments") or ())
     entry = ModelEntry(name, task, tuple(size) if size else None, str(m.get("description", "")),
                        ref(m.get("cpu"), "cpu"), ref(m.get("edgetpu"), "edgetpu"),
-                       ref(m.get("labels"), "labels"), segments, pre, tuple(ops))  # type: ignore[arg-type]
+                       ref(m.get("labels"), "labels"), segments, pre, tuple(ops),  # type: ignore[arg-type]
+                       dict(published))
     if not (entry.cpu or entry.edgetpu or entry.segments):
         raise bad(f"model {name!r} has no model file (cpu, edgetpu or segments)")
     return entry

@@ -17,11 +17,21 @@ import collections
 import queue
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
 
-from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError
+from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InputError
+from edgeapp.execution.prefetch import prefetch
 from edgeapp.execution.reconnect import Reconnect
-from edgeapp.execution.runner import Done, Notice, Raised, Runner, engine_of, invoke, member_name
+from edgeapp.execution.runner import (
+    Done,
+    Notice,
+    Prepare,
+    Raised,
+    Runner,
+    engine_of,
+    invoke,
+    member_name,
+)
 
 
 class _Jobs:
@@ -187,10 +197,10 @@ class DevicePool(Runner):
 class CpuPool(DevicePool):
     """One-thread CPU interpreters side by side (execution/placement.cpu_runner).
 
-    Fed like any runner (`imap`: the pool's threads invoke), or, by a caller that prepares its
-    inputs on threads of its own (flows/batch.py), right there: `run_here` invokes on a free
-    interpreter in the calling thread, so the thread that decoded an image also runs it, with
-    no hand-off to another thread and back (scripts/bench_host.py measures the difference).
+    Its own policy for a batch (`run_all`): the thread that prepares an input also invokes it,
+    on a free interpreter, with no hand-off to another thread and back; the caller's thread is
+    one of those threads (scripts/bench_host.py measures the difference). Fed payloads
+    (`imap`, `submit`), the pool's own threads invoke, as in any DevicePool.
     """
 
     def __init__(self, members: list, **kw: Any) -> None:
@@ -199,7 +209,23 @@ class CpuPool(DevicePool):
         for member in members:
             self._free.put(member)
 
-    def run_here(self, payload) -> Done:
+    def run_all(self, items: Iterable, prepare: Prepare, workers: int = 2
+                ) -> Iterator[Tuple[Any, Any, Optional[Done]]]:
+        if workers <= 0:
+            yield from super().run_all(items, prepare, workers)
+            return
+
+        def prepare_and_run(item: Any) -> Tuple[Any, Done]:
+            payload, context = prepare(item)
+            return context, self._run_here(payload)
+
+        for item, got in prefetch(items, prepare_and_run, workers - 1, caller_helps=True):
+            if isinstance(got, InputError):
+                yield item, got, None
+            else:
+                yield item, got[0], got[1]
+
+    def _run_here(self, payload) -> Done:
         """Invoke `payload` on a free interpreter in this thread (waiting for one if all are
         busy); counted as the pool's own results are."""
         member = self._free.get()
@@ -213,4 +239,3 @@ class CpuPool(DevicePool):
         with self._lock:
             self.counts[done.device] += 1
         return done
-

@@ -109,7 +109,7 @@ def cpu_runner(engine: Engine, replicas: int, options: EngineOptions = EngineOpt
     for the next decoded image, and a multi-threaded one spends part of its threads
     synchronising. One-thread interpreters side by side (one per core), with the decoding
     threads between them, keep every core on useful work: measured by scripts/bench_feed.py.
-    A batch's decoding threads invoke on them directly (`CpuPool.run_here`).
+    A batch's decoding threads invoke on them directly (`CpuPool.run_all`).
     The results are the same, in the same order."""
     # the model parsed and checked (containment) when `engine` was opened: not again per replica
     engines = [open_engine(engine.model, "cpu", options, threads=1, probe=False, trust_model=True)

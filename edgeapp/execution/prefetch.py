@@ -4,7 +4,7 @@ Pillow releases the GIL while decoding and resizing, so a few threads prepare th
 while the one interpreter runs on the current one. Results come back in input order.
 
 Where preparing is the whole job of a core (on the CPU, the thread that decodes an image also
-invokes it: flows/batch.py), the consuming thread prepares too (`caller_helps`): instead of
+invokes it: execution/parallel.CpuPool.run_all), the consuming thread prepares too (`caller_helps`): instead of
 sleeping until the next result is ready it takes the next input itself, so N cores need N
 threads, not N + 1 handing work to each other (scripts/bench_host.py measures the difference).
 """

@@ -3,6 +3,9 @@ a result (`Done`).
 
 Every runner takes (key, payload) items and hands back (key, Done) in input order; a payload of
 None (an input that failed before inference) passes through as (key, None) in its place.
+`run_all(items, prepare)` is a batch's whole feed: inputs prepared ahead on threads, then
+invoked, one result per input in input order; a runner changes only its policy for it
+(execution/parallel.CpuPool: the thread that prepared an input also invokes it).
 Several Edge TPUs side by side are execution/parallel.py, segment pipelines
 execution/pipeline.py; execution/placement.py opens the right one for a model and --device.
 """
@@ -14,10 +17,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
 
-from edgeapp.errors import DeviceFailed
+from edgeapp.errors import DeviceFailed, InputError
+from edgeapp.execution.prefetch import prefetch
 from edgeapp.execution.reconnect import Reconnect
 
 Notice = Callable[[str], None]
+# prepare(item) -> (payload for the device, what interpreting the result needs besides it)
+Prepare = Callable[[Any], Tuple[Any, Any]]
 
 
 @dataclass
@@ -54,8 +60,9 @@ def member_name(member) -> str:
 class Runner:
     """The common face of the runners: `engine` describes the model's inputs and outputs.
 
-    Two ways to feed one: `imap(items)` for a stream (batches), or `submit` while `has_room`
-    and `next_done` for a loop that must stay in control between results (the camera).
+    Three ways to feed one: `run_all(items, prepare)` for a batch (preparing ahead included),
+    `imap(items)` for a stream of payloads, or `submit` while `has_room` and `next_done` for a
+    loop that must stay in control between results (the camera).
     """
 
     engine: Any
@@ -82,6 +89,22 @@ class Runner:
     def next_done(self, timeout: Optional[float] = None) -> Optional[Tuple[Any, Done]]:
         """The oldest submitted item's (key, Done), or None if it is not done within `timeout`."""
         raise NotImplementedError
+
+    def run_all(self, items: Iterable, prepare: Prepare, workers: int = 2
+                ) -> Iterator[Tuple[Any, Any, Optional[Done]]]:
+        """(item, context, Done) per item, in input order: `prepare(item)` gives (payload,
+        context) and runs `workers` items ahead on threads while the device works; an item whose
+        `prepare` raised InputError comes back as (item, that error, None) and the rest go on.
+        """
+        def payloads() -> Iterator[Tuple[Tuple[Any, Any], Any]]:
+            for item, got in prefetch(items, prepare, workers):
+                if isinstance(got, InputError):
+                    yield (item, got), None
+                else:
+                    yield (item, got[1]), got[0]
+
+        for (item, context), done in self.imap(payloads()):
+            yield item, context, done
 
     def imap(self, items: Iterable[Tuple[Any, Any]]) -> Iterator[Tuple[Any, Optional[Done]]]:
         """(key, Done) per (key, payload), in order; a None payload comes back as (key, None)."""

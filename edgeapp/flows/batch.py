@@ -1,19 +1,19 @@
-"""The batch pipeline of every task: prepare ahead, invoke, interpret, record, go on."""
+"""The batch pipeline of every task, one loop: prepare (ahead, on threads) -> run -> interpret
+-> record. The runner (execution/) owns preparing ahead and invoking; this module turns its
+results into records and writes them (`drain`, which flows/cluster.py shares)."""
 
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional
 
-from edgeapp.errors import InputError
-from edgeapp.execution.prefetch import prefetch
-from edgeapp.execution.runner import Runner, SingleRunner
-from edgeapp.hw.runtime import Engine
+from edgeapp.execution.runner import Runner
 from edgeapp.sinks.records import RecordWriter
-from edgeapp.tasks.base import BoundTask, Prepared, Result
+from edgeapp.tasks.base import BoundTask, Prepared, Result, TaskKind
 
 OnResult = Callable[[Any, Prepared, Result], Optional[dict]]
 
@@ -99,94 +99,84 @@ def _same_model(recorded: str, mine: list) -> bool:
         any(Path(m).parts[-len(tail):] == tail for m in mine)
 
 
-def iter_records(paths: Iterable, engine: Union[Engine, Runner], task: BoundTask,
-                 workers: int = 2, on_result: Optional[OnResult] = None,
-                 prepare: Optional[Callable[[Any], tuple]] = None) -> Iterator[dict]:
+def iter_records(paths: Iterable[str], runner: Runner, task: BoundTask, workers: int = 2,
+                 on_result: Optional[OnResult] = None, sources: Optional[Iterable] = None
+                 ) -> Iterator[dict]:
     """One record per input, in input order, as soon as it is produced (the JSONL records).
 
-    Inputs are prepared `workers` ahead on threads while the interpreter runs; an input that
-    fails to load gives a record with `error` set, and the batch goes on. `engine` may be a
-    runner of execution/parallel.py (several Edge TPUs, a segment pipeline): each record then
-    names the device that ran it, still in input order. `on_result(path, prepared, result)`
-    sees each image's result with its decoded image (--annotate, --mask) and may return fields
-    to add to the record. `prepare` replaces the task's (images shipped as bytes).
+    The whole batch, in one loop: the runner prepares inputs `workers` ahead and runs them
+    (execution/runner.Runner.run_all), then each result is interpreted and becomes a record.
+    An input that fails to load gives a record with `error` set, and the batch goes on. With
+    several devices each record names the one that ran it, still in input order.
+    `on_result(path, prepared, result)` sees each image's result with its decoded image
+    (--annotate, --mask) and may return fields to add to the record. `sources`: what to decode
+    for each path, when not the path itself (the bytes a cluster client shipped).
     """
     from edgeapp.hw.native_stderr import quiet_libtiff
 
     quiet_libtiff()  # decoding a broken TIFF: the record's error, never libtiff's lines
-    runner = as_runner(engine)
-    model = runner.model_path
-    # an input that fails before inference touched no device; one device names it anyway
-    no_device = runner.engine.name if runner.label == runner.engine.name else None
-    if prepare is None:
-        keep = on_result is not None
-
-        def prepare(source):
-            return task.prepare(source, keep_image=keep)
-
-    for path, prepared, done in _run(paths, runner, prepare, workers):
-        record = {"path": path, "device": no_device, "model": model}
-        if done is None:
-            record.update(task.empty(), latency_ms=None, error=str(prepared))
-        else:
-            record["device"], record["model"] = done.device, done.model or model
-            result = task.interpret(done.outputs, prepared[1])
-            if on_result is not None:
-                result.fields.update(on_result(path, prepared[1], result) or {})
-            record.update(result.fields, latency_ms=round(done.latency_ms, 3), error=None)
-        yield record
+    model, no_device = runner.model_path, device_of_failures(runner)
+    prepare = partial(task.prepare, keep_image=on_result is not None)
+    if sources is None:
+        ran = ((path, path, prepared, done)
+               for path, prepared, done in runner.run_all(paths, prepare, workers))
+    else:
+        ran = ((path,) + got for path, got in zip(paths, runner.run_all(sources, prepare, workers)))
+    for path, source, prepared, done in ran:
+        if done is None:  # prepared is the InputError
+            error = str(prepared) if source is path else str(prepared).replace("<bytes>", path, 1)
+            yield failed_record(path, no_device, model, task.kind, error)
+            continue
+        result = task.interpret(done.outputs, prepared)
+        if on_result is not None:
+            result.fields.update(on_result(path, prepared, result) or {})
+        yield {"path": path, "device": done.device, "model": done.model or model,
+               **result.fields, "latency_ms": round(done.latency_ms, 3), "error": None}
 
 
-def _run(paths: Iterable, runner: Runner, prepare: Callable[[Any], tuple], workers: int
-         ) -> Iterator[tuple]:
-    """(path, prepared or its InputError, Done or None) per input, in input order.
-
-    Inputs are prepared ahead on `workers` threads. Interpreters that can run in any thread
-    (execution/parallel.CpuPool) are invoked by the thread that prepared the input, and this
-    thread is one of the `workers` (it prepares instead of waiting); otherwise the runner's own
-    threads or devices take the prepared tensors.
-    """
-    run_here = getattr(runner, "run_here", None)
-    if run_here is not None and workers > 0:
-        def prepare_and_run(source):
-            prepared = prepare(source)
-            return prepared, run_here(prepared[0])
-
-        for path, got in prefetch(paths, prepare_and_run, workers - 1, caller_helps=True):
-            yield (path, got, None) if isinstance(got, InputError) else (path, got[0], got[1])
-        return
-
-    def work():
-        for path, prepared in prefetch(paths, prepare, workers):
-            bad = isinstance(prepared, InputError)
-            yield (path, prepared), (None if bad else prepared[0])
-
-    for (path, prepared), done in runner.imap(work()):
-        yield path, prepared, done
+def device_of_failures(runner: Runner) -> Optional[str]:
+    """What the record of an input that failed before inference names as its device: it touched
+    none, but a runner of one device names that one anyway."""
+    return runner.engine.name if runner.label == runner.engine.name else None
 
 
-def run_batch(paths: list[str], engine: Union[Engine, Runner], task: BoundTask, writer: RecordWriter,
-              workers: int = 2, progress: Optional[Callable[[], None]] = None,
-              on_result: Optional[OnResult] = None) -> BatchStats:
-    """Run every path not already done; each record is written as soon as it is produced."""
-    runner = as_runner(engine)
-    stats = BatchStats(total=len(paths))
-    todo = [p for p in paths if not writer.is_done(p)]
-    stats.skipped = len(paths) - len(todo)
+def failed_record(path: str, device: Optional[str], model: str, kind: TaskKind, error: str) -> dict:
+    """The record of an input that gave no result: the task's empty fields and why."""
+    return {"path": path, "device": device, "model": model, **kind.empty(), "latency_ms": None,
+            "error": error}
+
+
+def todo(paths: list[str], writer: RecordWriter, stats: BatchStats) -> list[str]:
+    """The paths `writer` has no record of yet (--resume); the others are counted as skipped."""
+    left = [p for p in paths if not writer.is_done(p)]
+    stats.skipped = len(paths) - len(left)
+    return left
+
+
+def drain(records: Iterable[dict], stats: BatchStats, writer: RecordWriter,
+          progress: Optional[Callable[[], None]] = None) -> None:
+    """Count and write each record as soon as it comes (local and cluster runs alike); the
+    time it took is the run's."""
     start = time.perf_counter()
     try:
-        for record in iter_records(todo, runner, task, workers, on_result):
+        for record in records:
             stats.count(record)
             writer.write(record)
             if progress:
                 progress()
     finally:
         stats.seconds = time.perf_counter() - start
+
+
+def run_batch(paths: list[str], runner: Runner, task: BoundTask, writer: RecordWriter,
+              workers: int = 2, progress: Optional[Callable[[], None]] = None,
+              on_result: Optional[OnResult] = None) -> BatchStats:
+    """Run every path not already done; each record is written as soon as it is produced."""
+    stats = BatchStats(total=len(paths))
+    try:
+        drain(iter_records(todo(paths, writer, stats), runner, task, workers, on_result),
+              stats, writer, progress)
+    finally:
         stats.per_device = dict(sorted(runner.counts.items()))
         stats.device_failures = list(runner.failures)
     return stats
-
-
-def as_runner(engine: Union[Engine, Runner]) -> Runner:
-    """An Engine runs as it always did: one device, in the caller's thread."""
-    return engine if isinstance(engine, Runner) else SingleRunner(engine)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,12 +27,18 @@ from typing import Callable, Iterator, Optional
 from edgeapp.errors import (
     ClusterError,
     EdgeappError,
-    InputError,
     MissingDependency,
     UsageError,
     error_for_exit_code,
 )
-from edgeapp.flows.batch import BatchStats, iter_records
+from edgeapp.flows.batch import (
+    BatchStats,
+    device_of_failures,
+    drain,
+    failed_record,
+    iter_records,
+    todo,
+)
 from edgeapp.flows.open_task import Placement
 from edgeapp.sinks.records import RecordWriter
 
@@ -52,7 +57,7 @@ class Job:
     labels: Optional[dict] = None  # read on the client: workers need no labels file
     mean: Optional[float] = None
     std: Optional[float] = None
-    fast_decode: bool = False
+    decode: Optional[str] = None  # --decode (None: the model's sidecar, else the task's)
     options: dict = field(default_factory=dict)  # the task's options (top_k, threshold, ...)
     model_files: Optional[dict] = None  # --ship-bytes: file name -> bytes of the model, its CPU
     # twin and their sidecars, which travel too
@@ -183,30 +188,29 @@ def run_cluster(paths: list, job: Job, writer: RecordWriter, address: str, ship_
     if chunk_size < 1:
         raise UsageError("--chunk-size must be at least 1")
     stats = ClusterStats(total=len(paths))
-    todo = [p for p in paths if not writer.is_done(p)]
-    stats.skipped = len(paths) - len(todo)
+    left = todo(paths, writer, stats)
     files = _model_files(job.model)  # one-line errors for a bad model before any worker sees it
     if ship_bytes:
         job = replace(job, model_files=files)
-    chunks = [todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)]
+    chunks = [left[i:i + chunk_size] for i in range(0, len(left), chunk_size)]
     client = connect(address)
-    start = time.perf_counter()
     try:
         resources = {EDGETPU_RESOURCE: 1} if _needs_tpu(job.device) else None
         if resources and not _any_worker_has(client, EDGETPU_RESOURCE):
             raise ClusterError(f"--device {job.device}: no worker declares an Edge TPU (start workers "
                                f"with --resources \"{EDGETPU_RESOURCE}=N\"), or use --device auto")
-        for records, worker in _ordered_results(client, job, chunks, ship_bytes, resources):
-            stats.per_worker[worker] += len(records)
-            for record in records:
-                stats.count(record)
-                writer.write(record)
-                if progress:
-                    progress()
+        drain(_records(_ordered_results(client, job, chunks, ship_bytes, resources), stats),
+              stats, writer, progress)
     finally:
-        stats.seconds = time.perf_counter() - start
         _close(client)
     return stats
+
+
+def _records(chunks: Iterator[tuple], stats: ClusterStats) -> Iterator[dict]:
+    """The records of (records, worker) chunks, in order, counted per worker."""
+    for records, worker in chunks:
+        stats.per_worker[worker] += len(records)
+        yield from records
 
 
 def _ordered_results(client, job: Job, chunks: list, ship_bytes: bool, resources) -> Iterator[tuple]:
@@ -255,8 +259,7 @@ def _result(fut, paths: list, job: Job) -> tuple:
         from edgeapp.tasks import kind
 
         message = f"the worker processing it died repeatedly ({e})"
-        return [{"path": p, "device": None, "model": job.model, **kind(job.task).empty(),
-                 "latency_ms": None, "error": message} for p in paths], "(killed)"
+        return [failed_record(p, None, job.model, kind(job.task), message) for p in paths], "(killed)"
     if "fatal" in out:
         raise error_for_exit_code(out["exit_code"], out["fatal"])
     return out["records"], out["worker"]
@@ -274,14 +277,11 @@ def process_chunk(job: Job, items: list) -> dict:
         runner, task, lock = _runner_for(job)
     except EdgeappError as e:
         return {"fatal": f"on worker {_worker_address()}: {e}", "exit_code": int(e.exit_code)}
-    if items and isinstance(items[0], tuple):  # --ship-bytes: (path, bytes or None)
-        data = dict(items)
-        paths = [p for p, _ in items]
-        prepare = _from_bytes(task.prepare, data)
-    else:
-        paths, prepare = list(items), None
     with lock:  # one runner per worker process: tasks on other threads wait their turn
-        records = list(iter_records(paths, runner, task, job.decode_workers, prepare=prepare))
+        if items and isinstance(items[0], tuple):  # --ship-bytes: (path, bytes or why not)
+            records = _shipped_records(items, runner, task, job.decode_workers)
+        else:
+            records = list(iter_records(items, runner, task, job.decode_workers))
     if job.model_files is not None:  # name the model as the client knows it, as a local run would
         folder = os.path.dirname(job.model)
         for r in records:
@@ -295,12 +295,12 @@ def _runner_for(job: Job):
     from edgeapp.flows.open_task import open_task
 
     key = (job.model, job.place, job.task, tuple(sorted(job.options.items())), job.mean, job.std,
-           job.fast_decode, tuple(sorted((n, len(b)) for n, b in (job.model_files or {}).items())))
+           job.decode, tuple(sorted((n, len(b)) for n, b in (job.model_files or {}).items())))
     with _CACHE_LOCK:
         if key not in _CACHE:
             path = _materialize(job) if job.model_files is not None else job.model
             opened = open_task(path, job.task, job.place, options=job.options, labels=job.labels,
-                               mean=job.mean, std=job.std, fast_decode=job.fast_decode)
+                               mean=job.mean, std=job.std, decode=job.decode)
             _CACHE[key] = (opened.runner, opened.task, threading.Lock())
         return _CACHE[key]
 
@@ -325,17 +325,15 @@ def _materialize(job: Job) -> str:
     return os.path.join(folder, os.path.basename(job.model))
 
 
-def _from_bytes(prepare: Callable, data: dict) -> Callable:
-    def prepare_bytes(path):
-        blob = data.get(path)
-        if isinstance(blob, str):  # the client could not read it: the message travels instead
-            raise InputError(blob)
-        try:
-            return prepare(blob)
-        except InputError as e:  # name the file, as a local run's message does
-            raise InputError(str(e).replace("<bytes>", str(path), 1)) from None
-
-    return prepare_bytes
+def _shipped_records(items: list, runner, task, workers: int) -> list:
+    """Records of (path, bytes) items, in order; an item the client could not read carries the
+    one-line reason instead of bytes, and is that error's record."""
+    readable = [(p, b) for p, b in items if not isinstance(b, str)]
+    ran = iter_records([p for p, _ in readable], runner, task, workers,
+                       sources=[b for _, b in readable])
+    device = device_of_failures(runner)
+    return [failed_record(p, device, runner.model_path, task.kind, b) if isinstance(b, str)
+            else next(ran) for p, b in items]
 
 
 def _worker_address() -> str:

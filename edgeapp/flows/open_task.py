@@ -66,7 +66,7 @@ class Placement:
 def open_task(model: Any, task: Optional[str] = None, place: Placement = Placement(), *,
               options: Optional[dict] = None, labels_file: Any = None,
               labels: Optional[dict] = None, mean: Optional[float] = None,
-              std: Optional[float] = None, fast_decode: bool = False,
+              std: Optional[float] = None, decode: Optional[str] = None,
               on_notice: Optional[Notice] = None, frames: bool = False, cpu_replicas: int = 1,
               strict_options: bool = True) -> OpenTask:
     """Open `model` on `place` and bind `task` (None: the model's own) with `options`.
@@ -108,7 +108,7 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
         _explain_unopenable(path)
         raise
     try:
-        loaded = image_model(runner.engine, runner.meta_path, labels_file, mean, std, fast_decode,
+        loaded = image_model(runner.engine, runner.meta_path, labels_file, mean, std, decode,
                              labels)
         name = task or task_for(runner.engine, loaded.meta)
         if not strict_options:

@@ -59,7 +59,7 @@ class Extraction:
     failed: list = field(default_factory=list)  # (path, error)
     extracted: int = 0
     cached: int = 0
-    normalization: tuple = (None, None)  # (mean, std) the images were prepared with
+    normalization: tuple = (None, None, None)  # (mean, std, JPEG decode) the images were prepared with
     seconds: float = 0.0
 
 
@@ -93,10 +93,10 @@ def _is_image(p: Path, top: Path) -> bool:
 
 def embed_through_batch(runner: Any, paths: list[str], workers: int,
                         progress: Optional[Callable[[], None]] = None
-                        ) -> tuple[tuple[float, float], Iterator[tuple[str, Any, Any, str]]]:
+                        ) -> tuple[tuple, Iterator[tuple[str, Any, Any, str]]]:
     """THE adapter to the inference pipeline `classify` runs (flows/batch.py): the extractor's
     input spec and preprocessing from its metadata, images prepared ahead on `workers` threads,
-    the runner's devices, failures as records. Returns the (mean, std) the images are prepared
+    the runner's devices, failures as records. Returns the (mean, std, decode) the images are prepared
     with, and (path, embedding or None, error or None, model file that ran) per path, in order."""
     from edgeapp.flows.batch import iter_records
     from edgeapp.tasks.base import bind
@@ -111,7 +111,7 @@ def embed_through_batch(runner: Any, paths: list[str], workers: int,
                 progress()
             yield r["path"], r["embedding"], r["error"], r["model"]
 
-    return (loaded.spec.mean, loaded.spec.std), records()
+    return (task.spec.mean, task.spec.std, task.spec.decode), records()
 
 
 def extract(runner: Any, paths: list[str], workers: int, cache: Optional[EmbeddingCache],
@@ -216,8 +216,8 @@ def retrain(runner: Any, data_dir: str | Path, out: str | Path,
     head = _train(x, y, train, val, len(folders.names), options)
     trained = time.perf_counter() - started
     written = [_write(base, target, head) for base, target in plan]
-    mean, std = ex.normalization
-    sidecar = _write_sidecar(cpu_twin_path(plan[0][1]), folders.names, mean, std, {
+    mean, std, decode = ex.normalization
+    sidecar = _write_sidecar(cpu_twin_path(plan[0][1]), folders.names, (mean, std, decode), {
         "base": base_name or str(requested.path), "method": options.method,
         "images": len(kept), "embedding": depths.pop()})
     return report(folders, y, train, val, head, ex, options, written, sidecar,
@@ -274,11 +274,14 @@ def _write_atomic(target: Path, data: bytes) -> None:
         raise UsageError(f"cannot write {target}: {e.strerror or e}") from None
 
 
-def _write_sidecar(model_path: Path, names: list, mean, std, info: dict) -> str:
+def _write_sidecar(model_path: Path, names: list, normalization: tuple, info: dict) -> str:
+    """The retrained model's sidecar: its classes, and the extractor's preprocessing (the new
+    head learnt from images prepared so: classify prepares them the same way)."""
     from edgeapp.core.meta import ModelMeta, write_sidecar
     from edgeapp.tasks.classify import KIND as CLASSIFY
 
-    meta = ModelMeta(labels=dict(enumerate(names)), mean=mean, std=std, task=CLASSIFY.name,
+    mean, std, decode = normalization
+    meta = ModelMeta(labels=dict(enumerate(names)), mean=mean, std=std, decode=decode, task=CLASSIFY.name,
                      extra={"retrain": info})
     try:
         return str(write_sidecar(model_path, meta))

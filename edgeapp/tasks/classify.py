@@ -7,12 +7,12 @@ MODEL: a classification .tflite model (uint8, int8 or float input). Results stre
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from edgeapp.core.classify import class_fields, get_classes_from_scores, get_scores, is_score_vector
-from edgeapp.tasks.base import Entity, Prepared, Result, TaskKind, TaskOption, event_name
+from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskOption, event_name
 from edgeapp.tasks.model import ImageModel, output_quantization
 
 
@@ -31,6 +31,11 @@ class Classify(TaskKind):
     events = "top"
     nothing = "(no class above threshold)"
     guess_rank = 9  # any score vector: asked last
+    evaluates = "classification"
+    eval_options = {"top_k": 5, "threshold": 0.0}
+    # scaled JPEG decode changed MobileNets' top-1 class on more than 1.5 % of photos
+    # (docs/performance.md#decoding-photos-scaled-or-full): whole, unless --decode scaled
+    decode = "full"
 
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_score_vector(shapes[0])
@@ -63,6 +68,9 @@ class Classify(TaskKind):
         classes = get_classes_from_scores(scores, options["top_k"], options["threshold"])
         return Result({"classes": class_fields(classes, labels)})
 
+    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+        return ClassScorer(data, labels)
+
     def draw(self, img, fields: dict, extras: dict) -> None:
         from edgeapp.core.overlay import draw_classes
 
@@ -81,6 +89,50 @@ class Classify(TaskKind):
                        state="{{ value_json.label if value_json.label is not none else 'none' }}"),
                 Entity("top_score", "top score", frames=first + "{{ c[0].score if c else 0 }}",
                        numeric=True)]
+
+
+class ClassScorer(Scorer):
+    """top1, top5 and per-class accuracy; the data's classes matched to the model's labels by
+    name (without labels: the data's sorted class order)."""
+
+    def __init__(self, data: Any, labels: Optional[dict]) -> None:
+        from edgeapp.core.eval_metrics import match_names
+
+        self.data, self.labels = data, labels
+        to_data, unknown = match_names(labels, data.names)
+        if labels and not to_data:
+            from edgeapp.errors import UsageError
+
+            raise UsageError(f"none of the data's classes ({', '.join(list(data.names.values())[:5])}"
+                             "...) is among the model's labels")
+        to_model = {k: i for i, k in to_data.items()}
+        self.truth = [to_model.get(k, -1) for k in data.truth]  # -1: a class the model lacks
+        self.notes = [f"the model has no class {', '.join(unknown)}: its images count as "
+                      "misses"] if unknown else []
+        self.ranked: Dict[int, List[int]] = {}
+        self.scores: Dict[int, List[dict]] = {}
+
+    def add(self, index: int, result: Result) -> None:
+        classes = result.fields["classes"]
+        self.ranked[index] = [c["id"] for c in classes]
+        self.scores[index] = classes
+
+    def metrics(self, done: List[int]) -> dict:
+        from edgeapp.core.eval_metrics import classification_metrics, confusion
+
+        names = self.labels or {i: str(n) for i, n in self.data.names.items()}
+        truth = [self.truth[i] for i in done]
+        out = classification_metrics(truth, [self.ranked[i] for i in done], names)
+        ids = sorted(names)
+        size = max(ids) + 1 if ids else 0
+        first = [self.ranked[i][0] if self.ranked[i] else -1 for i in done]
+        self.plot = {"kind": "confusion", "names": [str(names.get(i, i)) for i in range(size)],
+                     "matrix": confusion(truth, first, size)}
+        return out
+
+    def predictions(self) -> List[dict]:
+        return [{"image": self.data.ids[i], "truth": self.data.names[self.data.truth[i]],
+                 "classes": self.scores[i]} for i in sorted(self.scores)]
 
 
 KIND = Classify()

@@ -23,16 +23,19 @@ from edgeapp.tasks.base import (
     Entity,
     Prepared,
     Result,
+    Scorer,
     TaskKind,
     TaskOption,
     event_name,
     item_name,
     jinja_literal,
+    kept_image,
 )
 from edgeapp.tasks.model import InputSpec
 
 DECODERS = ("auto", "ssd") + LAYOUTS
 SSD_THRESHOLD = 0.4
+EVAL_THRESHOLD, EVAL_MAX_DET = 0.001, 300  # what mAP is measured at (Ultralytics' val too)
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class Detect(TaskKind):
     nothing = "(no object above threshold)"
     guess_rank = 1
     ultralytics_task = "detect"  # YOLO detection exports (not -seg, -pose, -cls, -obb)
+    evaluates = "detection"
+    eval_options = {"threshold": EVAL_THRESHOLD, "max_det": EVAL_MAX_DET}  # as COCO evaluation expects
     tracks = "objects"
 
     def claims(self, shapes, ops, input_size=None) -> bool:
@@ -129,11 +134,12 @@ class Detect(TaskKind):
                 keep_image: bool = False) -> tuple:
         if plan is None or plan.decoder == "ssd":
             return super().prepare(source, spec, options, plan, keep_image)
-        from edgeapp.core.preprocess import load_image
+        from edgeapp.core.preprocess import decode_image
 
-        img = load_image(source, spec.channels, spec.size if spec.fast_decode else None)
-        tensor, fit = _yolo_input(np.asarray(img, dtype=np.uint8), spec)
-        return tensor, Prepared(fit, img if keep_image else None, source)
+        decoded = decode_image(source, spec.channels, spec.scaled_for, "letterbox")
+        tensor, fit = _yolo_input(np.asarray(decoded.image, dtype=np.uint8), spec)
+        return tensor, Prepared(decoded.fit_of_photo(fit),
+                                kept_image(decoded, source, spec) if keep_image else None, source)
 
     def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
                       plan: Any = None) -> tuple:
@@ -161,7 +167,8 @@ class Detect(TaskKind):
                                        plan.floor, options["iou"], options["max_det"])
             if options["top_k"] is not None:
                 objects = objects[:options["top_k"]]
-        return Result({"objects": object_fields(objects, labels)})
+        return Result({"objects": object_fields(objects, labels)},
+                      {"boxes": [o.bbox.as_list() for o in objects]})  # unrounded, for eval
 
     def track_threshold(self, plan: Plan) -> float:
         return plan.threshold
@@ -188,6 +195,9 @@ class Detect(TaskKind):
 
         draw_objects(img, fields["objects"])
 
+    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+        return BoxScorer(data, labels)
+
     def presence(self, fields: dict) -> Dict[Any, tuple]:
         seen: dict = {}
         for o in fields.get("objects") or []:
@@ -207,6 +217,47 @@ class Detect(TaskKind):
 
 
 KIND = Detect()
+
+
+class BoxScorer(Scorer):
+    """COCO mAP50-95, mAP50 and per-class AP (pycocotools) of every box; the model's classes
+    matched to the data's categories by name (Coral's SSD models number COCO's 90 with gaps,
+    YOLO exports 80 contiguous ones), by index when the data has no names."""
+
+    def __init__(self, data: Any, labels: Optional[dict]) -> None:
+        from edgeapp.core.coco_eval import cocotools
+        from edgeapp.core.eval_metrics import match_names
+
+        cocotools()  # the extra is installed (exit 7 before the run, not after it)
+        self.data = data
+        self.to_data, unknown = match_names(labels if data.named else None, data.names)
+        if labels and data.named and not self.to_data:
+            raise InvalidModel(f"none of the data's classes ({', '.join(list(data.names.values())[:5])}"
+                               "...) is among the model's labels")
+        self.notes = [f"the model has no class {', '.join(unknown)}: AP 0 for them"] if unknown else []
+        self.results: List[dict] = []
+        self.plot: dict = {}
+
+    def add(self, index: int, result: Result) -> None:
+        boxes = result.extras.get("boxes") or [o["bbox"] for o in result.fields["objects"]]
+        for o, (x0, y0, x1, y1) in zip(result.fields["objects"], boxes):
+            cat = self.to_data.get(o["id"])
+            if cat is not None:
+                self.results.append({"image_id": index, "category_id": cat, "score": round(o["score"], 5),
+                                     "bbox": [round(x0, 3), round(y0, 3), round(x1 - x0, 3),
+                                              round(y1 - y0, 3)]})
+
+    def metrics(self, done: List[int]) -> dict:
+        from edgeapp.core.coco_eval import box_summary, evaluate, pr_curves
+
+        ev = evaluate(self.data.coco, self.results, "bbox", done)
+        names = {c["id"]: c["name"] for c in self.data.coco["categories"]}
+        self.plot = {"kind": "pr", "curves": pr_curves(ev, names)}
+        return box_summary(ev, self.data.coco)
+
+    def predictions(self) -> List[dict]:
+        """A COCO results list in the data's own image ids."""
+        return [dict(r, image_id=self.data.ids[r["image_id"]]) for r in self.results]
 
 
 def _yolo_input(pixels: np.ndarray, spec: InputSpec) -> tuple:

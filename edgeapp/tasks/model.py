@@ -12,8 +12,8 @@ from typing import Any, Optional
 import numpy as np
 
 from edgeapp.core.meta import ModelMeta
-from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD
-from edgeapp.errors import InvalidModel
+from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, DECODES
+from edgeapp.errors import InvalidModel, UsageError
 
 
 @dataclass(frozen=True)
@@ -28,17 +28,25 @@ class InputSpec:
     zero_point: int
     mean: float
     std: float
-    fast_decode: bool = False
+    decode: Optional[str] = None  # JPEGs "scaled" to what the input needs, or "full"
+    # (core/preprocess.py); None: neither the flag nor the sidecar says, the task decides
     normalization_given: bool = True  # mean/std from the flags or the model's metadata
 
     @property
     def size(self) -> tuple[int, int]:
         return self.width, self.height
 
+    @property
+    def scaled_for(self) -> Optional[tuple[int, int]]:
+        """What core/preprocess.decode_image decodes JPEGs for: the input size, or None (whole)."""
+        return self.size if self.decode == "scaled" else None
+
 
 def input_spec(engine: Any, meta: ModelMeta, mean: Optional[float] = None,
-               std: Optional[float] = None, fast_decode: bool = False) -> InputSpec:
-    """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128."""
+               std: Optional[float] = None, decode: Optional[str] = None) -> InputSpec:
+    """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128;
+    the JPEG decode from the flag, else what the model was calibrated with (its sidecar), else
+    None: the task's own default (TaskKind.decode)."""
     if len(engine.inputs) != 1:
         raise InvalidModel(f"{engine.model_path} has {len(engine.inputs)} inputs; an image model "
                            "has one")
@@ -53,8 +61,16 @@ def input_spec(engine: Any, meta: ModelMeta, mean: Optional[float] = None,
     return InputSpec(width=shape[2], height=shape[1], channels=shape[3], dtype=engine.input_dtype,
                      scale=scale, zero_point=zero,
                      mean=_first(mean, meta.mean, CORAL_MEAN), std=_first(std, meta.std, CORAL_STD),
-                     fast_decode=fast_decode,
+                     decode=check_decode(decode if decode is not None else meta.decode),
                      normalization_given=(mean, std, meta.mean, meta.std) != (None,) * 4)
+
+
+def check_decode(value: Any) -> Optional[str]:
+    """--decode's value (an enum member or its text), checked: the API takes the same words."""
+    value = getattr(value, "value", value)
+    if value is not None and value not in DECODES:
+        raise UsageError(f"--decode {value!r}: one of {', '.join(DECODES)}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -68,7 +84,7 @@ class ImageModel:
 
 
 def image_model(engine: Any, model_path, labels_file=None, mean: Optional[float] = None,
-                std: Optional[float] = None, fast_decode: bool = False,
+                std: Optional[float] = None, decode: Optional[str] = None,
                 labels: Optional[dict] = None) -> ImageModel:
     """Labels from `labels` or the file given, else the model's metadata; normalization likewise.
 
@@ -80,7 +96,7 @@ def image_model(engine: Any, model_path, labels_file=None, mean: Optional[float]
     meta = read_meta(engine.requested_model or model_path)
     if labels is None:
         labels = read_labels(labels_file) if labels_file else meta.labels
-    return ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, fast_decode))
+    return ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, decode))
 
 
 def output_shapes(engine: Any) -> list[tuple[int, ...]]:

@@ -12,7 +12,16 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from edgeapp.core.pose import POSENET_OP, is_pose_output, movenet_pose, pose_fields, posenet_poses
-from edgeapp.tasks.base import RESIZE, Entity, Prepared, Result, TaskKind, TaskOption, jinja_literal
+from edgeapp.tasks.base import (
+    RESIZE,
+    Entity,
+    Prepared,
+    Result,
+    Scorer,
+    TaskKind,
+    TaskOption,
+    jinja_literal,
+)
 from edgeapp.tasks.model import op_names, output_quantization
 
 PERSON = "person"  # what pose events call a pose
@@ -38,6 +47,8 @@ class Pose(TaskKind):
     events = "presence"
     nothing = "(no keypoint above threshold)"
     guess_rank = 0
+    evaluates = "keypoints"
+    eval_options = {"threshold": 0.0}  # every keypoint, scored: OKS weighs them all
 
     def claims(self, shapes, ops, input_size=None) -> bool:
         return POSENET_OP in ops or (len(shapes) == 1 and is_pose_output(shapes[0]))
@@ -59,6 +70,9 @@ class Pose(TaskKind):
         poses = posenet_poses(outputs, prepared.fit) if posenet else \
             [movenet_pose(outputs[0], prepared.fit, scale, zero)]
         return Result({"poses": pose_fields(poses, options["threshold"])})
+
+    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+        return KeypointScorer(data)
 
     def rows(self, fields: dict) -> List[dict]:
         # a keypoint's rank is its pose's; its id is its COCO keypoint index
@@ -84,6 +98,36 @@ class Pose(TaskKind):
         return [Entity("person", PERSON, "binary_sensor",
                        frames="{{ 'ON' if value_json.poses else 'OFF' }}",
                        state=f"{{{{ 'ON' if {jinja_literal(PERSON)} in value_json.labels else 'OFF' }}}}")]
+
+
+class KeypointScorer(Scorer):
+    """OKS AP and AP50 (pycocotools) of every pose, as COCO keypoint results."""
+
+    def __init__(self, data: Any) -> None:
+        from edgeapp.core.coco_eval import cocotools
+
+        cocotools()
+        self.data, self.notes, self.plot = data, [], {}
+        cats = data.coco["categories"]
+        self.category = next((c["id"] for c in cats if "keypoints" in c), cats[0]["id"])
+        self.results: List[dict] = []
+
+    def add(self, index: int, result: Result) -> None:
+        from edgeapp.core.pose import KEYPOINTS
+
+        for p in result.fields["poses"]:
+            at = {k["name"]: (k["x"], k["y"], k["score"]) for k in p["keypoints"]}
+            flat = [v for name in KEYPOINTS for v in at.get(name, (0.0, 0.0, 0.0))]
+            self.results.append({"image_id": index, "category_id": self.category,
+                                 "keypoints": flat, "score": p["score"]})
+
+    def metrics(self, done: List[int]) -> dict:
+        from edgeapp.core.coco_eval import keypoint_metrics
+
+        return keypoint_metrics(self.data.coco, self.results, done)
+
+    def predictions(self) -> List[dict]:
+        return [dict(r, image_id=self.data.ids[r["image_id"]]) for r in self.results]
 
 
 KIND = Pose()

@@ -18,6 +18,7 @@ from edgeapp.tasks.base import (
     Entity,
     Prepared,
     Result,
+    Scorer,
     TaskKind,
     TaskOption,
     event_name,
@@ -50,6 +51,7 @@ class Segment(TaskKind):
     events = "presence"
     nothing = "(no class)"
     guess_rank = 2
+    evaluates = "segmentation"
 
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_segmentation_output(shapes[0], input_size)
@@ -96,6 +98,9 @@ class Segment(TaskKind):
 
         return {"mask": str(folder.write(path, mask_image_array(result.extras["mask"]), ".png"))}
 
+    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+        return MaskScorer(data, labels)
+
     def presence(self, fields: dict) -> Dict[Any, tuple]:
         return {event_name(c): (1, c["share"]) for c in fields.get("classes") or []
                 if c["share"] >= EVENT_SHARE}
@@ -106,6 +111,66 @@ class Segment(TaskKind):
             f"{{% for c in value_json.classes if c.share >= {EVENT_SHARE} %}}{{{{ ', ' if not loop.first else '' }}}}"
             "{{ c.label if c.label is not none else c.id }}{% else %}none{% endfor %}"),
             state="{{ value_json.labels | join(', ') if value_json.labels else 'none' }}")]
+
+
+class MaskScorer(Scorer):
+    """mIoU, pixel accuracy and per-class IoU over every labelled pixel (255 = ignore); mask
+    values are the model's class ids."""
+
+    def __init__(self, data: Any, labels: Optional[dict]) -> None:
+        import numpy as np
+
+        self.data, self.notes, self.plot = data, [], {}
+        self.names = labels or {int(k): v for k, v in data.names.items()}
+        self.counts = np.zeros((0, 0), dtype=np.int64)
+        self.rows: Dict[int, dict] = {}
+
+    def add(self, index: int, result: Result) -> None:
+        import numpy as np
+
+        from edgeapp.core.eval_metrics import IGNORE, add_masks
+
+        truth = read_mask(self.data.truth[index])
+        predicted = result.extras["mask"]
+        if truth.shape != predicted.shape:
+            from edgeapp.errors import UsageError
+
+            raise UsageError(f"{self.data.truth[index]}: mask {truth.shape[1]}x{truth.shape[0]} is "
+                             f"not the size of its image ({predicted.shape[1]}x{predicted.shape[0]})")
+        labelled = truth[truth != IGNORE].astype(np.int64)
+        size = int(max(labelled.max(initial=-1), predicted.astype(np.int64).max(initial=-1))) + 1
+        if size > self.counts.shape[0]:
+            grown = np.zeros((size, size), dtype=np.int64)
+            grown[:self.counts.shape[0], :self.counts.shape[0]] = self.counts
+            self.counts = grown
+        add_masks(self.counts, truth, predicted)
+        self.rows[index] = {"image": self.data.ids[index], "classes": result.fields["classes"]}
+
+    def metrics(self, done: List[int]) -> dict:
+        from edgeapp.core.eval_metrics import segmentation_metrics
+
+        out = segmentation_metrics(self.counts, self.names)
+        self.plot = {"kind": "iou", "per_class": out["per_class"]}
+        return out
+
+    def predictions(self) -> List[dict]:
+        return [self.rows[i] for i in sorted(self.rows)]
+
+
+def read_mask(path: str) -> Any:
+    """A mask PNG's class ids (a one-channel image; 16-bit for more than 255 classes)."""
+    import numpy as np
+    from PIL import Image
+
+    from edgeapp.errors import UsageError
+
+    try:
+        with Image.open(path) as img:
+            if img.mode not in ("L", "P", "I", "I;16"):
+                raise UsageError(f"{path}: a mask is one channel of class ids, not {img.mode}")
+            return np.asarray(img)
+    except (OSError, SyntaxError, ValueError) as e:
+        raise UsageError(f"{path}: cannot read the mask ({e})") from None
 
 
 KIND = Segment()

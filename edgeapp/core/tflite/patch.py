@@ -81,3 +81,23 @@ def _set_range(buf: bytearray, tensor: _Table, low: float, high: float) -> None:
         start, n = q._vector(slot, struct.calcsize(fmt))
         if n == 1:
             struct.pack_into("<" + fmt, buf, start, value)
+
+
+def replace_constants(data: bytes, values: dict) -> bytes:
+    """`data` with constant tensors' bytes replaced in place (tensor index -> new raw bytes of
+    the same length); a buffer another tensor also reads is refused (ValueError), since the
+    change would reach that tensor too."""
+    buf = bytearray(data)
+    root = _Table(bytes(data), struct.unpack_from("<I", data, 0)[0])
+    buffers = root.tables(4)
+    tensors = root.tables(2)[0].tables(0)
+    readers: dict = {}
+    for t in tensors:
+        readers[t.scalar(2, "I")] = readers.get(t.scalar(2, "I"), 0) + 1
+    for index, raw in values.items():
+        b = tensors[index].scalar(2, "I")
+        start, n = buffers[b].bytes_span(0)
+        if readers.get(b, 0) != 1 or n != len(raw) or not n:
+            raise ValueError(f"tensor {index}: its buffer is shared, external or of another size")
+        buf[start:start + n] = raw
+    return bytes(buf)

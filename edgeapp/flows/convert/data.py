@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from edgeapp.core.preprocess import load_image, resize
+from edgeapp.core.preprocess import fit_pixels, load_image
 from edgeapp.errors import InputError, UsageError
 from edgeapp.flows.inputs import expand_inputs
 
@@ -69,8 +69,10 @@ def find_sources(source: Path, option: str) -> Sources:
 
 
 def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Optional[int] = None,
-                 seed: int = 0, say: Callable[[str], None] = lambda s: None) -> Dataset:
-    """Pixels of the images (resized as classify resizes), or the .npy array as it is.
+                 seed: int = 0, say: Callable[[str], None] = lambda s: None,
+                 decode: str = "full") -> Dataset:
+    """Pixels of the images (decoded and resized as classify does with this --decode), or the
+    .npy array as it is.
 
     An image that cannot be decoded is skipped with one line, as retrain does; only when fewer
     than half of them decode (or none) is it an error (exit 2): then the folder is not what the
@@ -83,13 +85,13 @@ def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Op
     pixels, labels, skipped = [], [], []
     for i in order:
         try:
-            a = np.asarray(resize(load_image(found.paths[i], channels), size), dtype=np.uint8)
+            a = calibration_pixels(found.paths[i], size, channels, decode)
         except InputError as e:
             text = str(e)
             skipped.append(text)
             say(f"skipping {text if found.paths[i] in text else f'{found.paths[i]}: {text}'}")
             continue
-        pixels.append(a[:, :, None] if a.ndim == 2 else a)
+        pixels.append(a)
         if found.classes:
             labels.append(found.labels[i])
     if not pixels or len(pixels) * 2 < len(order):
@@ -97,6 +99,13 @@ def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Op
                          f"first failure: {skipped[0]}")
     y = np.array(labels) if found.classes else None
     return Dataset(np.stack(pixels), y, list(found.classes), skipped=skipped)
+
+
+def calibration_pixels(path: str, size: tuple[int, int], channels: int, decode: str) -> np.ndarray:
+    """One image as the model sees it at inference (classify, stretched): the same decode,
+    the same resize: core/preprocess.fit_pixels. uint8 (H, W, C)."""
+    pixels, _ = fit_pixels(load_image(path, channels, size if decode == "scaled" else None), size)
+    return pixels
 
 
 def _load_npy(source: Path, size: tuple[int, int], channels: int, limit: Optional[int],

@@ -36,7 +36,7 @@ class ConvertJob:
     calibration: Path
     calibration_size: int = 300
     val: int = 50  # held-out calibration images for measuring agreement (0: none held out)
-    eval_dir: Optional[Path] = None  # a separate folder instead of the held-out images
+    eval_dir: Optional[Path] = None  # held-out images, or labelled data (flows/eval_data.py)
     io: str = "uint8"
     mean: float = 0.0
     std: float = 255.0
@@ -44,6 +44,8 @@ class ConvertJob:
     val_labels: Optional[dict] = None  # --val-labels: the model's classes, to name folders' indices
     input_size: Optional[tuple] = None  # --input-size H, W for symbolic ONNX dims
     report: bool = False
+    max_drop: Optional[float] = None  # --max-drop: the task metric's points int8 may lose (0.01 = 1)
+    decode: str = "full"  # JPEGs decoded as --decode does at inference; the sidecar records it
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Prepared:
     onnx: object = None  # the parsed ModelProto
     onnx_input: object = None  # onnx_graph.OnnxInput
     notes: list = field(default_factory=list)
+    eval_data: object = None  # flows/eval_data.EvalData: --eval's labelled data, if it is some
 
 
 def prepare(job: ConvertJob) -> Prepared:
@@ -66,7 +69,7 @@ def prepare(job: ConvertJob) -> Prepared:
     check_output(job.output)
     fmt = source_format(job.model)
     found = find_sources(job.calibration, "--calibration")
-    held = find_sources(job.eval_dir, "--eval") if job.eval_dir is not None else None
+    held, labelled = _eval_sources(job.eval_dir)
     notes = []
     if held is None:
         total = len(found.paths)
@@ -76,7 +79,7 @@ def prepare(job: ConvertJob) -> Prepared:
             notes.append(f"--val {job.val}: {kept} of the {total} image(s) held out to measure "
                          "agreement (at most a fifth, so that calibration keeps most); --eval DIR "
                          "measures on a folder of its own")
-    prepared = Prepared(job, fmt, found, held, notes=notes)
+    prepared = Prepared(job, fmt, found, held, notes=notes, eval_data=labelled)
     if fmt == "onnx":
         from edgeapp.flows.convert import onnx_graph
 
@@ -88,6 +91,20 @@ def prepare(job: ConvertJob) -> Prepared:
     elif job.input_size is not None:
         raise UsageError("--input-size is for ONNX models with symbolic height/width")
     return prepared
+
+
+def _eval_sources(eval_dir: Optional[Path]) -> tuple:
+    """(held-out images for agreement, labelled data for the task's metric) of --eval: class
+    folders are both; a COCO JSON, a YOLO dataset, a CSV or images and masks the metric's
+    only (agreement then uses held-out calibration images); loose images agreement's only."""
+    if eval_dir is None:
+        return None, None
+    from edgeapp.flows.evaluate import is_labelled_data, read_data
+
+    if is_labelled_data(eval_dir):
+        return None, read_data(eval_dir)
+    held = find_sources(eval_dir, "--eval")
+    return held, (read_data(eval_dir) if held.classes else None)
 
 
 def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
@@ -113,6 +130,12 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
                 "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
             if job.report:
                 report["report"] = _layer_report(p, model, saved, calibration, q, say)
+            if job.max_drop is not None:
+                _max_drop(p, model, saved, cal, calibration, q, report, say)
+        if p.eval_data is not None and embedding is None:
+            report["eval"] = _task_metric(p, model, cal, say)
+        elif p.eval_data is not None:
+            say("an embedding extractor has no task metric: --eval measures agreement only")
     finally:
         model.close()
     report["task"], report["sidecar"] = _sidecar(p, q.model, cal, report, say)
@@ -127,11 +150,13 @@ def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> t
         say(f"loading {job.model} (TensorFlow)")
         model = load_keras(job.model)
         h, w, c = model.input_shape
-        return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say)
+        return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say,
+                                  decode=job.decode)
     from edgeapp.flows.convert.onnx import load_onnx
 
     inp = p.onnx_input
-    cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say)
+    cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say,
+                       decode=job.decode)
     make_output_folder(job.output)  # for the log
     log = convert_log_path(job.output)
     say(f"converting {job.model} with onnx2tf (log: {log})")
@@ -159,18 +184,75 @@ def _embedding_depth(p: Prepared, tflite, cal) -> Optional[int]:
     return embedding_output(tflite, count)
 
 
-def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
-    from edgeapp.flows.convert.agreement import measure, truth_labels
+def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
+    """(images, where they come from, their class indices or None) for measuring int8."""
+    from edgeapp.flows.convert.agreement import truth_labels
 
     job = p.job
     h, w, c = model.input_shape
     if p.held_out is not None:
-        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say)
-        source = f"--eval {job.eval_dir}" if job.eval_dir is not None else "held-out calibration images"
+        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say, decode=job.decode)
+        from_eval = job.eval_dir is not None and p.held_out.source == job.eval_dir
+        source = f"--eval {job.eval_dir}" if from_eval else "held-out calibration images"
     else:
         data, source = cal, "the calibration images (none held out)"
-    labels = truth_labels(data, job.val_labels or job.labels)
-    return measure(job.output, model, data, job.mean, job.std, source, labels, class_scores)
+    return data, source, truth_labels(data, job.val_labels or job.labels)
+
+
+def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
+    from edgeapp.flows.convert.agreement import measure
+
+    data, source, labels = _held_out(p, model, cal, say)
+    return measure(p.job.output, model, data, p.job.mean, p.job.std, source, labels, class_scores)
+
+
+def _max_drop(p: Prepared, model: FloatModel, saved: str, cal, calibration, q, report: dict, say: Say) -> None:
+    """--max-drop's trials; when another model than the plain one is kept, the report
+    describes the kept one."""
+    from edgeapp.core.tflite.model import load_model
+    from edgeapp.flows.convert.tune import tune
+
+    data, source, labels = _held_out(p, model, cal, say)
+    tuned = tune(p, model, saved, cal, calibration, q, data, source, labels, say)
+    detail = tuned.pop("detail")
+    report["max_drop"] = tuned
+    if tuned["chosen"] not in (None, "plain"):
+        kept = load_model(p.job.output)
+        report.update(size_bytes=kept.size, ops=dict(Counter(op.op for op in kept.operators).most_common()),
+                      op_versions={op.op: op.version for op in kept.operators})
+        report["agreement_detail"] = detail
+        report.update({k: detail[k] for k in (
+            "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
+
+
+def _task_metric(p: Prepared, model: FloatModel, cal, say: Say) -> dict:
+    """The task's own metric (top-1, mAP, mIoU, OKS AP) of the float original and the int8
+    model on --eval's labelled data, through `eval`'s flow (flows/evaluate.float_vs_int8)."""
+    from edgeapp.core.meta import ModelMeta
+    from edgeapp.flows.convert.float_engine import engine_for, meta_from_props
+    from edgeapp.flows.evaluate import float_vs_int8, open_engine
+    from edgeapp.flows.open_task import Placement, open_task
+
+    job = p.job
+    props = {m.key: m.value for m in getattr(p.onnx, "metadata_props", [])}
+    own = meta_from_props(props)
+    labels = job.labels or own.labels or _folder_labels(cal)
+    meta = ModelMeta(labels=labels, mean=job.mean, std=job.std,
+                     ultralytics_task=own.ultralytics_task)
+    say(f"measuring float and int8 on {p.eval_data.describe()}")
+    engine = engine_for(job.model, model, meta)
+    engine.close = lambda: None  # the float model is closed once, by `run`
+    with open_task(job.output, None, Placement("cpu"), labels=labels, mean=job.mean,
+                   std=job.std) as int8:
+        result = float_vs_int8(open_engine(engine, meta, labels, job.mean, job.std), int8,
+                               p.eval_data)
+    for line in result["left_out"]:
+        say(f"left out: {line}")
+    return result
+
+
+def _folder_labels(cal) -> Optional[dict]:
+    return {i: n for i, n in enumerate(cal.class_names)} if cal.class_names else None
 
 
 def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, say: Say) -> dict:
@@ -214,6 +296,14 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
         if warning:
             say(f"warning: {warning}")
     agreement = {k: v for k, v in report["agreement_detail"].items()}
+    extra = {"source": str(job.model), "agreement": agreement}
+    if report.get("eval"):
+        ev = report["eval"]
+        extra["eval"] = {"data": ev["data"], "float": ev["float"]["metrics"],
+                         "int8": ev["int8"]["metrics"], "drop": ev["drop"]}
+    if report.get("max_drop"):
+        extra["max_drop"] = report["max_drop"]
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,
-                                                  extra={"source": str(job.model), "agreement": agreement}))
+                                                  decode=job.decode,
+                                                  extra=extra))
     return task, str(sidecar)

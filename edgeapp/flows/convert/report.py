@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from typing import Optional
 
 import numpy as np
@@ -21,7 +22,9 @@ from edgeapp.core.quant_report import (
     attribute_shared_ranges,
     channel_range_ratio,
     diagnose,
+    harm_candidates,
     rank,
+    source_name,
 )
 from edgeapp.core.tflite.model import TfliteModel
 from edgeapp.core.tflite.patch import EQUIVALENT_OLDER_OPS
@@ -30,6 +33,7 @@ from edgeapp.flows.convert.base import first_line, tensorflow
 from edgeapp.flows.convert.quantize import make_converter
 
 WEIGHTED_OPS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}
+HARM_LAYERS = 12  # layers measured at the model's output (each: one quantization, one run)
 
 
 class _Collector:
@@ -96,17 +100,56 @@ def layer_report(saved_model: str, calibration: np.ndarray, tflite: TfliteModel,
     for index, (row, acc) in enumerate(zip(rows, collector.layers)):
         layer = {"name": row["tensor_name"], "op": row["op_name"], "index": index, **acc.result(),
                  "scale": float(row["scale"]), "zero_point": int(float(row["zero_point"]))}
-        layer.update(context.get(row["tensor_name"], {}))
+        layer.update(_context_for(context, row["tensor_name"], layer["op"]))
         if layer["op"] not in written and layer["op"] in EQUIVALENT_OLDER_OPS:  # swapped after the debugger
             layer["debugged_as"], layer["op"] = layer["op"], EQUIVALENT_OLDER_OPS[layer["op"]][0]
-        source = _source_layer(row["tensor_name"], layer_names or {})
+        weights = layer.pop("weights_name", None)
+        source = (_source_layer(row["tensor_name"], layer_names or {})
+                  or _source_layer(weights or "", layer_names or {})
+                  or source_name(row["tensor_name"], weights))
         if source:
             layer["source"] = source
         layers.append(layer)
     attribute_shared_ranges(layers)
+    try:
+        output_harm(saved_model, calibration, layers, samples)
+    except ConvertError:  # the ranking falls back to each layer's own error
+        pass
     for layer in layers:
         layer["cause"], layer["fix"] = diagnose(layer)
     return rank(layers)
+
+
+def output_harm(saved_model: str, calibration: np.ndarray, layers: list, samples: int) -> None:
+    """Per layer (the worst few and every outlier): the harm at the model's output. The model
+    with only that layer quantized (at the ranges its values really take) is run against the
+    float model; what the layer adds over the inputs it reads (each measured alone the same
+    way) is its `output_sqnr_db`. A layer's own error says little about what it costs: an error
+    the next layers amplify or ignore, an outlier the output never sees."""
+    from edgeapp.flows.convert import requantize as rq
+
+    x = calibration[:samples]
+    cal = rq.calibrate(saved_model, calibration, "float32")
+    rq.measure_ranges(cal, x)
+    ranged, _ = rq.with_ranges(cal)
+    reference = rq.run_float(cal.data, x)
+    signal = sum(float(np.sum(np.square(r, dtype=np.float64))) for r in reference)
+    noise = {}
+    for name in harm_candidates(layers, HARM_LAYERS):
+        if name not in cal.producers:
+            continue
+        try:
+            got = rq.run_float(rq.requantize(ranged, "float32", denylisted=[n for n in cal.op_outputs if n != name]), x)
+        except ConvertError:
+            continue
+        noise[name] = sum(float(np.sum(np.square(r - g, dtype=np.float64))) for r, g in zip(reference, got))
+    for row in layers:
+        if row["name"] not in noise or signal <= 0:
+            continue
+        own = noise[row["name"]]
+        added = max(own - max((noise.get(p, 0.0) for p in cal.producers[row["name"]]), default=0.0), signal * 1e-12)
+        row["output_sqnr_alone_db"] = round(10 * math.log10(signal / own), 2) if own > 0 else None
+        row["output_sqnr_db"] = round(10 * math.log10(signal / added), 2)
 
 
 def _source_layer(tensor_name: str, layer_names: dict) -> Optional[str]:
@@ -121,6 +164,19 @@ def _source_layer(tensor_name: str, layer_names: dict) -> Optional[str]:
     return None
 
 
+def _context_for(context: dict, name: str, op: str) -> dict:
+    """The written model's facts about a debugger row: by tensor name, else (a model output,
+    which the converter renames `X:01` before the final QUANTIZE makes `X:0`) the same op whose
+    output name extends it."""
+    info = context.get(name)
+    if info is not None and info.get("op") in (None, op):
+        return {k: v for k, v in info.items() if k != "op"}
+    for key, value in context.items():
+        if key.startswith(name) and value.get("op") == op:
+            return {k: v for k, v in value.items() if k != "op"}
+    return {}
+
+
 def _model_context(tflite: TfliteModel, data: bytes) -> dict:
     """Per output tensor name: the weights' per-channel range ratio, a Softmax's class count,
     the input scale ratio of a mixing op."""
@@ -132,7 +188,9 @@ def _model_context(tflite: TfliteModel, data: bytes) -> dict:
         if not op.outputs or op.outputs[0] < 0:
             continue
         name = tflite.tensors[op.outputs[0]].name
-        info = {}
+        info = {"op": op.op}
+        if len(op.inputs) > 1 and op.inputs[1] >= 0 and tflite.tensors[op.inputs[1]].is_constant:
+            info["weights_name"] = tflite.tensors[op.inputs[1]].name
         if op.op in WEIGHTED_OPS and len(op.inputs) > 1 and op.inputs[1] >= 0:
             ratio = _weight_ratio(tflite.tensors[op.inputs[1]], read, WEIGHTED_OPS[op.op])
             if ratio is not None:

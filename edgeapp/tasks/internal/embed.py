@@ -23,6 +23,7 @@ class Embed(TaskKind):
     wanted = "one feature vector"
     columns = ("embedding",)
     guess_rank = 99  # never guessed: an extractor's output looks like a classifier's
+    decode = "full"  # as classify decodes: the retrained classifier sees what it was trained on
 
     def plan(self, engine: Any, options: dict) -> tuple:
         if len(engine.outputs) != 1:

@@ -1,0 +1,120 @@
+"""COCO's own evaluation of detections and keypoints (the `eval` extra): mAP50-95, mAP50 and
+per-class AP of boxes, OKS AP of poses, exactly as pycocotools computes them.
+
+Through faster-coco-eval (Apache-2.0, Python 3.10+), which reproduces pycocotools' numbers
+(the tests compare them with pycocotools' own) about five times faster, so the metric stays a
+small part of an `eval` run; pycocotools (BSD-2-Clause) where faster-coco-eval has no wheels
+(Python 3.9).
+
+Its defaults stand (maxDets 1/10/100, the OKS sigmas of COCO's 17 keypoints), so anyone can
+recompute the numbers from the results list `eval --save-predictions` writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from edgeapp.errors import MissingDependency
+
+INSTALL = "pip install 'edgeapp[eval]'"
+
+
+def cocotools():
+    """(COCO, COCOeval) of faster-coco-eval, else pycocotools, or MissingDependency naming the
+    install line."""
+    try:
+        from faster_coco_eval import COCO
+        from faster_coco_eval import COCOeval_faster as COCOeval
+    except ImportError:
+        try:
+            from pycocotools.coco import COCO
+            from pycocotools.cocoeval import COCOeval
+        except ImportError:
+            raise MissingDependency("detection and pose metrics need faster-coco-eval (or "
+                                    f"pycocotools): {INSTALL}") from None
+    return COCO, COCOeval
+
+
+def _ground_truth(gt: dict):
+    COCO, _ = cocotools()
+    coco = COCO()
+    coco.dataset = gt
+    with contextlib.redirect_stdout(io.StringIO()):  # "creating index..." is pycocotools' chatter
+        coco.createIndex()
+    return coco
+
+
+def evaluate(gt: dict, results: List[dict], iou_type: str = "bbox",
+             image_ids: Optional[Sequence] = None) -> Optional[object]:
+    """The accumulated COCOeval of `results` against `gt` on `image_ids` (default: all), or
+    None when there is no result at all (pycocotools cannot load an empty list)."""
+    _, COCOeval = cocotools()
+    truth = _ground_truth(gt)
+    if not results:
+        return None
+    with contextlib.redirect_stdout(io.StringIO()):
+        found = truth.loadRes([dict(r) for r in results])  # loadRes adds fields to what it gets
+        ev = COCOeval(truth, found, iou_type)
+        if image_ids is not None:
+            ev.params.imgIds = sorted(image_ids)
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    return ev
+
+
+def box_metrics(gt: dict, results: List[dict], image_ids: Optional[Sequence] = None) -> dict:
+    """map (AP at IoU 0.50:0.95), map50 and per_class AP50-95 by category name: pycocotools'
+    stats[0], stats[1] and its precision array per category (-1: no ground truth, left out)."""
+    return box_summary(evaluate(gt, results, "bbox", image_ids), gt)
+
+
+def box_summary(ev, gt: dict) -> dict:
+    """box_metrics of an accumulated COCOeval (None: no result at all)."""
+    names = {c["id"]: c["name"] for c in gt.get("categories", [])}
+    if ev is None:
+        return {"map": 0.0, "map50": 0.0, "per_class": {}}
+    return {"map": _stat(ev.stats[0]), "map50": _stat(ev.stats[1]),
+            "per_class": per_class_ap(ev, names)}
+
+
+def keypoint_metrics(gt: dict, results: List[dict], image_ids: Optional[Sequence] = None) -> dict:
+    """oks_ap (AP at OKS 0.50:0.95) and oks_ap50: pycocotools' keypoint stats[0] and stats[1]."""
+    ev = evaluate(gt, results, "keypoints", image_ids)
+    if ev is None:
+        return {"oks_ap": 0.0, "oks_ap50": 0.0}
+    return {"oks_ap": _stat(ev.stats[0]), "oks_ap50": _stat(ev.stats[1])}
+
+
+def per_class_ap(ev, names: Dict[int, str]) -> Dict[str, float]:
+    """AP50-95 of each category with ground truth (all areas, the largest maxDets)."""
+    precision = ev.eval["precision"]  # [T iou, R recall, K category, A area, M maxDets]
+    out = {}
+    for k, cat in enumerate(ev.params.catIds):
+        p = precision[:, :, k, 0, -1]
+        p = p[p > -1]
+        if p.size:
+            out[str(names.get(cat, cat))] = float(np.mean(p))
+    return out
+
+
+def pr_curves(ev, names: Dict[int, str]) -> Dict[str, np.ndarray]:
+    """Precision at COCO's 101 recall points, IoU 0.5, per category with ground truth (plots)."""
+    if ev is None:
+        return {}
+    precision = ev.eval["precision"]
+    out = {}
+    for k, cat in enumerate(ev.params.catIds):
+        p = precision[0, :, k, 0, -1]
+        if (p > -1).any():
+            out[str(names.get(cat, cat))] = np.clip(p, 0, None)
+    return out
+
+
+def _stat(value: float) -> float:
+    """pycocotools' -1 (nothing to measure) as 0.0, so metrics always compare."""
+    return max(0.0, float(value))

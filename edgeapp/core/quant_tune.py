@@ -1,0 +1,115 @@
+"""The maths of `convert --max-drop`: pure numpy.
+
+What a conversion loses, in the task metric's points (top-1 accuracy when the held-out images
+have classes, else top-1 agreement with the float model, else the outputs' cosine); a tensor's
+real range and where a percentile clips it; which trial to keep.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+BINS = 4096
+
+
+@dataclass
+class RangeStats:
+    """A tensor's values over many samples: min, max, and a histogram of |x| over the
+    calibrated extent (bounded memory whatever the sample count)."""
+
+    cal_min: float
+    cal_max: float
+    low: float = math.inf
+    high: float = -math.inf
+    count: int = 0
+    hist: np.ndarray = field(default_factory=lambda: np.zeros(BINS, np.int64))
+
+    @property
+    def extent(self) -> float:
+        return max(abs(self.cal_min), abs(self.cal_max)) or 1.0
+
+    def add(self, x: np.ndarray) -> None:
+        x = np.asarray(x, np.float64).ravel()
+        if not x.size:
+            return
+        self.low, self.high = min(self.low, float(x.min())), max(self.high, float(x.max()))
+        self.count += x.size
+        idx = np.minimum((np.abs(x) / self.extent * BINS).astype(np.int64), BINS - 1)
+        self.hist += np.bincount(idx, minlength=BINS)
+
+    def percentile(self, q: float) -> float:
+        """The q-th percentile (0..100) of |x|, to a bin's top."""
+        if not self.count:
+            return self.extent
+        i = int(np.searchsorted(np.cumsum(self.hist), math.ceil(self.count * q / 100.0)))
+        return min(i + 1, BINS) * self.extent / BINS
+
+    def measured(self) -> tuple:
+        """The range the values really took (within the calibrated one; 0 always inside)."""
+        if not self.count:
+            return self.cal_min, self.cal_max
+        low = max(self.cal_min, min(self.low, 0.0))
+        high = min(self.cal_max, max(self.high, 0.0))
+        if high - low <= 0:
+            return self.cal_min, self.cal_max
+        return low, high
+
+    def clipped(self, q: float, ratio: float, low: float, high: float) -> tuple:
+        """(low, high, clipped?): [low, high] cut to ±(q-th percentile of |x|) when the range is
+        more than `ratio` times that percentile (a few values set the int8 step)."""
+        p = self.percentile(q)
+        span = max(abs(low), abs(high))
+        if p <= 0 or span <= ratio * p:
+            return low, high, False
+        return max(low, -p), min(high, p), True
+
+
+def metric_of(detail: dict) -> tuple:
+    """(metric name, float value, int8 value) from an agreement report: top-1 accuracy with
+    labels, else top-1 agreement (float 1.0), else the first output's cosine (float 1.0)."""
+    if detail.get("float_accuracy") is not None and detail.get("int8_accuracy") is not None:
+        return "top-1 accuracy", float(detail["float_accuracy"]), float(detail["int8_accuracy"])
+    if detail.get("agreement") is not None:
+        return "top-1 agreement", 1.0, float(detail["agreement"])
+    outputs = detail.get("outputs") or []
+    cos = min((o["cosine"] for o in outputs if o.get("cosine") is not None), default=None)
+    return "output cosine", 1.0, (1.0 if cos is None else float(cos))
+
+
+def drop_of(detail: dict) -> float:
+    """Points lost (a fraction: 0.01 is one point); negative when int8 scores higher."""
+    _, ref, got = metric_of(detail)
+    return round(ref - got, 6)
+
+
+def meets(drop: float, budget: float) -> bool:
+    return drop <= budget + 1e-9
+
+
+def best_of(trials: list) -> Optional[dict]:
+    """The trial losing least; ties go to the most MACs on the Edge TPU, then the earliest."""
+    done = [t for t in trials if t.get("drop") is not None]
+    if not done:
+        return None
+    return min(done, key=lambda t: (t["drop"], -(t.get("macs_tpu_share") or 0.0), t["order"]))
+
+
+def tail_cuts(weighted: list, count: int, limit: int, outliers: Sequence[int] = ()) -> list:
+    """Where a float tail may start (op positions), latest first: before each weighted op from
+    the last one back (at most `limit`), at every op whose range an outlier sets (the tail then
+    takes the outlier off the int8 grid), and after the first op."""
+    cuts = sorted({i for i in weighted if 0 < i < count}, reverse=True)[:limit]
+    cuts += [i for i in outliers if 0 < i < count] + ([1] if count > 1 else [])
+    return sorted(set(cuts), reverse=True)
+
+
+def bias_shift(float_out: np.ndarray, int8_out: np.ndarray, bias_scales: np.ndarray) -> np.ndarray:
+    """Bias correction: the int8 layer's mean error per output channel (the last axis; over
+    samples and positions), in the int32 bias's units, to subtract from the bias."""
+    err = (np.asarray(int8_out, np.float64) - np.asarray(float_out, np.float64))
+    mean = err.reshape(-1, err.shape[-1]).mean(axis=0)
+    return np.rint(mean / np.asarray(bias_scales, np.float64)).astype(np.int64)

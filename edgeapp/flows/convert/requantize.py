@@ -1,0 +1,158 @@
+"""Calibrate once, quantize many times: what `--max-drop` and `--report` try.
+
+TensorFlow Lite's converter calibrates (runs the float model on every calibration image and
+records each tensor's min/max) and then quantizes from those ranges. Calibration is the slow
+part; quantizing a calibrated model again is a fraction of a second. So the trials start from
+one calibrated model and change only what they change: the recorded ranges (re-measured, or
+clipped at a percentile), per-channel weights of dense layers, or nodes kept in float
+(`denylisted_nodes`, the mechanism of TensorFlow's QuantizationDebugger).
+
+Re-measuring matters: the calibrator logs a tensor after its consumer ran, so a tensor an ADD
+overwrites in place is recorded with the ADD's range (a ReLU at 0..7 gets 0..400 when the ADD
+adds an outlier); the float model run here keeps every tensor, so its ranges are the real ones.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from edgeapp.core.quant_tune import RangeStats
+from edgeapp.errors import ConvertError
+from edgeapp.flows.convert.base import first_line, tensorflow
+from edgeapp.flows.convert.quantize import make_converter
+
+
+@dataclass
+class Calibrated:
+    """A calibrated float model (TFLite bytes whose tensors carry min/max) and what ran it."""
+
+    data: bytes
+    io: str
+    samples: int
+    op_outputs: list = field(default_factory=list)  # output tensor name of every op, in order
+    producers: dict = field(default_factory=dict)  # op output name -> the op outputs it reads
+    stats: dict = field(default_factory=dict)  # tensor index -> RangeStats (measure_ranges)
+
+
+def calibrate(saved_model: str, calibration: np.ndarray, io: str) -> Calibrated:
+    """The converter's calibration alone (`_experimental_calibrate_only`)."""
+    from edgeapp.hw.native_stderr import filtered_native_stderr
+
+    converter = make_converter(saved_model, calibration, io)
+    converter._experimental_calibrate_only = True
+    try:
+        with filtered_native_stderr():
+            data = bytes(converter.convert())
+    except MemoryError:
+        raise ConvertError("not enough memory to calibrate this model") from None
+    except Exception as e:  # the converter raises ConverterError and friends
+        raise ConvertError(f"TFLite converter failed: {first_line(e)}") from None
+    obj = _object(data)
+    sg = obj.subgraphs[0]
+    made = {int(op.outputs[0]): _name(sg.tensors[op.outputs[0]]) for op in sg.operators if len(op.outputs)}
+    outputs = [_name(sg.tensors[op.outputs[0]]) for op in sg.operators if len(op.outputs)]
+    producers = {_name(sg.tensors[op.outputs[0]]): [made[int(i)] for i in op.inputs if int(i) in made]
+                 for op in sg.operators if len(op.outputs)}
+    return Calibrated(data, io, len(calibration), outputs, producers)
+
+
+def _object(data: bytes):
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    return flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+
+
+def _name(tensor) -> str:
+    name = tensor.name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def interpreter(data: bytes, keep_all: bool = False):
+    """TensorFlow's own interpreter (the one its quantization debugger uses), quietly."""
+    tf = tensorflow()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its deprecation notice and the keep-all warning
+        it = tf.lite.Interpreter(model_content=data, experimental_preserve_all_tensors=keep_all)
+    it.allocate_tensors()
+    return it
+
+
+def measure_ranges(cal: Calibrated, calibration: np.ndarray) -> None:
+    """Each recorded tensor's real values over the calibration images (min, max, |x| histogram),
+    from the float model with every tensor kept."""
+    obj = _object(cal.data)
+    sg = obj.subgraphs[0]
+    inputs = set(int(i) for i in sg.inputs)
+    ranged = {}
+    for i, t in enumerate(sg.tensors):
+        q = t.quantization
+        if i in inputs or q is None or q.min is None or q.max is None or len(q.min) != 1:
+            continue
+        ranged[i] = RangeStats(float(q.min[0]), float(q.max[0]))
+    it = interpreter(cal.data, keep_all=True)
+    feed = it.get_input_details()[0]["index"]
+    for k in range(len(calibration)):
+        it.set_tensor(feed, calibration[k:k + 1].astype(np.float32))
+        it.invoke()
+        for i, stats in ranged.items():
+            stats.add(it.get_tensor(i))
+    cal.stats = ranged
+
+
+def with_ranges(cal: Calibrated, percentile: Optional[float] = None, ratio: float = 4.0) -> tuple:
+    """(calibrated bytes, changed tensor names): every range re-measured; with `percentile`,
+    the ranges `ratio` times wider than that percentile of |x| also clipped to it."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    obj = _object(cal.data)
+    sg = obj.subgraphs[0]
+    changed = []
+    for i, stats in cal.stats.items():
+        low, high = stats.measured()
+        if percentile is not None:
+            low, high, clipped = stats.clipped(percentile, ratio, low, high)
+            if clipped:
+                changed.append(_name(sg.tensors[i]))
+        q = sg.tensors[i].quantization
+        q.min = np.array([low], np.float32)
+        q.max = np.array([high], np.float32)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(obj)), changed
+
+
+def requantize(calibrated: bytes, io: str, denylisted: Optional[list] = None,
+               dense_per_channel: bool = True) -> bytes:
+    """The calibrated model quantized as the converter would (same MLIR pass, same I/O type);
+    `denylisted` ops (by output tensor name) stay float."""
+    from tensorflow.lite.python import convert as tf_convert
+
+    from edgeapp.hw.native_stderr import filtered_native_stderr
+
+    tf = tensorflow()
+    dtypes = {"uint8": tf.uint8, "int8": tf.int8, "float32": tf.float32}
+    try:
+        with filtered_native_stderr():
+            return bytes(tf_convert.mlir_quantize(
+                calibrated, input_data_type=dtypes[io], output_data_type=dtypes[io],
+                denylisted_nodes=list(denylisted or []) or None,
+                disable_per_channel_for_dense_layers=not dense_per_channel))
+    except MemoryError:
+        raise ConvertError("not enough memory to quantize this model") from None
+    except Exception as e:  # the MLIR quantizer's errors
+        raise ConvertError(f"TFLite quantizer failed: {first_line(e)}") from None
+
+
+def run_float(data: bytes, x: np.ndarray) -> list:
+    """Outputs of a float (or partly quantized, float-I/O) TFLite model, one (N, ...) per output."""
+    it = interpreter(data)
+    feed = it.get_input_details()[0]
+    outs = it.get_output_details()
+    got = []
+    for k in range(len(x)):
+        it.set_tensor(feed["index"], x[k:k + 1].astype(np.float32))
+        it.invoke()
+        got.append([np.array(it.get_tensor(o["index"]), np.float32) for o in outs])
+    return [np.concatenate([g[j] for g in got]) for j in range(len(outs))]

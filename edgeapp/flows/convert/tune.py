@@ -1,0 +1,261 @@
+"""`convert --max-drop X`: when plain int8 loses more than X points of the task metric on
+held-out images, try the fixes cheapest first and keep the first that meets the budget with
+the most work on the Edge TPU.
+
+The trials, each on top of the best one so far (a fix that does not help is not kept):
+  per-channel weights   dense layers' weights per channel, when they were per tensor;
+  more calibration      up to 4x the images (all the --calibration folder has), recalibrated;
+  ranges re-measured    each tensor's recorded range replaced by the one its values really take
+                        (the calibrator records a tensor an ADD overwrites in place at the ADD's range);
+  ranges clipped        ranges 4x wider than the 99.99th percentile of |x| cut to it (outliers);
+  bias correction       each output channel's mean int8 error taken off its bias (flows/convert/bias.py);
+  float tail            the last layers kept in float on the CPU (the Edge TPU runs up to the
+                        first float op), latest cut first: before each weighted layer and at
+                        each op whose range an outlier sets.
+Every trial is measured on the held-out images (the float model's answers computed once), with
+`check`'s prediction of the ops and MACs the Edge TPU runs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from edgeapp.core.quant_tune import best_of, drop_of, meets, metric_of, tail_cuts
+from edgeapp.errors import ConvertError
+from edgeapp.flows.convert.base import FloatModel
+from edgeapp.flows.convert.data import Dataset, normalize
+
+Say = Callable[[str], None]
+MORE_CALIBRATION = 4  # "more calibration images": up to this many times as many
+CLIP_PERCENTILE = 99.99
+RANGE_SAMPLES = 100  # calibration images the real ranges are measured on (every tensor kept: memory, time)
+TAIL_TRIALS = 8  # float-tail cut points tried, latest first
+WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
+
+
+class _Trials:
+    """Runs and records the trials against one held-out set and the float model's answers."""
+
+    def __init__(self, model: FloatModel, data: Dataset, mean: float, std: float, source: str,
+                 labels: Optional[np.ndarray], io: str, budget: float, say: Say) -> None:
+        self.model, self.data, self.mean, self.std = model, data, mean, std
+        self.source, self.labels, self.io, self.budget, self.say = source, labels, io, budget, say
+        reference = model.predict(normalize(data, mean, std))
+        self.float_model = _Cached(model, reference)
+        self.rows: list = []
+        self.files: dict = {}  # trial name -> flatbuffer
+        self.tmp = tempfile.TemporaryDirectory(prefix="edgeapp-trials-")
+
+    def measure(self, name: str, flatbuffer: bytes, started: float, settings: dict,
+                allow_float: bool = False) -> dict:
+        from edgeapp.core.check_report import check_model
+        from edgeapp.core.tflite.model import parse_model
+        from edgeapp.core.tflite.patch import older_equivalents
+        from edgeapp.flows.convert.agreement import measure
+        from edgeapp.flows.convert.quantize import non_integer_ops
+
+        flatbuffer, _ = older_equivalents(flatbuffer)
+        tflite = parse_model(flatbuffer, name)
+        row = {"trial": name, "order": len(self.rows), **settings}
+        bad = [] if allow_float else non_integer_ops(tflite, self.io)
+        if bad:
+            row.update(drop=None, error=f"float ops: {', '.join(bad)}")
+        else:
+            path = Path(self.tmp.name) / f"trial{len(self.rows)}.tflite"
+            path.write_bytes(flatbuffer)
+            detail = measure(path, self.float_model, self.data, self.mean, self.std, self.source, self.labels)
+            summary = check_model(tflite, flatbuffer).summary
+            metric, ref, got = metric_of(detail)
+            row.update(metric=metric, float=ref, int8=got, drop=drop_of(detail), detail=detail,
+                       ops_tpu=summary["ops_tpu"], ops_total=summary["ops_total"],
+                       macs_tpu=summary["macs_tpu"], macs_total=summary["macs_total"],
+                       macs_tpu_share=summary["macs_tpu_share"], size_bytes=len(flatbuffer))
+            self.files[name] = flatbuffer
+        row["seconds"] = round(time.monotonic() - started, 2)
+        self.rows.append(row)
+        self.say(line(row, self.budget))
+        return row
+
+    def skip(self, name: str, why: str) -> None:
+        row = {"trial": name, "order": len(self.rows), "drop": None, "skipped": why, "seconds": 0.0}
+        self.rows.append(row)
+        self.say(f"trial {name}: skipped ({why})")
+
+    def best(self) -> dict:
+        return best_of(self.rows)
+
+    def met(self) -> Optional[dict]:
+        return next((r for r in self.rows if r.get("drop") is not None and meets(r["drop"], self.budget)), None)
+
+
+class _Cached:
+    """The float model with its answers on the held-out images computed once."""
+
+    def __init__(self, model: FloatModel, reference: list) -> None:
+        self._model, self._reference = model, reference
+        self.output_names, self.runtime = model.output_names, model.runtime
+
+    def predict(self, x: np.ndarray) -> list:
+        return self._reference
+
+
+def line(row: dict, budget: float) -> str:
+    """One trial as `convert` prints it."""
+    if row.get("drop") is None:
+        return f"trial {row['trial']}: failed ({row.get('error') or row.get('skipped')})"
+    verdict = "meets" if meets(row["drop"], budget) else "over"
+    share = row.get("macs_tpu_share")
+    macs = f"{share:.1%} of MACs" if share is not None else "no MACs"
+    return (f"trial {row['trial']}: {row['metric']} float {row['float']:.4f}, int8 {row['int8']:.4f} "
+            f"(drop {row['drop'] * 100:+.2f} points, {verdict} the budget {budget * 100:.2f}); Edge TPU: "
+            f"{row['ops_tpu']}/{row['ops_total']} ops, {macs}; {row['seconds']:.1f} s")
+
+
+def tune(p, model: FloatModel, saved: str, cal: Dataset, calibration: np.ndarray, plain, data: Dataset,
+         source: str, labels: Optional[np.ndarray], say: Say) -> dict:
+    """The trials; writes the kept model over `--output` when it is not the plain one. Returns
+    what the sidecar records: budget, metric, every trial, the choice, and whether it met."""
+    from edgeapp.flows.convert.data import write_atomic
+
+    job = p.job
+    trials = _Trials(model, data, job.mean, job.std, source, labels, job.io, job.max_drop, say)
+    try:
+        trials.measure("plain", plain.flatbuffer, time.monotonic(), {})
+        if not trials.met():
+            _fixes(trials, p, saved, cal, calibration, plain, say)
+        chosen = trials.met() or trials.best()
+        if chosen is not None and chosen["trial"] != "plain":
+            write_atomic(job.output, trials.files[chosen["trial"]])
+    finally:
+        trials.tmp.cleanup()
+    rows = [{k: v for k, v in r.items() if k not in ("detail", "order")} for r in trials.rows]
+    return {"budget": job.max_drop, "metric": rows[0].get("metric"), "measured_on": source,
+            "samples": int(len(data.x)), "trials": rows,
+            "chosen": chosen["trial"] if chosen else None,
+            "met": bool(chosen and meets(chosen["drop"], job.max_drop)),
+            "detail": chosen.get("detail") if chosen else None}
+
+
+def _fixes(trials: _Trials, p, saved: str, cal: Dataset, calibration: np.ndarray, plain, say: Say) -> None:
+    """The trials after plain, cheapest first, stopping at the first that meets the budget."""
+    from edgeapp.flows.convert import requantize as rq
+
+    job = p.job
+    say(f"--max-drop {job.max_drop:g}: plain int8 loses more; calibrating once for the trials")
+    base = {"ranges": None, "calibrated": rq.calibrate(saved, calibration, job.io), "calibration": calibration,
+            "saved": saved}
+    for step in (_per_channel, _more_calibration, _ranges, _bias_correction, _float_tail):
+        try:
+            step(trials, base, p, cal, plain, say)
+        except ConvertError as e:  # one fix the converter cannot make: the others may still help
+            trials.skip(step.__name__.strip("_").replace("_", " "), str(e))
+        if trials.met():
+            return
+
+
+def _per_channel(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    from edgeapp.flows.convert import requantize as rq
+
+    if not _per_tensor_weights(plain.model):
+        trials.skip("per-channel weights", "the weights are per channel already")
+        return
+    started = time.monotonic()
+    trials.measure("per-channel weights", rq.requantize(base["calibrated"].data, p.job.io), started, {})
+
+
+def _more_calibration(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    from edgeapp.flows.convert import requantize as rq
+    from edgeapp.flows.convert.data import load_dataset
+
+    have, used = len(p.calibration.paths), len(cal.x)
+    want = min(have, MORE_CALIBRATION * used)
+    if want <= used:
+        trials.skip("more calibration", f"all {used} calibration images are used already")
+        return
+    started = time.monotonic()
+    h, w, c = cal.x.shape[1:4]
+    bigger = normalize(load_dataset(p.calibration, (w, h), c, want, seed=2, say=say,
+                                        decode=p.job.decode), p.job.mean, p.job.std)
+    more = rq.calibrate(base["saved"], bigger, p.job.io)
+    row = trials.measure("more calibration", rq.requantize(more.data, p.job.io), started,
+                         {"calibration_samples": int(len(bigger))})
+    if _better(row, trials):
+        base["calibrated"], base["calibration"] = more, bigger
+
+
+def _ranges(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    from edgeapp.flows.convert import requantize as rq
+
+    started = time.monotonic()
+    rq.measure_ranges(base["calibrated"], base["calibration"][:RANGE_SAMPLES])
+    for name, percentile in (("ranges re-measured", None), ("ranges clipped", CLIP_PERCENTILE)):
+        ranged, clipped = rq.with_ranges(base["calibrated"], percentile)
+        if percentile and not clipped:
+            trials.skip(name, f"no range is 4x its {percentile}th percentile")
+            continue
+        settings = {"clip_percentile": percentile, "clipped": clipped} if percentile else {}
+        row = trials.measure(name, rq.requantize(ranged, p.job.io), started, settings)
+        started = time.monotonic()
+        if _better(row, trials):
+            base["ranges"] = ranged
+        if trials.met():
+            return
+
+
+def _bias_correction(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    from edgeapp.flows.convert.bias import correct_biases
+
+    best = trials.best()
+    if best is None or best["trial"] not in trials.files:
+        return
+    started = time.monotonic()
+    fixed, count = correct_biases(trials.files[best["trial"]], base["calibrated"].data, base["calibration"])
+    if not count:
+        trials.skip("bias correction", "no bias to correct")
+        return
+    trials.measure("bias correction", fixed, started, {"on": best["trial"], "layers_corrected": count})
+
+
+def _better(row: dict, trials: _Trials) -> bool:
+    best = trials.best()
+    return row.get("drop") is not None and best is not None and best is row
+
+
+def _float_tail(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    from edgeapp.flows.convert import requantize as rq
+
+    job = p.job
+    calibrated = base["calibrated"]
+    source = base["ranges"] or rq.with_ranges(calibrated)[0]  # a float tail needs the real ranges at its cut
+    names = calibrated.op_outputs
+    weighted = _weighted_positions(calibrated.data)
+    outliers = [names.index(n) for n in rq.with_ranges(calibrated, CLIP_PERCENTILE)[1] if n in names]
+    for cut in tail_cuts(weighted, len(names), TAIL_TRIALS, outliers):
+        started = time.monotonic()
+        data = rq.requantize(source, job.io, denylisted=names[cut:])
+        trials.measure(f"float tail from op {cut}", data, started,
+                       {"float_from_op": cut, "float_ops": len(names) - cut}, allow_float=True)
+        if trials.met():
+            return
+
+
+def _weighted_positions(calibrated: bytes) -> list:
+    from edgeapp.core.tflite.model import parse_model
+
+    m = parse_model(calibrated, "calibrated")
+    return [op.index for op in m.operators if op.op in WEIGHTED]
+
+
+def _per_tensor_weights(tflite) -> bool:
+    """A weighted op whose weights have one scale for several output channels."""
+    for op in tflite.operators:
+        if op.op in WEIGHTED and len(op.inputs) > 1 and op.inputs[1] >= 0:
+            w = tflite.tensors[op.inputs[1]]
+            if w.quantization and len(w.quantization.scale) == 1 and w.shape and w.shape[0] > 1:
+                return True
+    return False

@@ -1,0 +1,133 @@
+"""Labelled data for `eval` in the formats people already have (flows/evaluate.read_data finds
+which one a --data argument is):
+
+- classification: a folder of class folders, or a CSV of `path,label` (paths relative to it);
+- detection: a COCO instances JSON, or an Ultralytics/YOLO dataset (a data.yaml, or a folder
+  with images/ and labels/): flows/eval_coco.py;
+- segmentation: a folder with images/ and masks/ (PNG of class ids, same stems, 255 = ignore);
+- pose: a COCO person-keypoints JSON (flows/eval_coco.py).
+
+Everything is read and checked before a model opens: a malformed label line, a class id out of
+range, a COCO JSON missing fields or a data set without images is exit 2 naming the file (and
+line). An image that cannot be decoded is found later, in the run: left out of the metric.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from edgeapp.errors import UsageError
+from edgeapp.flows.inputs import IMAGE_SUFFIXES
+
+KINDS = ("classification", "detection", "segmentation", "keypoints")
+
+
+@dataclass
+class EvalData:
+    """Images and their truth. `names`: the data's classes {key: name} (a COCO category id, a
+    YOLO class index, a class folder's index, a mask value). `truth`: per image, its class key
+    (classification) or its mask file (segmentation); `coco`: the ground truth as a COCO dict
+    whose image ids are positions in `paths` (detection, keypoints). `ids`: the data's own id of
+    each image, for saved predictions."""
+
+    kind: str  # one of KINDS
+    format: str  # what was found, in words
+    source: Path
+    paths: List[str]
+    ids: List[Any]
+    names: Dict[Any, str]
+    truth: List[Any] = field(default_factory=list)
+    coco: Optional[dict] = None
+    notes: List[str] = field(default_factory=list)
+    named: bool = True  # False: the data has no class names, classes match the model's by index
+
+    def describe(self) -> str:
+        """One line: what was found, and how much."""
+        what = f"{len(self.paths)} image(s)"
+        if self.coco is not None:
+            what += f", {len(self.coco['annotations'])} " + (
+                "person(s)" if self.kind == "keypoints" else "object(s)")
+        return f"{self.format} {self.source}: {what}, {len(self.names)} class(es)"
+
+    def summary(self) -> dict:
+        """What `--format json` says of the data."""
+        return {"path": str(self.source), "format": self.format, "task_data": self.kind,
+                "images": len(self.paths), "classes": [self.names[k] for k in self.names]}
+
+
+def image_files(folder: Path) -> List[Path]:
+    """The images in a folder and its sub-folders, sorted (hidden files left out)."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [Path(root) / f for f in sorted(files)
+                  if not f.startswith(".") and Path(f).suffix.lower() in IMAGE_SUFFIXES]
+    return found
+
+
+def no_images(where: Path) -> UsageError:
+    return UsageError(f"--data {where}: no images in it (looked for .jpg, .png, .bmp, ...)")
+
+
+def read_class_folders(root: Path) -> EvalData:
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    paths, truth = [], []
+    for i, name in enumerate(classes):
+        found = image_files(root / name)
+        paths += [str(p) for p in found]
+        truth += [i] * len(found)
+    if not paths:
+        loose = image_files(root)
+        raise UsageError(f"--data {root}: images without class folders: put each class's images "
+                         "in a folder named after the class") if loose else no_images(root)
+    return EvalData("classification", "class folders", root, paths, paths,
+                    dict(enumerate(classes)), truth)
+
+
+def read_csv(path: Path) -> EvalData:
+    """`path,label` rows (a header row `path,label` is allowed); paths relative to the CSV."""
+    rows = []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            for n, row in enumerate(csv.reader(f), 1):
+                if not row or all(not c.strip() for c in row):
+                    continue
+                if len(row) != 2 or not row[0].strip() or not row[1].strip():
+                    raise UsageError(f"{path}:{n}: expected `path,label`, got {','.join(row)!r}")
+                if n == 1 and [c.strip().lower() for c in row] == ["path", "label"]:
+                    continue
+                rows.append((row[0].strip(), row[1].strip()))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise UsageError(f"--data {path}: cannot read it ({e})") from None
+    if not rows:
+        raise no_images(path)
+    classes = sorted({label for _, label in rows})
+    index = {c: i for i, c in enumerate(classes)}
+    paths = [p if os.path.isabs(p) else str(path.parent / p) for p, _ in rows]
+    return EvalData("classification", "CSV of path,label", path, paths, [p for p, _ in rows],
+                    dict(enumerate(classes)), [index[label] for _, label in rows])
+
+
+def read_masks(root: Path) -> EvalData:
+    """images/X.* with masks/X.png (class ids; 255 = ignore). Class names: a labels file
+    (labels.txt) beside them when there is one, else the model's."""
+    images = image_files(root / "images")
+    if not images:
+        raise no_images(root / "images")
+    masks = {p.stem: p for p in image_files(root / "masks")}
+    missing = [p for p in images if p.stem not in masks]
+    if missing:
+        raise UsageError(f"--data {root}: {missing[0]} has no mask masks/{missing[0].stem}.png "
+                         f"({len(missing)} image(s) without one)")
+    names: Dict[Any, str] = {}
+    labels = root / "labels.txt"
+    if labels.is_file():
+        from edgeapp.core.labels import read_labels
+
+        names = dict(read_labels(labels))
+    return EvalData("segmentation", "images and masks", root, [str(p) for p in images],
+                    [p.stem for p in images], names, [str(masks[p.stem]) for p in images])

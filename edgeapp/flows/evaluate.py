@@ -1,0 +1,283 @@
+"""`eval`: models on labelled data, each through the batch pipeline every task command runs
+(flows/batch.iter_records: decode ahead, invoke, interpret), with the task's options for
+evaluation (every box above 0.001...) and its metric (`TaskKind.scorer`).
+
+`evaluate(opened, data)` is the one measurement (what `convert --eval` and `--max-drop` call);
+`evaluate_models` opens each MODEL (an int8 .tflite, an _edgetpu.tflite, a Coral model's name, or
+a float ONNX/Keras source run with the preprocessing of its int8 conversion) and compares.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from edgeapp.errors import InvalidModel, UsageError, WrongTask
+from edgeapp.flows.batch import iter_records
+from edgeapp.flows.eval_data import EvalData
+from edgeapp.flows.open_task import OpenTask, Placement
+from edgeapp.tasks.base import BoundTask, Scorer
+
+Say = Callable[[str], None]
+DATA_WORDS = {"classification": "classification data (class labels)",
+              "detection": "detection data (boxes)", "segmentation": "segmentation data (masks)",
+              "keypoints": "pose data (keypoints)"}
+
+
+@dataclass
+class ModelEval:
+    """One model's measurement: its JSON entry, and the scorer (predictions, plot data)."""
+
+    entry: dict
+    scorer: Scorer
+    errors: List[str] = field(default_factory=list)  # one line per image left out
+
+
+def check_task(opened: OpenTask, data: EvalData) -> None:
+    """A model of another task than the data is exit 4, naming both."""
+    kind = opened.task.kind
+    if kind.evaluates != data.kind:
+        raise WrongTask(f"{opened.runner.model_path} is {kind.noun} ({kind.name}); --data "
+                        f"{data.source} is {DATA_WORDS.get(data.kind, data.kind)}")
+
+
+def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
+             advance: Optional[Callable[[], None]] = None) -> ModelEval:
+    """Run `opened` on every image of `data` and measure it: {"model", "runs_on", "task",
+    "images", "failed", "images_per_s", "median_ms", "metrics", "notes"}. An image that fails to
+    decode is left out of the metric (and counted in "failed")."""
+    check_task(opened, data)
+    kind = opened.task.kind
+    bound = BoundTask(kind, opened.model, kind.eval_options)
+    scorer = kind.scorer(data, opened.model.labels)
+    at = {"i": 0}
+
+    def add(path: Any, prepared: Any, result: Any) -> None:
+        scorer.add(at["i"], result)
+
+    done, errors, latencies = [], [], []
+    start = time.perf_counter()
+    for record in iter_records(data.paths, opened.runner, bound, workers, on_result=add):
+        if record["error"] is None:
+            done.append(at["i"])
+            latencies.append(record["latency_ms"])
+        else:
+            errors.append(record["error"])
+        at["i"] += 1
+        if advance is not None:
+            advance()
+    seconds = time.perf_counter() - start
+    entry = {"model": opened.runner.model_path, "runs_on": opened.where, "task": kind.name,
+             "images": len(done), "failed": len(errors),
+             "images_per_s": round(len(data.paths) / seconds, 2) if seconds > 0 else 0.0,
+             "median_ms": round(statistics.median(latencies), 3) if latencies else None,
+             "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
+    return ModelEval(entry, scorer, errors)
+
+
+def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
+    """The labelled data `data` names (a file or a folder, the format found from it)."""
+    from edgeapp.flows import eval_coco
+    from edgeapp.flows.eval_data import read_class_folders, read_csv, read_masks
+
+    if not data.exists():
+        raise UsageError(f"--data {data}: not found")
+    suffix = data.suffix.lower()
+    if data.is_file():
+        if suffix == ".json":
+            return eval_coco.read_coco(data, images)
+        if suffix in (".yaml", ".yml"):
+            return eval_coco.read_yolo_yaml(data)
+        if suffix == ".csv":
+            return read_csv(data)
+        raise UsageError(f"--data {data}: expected a COCO .json, a YOLO data .yaml, a .csv of "
+                         "path,label or a folder")
+    if images is not None:
+        raise UsageError("--images is for a COCO JSON's images")
+    yamls = sorted(p for p in data.iterdir() if p.suffix.lower() in (".yaml", ".yml"))
+    if len(yamls) == 1:  # a dataset's own definition (names, val) comes first
+        return eval_coco.read_yolo_yaml(yamls[0])
+    if (data / "images").is_dir() and (data / "labels").is_dir():
+        return eval_coco.read_yolo_folder(data)
+    if (data / "images").is_dir() and (data / "masks").is_dir():
+        return read_masks(data)
+    return read_class_folders(data)
+
+
+def scalar_metrics(metrics: dict) -> Dict[str, float]:
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def differences(entries: List[dict]) -> None:
+    """Each model's "delta": its scalar metrics minus the first model's (the reference)."""
+    if not entries:
+        return
+    ref = scalar_metrics(entries[0]["metrics"])
+    for e in entries:
+        mine = scalar_metrics(e["metrics"])
+        e["delta"] = {k: round(mine[k] - ref[k], 6) for k in mine if k in ref}
+
+
+def open_model(model: str, place: Placement, *, labels_file: Any = None,
+               mean: Optional[float] = None, std: Optional[float] = None,
+               say: Say = lambda _t: None,
+               sidecars: Sequence[Any] = (), cpu_replicas: int = 1) -> OpenTask:
+    """An int8 .tflite, _edgetpu.tflite or Coral name as `classify` opens it; a float ONNX or
+    Keras source on ONNX Runtime / TensorFlow with the preprocessing of its conversion: --mean/
+    --std, else its own sidecar, else the sidecar of the int8 model converted from it among
+    `sidecars` (their "source"), else its metadata (Ultralytics: pixels / 255)."""
+    from edgeapp.flows.convert.float_engine import is_float_source
+
+    path = Path(str(model))
+    if path.exists() and is_float_source(path):
+        return _open_float(path, labels_file, mean, std, sidecars)
+    from edgeapp.flows.open_task import open_task
+
+    return open_task(model, None, place, labels_file=labels_file, mean=mean, std=std,
+                     on_notice=say, cpu_replicas=cpu_replicas)
+
+
+def _open_float(path: Path, labels_file: Any, mean: Optional[float], std: Optional[float],
+                sidecars: Sequence[Any]) -> OpenTask:
+    from edgeapp.core.labels import read_labels
+    from edgeapp.flows.convert.float_engine import open_float
+
+    engine = open_float(path)
+    meta = conversion_meta(path, sidecars) or engine.meta
+    labels = read_labels(labels_file) if labels_file else (meta.labels or engine.meta.labels)
+    return open_engine(engine, meta, labels, mean, std)
+
+
+def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[float] = None,
+                std: Optional[float] = None) -> OpenTask:
+    """A float engine (flows/convert/float_engine.py) bound to its task as `classify` binds a
+    .tflite: the task from `meta` or the outputs, the input fitted as the int8 model's is."""
+    from edgeapp.execution.runner import SingleRunner
+    from edgeapp.tasks import task_for
+    from edgeapp.tasks.base import bind
+    from edgeapp.tasks.model import ImageModel, input_spec
+
+    try:
+        model = ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std))
+        task = bind(task_for(engine, meta), model)
+    except BaseException:
+        engine.close()
+        raise
+    runner = SingleRunner(engine)
+    runner.close = engine.close  # type: ignore[method-assign]
+    return OpenTask(runner, model, task)
+
+
+def conversion_meta(path: Path, sidecars: Sequence[Any]) -> Any:
+    """The sidecar of `path` itself, else of a model converted from it (its "source")."""
+    from edgeapp.core.meta import read_meta
+
+    own = read_meta(path)
+    if own.source and own.source.endswith(".json"):
+        return own
+    for other in sidecars:
+        meta = read_meta(other)
+        source = meta.extra.get("source")
+        if source and Path(source).resolve() == path.resolve():
+            return meta
+    return None
+
+
+def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Placement(), *,
+                    labels_file: Any = None, mean: Optional[float] = None,
+                    std: Optional[float] = None, workers: int = 2, say: Say = lambda _t: None,
+                    places: Optional[Sequence[Placement]] = None, progress: Any = None
+                    ) -> List[ModelEval]:
+    """Every model on the same data, in order; the first is the reference of each "delta".
+    `progress(total, label)` gives a context manager yielding `advance` (cli.options.progress_bar)."""
+    import contextlib
+
+    from edgeapp.hw.hostinfo import usable_cores
+
+    tflites = [m for m in models if str(m).endswith(".tflite")]
+    out = []
+    for n, model in enumerate(models):
+        with open_model(model, places[n] if places else place, labels_file=labels_file, mean=mean,
+                        std=std, say=say, sidecars=tflites,
+                        cpu_replicas=max(1, min(usable_cores(), len(data.paths)))) as opened:
+            for note in opened.notices:  # where it runs, when not where asked
+                say(note)
+            check_task(opened, data)
+            bar = progress(len(data.paths), f"eval {Path(str(model)).name}") if progress else \
+                contextlib.nullcontext(None)
+            with bar as advance:
+                result = evaluate(opened, data, workers, advance)
+        for line in result.errors:
+            say(f"left out: {line}")
+        for note in result.entry["notes"]:
+            say(f"{Path(result.entry['model']).name}: {note}")
+        out.append(result)
+    differences([r.entry for r in out])
+    return out
+
+
+def float_vs_int8(float_model: OpenTask, int8_model: OpenTask, data: EvalData,
+                  workers: int = 2) -> dict:
+    """The task's metric of a float original and the int8 model made from it, on the same data
+    (what `convert --eval` stores in the sidecar): {"data", "float", "int8", "drop"}; "drop" is
+    float minus int8 per metric (positive: int8 lost that much)."""
+    ref, q = evaluate(float_model, data, workers), evaluate(int8_model, data, workers)
+    a, b = scalar_metrics(ref.entry["metrics"]), scalar_metrics(q.entry["metrics"])
+    return {"data": data.summary(), "float": ref.entry, "int8": q.entry,
+            "drop": {k: round(a[k] - b[k], 6) for k in a if k in b},
+            "left_out": ref.errors + [e for e in q.errors if e not in ref.errors]}
+
+
+def is_labelled_data(path: Path) -> bool:
+    """Whether --eval names labelled data `eval` reads beyond class folders (a COCO JSON, a YOLO
+    dataset, a CSV, images and masks)."""
+    if path.is_file():
+        return path.suffix.lower() in (".json", ".yaml", ".yml", ".csv")
+    return path.is_dir() and (path / "images").is_dir() and (
+        (path / "labels").is_dir() or (path / "masks").is_dir())
+
+
+def report(data: EvalData, results: List[ModelEval]) -> dict:
+    """What `eval --format json` prints and `model.evaluate` returns."""
+    return {"data": data.summary(), "models": [r.entry for r in results]}
+
+
+def refuse_unknown(models: Sequence[str], data: Optional[EvalData] = None) -> None:
+    """Before any model runs: a MODEL that is neither a file nor a folder nor a Coral name, or
+    a .tflite whose task (its sidecar's, else its outputs') is not the data's, is exit 4."""
+    from edgeapp.tasks import kind
+
+    for m in models:
+        p = Path(str(m))
+        if not p.exists() and (p.suffix or "/" in str(m)):
+            raise InvalidModel(f"model not found: {m}")
+        task = file_task(p) if data is not None else None
+        if task is not None and kind(task).evaluates != data.kind:  # type: ignore[union-attr]
+            raise WrongTask(f"{m} is {kind(task).noun} ({task}); --data {data.source} is "  # type: ignore[union-attr]
+                            f"{DATA_WORDS.get(data.kind, data.kind)}")  # type: ignore[union-attr]
+
+
+def file_task(path: Path) -> Optional[str]:
+    """The task of a .tflite file from the file alone (no runtime), or None when unsure."""
+    from edgeapp.core.meta import read_meta
+    from edgeapp.core.tflite.model import load_model
+    from edgeapp.errors import EdgeappError
+    from edgeapp.tasks import guess_from, names
+
+    if path.suffix.lower() != ".tflite" or not path.is_file():
+        return None
+    meta = read_meta(path)
+    if meta.task in names():
+        return str(meta.task)
+    if getattr(meta, "ultralytics_task", None):
+        return None  # the model's own metadata decides when it opens
+    try:
+        parsed = load_model(path)
+    except EdgeappError:
+        return None  # opening it says why
+    shapes = [t.shape for t in parsed.output_tensors]
+    size = parsed.input_tensors[0].shape if len(parsed.input_tensors) == 1 else ()
+    return guess_from(shapes, parsed.op_names, (size[2], size[1]) if len(size) == 4 else None)

@@ -1,0 +1,111 @@
+"""What `eval` writes besides its table: each model's predictions (`--save-predictions DIR`) and
+the plot of every model's results (`--plot FILE`, matplotlib: the `plot` extra).
+
+Predictions: `DIR/<model file stem>.json`, a COCO results list for detection and pose (anyone
+can recompute the metrics with pycocotools), else `.jsonl`, one line per image. Each file is
+written whole or not at all (a temporary file renamed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import List, Sequence, Tuple
+
+from edgeapp.errors import UsageError
+
+COCO_KINDS = ("detection", "keypoints")  # data whose predictions are a COCO results list
+
+
+def check_folder(folder: Path) -> None:
+    """--save-predictions: a folder that exists or can be made, checked before any run."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--save-predictions {folder}: cannot make the folder ({e.strerror})") from None
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--save-predictions {folder}: not writable")
+
+
+def prediction_paths(folder: Path, models: Sequence[str], kind: str) -> List[Path]:
+    """One file per model, by its stem (a second model of the same stem adds its suffix)."""
+    ext = ".json" if kind in COCO_KINDS else ".jsonl"
+    out, taken = [], set()
+    for m in models:
+        p = Path(str(m))
+        stem = p.stem if p.stem not in taken else f"{p.stem}_{p.suffix.lstrip('.') or 'model'}"
+        taken.add(stem)
+        out.append(folder / (stem + ext))
+    return out
+
+
+def write_predictions(path: Path, rows: List[dict], kind: str) -> Path:
+    if kind in COCO_KINDS:
+        text = json.dumps(rows)
+    else:
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    _write_whole(path, text)
+    return path
+
+
+def _write_whole(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp) if os.path.exists(tmp) else None
+        raise UsageError(f"{path}: cannot write it ({e.strerror})") from None
+
+
+def plot_eval(path: Path, plots: List[Tuple[str, dict]]) -> Path:
+    """Precision-recall curves per model at IoU 0.5 (detection), a confusion matrix per model
+    (classification), per-class IoU bars (segmentation); one panel per model."""
+    from edgeapp.sinks.plots import _pyplot
+
+    plt = _pyplot()
+    drawn = [(name, p) for name, p in plots if p.get("kind")]
+    if not drawn:
+        raise UsageError("--plot: these results have nothing to plot (pose: OKS AP only)")
+    fig, axes = plt.subplots(1, len(drawn), figsize=(5.5 * len(drawn), 4.8), squeeze=False)
+    for ax, (name, p) in zip(axes[0], drawn):
+        _PANELS[p["kind"]](ax, p)
+        ax.set_title(name, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _pr(ax, p: dict) -> None:
+    import numpy as np
+
+    recall = np.linspace(0, 1, 101)
+    for name, precision in p["curves"].items():
+        ax.plot(recall, precision, label=name)
+    ax.set(xlabel="recall", ylabel="precision (IoU 0.5)", xlim=(0, 1), ylim=(0, 1.02))
+    if p["curves"]:
+        ax.legend(fontsize=7, loc="lower left")
+
+
+def _confusion(ax, p: dict) -> None:
+    matrix = p["matrix"]
+    ax.imshow(matrix, cmap="Blues")
+    if len(p["names"]) <= 20:
+        ax.set_xticks(range(len(p["names"])), p["names"], rotation=90, fontsize=7)
+        ax.set_yticks(range(len(p["names"])), p["names"], fontsize=7)
+    ax.set(xlabel="predicted", ylabel="true")
+
+
+def _iou(ax, p: dict) -> None:
+    names = list(p["per_class"])
+    ax.barh(range(len(names)), [p["per_class"][n] for n in names])
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.set(xlabel="IoU", xlim=(0, 1))
+
+
+_PANELS = {"pr": _pr, "confusion": _confusion, "iou": _iou}

@@ -1,0 +1,99 @@
+"""`convert --max-drop` and `--report` on a trained digits CNN whose first activation holds one
+range outlier (tests/outlier_models.py): plain int8 loses about 2 points of top-1, the report
+names the outlier's layer first, the trials bring top-1 back within the budget, the sidecar
+records the choice, and a budget no trial meets is exit 14 with the best model written.
+
+Each conversion runs once per module (a subprocess, as a user runs it).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+from outlier_models import build_outlier_models
+
+from edgeapp.core.tflite.model import load_model
+from edgeapp.errors import ExitCode
+
+pytest.importorskip("onnx2tf", reason="the onnx extra: pip install -e '.[dev]'")
+pytest.importorskip("sklearn", reason="the digits come from scikit-learn")
+OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+
+
+def convert(*args):
+    return subprocess.run([sys.executable, "-m", "edgeapp", "convert", *map(str, args), "--format", "json"],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **OFFLINE})
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    return build_outlier_models(tmp_path_factory.mktemp("digits"))
+
+
+@pytest.fixture(scope="module")
+def tuned(digits, tmp_path_factory):
+    """The ONNX outlier model converted with --report and --max-drop 0.005."""
+    out = tmp_path_factory.mktemp("tuned") / "digits.tflite"
+    proc = convert(digits["onnx"], "-o", out, "-c", digits["train"], "--eval", digits["test"],
+                   "--report", "--max-drop", "0.005")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout), out, proc.stderr
+
+
+def test_plain_int8_loses_accuracy_and_max_drop_brings_it_back(tuned):
+    report, out, stderr = tuned
+    trials = report["max_drop"]["trials"]
+    plain = trials[0]
+    assert plain["trial"] == "plain" and plain["metric"] == "top-1 accuracy"
+    assert plain["drop"] > 0.01, plain  # the outlier costs more than a point
+    assert report["max_drop"]["met"] and report["max_drop"]["chosen"] != "plain"
+    # the written model is the kept one, measured on the 500 held-out digits
+    assert report["float_accuracy"] - report["int8_accuracy"] <= 0.005
+    assert report["samples"] == 500
+    kept = next(t for t in trials if t["trial"] == report["max_drop"]["chosen"])
+    assert kept["int8"] == report["int8_accuracy"] and kept["ops_tpu"] == report["edgetpu_check"]["ops_tpu"]
+    for t in trials:  # each trial printed with its metric and its share of the Edge TPU
+        if t.get("drop") is not None:
+            assert f"trial {t['trial']}: top-1 accuracy" in stderr
+
+
+def test_the_sidecar_records_the_choice(tuned):
+    report, out, _ = tuned
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    recorded = sidecar["max_drop"] if "max_drop" in sidecar else sidecar["extra"]["max_drop"]
+    assert recorded["chosen"] == report["max_drop"]["chosen"] and recorded["budget"] == 0.005
+    assert [t["trial"] for t in recorded["trials"]] == [t["trial"] for t in report["max_drop"]["trials"]]
+    # the file is the chosen trial's: a float tail has DEQUANTIZE before its float ops
+    ops = load_model(out).op_names
+    assert ("DEQUANTIZE" in ops) == recorded["chosen"].startswith("float tail")
+
+
+def test_report_names_the_outlier_add_first(tuned):
+    report, out, _ = tuned
+    doc = json.loads(out.with_suffix(".report.json").read_text())
+    first = doc["layers"][0]
+    assert first["op"] == "ADD" and first["source"] == "outlier_add", first
+    assert first["range_inflation"] > 20 and "one outlier sets the int8 step" in first["cause"]
+    assert first["output_sqnr_db"] < min(r["output_sqnr_db"] for r in doc["layers"][1:] if r.get("output_sqnr_db"))
+    fc = next(r for r in doc["layers"] if r["op"] == "FULLY_CONNECTED")
+    assert fc["source"] == "fc", fc  # the model's output layer, not `PartitionedCall:0`
+
+
+def test_no_trial_within_the_budget_is_exit_14_with_the_best_kept(digits, tmp_path):
+    """The Keras source, and no labels (a glob: no class folders), so the budget is in top-1
+    agreement with the float model; 0 asks for not one of the 1,297 images to change its answer,
+    which every trial keeping some of the model int8 misses (the best ones here: ~10)."""
+    out = tmp_path / "k.tflite"
+    proc = convert(digits["keras"], "-o", out, "-c", f"{digits['train']}/*/*.png", "--samples", "2000",
+                   "--val", "0", "--max-drop", "0")
+    assert proc.returncode == ExitCode.OVER_BUDGET, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    tuned = report["max_drop"]
+    assert not tuned["met"] and tuned["metric"] == "top-1 agreement"
+    best = min((t for t in tuned["trials"] if t.get("drop") is not None), key=lambda t: t["drop"])
+    assert tuned["chosen"] == best["trial"] and out.is_file()
+    assert "no trial kept the loss within --max-drop" in proc.stderr
