@@ -477,7 +477,7 @@ def test_python_api_takes_names(env, color_images):
 
 
 def test_published_accuracy_is_listed_and_models_eval_measures_it_beside(cli, env, tmp_path):
-    from conftest import write_color_folders
+    from media import write_color_folders
 
     doc = json.loads(env["registry"].read_text())
     doc["models"]["colors"]["published"] = {"top1": 0.975, "source": "https://example.test/colors"}
