@@ -7,7 +7,7 @@
 # - Builds the chroot once with debootstrap (cached in $EDGEAPP_CHROOT, default
 #   /var/cache/edgeapp/bullseye-<arch>; --rebuild starts it over), with python3-venv and the
 #   shared libraries OpenCV and libedgetpu need (libgl1, libglib2.0-0, libusb-1.0-0), and a C
-#   compiler for the stand-in Edge TPU libraries of tests/test_probe.py.
+#   compiler for the stand-in Edge TPU libraries of tests/libedgetpu_fixtures.py.
 # - Each run copies this working tree (git's tracked and untracked-not-ignored files) to
 #   /work/edgeapp inside, and ../shared read-only beside it when present, then does what the
 #   README says for this platform: a venv, `python -m pip install --upgrade pip` (bullseye's

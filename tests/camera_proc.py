@@ -1,10 +1,6 @@
-"""Helpers for the live view and MQTT tests: real OpenCV test videos, an endless camera stream,
-and `edgeapp camera` run as a user runs it (a subprocess), with its stderr read as it comes so
-a test can wait for a line.
-
-Videos: MJPG in AVI, like tests/test_camera.py. Every frame carries gray bars at its right edge
-whose lengths tell its index (`marker_index`; no model sees gray as a class or an object), so
-a test can tell which frame an encoded JPEG shows.
+"""Helpers for the live view and MQTT tests: an endless camera stream, and `edgeapp camera`
+run as a user runs it (a subprocess), with its stderr read as it comes so a test can wait for
+a line. (Videos, and the index marker their frames carry: tests/media.py.)
 
 `StreamServer`: what an IP camera serves, MJPEG over HTTP, without end. A camera reading it
 runs until the test stops it, however slow the machine: a video file would end after its
@@ -22,44 +18,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
-from conftest import CLASSES, ROOT
-
-W, H = 320, 240
-BGR = {"blue": 0, "green": 1, "red": 2}
-
-
-MARK_PERIOD = 55  # frames before a bar starts again: two bars tell 55 * 55 frames apart
-
-
-def mark(frame: np.ndarray, index: int) -> np.ndarray:
-    """Two gray bars at the right edge: their lengths are index % 55 and index // 55 % 55."""
-    frame[:, W - 28:] = 0
-    frame[2:4 + 4 * (index % MARK_PERIOD), W - 12:W - 4] = 110
-    frame[2:4 + 4 * (index // MARK_PERIOD % MARK_PERIOD), W - 24:W - 16] = 110
-    return frame
-
-
-def _bar(image: np.ndarray, x: int) -> int:
-    col = image[:, x].astype(int)
-    n = int((np.abs(col - 110) < 40).all(axis=1).sum())
-    return max(0, int(round((n - 2) / 4.0)))
-
-
-def marker_index(image: np.ndarray) -> int:
-    """The frame index (modulo 55 * 55 = 3025) a decoded BGR frame shows. Two frames a reader
-    gets one after the other are never 3025 frames apart: at 15 FPS that is 200 s, far beyond
-    the readers' timeouts."""
-    return _bar(image, W - 8) + MARK_PERIOD * _bar(image, W - 20)
-
-
-def color_frame(name: str, index: int, rng: np.random.Generator) -> np.ndarray:
-    """Filled with one colour (the tiny classifier's classes) plus noise."""
-    f = rng.integers(0, 60, size=(H, W, 3), dtype=np.uint8)
-    f[:, :, BGR[name]] = 200
-    return mark(f, index)
+from conftest import ROOT
+from media import BGR, CLASSES, H, W, colour_frame, mark
 
 
 def square_frame(name: Optional[str], cell: int, index: int) -> np.ndarray:
@@ -72,17 +35,6 @@ def square_frame(name: Optional[str], cell: int, index: int) -> np.ndarray:
     return mark(f, index)
 
 
-def write_video(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path:
-    import cv2
-
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (W, H))
-    assert writer.isOpened()
-    for f in frames:
-        writer.write(f)
-    writer.release()
-    return path
-
-
 class StreamServer:
     """An endless MJPEG stream on 127.0.0.1 at `fps`: `frame(i)` makes frame i (default: the
     colour classes in turn, a second each, with the index marker). Each connection starts at
@@ -92,7 +44,7 @@ class StreamServer:
         import cv2
 
         rng = np.random.default_rng(11)
-        make = frame or (lambda i: color_frame(CLASSES[(i // 15) % 3], i, rng))
+        make = frame or (lambda i: mark(colour_frame(CLASSES[(i // 15) % 3], rng), i))
         stop = self._stop = threading.Event()
         owner = self
         self.served = 0

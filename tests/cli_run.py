@@ -1,5 +1,5 @@
 """Running edgeapp as a user does, for the tests: `edgeapp(...)` in a subprocess from the
-repository, its one-line errors, Ctrl-C as a terminal delivers it, and a small red video."""
+repository, its one-line errors, and Ctrl-C as a terminal delivers it."""
 
 from __future__ import annotations
 
@@ -7,10 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
-import numpy as np
-import pytest
 from conftest import ROOT
 
 IMAGE_COMMANDS = ("classify", "detect", "pose", "segment")
@@ -37,14 +34,3 @@ def default_sigint() -> None:
     does."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-
-def red_video(path: Path, frames: int, fps: float = 30.0) -> Path:
-    """A 64x48 MJPG video, every frame red."""
-    cv2 = pytest.importorskip("cv2")
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (64, 48))
-    frame = np.zeros((48, 64, 3), np.uint8)
-    frame[:, :, 2] = 220  # red in BGR
-    for _ in range(frames):
-        writer.write(frame)
-    writer.release()
-    return path

@@ -3,6 +3,10 @@
 The model classifies 16x16 RGB images by their dominant colour (red, green, blue), so every
 test knows the expected class of an image it generates. Nothing is downloaded and nothing
 from ../shared is needed.
+
+Fixtures that several test modules share live in topic modules (`*_fixtures.py`) that
+`pytest_plugins` below loads for every test module; images and videos are made by
+tests/media.py.
 """
 
 from __future__ import annotations
@@ -16,34 +20,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+from media import CLASSES, SIZE, make_images, write_color_folders
 from typer.testing import CliRunner
+
+# Fixtures shared by several test modules, each module one topic (test modules never import
+# from one another: tests/test_style.py checks it).
+pytest_plugins = ["bench_fixtures", "compiler_fixtures", "libedgetpu_fixtures", "media_fixtures",
+                  "model_server_fixtures", "standin_fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "coral"
-CLASSES = ("blue", "green", "red")  # alphabetical: the order Keras and convert give folders
-CHANNEL = {"blue": 2, "green": 1, "red": 0}
-SIZE = 16
-
-
-def color_pixels(cls: int, rng: np.random.Generator, size: int = SIZE) -> np.ndarray:
-    """A noisy RGB image of class `cls` (index into CLASSES): its colour channel dominates."""
-    a = rng.integers(0, 90, size=(size, size, 3))
-    a[:, :, CHANNEL[CLASSES[cls]]] = rng.integers(150, 256, size=(size, size))
-    return a.astype(np.uint8)
-
-
-def write_color_folders(root: Path, per_class: int, seed: int, size: int = SIZE) -> Path:
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    for c, name in enumerate(CLASSES):
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            Image.fromarray(color_pixels(c, rng, size)).save(root / name / f"{i:03d}.png")
-    return root
-
 
 # What the suite would otherwise read or write in the user's home: edgeapp's cache (probe verdicts,
 # pulled models, bench peaks) and Keras' home (keras.json, datasets).
@@ -228,16 +215,9 @@ def compiled_pair(tiny_model: Path, tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def color_images(tmp_path_factory) -> dict[str, Path]:
     """One 64x48 PNG per class (not the model's input size, so resizing is exercised)."""
-    from PIL import Image
-
-    folder = tmp_path_factory.mktemp("color_images")
-    rng = np.random.default_rng(7)
-    out = {}
-    for c, name in enumerate(CLASSES):
-        p = folder / f"{name}.png"
-        Image.fromarray(color_pixels(c, rng, 64)[:48]).save(p)
-        out[name] = p
-    return out
+    paths = make_images(tmp_path_factory.mktemp("color_images"), CLASSES, size=(64, 48), seed=7,
+                        name="{colour}")
+    return dict(zip(CLASSES, paths))
 
 
 @pytest.fixture(scope="session")

@@ -83,14 +83,9 @@ class Scene:
 
     def write(self, path: Path, fps: float = 30.0) -> Path:
         """The scene as an MJPG .avi (frames as JPEG, as a camera would give them)."""
-        import cv2
+        from media import make_video
 
-        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps,
-                                 (self.width, self.height))
-        for f in range(self.frames):
-            writer.write(self.render(f))
-        writer.release()
-        return path
+        return make_video(path, (self.render(f) for f in range(self.frames)), fps=fps)
 
 
 def crossing_scene(frames: int = 90, occlude: Optional[range] = range(20, 25)) -> Scene:

@@ -22,8 +22,6 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-import pytest
-
 SOURCE = Path(__file__).resolve().parent / "fake_edgetpu" / "fake_edgetpu.c"
 ENV_KEYS = ("FAKE_EDGETPU_DEVICES", "FAKE_EDGETPU_DELAY_MS", "FAKE_EDGETPU_FAIL", "FAKE_EDGETPU_LOG",
             "FAKE_EDGETPU_OPTIONS", "FAKE_EDGETPU_DELAY_STEP_MS", "FAKE_EDGETPU_UNPLUG")
@@ -65,35 +63,6 @@ def standin_env(library: Path, devices: str = "usb,usb", delay_ms: float = 0.0,
     if options_log is not None:
         env["FAKE_EDGETPU_OPTIONS"] = str(options_log)
     return env
-
-
-@pytest.fixture(scope="session")
-def standin_lib(tmp_path_factory) -> Path:
-    try:
-        return build_standin(tmp_path_factory.mktemp("standin"))
-    except RuntimeError as e:
-        pytest.skip(str(e))
-
-
-@pytest.fixture()
-def tpus(standin_lib, monkeypatch, tmp_path):
-    """tpus("usb,usb,pci", delay_ms=..., fail=..., unplug=..., ...): this process sees those
-    stand-in TPUs (standin_env's keywords)."""
-    monkeypatch.setenv("EDGEAPP_CACHE_DIR", str(tmp_path / "cache"))
-    for key in ENV_KEYS:
-        monkeypatch.delenv(key, raising=False)
-
-    def configure(devices: str = "usb,usb", delay_ms: float = 0.0, fail: Optional[str] = None,
-                  **more) -> dict:
-        env = standin_env(standin_lib, devices, delay_ms, fail, **more)
-        for key in ENV_KEYS:
-            if key not in env and key != "FAKE_EDGETPU_LOG":
-                monkeypatch.delenv(key, raising=False)
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        return env
-
-    return configure
 
 
 # -- segment sets ------------------------------------------------------------------------------

@@ -7,10 +7,8 @@ import json
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
-from camera_proc import color_frame, write_video
-from conftest import CLASSES
+from media import CLASSES, make_video
 
 import edgeapp
 from edgeapp.errors import DeviceUnavailable, UsageError
@@ -18,10 +16,9 @@ from edgeapp.errors import DeviceUnavailable, UsageError
 
 @pytest.fixture(scope="module")
 def video(tmp_path_factory) -> Path:
-    """9 frames of the tiny classifier's colours (tests/camera_proc.py)."""
-    rng = np.random.default_rng(4)
-    frames = [color_frame(CLASSES[i % 3], i, rng) for i in range(9)]
-    return write_video(tmp_path_factory.mktemp("api_camera") / "v.avi", frames, 15)
+    """9 frames of the tiny classifier's colours in turn."""
+    return make_video(tmp_path_factory.mktemp("api_camera") / "v.avi", [CLASSES[i % 3] for i in range(9)],
+                      fps=15, seed=4, marked=True)
 
 
 def comparable(records: list) -> list:

@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 import pytest
-from conftest import SHARED, SIZE
+from conftest import SHARED
+from media import SIZE
 
 from edgeapp.core import stats
 from edgeapp.errors import UsageError
@@ -86,16 +87,6 @@ def test_thread_counts():
 
 
 # -- end to end --------------------------------------------------------------------------------
-
-@pytest.fixture()
-def bench_env(tmp_path, monkeypatch):
-    """No power sensors (empty sysfs root), no Edge TPU library, a private peak cache."""
-    monkeypatch.setenv("EDGEAPP_SYSROOT", str(tmp_path / "sysfs"))
-    monkeypatch.setenv("EDGEAPP_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("EDGEAPP_EDGETPU_LIB", str(tmp_path / "no-libedgetpu.so.1"))
-    monkeypatch.setenv("PATH", str(tmp_path / "nobin"))  # no vcgencmd, no edgetpu_compiler
-    monkeypatch.delenv("EDGETPU_COMPILER", raising=False)
-    return tmp_path
 
 
 def _json(result) -> dict:

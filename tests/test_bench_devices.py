@@ -6,8 +6,7 @@ import json
 import shutil
 
 import pytest
-from standin import standin_lib, tpus, write_segments  # noqa: F401 - fixtures
-from test_bench import bench_env  # noqa: F401 - fixture
+from standin import write_segments
 
 from edgeapp.errors import ExitCode
 

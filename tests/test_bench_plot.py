@@ -3,7 +3,6 @@ the benchmark runs, and the latency panel shows every outlier (a stall is neithe
 allowed to squash the boxes flat)."""
 
 import pytest
-from test_bench import bench_env  # noqa: F401 - fixture
 
 from edgeapp.errors import ExitCode
 

@@ -6,7 +6,6 @@ end on the converted tiny model (no timing assertions)."""
 import json
 
 import pytest
-from test_bench import bench_env  # noqa: F401 - fixture
 
 from edgeapp.core import stats
 from edgeapp.flows.bench.threads import ROUNDS, mark_best, shares, sweep_note, turns

@@ -1,6 +1,6 @@
 """`edgeapp camera`: real OpenCV, real video files, real TFLite models.
 
-Videos are written here with cv2.VideoWriter (MJPG in AVI) from frames whose expected class is
+Videos are written by tests/media.py's `make_video` (MJPG in AVI) from frames whose expected class is
 known: frames filled with blue, green or red for the tiny colour classifier, coloured squares
 for the detection models. Lost sources and slow inference use the loop's own extension points:
 a `FrameSource` that stops giving frames and a frame runner that sleeps.
@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-import detection_models as dm
 import numpy as np
 import pytest
-from conftest import CLASSES, ROOT
-from standin import standin_lib, tpus  # noqa: F401 - fixtures
+from conftest import ROOT
+from media import colour_frame, make_video
 
 from edgeapp.core.boxes import ResizeMode
 from edgeapp.core.frames import fit_frame
@@ -32,38 +31,7 @@ from edgeapp.sinks.display import has_display
 
 cv2 = pytest.importorskip("cv2")
 
-BGR_CHANNEL = {"blue": 0, "green": 1, "red": 2}
 W, H = 640, 480
-
-
-@pytest.fixture(scope="session")
-def det_models(tmp_path_factory) -> dict[str, Path]:
-    return dm.build(tmp_path_factory)
-
-
-def color_frame(name: str, rng: np.random.Generator) -> np.ndarray:
-    f = rng.integers(0, 60, size=(H, W, 3), dtype=np.uint8)
-    f[:, :, BGR_CHANNEL[name]] = 200
-    return f
-
-
-def write_video(path: Path, frames: list[np.ndarray], fps: float = 30.0) -> Path:
-    h, w = frames[0].shape[:2]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (w, h))
-    assert writer.isOpened()
-    for f in frames:
-        writer.write(f)
-    writer.release()
-    return path
-
-
-@pytest.fixture(scope="module")
-def color_video(tmp_path_factory) -> tuple[Path, list[str]]:
-    """24 frames: blocks of 4 frames of one colour, cycling blue, green, red."""
-    rng = np.random.default_rng(5)
-    expected = [CLASSES[(i // 4) % 3] for i in range(24)]
-    path = tmp_path_factory.mktemp("video") / "colors.avi"
-    return write_video(path, [color_frame(c, rng) for c in expected]), expected
 
 
 def last_json(stderr: str) -> dict:
@@ -131,7 +99,7 @@ def test_detect_on_a_video_maps_boxes_to_frame_pixels(cli, det_models, tmp_path)
         f = np.zeros((H, W, 3), np.uint8)
         f[120:240, 160 * (i % 4):160 * (i % 4) + 160, 2] = 255  # red (BGR channel 2)
         frames.append(f)
-    video = write_video(tmp_path / "squares.avi", frames)
+    video = make_video(tmp_path / "squares.avi", frames)
     r = cli("camera", det_models["det_tf1"], "--source", video, "--no-display",
             "--labels", det_models["labels"])
     assert r.exit_code == 0, r.stderr
@@ -147,7 +115,7 @@ def test_detect_letterbox_on_video_frames(cli, det_models, tmp_path):
     # frame y 80..240, column 2 (x 32..48) frame x 320..480
     f = np.zeros((H, W, 3), np.uint8)
     f[80:240, 320:480, 1] = 255  # green
-    video = write_video(tmp_path / "lb.avi", [f, f])
+    video = make_video(tmp_path / "lb.avi", [f, f])
     r = cli("camera", det_models["det_op_float"], "--source", video, "--no-display", "--task",
             "detect", "--resize", "letterbox")
     assert r.exit_code == 0, r.stderr
@@ -306,7 +274,7 @@ class FakeSource:
         self.left -= 1
         if self.interval:
             time.sleep(self.interval)
-        return color_frame("red", self.rng)[:120, :160].copy()
+        return colour_frame("red", self.rng, (W, H))[:120, :160].copy()
 
     def at_end(self) -> bool:
         return False

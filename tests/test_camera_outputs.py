@@ -7,20 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import cv2
-import numpy as np
 import pytest
-from camera_proc import color_frame, write_video
-from conftest import CLASSES
+from media import CLASSES, make_video
 
 from edgeapp.errors import ExitCode
 
 
 @pytest.fixture(scope="module")
 def video(tmp_path_factory) -> Path:
-    """6 frames of the tiny classifier's colours (tests/camera_proc.py)."""
-    rng = np.random.default_rng(4)
-    frames = [color_frame(CLASSES[i % 3], i, rng) for i in range(6)]
-    return write_video(tmp_path_factory.mktemp("outputs") / "v.avi", frames, 15)
+    """6 frames of the tiny classifier's colours in turn."""
+    return make_video(tmp_path_factory.mktemp("outputs") / "v.avi", [CLASSES[i % 3] for i in range(6)],
+                      fps=15, seed=4, marked=True)
 
 
 def test_record_makes_its_folder(cli, tiny_model, video, tmp_path):
@@ -55,7 +52,7 @@ def test_a_file_whose_results_never_reached_the_broker_fails(cli, tiny_model, vi
 
 
 def test_a_file_whose_results_all_reached_the_broker_succeeds(cli, tiny_model, video, tmp_path):
-    from test_mqtt import Broker, Subscriber
+    from mqtt_broker import Broker, Subscriber
 
     broker = Broker(tmp_path).start()
     sub = Subscriber(broker.port, "ok/#")

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import CLASSES, color_pixels
+from media import CLASSES, color_pixels
 from PIL import Image
 
 from edgeapp.errors import ExitCode
@@ -189,13 +189,13 @@ def test_a_fifo_is_an_error_record_not_a_hang(cli, tiny_model, color_images, tmp
 
 
 def test_two_input_model_is_refused(cli, tiny_model, tmp_path, color_images):
-    from test_tflite_model import _edited
+    from tflite_edit import edited_model
 
     def two_inputs(m):
         sg = m.subgraphs[0]
         sg.inputs = [sg.inputs[0], sg.outputs[0]]
 
-    p = _edited(tiny_model, tmp_path, "two.tflite", two_inputs)
+    p = edited_model(tiny_model, tmp_path, "two.tflite", two_inputs)
     r = cli("classify", p, color_images["red"])
     assert r.exit_code == ExitCode.MODEL_INVALID and "2 inputs" in r.stderr
 

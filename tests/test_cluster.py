@@ -18,7 +18,6 @@ import pytest
 
 distributed = pytest.importorskip("distributed", reason="pip install 'edgeapp[cluster]'")
 
-from standin import standin_lib, tpus  # noqa: E402,F401 - fixtures
 
 from edgeapp.errors import ExitCode  # noqa: E402
 

@@ -13,7 +13,6 @@ import sys
 import pytest
 from cli_run import edgeapp
 from conftest import ROOT
-from test_compiler import fake_compiler, model_copy  # noqa: F401  (fixtures: stand-in compiler)
 
 from edgeapp.errors import ExitCode
 

@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, write_color_folders
+from conftest import ROOT
+from media import write_color_folders
 
 from edgeapp.errors import ExitCode
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, write_color_folders
+from conftest import ROOT
+from media import write_color_folders
 
 from edgeapp.core.edgetpu_rules import MAX_KNOWN_VERSION
 from edgeapp.core.tflite.model import load_model
@@ -249,7 +250,7 @@ def test_eval_runs_the_onnx_float_original_beside_its_int8(onnx_converted, onnx_
     """`edgeapp eval FLOAT.onnx INT8.tflite`: the ONNX file on ONNX Runtime (NCHW, fed the NHWC
     image transposed) with the preprocessing of its conversion (the int8 model's sidecar names
     it as its source), its top-1 recomputed here from ONNX Runtime directly."""
-    from conftest import CLASSES
+    from media import CLASSES
 
     _, out, _ = onnx_converted["colors_nchw"]
     r = cli("eval", FIXTURES / "colors_nchw.onnx", out, "--data", onnx_data / "photos", "--format", "json")

@@ -13,14 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_run import default_sigint, red_video
+from cli_run import default_sigint
 from conftest import ROOT
+from media import make_video
 
 from edgeapp.errors import ExitCode
 
 
 def test_ctrl_c_is_130_with_the_summary_in_camera_as_in_classify(tiny_model, color_images, tmp_path):
-    video = red_video(tmp_path / "long.avi", 600, fps=30.0)  # 20 s at its own rate
+    video = make_video(tmp_path / "long.avi", ["red"] * 600, size=(64, 48))  # 20 s at its own rate
     proc = subprocess.Popen([sys.executable, "-m", "edgeapp", "camera", str(tiny_model), "--source",
                              str(video), "--no-display", "--drop-frames"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=default_sigint)

@@ -10,37 +10,14 @@ import os
 from pathlib import Path
 
 import pytest
-from standin import standin_lib, tpus  # noqa: F401 - fixtures
-from test_devices import _write, add_apex, add_usb
-from test_multitpu import images, records, without_device  # noqa: F401 - fixture
+from fake_roots import add_usb, dpkg_owns, hot_card
+from jsonl_records import records, without_device
 
 from edgeapp.core import clock, thermal
 from edgeapp.core.stats import median
 from edgeapp.errors import ExitCode
 from edgeapp.hw.sysroot import sysroot
 from edgeapp.hw.tpu_state import tpu_states
-
-TRIPS = (85000, 90000, 95000)
-
-
-def hot_card(root: Path, n: int, millidegrees: int, trips=TRIPS, warn=(100000, 0, 100000, 1)) -> None:
-    """/dev/apex_N with the apex driver's thermal files, as gasket-driver lays them out."""
-    add_apex(root, n, millidegrees)
-    folder = root / "sys/class/apex" / f"apex_{n}"
-    for i, t in enumerate(trips):
-        _write(folder / f"trip_point{i}_temp", str(t))
-    for name, value in zip(("hw_temp_warn1", "hw_temp_warn1_en", "hw_temp_warn2", "hw_temp_warn2_en"), warn):
-        _write(folder / name, str(value))
-
-
-def dpkg_owns(root: Path, package: str, library: Path, version: str = "16.0") -> None:
-    """A Debian package database under `root` saying `package` installed `library`."""
-    info = root / "var/lib/dpkg/info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / f"{package}:amd64.list").write_text(f"/.\n{library}\n")
-    (root / "var/lib/dpkg/status").write_text(
-        f"Package: {package}\nStatus: install ok installed\nArchitecture: amd64\nVersion: {version}\n\n")
-
 
 # -- pure: clock levels, builds, trip points, drift ------------------------------------------------
 
@@ -354,19 +331,17 @@ def test_home_assistant_discovery_has_a_temperature_sensor_only_where_there_is_o
 
 @pytest.fixture()
 def camera_video(tmp_path):
-    import numpy as np
-    from camera_proc import color_frame, write_video
+    """90 frames, 10 of each colour in turn."""
+    from media import CLASSES, make_video
 
-    rng = np.random.default_rng(3)
-    frames = [color_frame(("blue", "green", "red")[(i // 10) % 3], i, rng) for i in range(90)]
-    return write_video(tmp_path / "cam.avi", frames, 30)
+    return make_video(tmp_path / "cam.avi", [CLASSES[(i // 10) % 3] for i in range(90)], seed=3, marked=True)
 
 
 def test_the_live_view_stats_carry_the_temperature_and_throttling(standin_lib, compiled_pair, camera_video,
                                                                  tmp_path):
     from camera_proc import CameraProc
+    from live_view_client import stats, wait_for
     from standin import standin_env
-    from test_live_view import stats, wait_for
 
     root = tmp_path / "root"
     hot_card(root, 0, 91000)
@@ -385,7 +360,7 @@ def test_the_live_view_stats_carry_the_temperature_and_throttling(standin_lib, c
 
 def test_mqtt_publishes_the_health_and_home_assistant_discovery(tpus, cli, compiled_pair, camera_video,
                                                                 tmp_path, monkeypatch):
-    from test_mqtt import Broker, Subscriber, retained
+    from mqtt_broker import Broker, Subscriber, retained
 
     tpus("pci", delay_ms=2)
     root = tmp_path / "root"
@@ -422,7 +397,6 @@ def test_the_python_api_passes_performance_too(tpus, compiled_pair, images, tmp_
     # (the delegate probe, in a child, also opens usb:0 once with the same options)
     assert {tuple(o) for o in _options(log)} == {("usb:0", "device=usb:0", "Performance=High"),
                                                  ("usb:1", "device=usb:1", "Performance=High")}
-
 
 
 def test_performance_reaches_every_segment_of_a_pipeline(tpus, tmp_path):

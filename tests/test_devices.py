@@ -1,59 +1,13 @@
-"""`edgeapp devices` against fake sysfs trees laid out like the kernel's, and on this machine.
-
-The builders here (`add_usb`, `add_apex`) are reused by test_doctor.py and test_probe.py.
-"""
+"""`edgeapp devices` against fake sysfs trees laid out like the kernel's (built by
+tests/fake_roots.py), and on this machine."""
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
+
+from fake_roots import add_apex, two_accelerators_and_a_mouse
 
 from edgeapp.hw.devices import list_edge_tpus, scan_sysfs
-
-PCI_PARENT = "sys/devices/pci0000:00/0000:00:14.0"
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")  # sysfs attributes end with a newline
-
-
-def add_usb(root: Path, name: str, usb_id: str, speed: str, busnum: int, devnum: int) -> Path:
-    """A USB device folder under /sys/devices and its /sys/bus/usb/devices/NAME symlink,
-    with an interface sub-device (NAME:1.0), which has no idVendor, as the kernel lists it."""
-    hub = root / PCI_PARENT / f"usb{busnum}"
-    real = hub if name == hub.name else hub / name
-    vendor, product = usb_id.split(":")
-    for attr, value in {"idVendor": vendor, "idProduct": product, "speed": speed,
-                        "busnum": str(busnum), "devnum": str(devnum)}.items():
-        _write(real / attr, value)
-    _write(real / f"{name}:1.0" / "bInterfaceClass", "ff")
-    links = root / "sys/bus/usb/devices"
-    links.mkdir(parents=True, exist_ok=True)
-    for target in (real, real / f"{name}:1.0"):
-        os.symlink(os.path.relpath(target, links), links / target.name)
-    return real
-
-
-def add_apex(root: Path, n: int, millidegrees: int | None = 52300) -> None:
-    """/dev/apex_N (a plain file standing in for the node) and /sys/class/apex/apex_N/temp."""
-    _write(root / "dev" / f"apex_{n}", "")
-    real = root / "sys/devices/pci0000:00/0000:00:1c.0/0000:01:00.0/apex" / f"apex_{n}"
-    if millidegrees is not None:
-        _write(real / "temp", str(millidegrees))
-    real.mkdir(parents=True, exist_ok=True)
-    cls = root / "sys/class/apex"
-    cls.mkdir(parents=True, exist_ok=True)
-    os.symlink(os.path.relpath(real, cls), cls / f"apex_{n}")
-
-
-def two_accelerators_and_a_mouse(root: Path) -> Path:
-    add_usb(root, "2-1", "18d1:9302", "5000", 2, 4)  # after firmware load, USB 3
-    add_usb(root, "1-3", "1a6e:089a", "480", 1, 7)  # before firmware load, on a USB 2 port
-    add_usb(root, "1-1", "046d:c52b", "12", 1, 2)  # a mouse
-    add_usb(root, "usb1", "1d6b:0002", "480", 1, 1)  # the root hub
-    return root
 
 
 def test_sysfs_usb_accelerators_in_bus_order_with_link_speed(tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from conftest import default_runtime
-from standin import standin_lib  # noqa: F401 - fixture
-from test_devices import add_apex, two_accelerators_and_a_mouse
+from doctor_checks import by_name, env_for
+from fake_roots import add_apex, pi5, two_accelerators_and_a_mouse, write_file
 
 from edgeapp.errors import ExitCode
 from edgeapp.flows.doctor.install import FAIL, OK, WARN, exit_ok, numpy_check, pycoral_check, run_checks
@@ -18,12 +18,6 @@ from edgeapp.flows.doctor.install import FAIL, OK, WARN, exit_ok, numpy_check, p
 # What libedgetpu1-std's package installs (/lib/udev/rules.d/60-libedgetpu1-std.rules).
 USB_RULES = ('SUBSYSTEM=="usb",ATTRS{idVendor}=="1a6e",GROUP="plugdev"\n'
              'SUBSYSTEM=="usb",ATTRS{idVendor}=="18d1",GROUP="plugdev"\n')
-
-
-def by_name(checks, name: str):
-    found = [c for c in checks if c.name == name]
-    assert found, f"no check {name!r} in {[c.name for c in checks]}"
-    return found
 
 
 def system(root: Path, *, user_in_plugdev: bool = True, rules: bool = True) -> Path:
@@ -42,11 +36,6 @@ def system(root: Path, *, user_in_plugdev: bool = True, rules: bool = True) -> P
                                     "alice:x:1000:\n")
     (root / "etc/os-release").write_text('NAME="Debian"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n')
     return root
-
-
-def env_for(tmp_path: Path, **extra: str) -> dict:
-    return {"USER": "alice", "PATH": str(tmp_path / "bin"), "EDGEAPP_CACHE_DIR": str(tmp_path / "cache"),
-            "EDGEAPP_EDGETPU_LIB": str(tmp_path / "no" / "libedgetpu.so.1"), **extra}
 
 
 def stand_in_compiler(tmp_path: Path) -> None:
@@ -211,19 +200,6 @@ def test_doctor_command_on_a_broken_fake_system(cli, tmp_path, monkeypatch):
 
 # -- the accelerator's state, kernels, a Raspberry Pi 5, containers --------------------------------
 
-def _file(root: Path, path: str, text: str) -> Path:
-    p = root / path.lstrip("/")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    return p
-
-
-def pi5(root: Path, config: str, release: str = "6.6.51+rpt-rpi-2712") -> Path:
-    _file(root, "/proc/device-tree/model", "Raspberry Pi 5 Model B Rev 1.0\x00")
-    _file(root, "/boot/firmware/config.txt", config)
-    _file(root, "/proc/sys/kernel/osrelease", release + "\n")
-    return root
-
 
 def test_pi5_without_the_pcie_overlay_and_with_16k_pages_prints_the_lines_to_add(tmp_path):
     root = pi5(tmp_path / "root", "[all]\ndtparam=audio=on\n[pi4]\ndtoverlay=pciex1-compat-pi5,no-mip\n")
@@ -242,39 +218,39 @@ def test_pi5_without_the_pcie_overlay_and_with_16k_pages_prints_the_lines_to_add
 
 def test_the_smaps_page_size_wins_and_a_seen_card_makes_16k_a_failure(tmp_path):
     root = pi5(tmp_path / "root", "dtparam=pciex1\ndtoverlay=pciex1-compat-pi5,no-mip\n", "6.6.51+rpt-rpi-v8")
-    _file(root, "/proc/self/smaps", "Size: 4 kB\nKernelPageSize:       16 kB\n")
+    write_file(root, "/proc/self/smaps", "Size: 4 kB\nKernelPageSize:       16 kB\n")
     card = root / "sys/bus/pci/devices/0001:01:00.0"
-    _file(root, str(card.relative_to(root) / "vendor"), "0x1ac1\n")
-    _file(root, str(card.relative_to(root) / "device"), "0x089a\n")
+    write_file(root, str(card.relative_to(root) / "vendor"), "0x1ac1\n")
+    write_file(root, str(card.relative_to(root) / "device"), "0x089a\n")
     page = by_name(run_checks(root, env_for(tmp_path)), "page size")[0]
     assert page.status == FAIL and "16K" in page.detail
 
 
 def test_an_apex_module_built_for_another_kernel_names_the_community_build(tmp_path):
     root = tmp_path / "root"
-    _file(root, "/proc/sys/kernel/osrelease", "6.8.0-45-generic\n")
-    _file(root, "/lib/modules/6.5.0-44-generic/modules.dep",
+    write_file(root, "/proc/sys/kernel/osrelease", "6.8.0-45-generic\n")
+    write_file(root, "/lib/modules/6.5.0-44-generic/modules.dep",
           "updates/dkms/apex.ko.zst: updates/dkms/gasket.ko.zst\nupdates/dkms/gasket.ko.zst:\n")
-    _file(root, "/lib/modules/6.8.0-45-generic/modules.dep", "kernel/drivers/usb/core/usbcore.ko.zst:\n")
+    write_file(root, "/lib/modules/6.8.0-45-generic/modules.dep", "kernel/drivers/usb/core/usbcore.ko.zst:\n")
     for name, value in (("vendor", "0x1ac1"), ("device", "0x089a")):
-        _file(root, f"/sys/bus/pci/devices/0000:03:00.0/{name}", value + "\n")
+        write_file(root, f"/sys/bus/pci/devices/0000:03:00.0/{name}", value + "\n")
     module = by_name(run_checks(root, env_for(tmp_path)), "kernel module")[0]
     assert module.status == FAIL and "6.5.0-44-generic" in module.detail and "6.8.0-45-generic" in module.detail
     assert "github.com/google/gasket-driver" in module.fix and "debuild" in module.fix
-    _file(root, "/lib/modules/6.8.0-45-generic/updates/dkms/apex.ko.zst", "")
+    write_file(root, "/lib/modules/6.8.0-45-generic/updates/dkms/apex.ko.zst", "")
     module = by_name(run_checks(root, env_for(tmp_path)), "kernel module")[0]
     assert module.status == WARN and "not loaded" in module.detail  # built now; modprobe it
 
 
 def test_no_card_and_no_module_says_nothing_about_kernels(tmp_path):
     root = tmp_path / "root"
-    _file(root, "/proc/sys/kernel/osrelease", "6.8.0-45-generic\n")
+    write_file(root, "/proc/sys/kernel/osrelease", "6.8.0-45-generic\n")
     assert not [c for c in run_checks(root, env_for(tmp_path)) if c.name == "kernel module"]
 
 
 def test_a_udev_rule_for_one_usb_id_only_loses_the_other_state(tmp_path):
     root = system(tmp_path / "root", rules=False)
-    _file(root, "/etc/udev/rules.d/99-coral.rules", 'SUBSYSTEM=="usb",ATTRS{idVendor}=="18d1",MODE="0666"\n')
+    write_file(root, "/etc/udev/rules.d/99-coral.rules", 'SUBSYSTEM=="usb",ATTRS{idVendor}=="18d1",MODE="0666"\n')
     rule = by_name(run_checks(root, env_for(tmp_path)), "udev rule")[0]
     assert rule.status == FAIL and "1a6e:089a (bootloader)" in rule.detail
     assert 'ATTRS{idVendor}=="1a6e",ATTRS{idProduct}=="089a",GROUP="plugdev"' in rule.fix
@@ -282,14 +258,14 @@ def test_a_udev_rule_for_one_usb_id_only_loses_the_other_state(tmp_path):
 
 @pytest.mark.parametrize("nodes, status", [(["004"], WARN), ([], FAIL), (["001", "004"], OK)])
 def test_a_container_must_map_the_whole_usb_bus(tmp_path, nodes, status):
-    from test_devices import add_usb
+    from fake_roots import add_usb
 
     root = tmp_path / "root"
     add_usb(root, "2-1", "1a6e:089a", "5000", 2, 4)
     add_usb(root, "usb2", "1d6b:0003", "5000", 2, 1)  # the bus's root hub
-    _file(root, "/.dockerenv", "")
+    write_file(root, "/.dockerenv", "")
     for n in nodes:
-        _file(root, f"/dev/bus/usb/002/{n}", "")
+        write_file(root, f"/dev/bus/usb/002/{n}", "")
     check = by_name(run_checks(root, env_for(tmp_path)), "container usb")[0]
     assert check.status == status, check
     if status != OK:
@@ -297,7 +273,7 @@ def test_a_container_must_map_the_whole_usb_bus(tmp_path, nodes, status):
 
 
 def test_doctor_shows_heat_trip_points_and_the_sensor_fault(tmp_path):
-    from test_device_state import hot_card
+    from fake_roots import hot_card
 
     root = tmp_path / "root"
     hot_card(root, 0, 91000)
@@ -310,7 +286,7 @@ def test_doctor_shows_heat_trip_points_and_the_sensor_fault(tmp_path):
 
 
 def test_doctor_names_the_clock_mode_of_the_installed_build(tmp_path, standin_lib):
-    from test_device_state import dpkg_owns
+    from fake_roots import dpkg_owns
 
     root = system(tmp_path / "root")
     dpkg_owns(root, "libedgetpu1-std", standin_lib)

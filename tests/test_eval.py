@@ -19,7 +19,8 @@ import eval_sets
 import numpy as np
 import posesegment_models as pm
 import pytest
-from conftest import ROOT, write_color_folders
+from conftest import ROOT
+from media import write_color_folders
 from PIL import Image
 
 from edgeapp.errors import ExitCode

@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, write_color_folders
+from conftest import ROOT
+from media import write_color_folders
 
 
 def test_class_folders_give_the_task_metric_beside_agreement(converted, tiny_model):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
+from fake_roots import fake_system
 
 from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES
 from edgeapp.core.pairing import UNKNOWN, WORKS
@@ -19,45 +19,6 @@ from edgeapp.flows.doctor.install import install_plan
 from edgeapp.hw.osinfo import read_platform
 
 RELEASES = "https://github.com/feranick/libedgetpu/releases/download"
-
-# /etc/os-release as each system ships it. Mendel 5.3 from Coral's enterprise-eagle-flashcard
-# image (as quoted in saltstack's grains tests); the others as Debian, Raspberry Pi OS and Ubuntu
-# write them.
-OS_RELEASE = {
-    "mendel-5.3": 'PRETTY_NAME="Mendel GNU/Linux 5 (Eagle)"\nNAME="Mendel GNU/Linux"\nID=mendel\n'
-                  'ID_LIKE=debian\nHOME_URL="https://coral.ai/"\nVERSION_CODENAME=eagle\n',
-    "bookworm": 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\n'
-                'VERSION="12 (bookworm)"\nVERSION_CODENAME=bookworm\nID=debian\n',
-    "raspbian-bookworm": 'PRETTY_NAME="Raspbian GNU/Linux 12 (bookworm)"\nNAME="Raspbian GNU/Linux"\n'
-                         'VERSION_ID="12"\nVERSION="12 (bookworm)"\nVERSION_CODENAME=bookworm\nID=raspbian\n'
-                         'ID_LIKE=debian\n',
-    "trixie": 'PRETTY_NAME="Debian GNU/Linux 13 (trixie)"\nNAME="Debian GNU/Linux"\nVERSION_ID="13"\n'
-              'VERSION="13 (trixie)"\nVERSION_CODENAME=trixie\nID=debian\n',
-    "bullseye": 'PRETTY_NAME="Debian GNU/Linux 11 (bullseye)"\nNAME="Debian GNU/Linux"\nVERSION_ID="11"\n'
-                'VERSION="11 (bullseye)"\nVERSION_CODENAME=bullseye\nID=debian\n',
-    "jammy": 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
-             'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nVERSION_CODENAME=jammy\nID=ubuntu\nID_LIKE=debian\n'
-             'UBUNTU_CODENAME=jammy\n',
-    "noble": 'PRETTY_NAME="Ubuntu 24.04.1 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\n'
-             'VERSION="24.04.1 LTS (Noble Numbat)"\nVERSION_CODENAME=noble\nID=ubuntu\nID_LIKE=debian\n'
-             'UBUNTU_CODENAME=noble\n',
-}
-
-
-def stanza(package: str, arch: str, version: str) -> str:
-    return (f"Package: {package}\nStatus: install ok installed\nPriority: optional\nArchitecture: {arch}\n"
-            f"Version: {version}\nDescription: {package}\n continuation line\n")
-
-
-def fake_system(root: Path, release: str, dpkg_arch: str | None, packages=()) -> Path:
-    """A system tree: /etc/os-release, and /var/lib/dpkg/status when dpkg_arch is given."""
-    (root / "etc").mkdir(parents=True)
-    (root / "etc/os-release").write_text(OS_RELEASE[release])
-    if dpkg_arch:
-        (root / "var/lib/dpkg/info").mkdir(parents=True)
-        stanzas = [stanza("dpkg", dpkg_arch, "1.21.22")] + [stanza(p, a, v) for p, a, v in packages]
-        (root / "var/lib/dpkg/status").write_text("\n".join(stanzas))
-    return root
 
 
 def commands(plan) -> list:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-from test_doctor import _file, by_name, env_for, pi5
-from test_install_plan import fake_system
+from doctor_checks import by_name, env_for
+from fake_roots import fake_system, pi5, write_file
 
 from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES
 from edgeapp.flows.doctor.install import OK, WARN, install_plan, pycoral_check, run_checks
@@ -41,7 +40,7 @@ def test_pi5_with_a_pcie_card_gets_the_driver_from_source(tmp_path):
                "6.6.51+rpt-rpi-v8")
     fake_system(root, "bookworm", "arm64")
     for name, value in (("vendor", "0x1ac1"), ("device", "0x089a")):
-        _file(root, f"/sys/bus/pci/devices/0001:01:00.0/{name}", value + "\n")
+        write_file(root, f"/sys/bus/pci/devices/0001:01:00.0/{name}", value + "\n")
     plan = install_plan(root, machine="aarch64", python=(3, 11))
     checks = run_checks(root, env_for(tmp_path), plan=plan)
     driver = by_name(checks, "pcie driver")[0]
@@ -49,7 +48,7 @@ def test_pi5_with_a_pcie_card_gets_the_driver_from_source(tmp_path):
     assert not DEAD.search(_all_text(checks, plan))
     newer = pi5(tmp_path / "newer", "dtparam=pciex1\n", "6.12.25+rpt-rpi-v8")
     for name, value in (("vendor", "0x1ac1"), ("device", "0x089a")):
-        _file(newer, f"/sys/bus/pci/devices/0001:01:00.0/{name}", value + "\n")
+        write_file(newer, f"/sys/bus/pci/devices/0001:01:00.0/{name}", value + "\n")
     fix = by_name(run_checks(newer, env_for(tmp_path)), "pcie driver")[0].fix
     assert ("github.com/feranick/gasket-driver/releases/download/1.0-18.4/gasket-dkms_1.0-18.4_all.deb"
             in fix)
@@ -59,8 +58,9 @@ def test_mendel_keeps_its_pair_and_disables_corals_sources(tmp_path, cli, monkey
     root = fake_system(tmp_path / "root", "mendel-5.3", "arm64",
                        [("libedgetpu1-std", "arm64", "16.0"), ("python3-tflite-runtime", "arm64", "2.5.0.post1")])
     listed = "deb https://packages.cloud.google.com/apt coral-edgetpu-stable main\n"  # as Mendel has it
-    _file(root, "/etc/apt/sources.list.d/coral-edgetpu.list", listed)
-    _file(root, "/etc/apt/sources.list.d/multistrap-main.list", "deb https://mendel-linux.org/apt/eagle eagle main\n")
+    write_file(root, "/etc/apt/sources.list.d/coral-edgetpu.list", listed)
+    write_file(root, "/etc/apt/sources.list.d/multistrap-main.list",
+               "deb https://mendel-linux.org/apt/eagle eagle main\n")
     plan = install_plan(root, machine="aarch64", python=(3, 7))
     checks = run_checks(root, env_for(tmp_path), plan=plan)
     apt = by_name(checks, "apt sources")[0]

@@ -26,8 +26,9 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from camera_proc import CameraProc, H, StreamServer, W, color_frame, marker_index, write_video
-from conftest import CLASSES
+from camera_proc import CameraProc, StreamServer
+from live_view_client import BEARER, TOKEN, get, stats, wait_for
+from media import CLASSES, H, W, make_video, marker_index
 
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.sinks.live_http import Guard, host_name, resolve_token
@@ -45,8 +46,6 @@ CHROMIUM = os.environ.get("EDGEAPP_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 SERVE_FPS = 8
-TOKEN = secrets.token_urlsafe(16)
-BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
@@ -64,33 +63,6 @@ def live(tiny_model, stream, tmp_path_factory):
                     token_file, "--serve-fps", SERVE_FPS, "--summary", "json") as cam:
         cam.base = cam.url()
         yield cam
-
-
-def get(base: str, path: str, headers: dict | None = None, timeout: float = 10.0) -> tuple[int, dict, bytes]:
-    u = urlsplit(base)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
-    try:
-        conn.request("GET", path, headers=headers or {})
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
-
-
-def stats(base: str) -> dict:
-    status, headers, body = get(base, "/stats", BEARER)
-    assert status == 200 and headers["content-type"] == "application/json"
-    return json.loads(body)
-
-
-def wait_for(pred, timeout: float = 30.0, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class MjpegReader:
@@ -392,8 +364,7 @@ def test_loopback_without_token_still_refuses_foreign_hosts(tiny_model, stream):
 
 
 def test_nothing_encoded_without_viewers(tiny_model, tmp_path):
-    rng = np.random.default_rng(4)
-    video = write_video(tmp_path / "short.avi", [color_frame("green", i, rng) for i in range(20)], 30)
+    video = make_video(tmp_path / "short.avi", ["green"] * 20, seed=4, marked=True)
     with CameraProc(tiny_model, "--source", video, "--serve", "127.0.0.1:0", "--format", "jsonl",
                     "--summary", "json") as cam:
         assert cam.wait() == 0, cam.stderr
@@ -409,8 +380,7 @@ def test_nothing_encoded_without_viewers(tiny_model, tmp_path):
 
 @pytest.fixture()
 def short_video(tmp_path) -> Path:
-    rng = np.random.default_rng(5)
-    return write_video(tmp_path / "v.avi", [color_frame("red", i, rng) for i in range(3)], 30)
+    return make_video(tmp_path / "v.avi", ["red"] * 3, seed=5, marked=True)
 
 
 def test_beyond_loopback_without_a_token_is_a_usage_error(cli, tiny_model, short_video, monkeypatch):

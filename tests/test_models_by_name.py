@@ -8,10 +8,10 @@ import json
 import re
 
 from conftest import make_edgetpu_stand_in
-from test_models import env, published, registry_doc, server  # noqa: F401  (fixtures: model server)
+from model_server_fixtures import registry_doc
 
 
-def test_a_model_by_name_says_once_that_it_runs_on_the_cpu(cli, env, color_images):  # noqa: F811
+def test_a_model_by_name_says_once_that_it_runs_on_the_cpu(cli, env, color_images):
     r = cli("classify", "colors", color_images["red"], "-k", "1")
     assert r.exit_code == 0, r.stderr
     on_cpu = [ln for ln in r.stderr.splitlines() if "on CPU" in ln]
@@ -19,7 +19,7 @@ def test_a_model_by_name_says_once_that_it_runs_on_the_cpu(cli, env, color_image
                       "colors) on CPU"], r.stderr
 
 
-def test_a_shared_labels_file_makes_no_model_cached(cli, env):  # noqa: F811
+def test_a_shared_labels_file_makes_no_model_cached(cli, env):
     assert cli("models", "pull", "colors_pipeline2").exit_code == 0  # its labels are colors' too
     r = cli("models", "list", "--format", "json")
     models = {m["name"]: m for m in json.loads(r.stdout)["models"]}
@@ -36,7 +36,7 @@ def test_a_shared_labels_file_makes_no_model_cached(cli, env):  # noqa: F811
     assert " cpu " in row
 
 
-def test_models_needing_a_custom_op_are_named_by_list_and_pull(cli, env, server, tiny_model,  # noqa: F811
+def test_models_needing_a_custom_op_are_named_by_list_and_pull(cli, env, server, tiny_model,
                                                                 tmp_path):
     posenet = make_edgetpu_stand_in(tiny_model, tmp_path / "posenet.tflite", "PosenetDecoderOp")
     server.files["posenet.tflite"] = posenet.read_bytes()

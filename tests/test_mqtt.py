@@ -12,79 +12,23 @@ and are stopped by the test: nothing depends on how fast this machine is.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pytest
-from camera_proc import CameraProc, StreamServer, color_frame, write_video
-from conftest import CLASSES, ROOT
+from camera_proc import CameraProc, StreamServer
+from conftest import ROOT
+from media import CLASSES, make_video
+from mqtt_broker import Broker, Subscriber, retained
 
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.sinks.mqtt import ChangeDetector, MqttTarget, parse_mqtt_url
 from edgeapp.tasks import kind
-
-mqtt = pytest.importorskip("paho.mqtt.client", reason="pip install -e '.[dev]' (paho-mqtt)")
-
-
-def _mosquitto() -> str:
-    exe = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else None)
-    if exe is None:
-        pytest.skip("no MQTT broker: sudo apt-get install -y mosquitto")
-    return exe
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class Broker:
-    """A Mosquitto on 127.0.0.1 (a plain listener, and a TLS one when given certificates)."""
-
-    def __init__(self, workdir: Path, tls: Optional[dict] = None) -> None:
-        self.exe, self.dir, self.tls = _mosquitto(), workdir, tls
-        self.port = free_port()
-        self.tls_port = free_port() if tls else None
-        self.proc: Optional[subprocess.Popen] = None
-
-    def start(self) -> "Broker":
-        conf = [f"listener {self.port} 127.0.0.1", "allow_anonymous true", "user root"]
-        if self.tls:
-            conf += [f"listener {self.tls_port} 127.0.0.1", f"cafile {self.tls['ca']}",
-                     f"certfile {self.tls['cert']}", f"keyfile {self.tls['key']}"]
-        path = self.dir / "mosquitto.conf"
-        path.write_text("\n".join(conf) + "\n")
-        log = open(self.dir / "mosquitto.log", "ab")
-        self.proc = subprocess.Popen([self.exe, "-c", str(path)], stdout=log, stderr=log)
-        end = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
-                return self
-            except OSError:
-                assert self.proc.poll() is None, (self.dir / "mosquitto.log").read_text()
-                assert time.monotonic() < end, "mosquitto did not start listening"
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def url(self, prefix: str) -> str:
-        return f"mqtt://127.0.0.1:{self.port}/{prefix}"
 
 
 @pytest.fixture()
@@ -94,67 +38,11 @@ def broker(tmp_path):
     b.kill()
 
 
-class Subscriber:
-    """A paho client on the broker's plain port recording every message under `topic`; it
-    resubscribes when it reconnects (a restarted broker has forgotten it)."""
-
-    def __init__(self, port: int, topic: str) -> None:
-        self.messages: list[tuple[str, bytes, bool]] = []
-        self.cond = threading.Condition()
-        self.subscribed = threading.Event()
-        kwargs = {"callback_api_version": mqtt.CallbackAPIVersion.VERSION2} \
-            if hasattr(mqtt, "CallbackAPIVersion") else {}
-        self.client = mqtt.Client(**kwargs)
-        self.client.reconnect_delay_set(1, 2)
-        self.client.on_connect = lambda c, *a: c.subscribe(topic, qos=1)
-        self.client.on_subscribe = lambda *a: self.subscribed.set()
-        self.client.on_message = self._on_message
-        self.client.connect("127.0.0.1", port)
-        self.client.loop_start()
-        assert self.subscribed.wait(10), "subscriber could not subscribe"
-
-    def _on_message(self, client, userdata, msg) -> None:
-        with self.cond:
-            self.messages.append((msg.topic, msg.payload, bool(msg.retain)))
-            self.cond.notify_all()
-
-    def on(self, topic: str) -> list[bytes]:
-        with self.cond:
-            return [p for t, p, _ in self.messages if t == topic]
-
-    def json_on(self, topic: str) -> list[dict]:
-        return [json.loads(p) for p in self.on(topic)]
-
-    def wait(self, pred, timeout: float = 30.0, what: str = "messages"):
-        end = time.monotonic() + timeout
-        with self.cond:
-            while not pred():
-                left = end - time.monotonic()
-                assert left > 0, f"timed out waiting for {what}: {self.messages[-5:]}"
-                self.cond.wait(min(left, 0.2))
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
-
-
-def retained(port: int, topic: str) -> tuple[bytes, bool]:
-    """What a new subscriber gets first on `topic`: (payload, retain flag)."""
-    sub = Subscriber(port, topic)
-    try:
-        sub.wait(lambda: sub.messages, 10, f"a retained message on {topic}")
-        _, payload, flag = sub.messages[0]
-        return payload, flag
-    finally:
-        sub.close()
-
-
 @pytest.fixture(scope="module")
 def short_video(tmp_path_factory) -> tuple[Path, list[str]]:
-    rng = np.random.default_rng(7)
+    """24 frames: blocks of 4 frames of one colour, cycling blue, green, red."""
     expected = [CLASSES[(i // 4) % 3] for i in range(24)]
-    path = tmp_path_factory.mktemp("mqtt") / "short.avi"
-    return write_video(path, [color_frame(c, i, rng) for i, c in enumerate(expected)], 30), expected
+    return make_video(tmp_path_factory.mktemp("mqtt") / "short.avi", expected, seed=7, marked=True), expected
 
 
 def last_json(text: str) -> dict:
@@ -190,8 +78,7 @@ def test_frames_mode_publishes_every_record_and_status(cli, tiny_model, short_vi
 def test_events_mode_sends_debounced_changes_and_retained_state(cli, tiny_model, broker, tmp_path):
     # 10 FPS: blue 0-5, green 6-17 with one red frame at 7 (a flicker), red 18-23, blue 24-25
     labels = ["blue"] * 6 + ["green", "red"] + ["green"] * 10 + ["red"] * 6 + ["blue"] * 2
-    rng = np.random.default_rng(8)
-    video = write_video(tmp_path / "events.avi", [color_frame(c, i, rng) for i, c in enumerate(labels)], 10)
+    video = make_video(tmp_path / "events.avi", labels, fps=10, seed=8, marked=True)
     sub = Subscriber(broker.port, "cam2/#")
     try:
         out = tmp_path / "records.jsonl"
@@ -352,8 +239,7 @@ def node_topics(node: str, *entities: str) -> set:
 
 def test_discovery_for_a_classifier_follows_the_mode_and_is_removed(cli, tiny_model, broker, tmp_path):
     labels = ["blue"] * 6 + ["green"] * 6 + ["red"] * 6
-    rng = np.random.default_rng(12)
-    video = write_video(tmp_path / "d.avi", [color_frame(c, i, rng) for i, c in enumerate(labels)], 10)
+    video = make_video(tmp_path / "d.avi", labels, fps=10, seed=12, marked=True)
     out = tmp_path / "records.jsonl"
     r = cli("camera", tiny_model, "--source", video, "--mqtt", broker.url("ha1"), "--output", out)
     assert r.exit_code == 0, r.stderr
@@ -389,7 +275,7 @@ def test_discovery_for_a_classifier_follows_the_mode_and_is_removed(cli, tiny_mo
 def two_squares(cells: dict, index: int) -> np.ndarray:
     """Black, with a pure colour square in each given cell of the detection models' 4x4 grid
     (not in the last column: the index marker is there)."""
-    from camera_proc import BGR, H, W, mark
+    from media import BGR, H, W, mark
 
     f = np.zeros((H, W, 3), np.uint8)
     for cell, name in cells.items():
@@ -403,7 +289,7 @@ def test_discovery_for_a_detector_counts_each_label(cli, broker, tmp_path, tmp_p
 
     det = dm.build(tmp_path_factory)
     scenes = [{0: "red"}, {0: "red", 5: "red"}, {0: "red", 10: "blue"}, {}, {14: "green"}] * 2
-    video = write_video(tmp_path / "sq.avi", [two_squares(c, i) for i, c in enumerate(scenes)], 10)
+    video = make_video(tmp_path / "sq.avi", [two_squares(c, i) for i, c in enumerate(scenes)], fps=10)
     out = tmp_path / "records.jsonl"
     r = cli("camera", det["det_tf1"], "--source", video, "--labels", det["labels"], "--mqtt",
             broker.url("ha2"), "--output", out)
@@ -441,10 +327,10 @@ def test_discovery_for_pose_and_segmentation(cli, broker, tmp_path, tmp_path_fac
     import posesegment_models as pm
 
     models = pm.build(tmp_path_factory)
-    from camera_proc import H, W
+    from media import H, W
 
     frames = [pm.quadrants((W, H)), pm.quadrants((W, H), colors=((0, 0, 0),) * 4)] * 2
-    video = write_video(tmp_path / "q.avi", [np.ascontiguousarray(f[:, :, ::-1]) for f in frames], 10)
+    video = make_video(tmp_path / "q.avi", frames, fps=10, rgb=True)
     for name, prefix in (("pose", "ha3"), ("seg", "ha4")):
         out = tmp_path / f"{name}.jsonl"
         r = cli("camera", models[name], "--source", video, "--mqtt", broker.url(prefix), "--output", out)

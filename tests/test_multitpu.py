@@ -11,9 +11,10 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import CLASSES, SHARED, color_pixels
-from standin import standin_lib, tpus, write_segments  # noqa: F401 - fixtures
-from test_camera import color_video  # noqa: F401 - fixture
+from conftest import SHARED
+from jsonl_records import records, without_device
+from media import CLASSES
+from standin import write_segments
 
 from edgeapp.core.pipeline_segments import check_chain, find_segment_files
 from edgeapp.core.tflite.model import load_model
@@ -24,30 +25,6 @@ from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
 from edgeapp.hw.runtime import open_engine
 
 THREE = "usb,usb,pci"  # usb:0, usb:1, pci:0
-
-
-@pytest.fixture(scope="module")
-def images(tmp_path_factory) -> list:
-    """24 small PNGs, classes in a fixed pseudo-random order."""
-    from PIL import Image
-
-    folder = tmp_path_factory.mktemp("many")
-    rng = np.random.default_rng(11)
-    out = []
-    for i in range(24):
-        c = int(rng.integers(0, 3))
-        p = folder / f"img_{i:02d}_{CLASSES[c]}.png"
-        Image.fromarray(color_pixels(c, rng, 32)).save(p)
-        out.append(p)
-    return out
-
-
-def records(result) -> list[dict]:
-    return [json.loads(line) for line in result.stdout.splitlines()]
-
-
-def without_device(recs: list[dict]) -> list[tuple]:
-    return [(r["path"], r["classes"], r["error"]) for r in recs]
 
 
 # -- --device lists ----------------------------------------------------------------------------

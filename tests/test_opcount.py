@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SHARED, SIZE
+from conftest import SHARED
+from media import SIZE
 
 from edgeapp.core.opcount import count_ops, macs_per_op
 from edgeapp.core.tflite.model import load_model, parse_model

@@ -8,7 +8,8 @@ from typing import Optional
 
 import pytest
 import typer
-from cli_run import IMAGE_COMMANDS, error_lines, red_video
+from cli_run import IMAGE_COMMANDS, error_lines
+from media import make_video
 
 from edgeapp.errors import ExitCode
 
@@ -17,7 +18,8 @@ from edgeapp.errors import ExitCode
 @pytest.mark.parametrize("command", IMAGE_COMMANDS + ("camera",))
 def test_std_zero_or_negative_is_a_usage_error(cli, tiny_model, color_images, tmp_path, command, std):
     if command == "camera":
-        args = ("camera", tiny_model, "--source", red_video(tmp_path / "v.avi", 3), "--no-display")
+        video = make_video(tmp_path / "v.avi", ["red"] * 3, size=(64, 48))
+        args = ("camera", tiny_model, "--source", video, "--no-display")
     else:
         args = (command, tiny_model, color_images["red"])
     r = cli(*args, "--std", std)

@@ -2,7 +2,7 @@
 row, and the refusal of a known-crash pair before any probe child runs.
 
 The end-to-end tests build small stand-in Edge TPU libraries with the C compiler (as
-test_probe.py does): one answers edgetpu_version() with Google's 16.0 build label, one with an
+tests/libedgetpu_fixtures.py does): one answers edgetpu_version() with Google's 16.0 build label, one with an
 unknown label. Every process that loads a stand-in appends "load <pid>" to $FAKE_EDGETPU_LOG
 (a constructor), and creating its delegate appends "create <pid>" and segfaults, so the log
 shows exactly which processes touched the library and whether a delegate was created.

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from cli_run import edgeapp, error_lines, red_video
-from conftest import CLASSES
+from cli_run import edgeapp, error_lines
+from media import CLASSES, make_video
 
 from edgeapp.errors import ExitCode
 
@@ -93,7 +93,7 @@ def test_camera_csv_keeps_timestamps_and_latencies_precise(cli, tiny_model, tmp_
     import time
 
     out = tmp_path / "frames.csv"
-    video = red_video(tmp_path / "v.avi", 3)
+    video = make_video(tmp_path / "v.avi", ["red"] * 3, size=(64, 48))
     started = round(time.time(), 3)
     r = cli("camera", tiny_model, "--source", video, "--no-display", "-f", "csv", "-o", out, "-k", "1")
     ended = round(time.time(), 3)
@@ -109,7 +109,8 @@ def test_camera_csv_keeps_timestamps_and_latencies_precise(cli, tiny_model, tmp_
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
 def test_full_disk_keeps_the_camera_summary_and_the_bench_json(cli, tiny_model, tmp_path):
-    r = cli("camera", tiny_model, "--source", red_video(tmp_path / "v.avi", 5), "--no-display",
+    video = make_video(tmp_path / "v.avi", ["red"] * 5, size=(64, 48))
+    r = cli("camera", tiny_model, "--source", video, "--no-display",
             "-o", "/dev/full")
     assert r.exit_code == ExitCode.USAGE
     lines = r.stderr.strip().splitlines()

@@ -6,20 +6,7 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
-from conftest import CLASSES, color_pixels
-from PIL import Image
-
-
-@pytest.fixture(scope="module")
-def many_images(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("many")
-    rng = np.random.default_rng(11)
-    for i in range(300):  # 384x384 JPEGs: slow enough to kill the batch half-way
-        big = np.kron(color_pixels(i % 3, rng, 48), np.ones((8, 8, 1), np.uint8))
-        Image.fromarray(big).save(folder / f"{i:04d}_{CLASSES[i % 3]}.jpg", quality=95)
-    return folder
 
 
 def lines(path):

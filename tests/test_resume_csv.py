@@ -12,7 +12,6 @@ import sys
 import time
 
 from conftest import ROOT
-from test_resume import many_images  # noqa: F401 - fixture
 
 from edgeapp.sinks.records import TORN_WRITE_BOUNDARY
 
@@ -51,7 +50,7 @@ def test_a_complete_csv_keeps_its_last_image(cli, tiny_model, tiny_data, tmp_pat
     assert all(ranks == ["1", "2", "3"] for ranks in _per_image(again.decode()).values())
 
 
-def test_ctrl_c_count_is_what_the_resume_finds(tiny_model, many_images, tmp_path):  # noqa: F811
+def test_ctrl_c_count_is_what_the_resume_finds(tiny_model, many_images, tmp_path):
     out = tmp_path / "out.csv"
     cmd = [sys.executable, "-m", "edgeapp", "classify", str(tiny_model), str(many_images), "-f",
            "csv", "-o", str(out), "-k", "2", "--workers", "0"]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CLASSES, SHARED, color_pixels, make_edgetpu_stand_in, write_color_folders
+from conftest import SHARED, make_edgetpu_stand_in
+from media import CLASSES, color_pixels, make_images, write_color_folders
 from retrain_models import keras_extractor
-from standin import standin_lib, tpus  # noqa: F401 - fixtures
 
 from edgeapp.core.registry import digests
 from edgeapp.errors import ExitCode
@@ -159,12 +159,8 @@ def compiled_base(extractor: Path, folder: Path) -> Path:
 
 
 def add_photos(folder: Path, n: int, seed: int) -> None:
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    for i in range(n):
-        c = i % 3
-        Image.fromarray(color_pixels(c, rng, 40)).save(folder / CLASSES[c] / f"added_{seed}_{i}.png")
+    make_images(folder, [CLASSES[i % 3] for i in range(n)], size=40, seed=seed,
+                name=f"{{colour}}/added_{seed}_{{i}}")
 
 
 def test_adding_photos_costs_one_extraction_each(cli, tpus, extractor, photos, tmp_path):

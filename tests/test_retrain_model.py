@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED, color_pixels, make_edgetpu_stand_in, tflite_schema
+from conftest import SHARED, make_edgetpu_stand_in, tflite_schema
+from media import color_pixels
 from retrain_models import keras_extractor, writer_extractor, writer_model
 
 from edgeapp.core.embedding import require_extractor

@@ -13,7 +13,6 @@ import sys
 import pytest
 from cli_run import edgeapp, error_lines
 from conftest import ROOT, default_runtime
-from test_probe import fake_libs  # noqa: F401  (fixture: stand-in Edge TPU libraries)
 
 from edgeapp.errors import ExitCode
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import posesegment_models as pm
 import pytest
+from media import make_video
 from PIL import Image
 
 from edgeapp.core.boxes import letterbox_fit, stretch_fit
@@ -137,19 +138,9 @@ def test_map_to_original_is_nearest_through_the_fit():
 # camera --task pose|segment on real video files
 
 
-def write_video(path: Path, frames: list) -> Path:
-    h, w = frames[0].shape[:2]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (w, h))
-    assert writer.isOpened()
-    for f in frames:
-        writer.write(np.ascontiguousarray(f[:, :, ::-1]))  # RGB -> BGR
-    writer.release()
-    return path
-
-
 def test_camera_segment_task_on_a_video(cli, ps_models, tmp_path):
     frames = [pm.quadrants((160, 120)), pm.quadrants((160, 120), colors=((0, 0, 0),) * 4)]
-    video = write_video(tmp_path / "quads.avi", frames * 2)
+    video = make_video(tmp_path / "quads.avi", frames * 2, fps=10, rgb=True)
     rec_path = tmp_path / "out.avi"
     r = cli("camera", ps_models["seg"], "--source", video, "--no-display", "--format", "jsonl",
             "--summary", "json", "--record", rec_path)
@@ -172,7 +163,7 @@ def test_camera_segment_task_on_a_video(cli, ps_models, tmp_path):
 
 def test_camera_pose_task_on_a_video(cli, ps_models, tmp_path):
     rgb = (200, 60, 230)
-    video = write_video(tmp_path / "pose.avi", [pm.uniform_image(rgb, (96, 64))] * 3)
+    video = make_video(tmp_path / "pose.avi", [pm.uniform_image(rgb, (96, 64))] * 3, fps=10, rgb=True)
     r = cli("camera", ps_models["pose"], "--source", video, "--no-display", "--format", "csv",
             "--threshold", "0.5", "--summary", "json")
     assert r.exit_code == 0, r.stderr

@@ -60,3 +60,43 @@ def test_no_function_over_80_lines():
                 if n > limit:
                     long.append(f"{p.relative_to(PKG)}:{node.lineno} {node.name} ({n} lines, limit {limit})")
     assert not long, "functions over the limit:\n" + "\n".join(long)
+
+
+def _test_sources() -> dict:
+    """Every module of tests/ (not the data under it) by name: its parsed source."""
+    here = Path(__file__).resolve().parent
+    return {p.stem: ast.parse(p.read_text(), str(p)) for p in sorted(here.glob("*.py"))}
+
+
+def _fixtures(tree: ast.Module) -> set:
+    def is_fixture(d) -> bool:
+        d = d.func if isinstance(d, ast.Call) else d
+        return isinstance(d, ast.Attribute) and d.attr == "fixture"
+
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and any(map(is_fixture, n.decorator_list))}
+
+
+def test_tests_share_through_plugins_and_helpers_not_test_modules():
+    """A test module imports no other test module, and no module imports a fixture: shared
+    fixtures are found through conftest.py's `pytest_plugins`, shared code is a helper module."""
+    sources = _test_sources()
+    fixtures = {name: _fixtures(tree) for name, tree in sources.items()}
+    wrong = []
+    for name, tree in sources.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found = [(a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found = [(node.module, a.name) for a in node.names]
+            else:
+                continue
+            for module, what in found:
+                if module.startswith("test_") and module in sources:
+                    wrong.append(f"{name}.py:{node.lineno} imports the test module {module}")
+                elif what in fixtures.get(module, ()):
+                    wrong.append(f"{name}.py:{node.lineno} imports the fixture {module}.{what}")
+    assert not wrong, "\n".join(wrong)
+    # and each plugin conftest.py names is a module here
+    plugins = next(ast.literal_eval(n.value) for n in sources["conftest"].body if isinstance(n, ast.Assign)
+                   and [getattr(t, "id", None) for t in n.targets] == ["pytest_plugins"])
+    assert set(plugins) <= set(sources), set(plugins) - set(sources)

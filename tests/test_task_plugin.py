@@ -19,11 +19,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 from camera_proc import CameraProc
-from conftest import color_pixels, make_edgetpu_stand_in
-from standin import standin_lib, tpus  # noqa: F401 - fixtures
+from conftest import make_edgetpu_stand_in
+from media import CLASSES, make_images, make_video
 
 PKG = Path(__file__).resolve().parent.parent / "edgeapp"
 
@@ -42,16 +41,8 @@ def plugged(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> list:
-    from PIL import Image
-
-    folder = tmp_path_factory.mktemp("zzz_images")
-    rng = np.random.default_rng(9)
-    paths = []
-    for i in range(3):
-        path = folder / f"c{i}.png"
-        Image.fromarray(color_pixels(i, rng, 32)).save(path)
-        paths.append(str(path))
-    return paths
+    paths = make_images(tmp_path_factory.mktemp("zzz_images"), CLASSES, size=32, seed=9, name="c{i}")
+    return [str(p) for p in paths]
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +51,7 @@ def video(images, tmp_path_factory) -> Path:
 
     path = tmp_path_factory.mktemp("zzz_video") / "v.avi"
     bgr = cv2.resize(cv2.imread(images[0]), (320, 240), interpolation=cv2.INTER_NEAREST)
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 15, (320, 240))
-    for _ in range(12):
-        writer.write(bgr)
-    writer.release()
-    return path
+    return make_video(path, [bgr] * 12, fps=15)
 
 
 def env_for(plugged: Path, **more: str) -> dict:
@@ -146,7 +133,7 @@ with edgeapp.open_model({str(tiny_model)!r}, "cpu", task="zzz", top_k=1) as mode
 
 def test_a_new_task_on_the_camera_with_mqtt_events_and_the_live_view(plugged, tiny_model, video,
                                                                       tmp_path):
-    from test_mqtt import Broker, Subscriber
+    from mqtt_broker import Broker, Subscriber
 
     broker = Broker(tmp_path).start()
     sub = Subscriber(broker.port, "zzz/#")

@@ -24,8 +24,8 @@ import numpy as np
 import posesegment_models as pm
 import pytest
 from camera_proc import CameraProc
-from conftest import color_pixels, make_edgetpu_stand_in
-from standin import standin_lib, tpus  # noqa: F401 - fixtures
+from conftest import make_edgetpu_stand_in
+from media import CLASSES, make_images, make_video
 
 from edgeapp import tasks
 from edgeapp.sinks.records import BATCH_FIELDS, FRAME_FIELDS, Layout
@@ -66,11 +66,7 @@ def _video(path: Path, image: Path, frames: int = 12) -> Path:
     import cv2
 
     bgr = cv2.resize(cv2.imread(str(image)), (320, 240), interpolation=cv2.INTER_NEAREST)
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 15, (320, 240))
-    for _ in range(frames):
-        writer.write(bgr)
-    writer.release()
-    return path
+    return make_video(path, [bgr] * frames, fps=15)
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +77,9 @@ def pool(tiny_model, tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("contract")
     det = detection_models.build(tmp_path_factory)
     ps = pm.build(tmp_path_factory)
-    rng = np.random.default_rng(5)
     # plain_tf2 ends in plain TF ops (static output shapes), so its stand-in build keeps them
     entries = {
-        "classifier": (tiny_model, [], [_save(folder, f"c{i}.png", color_pixels(i % 3, rng, 32))
-                                        for i in range(3)]),
+        "classifier": (tiny_model, [], make_images(folder, CLASSES, size=32, seed=5, name="c{i}")),
         "ssd": (det["plain_tf2"], ["--labels", det["labels"]],
                 [_save(folder, f"d{i}.png", _square(i % 3, 5 + i)) for i in range(3)]),
         "yolo": (YOLO / "yolov8_256_full_integer_quant.tflite", [],
@@ -224,7 +218,7 @@ def test_mqtt_events_mean_something_for_each_task(task, cases, cli, tmp_path):
 
 
 def _mqtt_events_mean_something_for_each_task(task, case, cli, tmp_path):
-    from test_mqtt import Broker, Subscriber
+    from mqtt_broker import Broker, Subscriber
 
     (tmp_path / case.model.stem).mkdir()
     broker = Broker(tmp_path / case.model.stem).start()

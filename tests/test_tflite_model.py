@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import tflite_schema
+from tflite_edit import edited_model
 
 from edgeapp.core.tflite.model import load_model, parse_model
 from edgeapp.errors import ExitCode, InvalidModel
@@ -91,21 +91,6 @@ def test_truncated_model_in_a_real_process(tiny_model, tmp_path, color_images):
     assert "truncated or corrupt" in r.stderr
 
 
-def _edited(tiny_model, tmp_path, name, edit):
-    """A copy of the converted model changed through the TFLite flatbuffers schema."""
-    import flatbuffers
-
-    schema = tflite_schema()
-
-    m = schema.ModelT.InitFromPackedBuf(tiny_model.read_bytes(), 0)
-    edit(m)
-    b = flatbuffers.Builder(1024)
-    b.Finish(m.Pack(b), file_identifier=b"TFL3")
-    p = tmp_path / name
-    p.write_bytes(b.Output())
-    return p
-
-
 @pytest.mark.parametrize("scale,shown", [(0.0, "0.0"), (float("nan"), "nan"), (float("inf"), "inf")])
 def test_invalid_quantization_scale_is_rejected_before_the_runtime(tiny_model, tmp_path, scale, shown,
                                                                    color_images):
@@ -114,7 +99,7 @@ def test_invalid_quantization_scale_is_rejected_before_the_runtime(tiny_model, t
         out = m.subgraphs[0].outputs[0]
         m.subgraphs[0].tensors[out].quantization.scale = [scale]
 
-    p = _edited(tiny_model, tmp_path, "bad_scale.tflite", edit)
+    p = edited_model(tiny_model, tmp_path, "bad_scale.tflite", edit)
     with pytest.raises(InvalidModel, match=f"invalid quantization scale {shown}"):
         load_model(p)
     r = subprocess.run([sys.executable, "-m", "edgeapp", "classify", str(p), str(color_images["red"])],
@@ -127,10 +112,10 @@ def test_negative_dimension_and_no_operators(tiny_model, tmp_path):
         m.subgraphs[0].tensors[m.subgraphs[0].inputs[0]].shape = [1, -16, 16, 3]
 
     with pytest.raises(InvalidModel, match="negative dimension"):
-        load_model(_edited(tiny_model, tmp_path, "neg.tflite", negative))
+        load_model(edited_model(tiny_model, tmp_path, "neg.tflite", negative))
 
     def no_ops(m):
         m.subgraphs[0].operators = []
 
     with pytest.raises(InvalidModel, match="no operators"):
-        load_model(_edited(tiny_model, tmp_path, "noops.tflite", no_ops))
+        load_model(edited_model(tiny_model, tmp_path, "noops.tflite", no_ops))

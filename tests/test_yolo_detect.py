@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from media import make_video
 from yolo_reference import assert_same_detections, exact_runtime, iou
 
 from edgeapp.errors import ExitCode
@@ -121,12 +122,7 @@ def test_camera_frames_are_letterboxed_like_files(cli, tmp_path):
     import cv2
 
     image = cv2.imread(str(IMAGES[0]))
-    video = tmp_path / "v.avi"
-    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"MJPG"), 10,
-                             (image.shape[1], image.shape[0]))
-    for _ in range(3):
-        writer.write(image)
-    writer.release()
+    video = make_video(tmp_path / "v.avi", [image] * 3, fps=10)
     model = FIXTURES / "yolov8_256_full_integer_quant.tflite"
     cam = cli("camera", model, "--source", video, "--no-display", "--max-frames", "1", "-f", "jsonl")
     assert cam.exit_code == 0, cam.stderr

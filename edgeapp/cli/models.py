@@ -55,7 +55,7 @@ def list_command(
                       _verification(r["files"]),
                       _files_text([f["path"] for f in r["files"]])))
     width = output_width()
-    lines, left_out = render(table[0], table[1:], priority=(0, 1, 2, 4, 3, 5, 6), width=width)
+    lines, left_out = render(table[0], table[1:], priority=(0, 1, 2, 4, 5, 3, 6, 7), width=width)
     typer.echo("\n".join(lines))
     note = left_out_note(left_out, width, "`edgeapp models list --format json`")
     if note:
