@@ -9,9 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import ROOT
 
