@@ -277,7 +277,9 @@ def write_metrics(work: Path, out: Path, archs: list) -> None:
 
 
 def ship(work: Path, out: Path) -> None:
-    """The README's offline detector: Ultralytics' full-integer YOLOv8 and sample photos."""
+    """The README's offline detector: Ultralytics' full-integer YOLOv8 and sample photos. The
+    committed models/shapes_yolov8_int8.tflite is then replaced by edgeapp's own conversion of
+    the ONNX export, with its sidecar (the command: tests/fixtures/yolo_onnx/README.md)."""
     models = ROOT / "models"
     shutil.copyfile(out / f"yolov8_shapes_{IMGSZ}_full_integer_quant.tflite",
                     models / "shapes_yolov8_int8.tflite")

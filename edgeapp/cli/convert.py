@@ -244,6 +244,9 @@ def _print_report(r: dict) -> None:
         top5 = (f"; top-5 float {r['float_top5']:.4f}, int8 {r['int8_top5']:.4f}"
                 if r.get("float_top5") is not None else "")
         rows.append(("accuracy", f"top-1 float {r['float_accuracy']:.4f}, int8 {r['int8_accuracy']:.4f}{top5}"))
+    det = detail.get("detection")
+    if det:
+        rows.append(("detections", _detection_text(det)))
     if r.get("eval"):
         rows.append(("task metric", eval_line(r["eval"])))
     for o in detail.get("outputs") or []:
@@ -258,6 +261,8 @@ def _print_report(r: dict) -> None:
                                    f"{'met' if t['met'] else 'NOT met'}) after {len(t['trials'])} trial(s)"))
     if r.get("edgetpu_verdict"):
         rows.append(("Edge TPU check", r["edgetpu_verdict"]))
+    if r.get("times_s"):
+        rows.append(("time", ", ".join(f"{k} {v:.1f} s" for k, v in r["times_s"].items())))
     if r.get("report"):
         plot = r["report"]["plot"] or (f"no plot ({r['report']['plot_skipped']})"
                                         if r["report"].get("plot_skipped") else None)
@@ -268,6 +273,13 @@ def _print_report(r: dict) -> None:
     if r.get("report"):
         typer.echo("")
         typer.echo(render_layers(r["report"]["layers"]))
+
+
+def _detection_text(d: dict) -> str:
+    if d.get("map50_95") is None:
+        return f"not measured: {d.get('note')}"
+    return (f"int8 mAP50-95 {d['map50_95']:.4f}, mAP50 {d['map50']:.4f} against the float model's "
+            f"{d['float_boxes']} box(es) on {d['samples']} {d['measured_on']}")
 
 
 def eval_line(ev: dict) -> str:

@@ -183,6 +183,8 @@ def _dfl_layout(dims: list, w: int, h: int, name: str) -> Optional[YoloLayout]:
     if s is None or any(d[1] != n for d in dims):
         return None
     wide = [i for i, d in enumerate(dims) if d[2] > 1]
+    if len(dims) == 2 and len(wide) == 1 and dims[wide[0]][2] == 4 * REG_MAX:
+        wide = [0, 1]  # one class: its scores are (1, N, 1)
     if len(wide) != 2 or len(dims) - len(wide) > 1:
         return None
     boxes = [i for i in wide if dims[i][2] == 4 * REG_MAX]
@@ -196,10 +198,32 @@ def _dfl_layout(dims: list, w: int, h: int, name: str) -> Optional[YoloLayout]:
                       how="(1, N, 64) + (1, N, nc)")
 
 
-def engine_yolo_layout(engine, force: Optional[str] = None) -> YoloLayout:
-    """The YOLO layout of an opened `runtime.Engine` (its output shapes and input size)."""
+def sidecar_layout(info: dict, shapes: Sequence[Sequence[int]], input_size: tuple[int, int],
+                   name: str = "model") -> YoloLayout:
+    """The layout `convert` wrote in the sidecar ({"layout": "dfl", "boxes": i, "scores": j}),
+    checked against the model's outputs: it tells box logits from 64 class scores. A model
+    with other outputs sharing the sidecar (the float export `eval` runs beside its int8) is
+    read by its shapes."""
+    if info.get("layout") != "dfl" or len(shapes) != 2:
+        return find_yolo_layout(shapes, input_size, None, name)
+    dims = [tuple(int(d) for d in s) for s in shapes]
+    b, c = int(info.get("boxes", 0)), int(info.get("scores", 1))
+    n = dims[0][1] if len(dims[0]) == 3 else -1
+    s = _strides_for(n, int(input_size[0]), int(input_size[1]))
+    if {b, c} != {0, 1} or s is None or dims[b] != (1, n, 4 * REG_MAX) or dims[c][:2] != (1, n):
+        raise InvalidModel(f"{name}: outputs {[list(d) for d in dims]} are not the dfl layout its "
+                           f"sidecar names (box logits at output {b}, class logits at {c})")
+    return YoloLayout("dfl", dims[c][2], n, b, c, strides=s, how="sidecar")
+
+
+def engine_yolo_layout(engine, force: Optional[str] = None, sidecar: Optional[dict] = None
+                       ) -> YoloLayout:
+    """The YOLO layout of an opened `runtime.Engine` (its output shapes and input size; the
+    sidecar's `yolo` entry when `convert` wrote one and nothing is forced)."""
     shapes = [tuple(int(d) for d in o["shape"]) for o in engine.outputs]
     _, height, width = engine.input_shape[:3]
+    if sidecar and force is None:
+        return sidecar_layout(sidecar, shapes, (width, height), engine.model_path)
     return find_yolo_layout(shapes, (width, height), force, engine.model_path)
 
 

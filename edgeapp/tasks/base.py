@@ -193,6 +193,11 @@ class TaskKind:
         if not) and work out what `interpret` needs of it (layout, quantization)."""
         return None
 
+    def plan_for(self, model: ImageModel, engine: Any, options: dict) -> Any:
+        """`plan` for an opened model whose metadata may say more than its graph can (the
+        output layout a `convert` sidecar names); by default the graph alone."""
+        return self.plan(engine, options)
+
     def unopenable(self, path: str, parsed: Any) -> Optional[str]:
         """Why a model the runtime could not open is this task's and cannot run here (a
         parsed core.tflite model), or None: the runtime's own reason stands."""
@@ -368,7 +373,7 @@ class BoundTask:
         self.spec = model.spec if model.spec.decode else replace(model.spec, decode=kind.decode)
         self.options = kind.settle(options)
         self.engine = engine if engine is not None else model.engine
-        self.plan = kind.plan(self.engine, self.options)
+        self.plan = kind.plan_for(model, self.engine, self.options)
         self._others: dict = {}
 
     @property

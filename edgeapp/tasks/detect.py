@@ -99,7 +99,11 @@ class Detect(TaskKind):
 
         return len(shapes) == 4 or (input_size is not None and is_yolo_output(shapes, input_size))
 
-    def plan(self, engine: Any, options: dict) -> Plan:
+    def plan_for(self, model: Any, engine: Any, options: dict) -> Plan:
+        """The YOLO output layout a `convert` sidecar names, when it has one."""
+        return self.plan(engine, options, (model.meta.extra or {}).get("yolo"))
+
+    def plan(self, engine: Any, options: dict, sidecar: Optional[dict] = None) -> Plan:
         from edgeapp.core.yolo import engine_yolo_layout, output_quantization
 
         decoder = options["decoder"]
@@ -108,7 +112,7 @@ class Detect(TaskKind):
             return _plan("ssd", self._ssd_layout(engine), quant,
                          given_or(options["threshold"], SSD_THRESHOLD), options)
         try:
-            layout = engine_yolo_layout(engine, None if decoder == "auto" else decoder)
+            layout = engine_yolo_layout(engine, None if decoder == "auto" else decoder, sidecar)
         except InvalidModel:
             if decoder == "auto":  # neither family: name the task these outputs are for
                 raise self.refuse(engine) from None

@@ -3,6 +3,8 @@
   keras.py       .keras / .h5 / SavedModel  -> FloatModel (Keras runs the float original)
   onnx_graph.py  .onnx read and checked before TensorFlow loads (inputs, ops, memory)
   onnx.py        .onnx -> onnx2tf's float NHWC graph -> FloatModel (ONNX Runtime runs the original)
+  yolo_onnx.py   Ultralytics YOLO exports found in the graph and cut before their decode
+  detection.py   a YOLO conversion's letterboxed calibration, detection agreement and sidecar entry
   quantize.py    the one int8 quantization (calibration, per-channel, op check, `check`, write)
   agreement.py   float vs int8 on held-out images: cosine, SQNR, top-1/top-5
   report.py      --report: per layer SQNR and causes (TensorFlow Lite's QuantizationDebugger)

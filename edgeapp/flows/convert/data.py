@@ -70,9 +70,9 @@ def find_sources(source: Path, option: str) -> Sources:
 
 def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Optional[int] = None,
                  seed: int = 0, say: Callable[[str], None] = lambda s: None,
-                 decode: str = "full") -> Dataset:
-    """Pixels of the images (decoded and resized as classify does with this --decode), or the
-    .npy array as it is.
+                 decode: str = "full", fit: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> Dataset:
+    """Pixels of the images (decoded and resized as classify does with this --decode, or fitted
+    by `fit`: decoded pixels -> input pixels, a YOLO letterbox), or the .npy array as it is.
 
     An image that cannot be decoded is skipped with one line, as retrain does; only when fewer
     than half of them decode (or none) is it an error (exit 2): then the folder is not what the
@@ -85,7 +85,7 @@ def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Op
     pixels, labels, skipped = [], [], []
     for i in order:
         try:
-            a = calibration_pixels(found.paths[i], size, channels, decode)
+            a = calibration_pixels(found.paths[i], size, channels, decode, fit)
         except InputError as e:
             text = str(e)
             skipped.append(text)
@@ -101,10 +101,15 @@ def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Op
     return Dataset(np.stack(pixels), y, list(found.classes), skipped=skipped)
 
 
-def calibration_pixels(path: str, size: tuple[int, int], channels: int, decode: str) -> np.ndarray:
+def calibration_pixels(path: str, size: tuple[int, int], channels: int, decode: str,
+                       fit: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> np.ndarray:
     """One image as the model sees it at inference (classify, stretched): the same decode,
-    the same resize: core/preprocess.fit_pixels. uint8 (H, W, C)."""
-    pixels, _ = fit_pixels(load_image(path, channels, size if decode == "scaled" else None), size)
+    the same resize: core/preprocess.fit_pixels; or `fit` (detect's YOLO letterbox). uint8
+    (H, W, C)."""
+    img = load_image(path, channels, size if decode == "scaled" else None)
+    if fit is not None:
+        return fit(np.asarray(img, dtype=np.uint8))
+    pixels, _ = fit_pixels(img, size)
     return pixels
 
 

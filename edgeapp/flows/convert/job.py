@@ -4,7 +4,9 @@ the float model, quantization, agreement on held-out images, the per-layer repor
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +60,10 @@ class Prepared:
     held_out: Optional[Sources]
     onnx: object = None  # the parsed ModelProto
     onnx_input: object = None  # onnx_graph.OnnxInput
+    yolo: object = None  # yolo_onnx.YoloHead of an Ultralytics detection export
+    onnx_float: object = None  # what onnx2tf converts: the model, or a YOLO export cut before its decode
     notes: list = field(default_factory=list)
+    times: dict = field(default_factory=dict)  # seconds per step, for the report
     eval_data: object = None  # flows/eval_data.EvalData: --eval's labelled data, if it is some
 
 
@@ -81,13 +86,18 @@ def prepare(job: ConvertJob) -> Prepared:
                          "measures on a folder of its own")
     prepared = Prepared(job, fmt, found, held, notes=notes, eval_data=labelled)
     if fmt == "onnx":
-        from edgeapp.flows.convert import onnx_graph
+        from edgeapp.flows.convert import onnx_graph, yolo_onnx
 
+        start = time.perf_counter()
         onnx_graph.onnx2tf_ops_folder()  # the extra is installed (exit 7 otherwise)
         model = onnx_graph.read_onnx(job.model)
-        prepared.onnx_input = onnx_graph.image_input(model, job.input_size, job.model)
-        onnx_graph.refuse_unmappable(model, job.model)
+        prepared.onnx_input = inp = onnx_graph.image_input(model, job.input_size, job.model)
+        prepared.yolo = yolo_onnx.find_head(onnx_graph.fixed_model(model, inp), job.model)
+        prepared.onnx_float = model if prepared.yolo is None else yolo_onnx.cut_head(
+            onnx_graph.fixed_model(model, inp), prepared.yolo)
+        onnx_graph.refuse_unmappable(prepared.onnx_float, job.model)
         prepared.onnx = model
+        prepared.times["read and check the ONNX graph"] = round(time.perf_counter() - start, 2)
     elif job.input_size is not None:
         raise UsageError("--input-size is for ONNX models with symbolic height/width")
     return prepared
@@ -111,35 +121,52 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
     """Convert, write, measure; returns the report (`convert --format json` prints it)."""
     from edgeapp.flows.convert.quantize import exported, quantize
 
-    job = p.job
+    job, times = p.job, p.times
     for note in p.notes:
         say(note)
     model, cal = _float_model_and_calibration(p, say, progress)
     try:
         calibration = normalize(cal, job.mean, job.std)
         say(f"calibrating on {len(cal.x)} image(s), input {'x'.join(map(str, model.input_shape))}")
-        with exported(model) as saved:
-            with progress(len(calibration), "calibrating") as advance:
+        with contextlib.ExitStack() as stack:
+            with _timed(times, "export the float SavedModel"):
+                saved = stack.enter_context(exported(model))
+            with _timed(times, "calibrate and quantize"), progress(len(calibration), "calibrating") as advance:
                 q = quantize(saved, calibration, job.output, job.io, progress=advance)
             report = _report_base(p, model, q, len(cal.x))
-            embedding = _embedding_depth(p, q.model, cal)
+            embedding = None if p.yolo is not None else _embedding_depth(p, q.model, cal)
             if embedding is not None:
                 report["embedding_depth"] = embedding
-            report["agreement_detail"] = _agreement(p, model, cal, say, class_scores=embedding is None)
+            with _timed(times, "agreement on held-out images"):
+                report["agreement_detail"] = _agreement(p, model, cal, say, class_scores=embedding is None)
             report.update({k: report["agreement_detail"][k] for k in (
                 "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
             if job.report:
-                report["report"] = _layer_report(p, model, saved, calibration, q, say)
+                with _timed(times, "--report per layer"):
+                    report["report"] = _layer_report(p, model, saved, calibration, q, say)
             if job.max_drop is not None:
-                _max_drop(p, model, saved, cal, calibration, q, report, say)
+                with _timed(times, "--max-drop trials"):
+                    _max_drop(p, model, saved, cal, calibration, q, report, say)
         if p.eval_data is not None and embedding is None:
-            report["eval"] = _task_metric(p, model, cal, say)
+            with _timed(times, "--eval: float and int8 on labelled data"):
+                report["eval"] = _task_metric(p, model, cal, say)
         elif p.eval_data is not None:
             say("an embedding extractor has no task metric: --eval measures agreement only")
     finally:
         model.close()
     report["task"], report["sidecar"] = _sidecar(p, q.model, cal, report, say)
+    report["times_s"] = dict(times)
     return report
+
+
+@contextlib.contextmanager
+def _timed(times: dict, step: str):
+    """Seconds spent in the block, under `step`."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        times[step] = round(time.perf_counter() - start, 2)
 
 
 def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> tuple:
@@ -150,18 +177,33 @@ def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> t
         say(f"loading {job.model} (TensorFlow)")
         model = load_keras(job.model)
         h, w, c = model.input_shape
-        return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say,
-                                  decode=job.decode)
+        with _timed(p.times, "load the calibration images"):
+            return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say,
+                                      decode=job.decode)
     from edgeapp.flows.convert.onnx import load_onnx
 
     inp = p.onnx_input
-    cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say,
-                       decode=job.decode)
+    with _timed(p.times, "load the calibration images"):
+        cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say,
+                           decode=job.decode, fit=_fit(p))
     make_output_folder(job.output)  # for the log
     log = convert_log_path(job.output)
     say(f"converting {job.model} with onnx2tf (log: {log})")
-    model = load_onnx(p.onnx, inp, normalize(cal, job.mean, job.std), log, progress)
+    if p.yolo is not None:
+        say(f"an Ultralytics YOLO detection export ({p.yolo.nc} classes, strides "
+            f"{'/'.join(map(str, p.yolo.strides))}): cut before its decode, which runs on the CPU")
+    with _timed(p.times, "onnx2tf: the float TensorFlow graph"):
+        model = load_onnx(p.onnx_float, inp, normalize(cal, job.mean, job.std), log, progress, p.yolo)
     return model, cal
+
+
+def _fit(p: Prepared):
+    """How images become inputs besides classify's resize: a YOLO export's letterbox."""
+    if p.yolo is None:
+        return None
+    from edgeapp.flows.convert.detection import letterboxer
+
+    return letterboxer((p.onnx_input.width, p.onnx_input.height))
 
 
 def _report_base(p: Prepared, model: FloatModel, q, samples: int) -> dict:
@@ -191,7 +233,7 @@ def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
     job = p.job
     h, w, c = model.input_shape
     if p.held_out is not None:
-        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say, decode=job.decode)
+        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say, decode=job.decode, fit=_fit(p))
         from_eval = job.eval_dir is not None and p.held_out.source == job.eval_dir
         source = f"--eval {job.eval_dir}" if from_eval else "held-out calibration images"
     else:
@@ -203,7 +245,22 @@ def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool
     from edgeapp.flows.convert.agreement import measure
 
     data, source, labels = _held_out(p, model, cal, say)
-    return measure(p.job.output, model, data, p.job.mean, p.job.std, source, labels, class_scores)
+    found = measure(p.job.output, model, data, p.job.mean, p.job.std, source, labels, class_scores)
+    if p.yolo is not None:
+        found["detection"] = _detection_agreement(p, data, source, say)
+    return found
+
+
+def _detection_agreement(p: Prepared, data, source: str, say: Say) -> dict:
+    from edgeapp.flows.convert import detection
+    from edgeapp.flows.convert.onnx import ort_session
+    from edgeapp.flows.convert.onnx_graph import fixed_model
+
+    inp = p.onnx_input
+    say(f"measuring detections of float vs int8 on {len(data.x)} image(s)")
+    session = ort_session(fixed_model(p.onnx, inp))
+    return detection.measure(session, inp, p.job.output, data, p.job.mean, p.job.std,
+                             detection.sidecar_entry(p.yolo, inp.width, inp.height), source)
 
 
 def _max_drop(p: Prepared, model: FloatModel, saved: str, cal, calibration, q, report: dict, say: Say) -> None:
@@ -285,7 +342,9 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
     job = p.job
     names = cal.class_names
     shapes = [t.shape for t in tflite.output_tensors]
-    if report.get("embedding_depth") is not None:  # features: the folders name no outputs
+    if p.yolo is not None:  # a YOLO export names its classes
+        task, label_map = "detect", job.labels or p.yolo.names
+    elif report.get("embedding_depth") is not None:  # features: the folders name no outputs
         task, label_map = EMBED_TASK, job.labels
     else:
         task = guess_from(shapes, [op.op for op in tflite.operators])  # what it is for, when known
@@ -297,6 +356,10 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
             say(f"warning: {warning}")
     agreement = {k: v for k, v in report["agreement_detail"].items()}
     extra = {"source": str(job.model), "agreement": agreement}
+    if p.yolo is not None:
+        from edgeapp.flows.convert.detection import sidecar_entry
+
+        extra["yolo"] = sidecar_entry(p.yolo, p.onnx_input.width, p.onnx_input.height)
     if report.get("eval"):
         ev = report["eval"]
         extra["eval"] = {"data": ev["data"], "float": ev["float"]["metrics"],
@@ -304,6 +367,5 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
     if report.get("max_drop"):
         extra["max_drop"] = report["max_drop"]
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,
-                                                  decode=job.decode,
-                                                  extra=extra))
+                                                  decode=job.decode, extra=extra))
     return task, str(sidecar)

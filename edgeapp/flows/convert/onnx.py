@@ -81,9 +81,10 @@ def seed_sample_data(folder: Path, samples: np.ndarray) -> None:
 
 
 def load_onnx(model, inp: OnnxInput, calibration: np.ndarray, log_path: Path,
-              progress: Progress = no_progress) -> FloatModel:
+              progress: Progress = no_progress, head=None) -> FloatModel:
     """The float TensorFlow graph of the ONNX model (onnx2tf), with ONNX Runtime as the float
-    original. `calibration` (normalized NHWC inputs) seeds onnx2tf's sample data."""
+    original. `calibration` (normalized NHWC inputs) seeds onnx2tf's sample data. `head`: the
+    yolo_onnx.YoloHead whose Convs a cut YOLO graph ends at, joined into its two outputs."""
     work = Path(tempfile.mkdtemp(prefix="edgeapp-onnx-"))
     try:
         fixed = fixed_model(model, inp)
@@ -91,11 +92,11 @@ def load_onnx(model, inp: OnnxInput, calibration: np.ndarray, log_path: Path,
         _save(fixed, onnx_path)
         seed_sample_data(work, calibration)
         keras_model = _run_onnx2tf(onnx_path, work, inp, len(fixed.graph.node) + 1, log_path, progress)
-        session = _ort_session(fixed)
+        session = ort_session(fixed)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return _float_model(keras_model, session, inp, work)
+    return _float_model(keras_model, session, inp, work, head)
 
 
 def _save(model, path: Path) -> None:
@@ -184,7 +185,7 @@ def _failure(e: BaseException, errors: list, log_path: Path) -> str:
     return f"onnx2tf cannot convert this model{where}: {what or 'see the log'} (log: {log_path})"
 
 
-def _ort_session(model):
+def ort_session(model):
     try:
         import onnxruntime as ort
     except ImportError:
@@ -197,16 +198,18 @@ def _ort_session(model):
         raise ConvertError(f"ONNX Runtime cannot run this model: {first_line(e)}") from None
 
 
-def _float_model(keras_model, session, inp: OnnxInput, work: Path) -> FloatModel:
+def _float_model(keras_model, session, inp: OnnxInput, work: Path, head=None) -> FloatModel:
     tf = tensorflow()
     shape = (inp.height, inp.width, inp.channels)
     if tuple(keras_model.inputs[0].shape) != (1, *shape):
         raise ConvertError(f"onnx2tf made input {tuple(keras_model.inputs[0].shape)}, expected {(1, *shape)}")
     out_names = [o.name for o in session.get_outputs()]
+    joined = _joiner(keras_model, head)
 
     def call(x):
         y = keras_model(x)
         y = list(y) if isinstance(y, (list, tuple)) else [y]
+        y = joined(y, tf.reshape, lambda ts: tf.concat(ts, axis=1))
         return {f"output_{i:03d}": t for i, t in enumerate(y)}  # names that sort in output order
 
     def export(folder: str) -> None:
@@ -218,11 +221,31 @@ def _float_model(keras_model, session, inp: OnnxInput, work: Path) -> FloatModel
     def predict(x: np.ndarray) -> list:
         feed = x.transpose(0, 3, 1, 2) if inp.layout == "NCHW" else x
         runs = [session.run(None, {inp.name: feed[i:i + 1].astype(np.float32)}) for i in range(len(x))]
-        return [np.concatenate([r[k] for r in runs]) for k in range(len(out_names))]
+        outs = [np.concatenate([r[k] for r in runs]) for k in range(len(out_names))]
+        if head is not None:  # the Convs' NCHW outputs as the TFLite model gives them
+            outs = joined([o.transpose(0, 2, 3, 1) for o in outs], np.reshape,
+                          lambda ts: np.concatenate(ts, axis=1))
+        return outs
 
     names = _name_layers(keras_model)
-    return FloatModel(shape, predict, export, out_names, runtime="ONNX Runtime", notes=list(inp.notes),
+    return FloatModel(shape, predict, export, ["boxes", "scores"] if head is not None else out_names,
+                      runtime="ONNX Runtime", notes=list(inp.notes),
                       layer_names=names, close=lambda: shutil.rmtree(work, ignore_errors=True))
+
+
+def _joiner(keras_model, head):
+    """outputs -> outputs: a cut YOLO graph's channels-last Conv outputs joined into two
+    (yolo_onnx.join_levels), checked against the head's grid; others as they are."""
+    if head is None:
+        return lambda outputs, reshape, concat: outputs
+    from edgeapp.flows.convert.yolo_onnx import REG_MAX, join_levels
+
+    widths = [4 * REG_MAX] * len(head.grids) + [head.nc] * len(head.grids)
+    want = [(1, h, w, c) for (h, w), c in zip(head.grids * 2, widths)]
+    got = [tuple(o.shape) for o in keras_model.outputs]
+    if got != want:
+        raise ConvertError(f"onnx2tf made the YOLO head's outputs {got}, expected channels-last {want}")
+    return lambda outputs, reshape, concat: join_levels(outputs, head, reshape, concat)
 
 
 _SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_.\\/>-]")
