@@ -30,7 +30,7 @@ def test_a_shared_labels_file_makes_no_model_cached(cli, env):
     for m in models.values():
         assert isinstance(m["cached"], bool) and all(isinstance(f["cached"], bool) for f in m["files"])
     row = next(ln for ln in cli("models", "list").stdout.splitlines() if ln.startswith("colors "))
-    assert re.search(r"B\s+-\s+SHA-256", row), row  # SIZE, then CACHED "-"
+    assert re.search(r"B\s+-\s+-\s+SHA-256", row), row  # SIZE, then PUBLISHED and CACHED "-"
     assert cli("models", "pull", "colors", "--cpu-only").exit_code == 0
     row = next(ln for ln in cli("models", "list").stdout.splitlines() if ln.startswith("colors "))
     assert " cpu " in row
