@@ -27,8 +27,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
+from edgeapp.core.zones import parse_line, parse_zone
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
+from edgeapp.flows.camera.tracking import TrackingSettings
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
 from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.tasks import kind, names
@@ -132,9 +134,6 @@ class Model:
         _check_api_options(name, options)
         tracking = None
         if track:
-            from edgeapp.core.zones import parse_line, parse_zone
-            from edgeapp.flows.camera.tracking import TrackingSettings
-
             tracking = TrackingSettings([parse_line(x) for x in count_lines],
                                         [parse_zone(z) for z in zones],
                                         Path(events) if events is not None else None)
@@ -184,8 +183,6 @@ class Model:
 
 
 def _check_api_options(task: str, options: dict) -> None:
-    from edgeapp.errors import UsageError
-
     takes = {o.name for o in kind(task).options_for("api")}
     other = sorted(set(options) - takes)
     if other:

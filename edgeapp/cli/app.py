@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import typer
 from typing_extensions import Annotated
 
+from edgeapp import tasks
 from edgeapp.cli import bench, camera, check, compile, compiler, convert, devices, doctor, models, retrain
 from edgeapp.cli import eval as eval_cli
 from edgeapp.cli.command import Group, show_version, summary_line, use_everywhere
@@ -29,7 +30,6 @@ class EdgeappGroup(Group):
     def _lazy(self) -> Dict[str, Tuple[Callable[[], Any], Callable[[], str]]]:
         """name -> (build the command, its one-line summary), for each task and the camera."""
         if self._lazy_commands is None:
-            from edgeapp import tasks
             from edgeapp.cli.task_commands import task_command
 
             lazy: Dict[str, Tuple[Callable[[], Any], Callable[[], str]]] = {

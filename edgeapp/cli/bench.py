@@ -27,8 +27,9 @@ from edgeapp.cli.options import (
     say,
 )
 from edgeapp.core.units import counted
-from edgeapp.errors import UsageError
+from edgeapp.errors import CompileError, MissingDependency, UsageError
 from edgeapp.hw.power import POWER_MODES
+from edgeapp.sinks.records import append_line
 
 app = typer.Typer()
 
@@ -175,7 +176,6 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
     """The generated int8 model, compiled for the Edge TPU when one is asked for and there."""
     import tempfile
 
-    from edgeapp.errors import CompileError, MissingDependency
     from edgeapp.flows.bench.run import run_bench
     from edgeapp.flows.bench.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
     from edgeapp.flows.bench.which_devices import plan_devices
@@ -211,8 +211,6 @@ def _report(doc: dict, fmt: ReportFormat, output: Optional[Path]) -> None:
     if output is None:
         return
     line = json.dumps(doc, separators=(",", ":")) + "\n"
-    from edgeapp.sinks.records import append_line
-
     try:
         append_line(output, line)
     except (OSError, UsageError) as e:  # a full disk, a file for a folder: keep the measurement

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 from typing_extensions import Annotated
 
+from edgeapp import tasks
 from edgeapp.cli import options as shared
-from edgeapp.cli.options import check_common, choice_value, finite, given, say
+from edgeapp.cli.options import check_common, choice_value, finite, given, resolved, say
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.sinks.records import Format
 
@@ -224,8 +225,6 @@ def command() -> Any:
 
 
 def _task_option() -> Any:
-    from edgeapp import tasks
-
     names = shared.choices("TaskName", tasks.names())
     return Annotated[Optional[names], typer.Option(
         "--task", help="Default: the model's metadata, else the task its outputs are for.",
@@ -251,7 +250,6 @@ def camera(ctx: typer.Context, values: CameraOptions, options: dict) -> None:
 
 
 def _request(ctx: typer.Context, v: CameraOptions, options: dict) -> Any:
-    from edgeapp.cli.options import resolved
     from edgeapp.flows.camera.run import CameraRequest, LiveViewSettings, MqttSettings
 
     view = mqtt = None

@@ -34,7 +34,7 @@ from typing_extensions import Annotated, get_args, get_origin
 
 from edgeapp import __version__
 from edgeapp.cli.options import Interrupted, say
-from edgeapp.errors import EdgeappError, ExitCode, interrupt_of, is_interrupt
+from edgeapp.errors import EdgeappError, ExitCode, WrongTask, interrupt_of, is_interrupt
 
 _CHOICE = r"^(?:Value error, )?(?P<value>.+?) is not one of (?P<choices>.+?)\.?$"  # compiled when used
 
@@ -364,8 +364,6 @@ def exit_codes() -> Iterator[None]:
 
 def _worded(error: EdgeappError) -> str:
     """The error's line in the CLI's words: a model for another task names that task's command."""
-    from edgeapp.errors import WrongTask
-
     if isinstance(error, WrongTask):
         return error.worded(lambda task: f"use `edgeapp {task}` (camera: --task {task})")
     return str(error)

@@ -9,7 +9,7 @@ from typing_extensions import Annotated
 
 from edgeapp.cli.options import ReportFormat, ReportFormatOpt, elapsed_spinner, say
 from edgeapp.core.units import format_bytes
-from edgeapp.errors import EdgeappError
+from edgeapp.errors import EdgeappError, UsageError
 
 app = typer.Typer()
 
@@ -60,8 +60,6 @@ def compile_command(
     from edgeapp.flows.compile import compile_file
 
     if search_step is not None and not search_delegate:
-        from edgeapp.errors import UsageError
-
         raise UsageError("--delegate-search-step goes with --search-delegate")
     try:
         with elapsed_spinner(f"compiling {model.name}"):

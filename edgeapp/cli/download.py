@@ -12,6 +12,8 @@ from typing import Optional, Tuple
 
 import typer
 
+from edgeapp.core.units import format_bytes
+
 
 def _say(message: str) -> None:
     typer.echo(f"edgeapp: {message}", err=True)
@@ -38,8 +40,6 @@ class DownloadReporter:
             _say(message)
 
     def start(self, name: str, total: Optional[int], done: int) -> None:
-        from edgeapp.core.units import format_bytes
-
         if not self.tty:
             resumed = f", resuming at {format_bytes(done)}" if done else ""
             _say(f"downloading {name} ({format_bytes(total)}{resumed})")

@@ -9,7 +9,11 @@ from typing_extensions import Annotated
 
 from edgeapp.cli.command import Group
 from edgeapp.cli.download import DownloadReporter
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, choices, say
+from edgeapp.cli.eval import run_eval
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, choices, placement, say
+from edgeapp.core.units import format_bytes
+from edgeapp.errors import InvalidModel
+from edgeapp.hw.runtime import available_runtimes, runtime_version
 from edgeapp.tasks import internal_names as internal_task_names
 from edgeapp.tasks import names as task_names
 
@@ -35,7 +39,6 @@ def list_command(
 ) -> None:
     """Every model: task, input size, files, download size, how it is verified, whether cached."""
     from edgeapp.cli.table import left_out_note, output_width, render
-    from edgeapp.core.units import format_bytes
     from edgeapp.flows import models as m
 
     reg = m.registry()
@@ -124,7 +127,6 @@ def path_command(
 
     JSON shows every file (CPU model, twin, labels, sidecar) and whether it is there.
     """
-    from edgeapp.errors import InvalidModel
     from edgeapp.flows import models as m
 
     reg = m.registry()
@@ -203,8 +205,6 @@ def eval_command(
 ) -> None:
     """Run `edgeapp eval` on one of Coral's models (pulled when not cached), beside the accuracy
     Coral published for it."""
-    from edgeapp.cli.eval import run_eval
-    from edgeapp.cli.options import placement
     from edgeapp.flows import models as m
 
     entry = m.lookup(m.registry(), name)
@@ -214,14 +214,11 @@ def eval_command(
 
 def _runtimes() -> List[str]:
     """The installed TFLite runtimes, named with their versions (none is imported)."""
-    from edgeapp.hw.runtime import available_runtimes, runtime_version
-
     return [f"{name} {runtime_version(name)}" for name in available_runtimes()]
 
 
 def _cached_input(entry) -> Optional[List[int]]:
     """Input (width, height) of a cached model when the registry does not know it."""
-    from edgeapp.errors import InvalidModel
     from edgeapp.flows import models as m
 
     ref = entry.cpu or entry.edgetpu or (entry.segments[0] if entry.segments else None)

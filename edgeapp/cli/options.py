@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.cli.download import resolve_name
 from edgeapp.core.limits import MAX_THREADS
-from edgeapp.errors import EdgeappError, is_interrupt
-from edgeapp.hw.runtime import RUNTIMES
-from edgeapp.sinks.records import Format
+from edgeapp.errors import EdgeappError, UsageError, is_interrupt
+from edgeapp.hw.runtime import RUNTIMES, EngineOptions
+from edgeapp.sinks.records import Format, format_for_path
 
 if TYPE_CHECKING:
     from edgeapp.flows.open_task import Placement
@@ -132,8 +133,6 @@ FastDecodeOpt = Annotated[bool, typer.Option("--fast-decode", hidden=True,
 def decode_choice(decode: Optional[Decode], fast_decode: bool = False) -> Optional[str]:
     """--decode's value, with --fast-decode (hidden, kept for old scripts) as --decode scaled;
     None: the model's sidecar decides, else the task."""
-    from edgeapp.errors import UsageError
-
     chosen = getattr(decode, "value", decode)
     if fast_decode:
         if chosen == "full":
@@ -193,8 +192,6 @@ def resolve_model(model: Path, device: str = "auto") -> Tuple[Path, Optional[str
     picked the CPU model because no Edge TPU is attached."""
     if model.exists():
         return model, None
-    from edgeapp.cli.download import resolve_name
-
     return resolve_name(model, device)
 
 
@@ -205,7 +202,6 @@ def placement(ctx: typer.Context, *, device: Optional[str], cpu_model: Optional[
     """Where and how to run (flows.open_task.Placement), from an inference command's options:
     --device and --runtime fall back on the global ones."""
     from edgeapp.flows.open_task import Placement
-    from edgeapp.hw.runtime import EngineOptions
 
     engine = EngineOptions(str(cpu_model) if cpu_model else None, resolve_runtime(ctx, runtime), threads,
                            not no_probe, CpuKernels(choice_value(cpu_kernels) or "fast").value,
@@ -233,8 +229,6 @@ def resolved(model: Path, place: "Placement") -> Tuple[Path, "Placement"]:
 def check_common(options: dict, *, model: Optional[Path], mean: Optional[float], std: Optional[float],
                  device: Optional[str], cpu_model: Optional[Path], labels: Optional[Path] = None) -> None:
     """The checks every inference command makes of its numbers before opening anything."""
-    from edgeapp.errors import UsageError
-
     finite("--threshold", options.get("threshold"))
     finite("--mean", mean)
     finite("--std", std)
@@ -275,8 +269,6 @@ def ignored_cpu_model(model: Optional[Path], cpu_model: Optional[Path]) -> Optio
 def check_exclusive(ctx: typer.Context, first: str, second: str, why: str) -> None:
     """A usage error when both options were typed (a default is no contradiction), e.g. bench's
     `check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of --runs")`."""
-    from edgeapp.errors import UsageError
-
     if given(ctx, first) and given(ctx, second):
         raise UsageError(f"{_flag(first)} and {_flag(second)} contradict each other ({why}): "
                          "give one")
@@ -295,8 +287,6 @@ def _flag(name: str) -> str:
 def results_format(fmt, output: Optional[Path]):
     """--format, else what the --output file's extension says (.csv, .jsonl/.ndjson; .json
     is written as JSON lines), else table; a --format that contradicts the extension is said."""
-    from edgeapp.sinks.records import Format, format_for_path
-
     by_name = format_for_path(output) if output is not None else None
     if fmt is None:
         if by_name is not None and output is not None and output.suffix.lower() == ".json":
@@ -311,8 +301,6 @@ def results_format(fmt, output: Optional[Path]):
 def finite(name: str, value: Optional[float]) -> Optional[float]:
     """Typer accepts nan and inf for floats; no option of ours means them."""
     import math
-
-    from edgeapp.errors import UsageError
 
     if value is not None and not math.isfinite(value):
         raise UsageError(f"{name} must be a finite number, not {value}")
@@ -355,8 +343,6 @@ def _written_hint(writer: Any, output: Optional[Path]) -> str:
 
 def resume_hint(written: int, output: Optional[Path], fmt: Any, kept: int = 0) -> str:
     """`12 result(s) written to out.jsonl; run the same command with --resume to go on`."""
-    from edgeapp.sinks.records import Format
-
     if output is None:
         return (f"{written} result(s) written to stdout; to be able to resume a batch, write its "
                 "results to a file: --output results.jsonl (or .csv), then run the same command "

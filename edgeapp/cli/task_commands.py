@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 import typer
 from typing_extensions import Annotated
 
+from edgeapp import tasks
 from edgeapp.cli.command import Command
 from edgeapp.cli.options import (
     AnnotateOpt,
@@ -56,6 +57,7 @@ from edgeapp.cli.options import (
     decode_choice,
     placement,
     progress_bar,
+    resolve_model,
     resolved,
     results_format,
     resumable,
@@ -63,6 +65,8 @@ from edgeapp.cli.options import (
 )
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.hw.hostinfo import decode_workers, usable_cores
+from edgeapp.sinks.records import Layout, check_output
+from edgeapp.tasks import kind
 
 if TYPE_CHECKING:
     from edgeapp.flows.open_task import Placement
@@ -175,8 +179,6 @@ def build_command(signature: List[inspect.Parameter], body: Callable[..., None],
 
 def task_command(name: str) -> Any:
     """The `edgeapp <task>` command of task `name`."""
-    from edgeapp import tasks
-
     kind = tasks.kind(name)
     own = kind.options_for("command")
     common = [_parameter(f.name, f.type, f.default if f.default is not dataclasses.MISSING
@@ -197,8 +199,6 @@ def task_command(name: str) -> Any:
 def camera_parameters() -> Tuple[List[inspect.Parameter], List[Any]]:
     """The tasks' camera options, each flag once (default None: each task keeps its own), and
     the options themselves. Two tasks spelling one option differently is a bug of theirs."""
-    from edgeapp import tasks
-
     merged: Dict[str, List[Tuple[str, Any]]] = {}
     for name in tasks.names():
         for option in tasks.kind(name).options_for("camera"):
@@ -308,7 +308,6 @@ def _locally(ctx: typer.Context, task: str, v: ImageOptions, options: dict, path
              hook) -> tuple:
     from edgeapp.flows.batch import run_batch
     from edgeapp.flows.open_task import open_task
-    from edgeapp.sinks.records import Layout
 
     replicas = max(1, min(usable_cores(), len(paths)))  # one image needs one interpreter, not one per core
     model, place = resolved(v.model, v.placement(ctx))
@@ -330,11 +329,8 @@ def _locally(ctx: typer.Context, task: str, v: ImageOptions, options: dict, path
 
 def _on_cluster(ctx: typer.Context, task: str, v: ImageOptions, options: dict, paths: List[str],
                 fmt) -> tuple:
-    from edgeapp.cli.options import resolve_model
     from edgeapp.core.labels import read_labels
     from edgeapp.flows.cluster import Job, run_cluster
-    from edgeapp.sinks.records import Layout
-    from edgeapp.tasks import kind
 
     model, _ = resolve_model(v.model, "all")  # a Coral model's name: both files, the workers choose
     place = v.placement(ctx)
@@ -361,8 +357,6 @@ def _writer(layout: Any, fmt, v: ImageOptions, models: tuple):
 def _check_output(fmt, v: ImageOptions) -> None:
     """The results file's options, before a model is opened: --resume and --overwrite
     contradict each other, and the rest is the records sink's rule."""
-    from edgeapp.sinks.records import check_output
-
     if v.resume and v.overwrite:
         raise UsageError("--resume and --overwrite contradict each other (one goes on, one "
                          "replaces): give one")

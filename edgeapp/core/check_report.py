@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from edgeapp.core.compiler_output import suggest_imgsz
 from edgeapp.core.edgetpu_ops import (
     EIGHT_BIT_TYPES,
     OP_HINTS,
@@ -291,8 +292,6 @@ def _yolo_advice(model: TfliteModel, s: dict) -> Optional[str]:
     """For a YOLO export: whether its CPU part is the detection head's decode (then nothing is to
     be done about it), or more, when a smaller imgsz would map more (the first CPU op early in
     the graph, MACs off the TPU)."""
-    from edgeapp.core.compiler_output import suggest_imgsz
-
     layout = _yolo_layout(model)
     if layout is None:
         return None

@@ -71,6 +71,7 @@ from edgeapp.core.edgetpu_ops import (
     op_problems,
     resize_factor,
 )
+from edgeapp.core.opcount import macs_per_op
 from edgeapp.core.tflite.model import Tensor, TfliteModel
 
 __all__ = [
@@ -120,8 +121,6 @@ def count_macs(model: TfliteModel) -> dict[int, int]:
     The counts are `opcount`'s (the canonical counter `bench` uses too): matrix operators
     only; every other operator, and a MAC operator whose shapes are unknown, counts 0.
     """
-    from edgeapp.core.opcount import macs_per_op
-
     per_op = macs_per_op(model)
     return {op.index: per_op.get(op.index, 0) for op in model.operators}
 

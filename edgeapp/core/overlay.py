@@ -11,6 +11,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from edgeapp.core.pose import skeleton_lines
+from edgeapp.core.segmentation import colorize
+
 # Labels are drawn at a size proportional to the image: text about 2.5% of its shorter side
 # high (OpenCV's Hershey font is 22 px high at scale 1), never below a legible 0.4. A fixed
 # scale of 0.5 was right for 300-480 px frames and tiny on a 1280x720 one.
@@ -120,8 +123,6 @@ def draw_poses(img: np.ndarray, poses: Sequence[dict], color=(0, 255, 255)) -> n
     limbs between the keypoints present, a dot on each keypoint."""
     import cv2
 
-    from edgeapp.core.pose import skeleton_lines
-
     limb, dot = _stroke(img), _stroke(img, 3)
     for p in poses:
         for (x0, y0), (x1, y1) in skeleton_lines(p["keypoints"]):
@@ -138,8 +139,6 @@ def draw_mask(img: np.ndarray, mask: np.ndarray, classes: Sequence[dict] = (),
     """The class map (same size as `img`) blended over it in the PASCAL VOC palette, and a
     legend of the `legend` largest classes ({"id", "label", "share"}) at the top left."""
     import cv2
-
-    from edgeapp.core.segmentation import colorize
 
     colors = cv2.cvtColor(colorize(mask), cv2.COLOR_RGB2BGR)
     cv2.addWeighted(img, 1 - alpha, colors, alpha, 0.0, dst=img)

@@ -16,6 +16,7 @@ from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
+from edgeapp.core.boxes import make_fit
 from edgeapp.errors import InputError, UsageError
 
 ImageSource = Union[str, Path, bytes, Any]  # also a Pillow image or an HxW(xC) uint8 array
@@ -117,8 +118,6 @@ def dct_scale(stored: Tuple[int, int], needed: Tuple[int, int]) -> int:
 def needed_size(photo: Tuple[int, int], size: Tuple[int, int], fit: str = "stretch") -> Tuple[int, int]:
     """The pixels of the photo the model input takes (width, height): all of `size` when
     stretched, the content part of it when letterboxed."""
-    from edgeapp.core.boxes import make_fit
-
     f = make_fit(fit, photo, size)
     return f.content_w, f.content_h
 
@@ -337,8 +336,6 @@ def fit_pixels(img, size: tuple[int, int], mode: str = "stretch", resample: str 
     Stretch, or letterbox (one scale, centred, padded with `fill`); resized with LANCZOS, as
     Coral's classification and detection examples do, or with libcoral's bilinear (what Coral's
     pose references were made with)."""
-    from edgeapp.core.boxes import make_fit
-
     fit = make_fit(mode, img.size, size)
     content = (fit.content_w, fit.content_h)
     if resample == "bilinear":

@@ -29,6 +29,7 @@ import numpy as np
 from edgeapp.core.boxes import BBox, Fit, letterbox_fit, to_original_array
 from edgeapp.core.classify import dequantize
 from edgeapp.core.detect import Object
+from edgeapp.core.preprocess import quantize_input
 from edgeapp.errors import InvalidModel, UsageError
 
 LAYOUTS = ("yolov8", "yolov5", "dfl")
@@ -481,7 +482,5 @@ def letterbox_tensor(pixels: np.ndarray, size: tuple[int, int], dtype, scale: fl
     """uint8 HxWxC pixels letterboxed as Ultralytics does, then quantized by round to nearest
     (Ultralytics' predictor truncates, so its scores can differ from these by a step or more):
     ((1, H, W, C) tensor, Fit)."""
-    from edgeapp.core.preprocess import quantize_input
-
     boxed, fit = letterbox(pixels if pixels.ndim == 3 else pixels[:, :, None], size)
     return quantize_input(boxed, dtype, scale, zero_point, mean, std)[None], fit

@@ -22,12 +22,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from edgeapp.core.naming import segment_source
+from edgeapp.core.pipeline_segments import check_chain, set_label
+from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InvalidModel, UsageError
 from edgeapp.execution.runner import Done, Notice, Runner, SingleRunner, invoke
+from edgeapp.hw.device_choice import find_tpus, resolve_tpus
+from edgeapp.hw.runtime import EngineOptions, open_engine
 
 if TYPE_CHECKING:
     from edgeapp.hw.device_choice import DeviceChoice
-    from edgeapp.hw.runtime import EngineOptions
 
 _END = object()
 _POLL_S = 0.1  # how often blocked threads look at the stop flag
@@ -219,12 +223,6 @@ def open_pipeline(paths: list, choice: DeviceChoice, options: Optional[EngineOpt
     `auto`: every TPU found). Too few TPUs: an error, or with `auto` the CPU twin of the whole
     model (`options.cpu_model`, else the segments' source). `--device cpu` runs the twin.
     `options` (hw/runtime.EngineOptions) open every segment's TPU and the twin."""
-    from edgeapp.core.naming import segment_source
-    from edgeapp.core.pipeline_segments import check_chain, set_label
-    from edgeapp.core.tflite.model import load_model
-    from edgeapp.hw.device_choice import find_tpus, resolve_tpus
-    from edgeapp.hw.runtime import EngineOptions, open_engine
-
     options = options or EngineOptions()
     say = on_notice or (lambda _text: None)
     n = len(paths)
@@ -278,8 +276,6 @@ def _open_segments(paths: list, names: list, lenient: bool,
                    options: EngineOptions) -> tuple[list, list[str]]:
     """Segment i on the i-th usable TPU of `names` (the rest stay idle); an unusable TPU fails,
     or with `lenient` is skipped and named ("name: why") in the second list."""
-    from edgeapp.hw.runtime import open_engine
-
     engines: list = []
     skipped: list[str] = []
     for name in names:
@@ -296,8 +292,6 @@ def _open_segments(paths: list, names: list, lenient: bool,
 
 def _check_twin(engine, chain, paths) -> None:
     """The whole model must take the first segment's input and give the last one's outputs."""
-    from edgeapp.core.tflite.model import load_model
-
     first, last = load_model(paths[0]), load_model(paths[-1])
     want = [(tuple(t.shape), t.dtype) for t in first.input_tensors + last.output_tensors]
     got = [(tuple(t.shape), t.dtype) for t in engine.model.input_tensors + engine.model.output_tensors]

@@ -9,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from edgeapp.core.pipeline_segments import find_segment_files
 from edgeapp.errors import DeviceUnavailable
 from edgeapp.execution.parallel import CpuPool, DevicePool
 from edgeapp.execution.pipeline import open_pipeline
 from edgeapp.execution.reconnect import Reconnect
 from edgeapp.execution.runner import Notice, Runner, SingleRunner, engine_of, invoke
+from edgeapp.hw.device_choice import parse_devices, resolve_tpus
 from edgeapp.hw.runtime import Engine, EngineOptions, open_engine
 
 if TYPE_CHECKING:
@@ -60,9 +62,6 @@ def open_runner(model: str | Path, device: str = "auto", options: EngineOptions 
     `reconnect` seconds: an Edge TPU that fails mid-run is waited for that long before its work
     goes to the others or the CPU twin (execution/reconnect.py); 0 gives up at once.
     """
-    from edgeapp.core.pipeline_segments import find_segment_files
-    from edgeapp.hw.device_choice import parse_devices
-
     choice = parse_devices(device)
     segments = find_segment_files(model)
     if segments is not None:
@@ -128,8 +127,6 @@ def open_tpus(model: str | Path, choice: DeviceChoice, options: EngineOptions = 
     process) is skipped and said; with `auto` in the list, so is any. No engine at all is an
     error unless `auto` allows the CPU twin (then the list comes back empty).
     """
-    from edgeapp.hw.device_choice import resolve_tpus
-
     names = resolve_tpus(choice)
     engines, skipped = [], []
     for name in names:

@@ -11,7 +11,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from edgeapp.core.naming import cpu_twin_path
+from edgeapp.errors import UsageError
 from edgeapp.execution.runner import Runner
+from edgeapp.hw.native_stderr import quiet_libtiff
 from edgeapp.sinks.records import RecordWriter
 from edgeapp.tasks.base import BoundTask, Prepared, Result, TaskKind
 
@@ -69,8 +72,6 @@ def check_resumed_model(recorded: set[str], *ours: str) -> None:
     file would pass unnoticed. The same model spelled another way is the same model: the same
     file once resolved, a file with the same bytes, or a relative path written from another
     folder that names the end of ours."""
-    from edgeapp.errors import UsageError
-
     mine = [_resolved(p) for p in ours if p]
     other = sorted(m for m in recorded if not _same_model(m, mine))
     if other:
@@ -79,15 +80,11 @@ def check_resumed_model(recorded: set[str], *ours: str) -> None:
 
 
 def _resolved(path: str) -> str:
-    from edgeapp.core.naming import cpu_twin_path
-
     return os.path.realpath(cpu_twin_path(path))
 
 
 def _same_model(recorded: str, mine: list) -> bool:
     import filecmp
-
-    from edgeapp.core.naming import cpu_twin_path
 
     theirs = _resolved(recorded)
     if theirs in mine:
@@ -112,8 +109,6 @@ def iter_records(paths: Iterable[str], runner: Runner, task: BoundTask, workers:
     (--annotate, --mask) and may return fields to add to the record. `sources`: what to decode
     for each path, when not the path itself (the bytes a cluster client shipped).
     """
-    from edgeapp.hw.native_stderr import quiet_libtiff
-
     quiet_libtiff()  # decoding a broken TIFF: the record's error, never libtiff's lines
     model, no_device = runner.model_path, device_of_failures(runner)
     prepare = partial(task.prepare, keep_image=on_result is not None)

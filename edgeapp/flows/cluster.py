@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from edgeapp.core.naming import cpu_twin_path, sidecar_path
+from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import (
     ClusterError,
     EdgeappError,
@@ -39,7 +41,9 @@ from edgeapp.flows.batch import (
     iter_records,
     todo,
 )
-from edgeapp.flows.open_task import Placement
+from edgeapp.flows.open_task import Placement, open_task
+from edgeapp.hw.device_choice import parse_devices
+from edgeapp.hw.hostinfo import usable_cores
 from edgeapp.sinks.records import RecordWriter
 
 INSTALL = "pip install 'edgeapp[cluster]'"
@@ -95,8 +99,6 @@ def connect(address: str):
         n = address.partition(":")[2]
         if n and not (n.isdigit() and int(n) > 0):
             raise UsageError(f"--cluster {address}: use local or local:N with N > 0")
-        from edgeapp.hw.hostinfo import usable_cores
-
         return _local_client(int(n) if n else usable_cores())  # as --workers counts them
     if "://" not in address:
         raise UsageError(f"--cluster {address}: use tcp://HOST:PORT (the scheduler) or local[:N]")
@@ -292,8 +294,6 @@ def process_chunk(job: Job, items: list) -> dict:
 def _runner_for(job: Job):
     """The worker's opened model for this job, opened once per worker process: one device, or
     every Edge TPU the worker has for a TPU list or `all` (flows/open_task.py)."""
-    from edgeapp.flows.open_task import open_task
-
     key = (job.model, job.place, job.task, tuple(sorted(job.options.items())), job.mean, job.std,
            job.decode, tuple(sorted((n, len(b)) for n, b in (job.model_files or {}).items())))
     with _CACHE_LOCK:
@@ -360,9 +360,6 @@ def _read_bytes(path: str):
 
 def _model_files(path: str) -> dict:
     """The model, its CPU twin and their sidecars (labels, mean/std): what a worker needs."""
-    from edgeapp.core.naming import cpu_twin_path, sidecar_path
-    from edgeapp.core.tflite.model import load_model
-
     load_model(path)  # the same one-line errors as a local run, before anything is shipped
     twin = cpu_twin_path(path)
     files = {}
@@ -375,8 +372,6 @@ def _model_files(path: str) -> dict:
 def _needs_tpu(device: str) -> bool:
     """Only workers with an Edge TPU may take the chunks: an explicit TPU, a list or `all`
     without `auto` (which lets a worker without one run the CPU twin)."""
-    from edgeapp.hw.device_choice import parse_devices
-
     choice = parse_devices(device)
     if choice.single is not None:
         return choice.single.kind == "edgetpu"

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
 
+from edgeapp import tasks
+from edgeapp.core.labels import read_labels
+from edgeapp.core.meta import ModelMeta, write_sidecar
 from edgeapp.core.naming import cpu_twin_path, sidecar_path
 from edgeapp.core.registry import (
     FileRef,
@@ -28,9 +31,12 @@ from edgeapp.core.registry import (
     load_registry,
     mismatch,
 )
+from edgeapp.core.tflite.model import load_model
 from edgeapp.core.units import format_bytes
 from edgeapp.core.userdirs import cache_dir
 from edgeapp.errors import InvalidModel, UsageError, VerificationError
+from edgeapp.hw.device_choice import parse_devices
+from edgeapp.hw.devices import list_edge_tpus
 from edgeapp.hw.download import (
     URL_ENV,
     Reporter,
@@ -39,7 +45,9 @@ from edgeapp.hw.download import (
     timeout_from_env,
     write_error,
 )
+from edgeapp.hw.libedgetpu import edgetpu_library
 from edgeapp.hw.sysroot import sysroot  # where to look for Edge TPUs ($EDGEAPP_SYSROOT)
+from edgeapp.tasks import internal_names, names
 
 REGISTRY_ENV = "EDGEAPP_MODELS_REGISTRY"  # another registry file (own models, tests)
 MANIFEST = ".verified.json"
@@ -77,8 +85,6 @@ class Resolution:
 
 def registry(env: Mapping[str, str] = os.environ) -> Registry:
     """The package's registry, or the file EDGEAPP_MODELS_REGISTRY names."""
-    from edgeapp.tasks import internal_names, names
-
     return load_registry(env.get(REGISTRY_ENV) or None, names() + internal_names())
 
 
@@ -247,10 +253,6 @@ class _Manifest:
 def _write_sidecar(entry: ModelEntry, reg: Registry, pulled: Pulled,
                    env: Mapping[str, str]) -> Optional[Path]:
     """Labels and preprocessing beside the model, in the sidecar format `convert` writes."""
-    from edgeapp.core.labels import read_labels
-    from edgeapp.core.meta import ModelMeta, write_sidecar
-    from edgeapp.core.tflite.model import load_model
-
     target = sidecar_of(entry, env)
     model = pulled.path("cpu") or pulled.path("edgetpu")
     if target is None or model is None:
@@ -299,8 +301,6 @@ PROVIDED_OPS = frozenset({"TFLite_Detection_PostProcess", "edgetpu-custom-op"})
 def missing_ops(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> list[str]:
     """Custom operators the model needs that no TFLite runtime edgeapp uses has (PoseNet's
     decoder): what the registry says, and what its cached files hold."""
-    from edgeapp.core.tflite.model import load_model
-
     ops = list(entry.custom_ops)
     for role, ref in entry.files():
         path = local_path(ref, env)
@@ -316,8 +316,6 @@ def missing_ops(entry: ModelEntry, env: Mapping[str, str] = os.environ) -> list[
 def missing_ops_note(entry: ModelEntry, ops: list[str], runtimes: list[str]) -> str:
     """One line: which model needs what that the installed runtime lacks, and what its task
     suggests instead (TaskKind.instead_of_custom_ops)."""
-    from edgeapp import tasks
-
     have = ", ".join(runtimes) or "no TFLite runtime"
     instead = tasks.kind(entry.task).instead_of_custom_ops if entry.task in tasks.names() else None
     return (f"{entry.name} needs the custom operator(s) {', '.join(ops)}, which the installed "
@@ -334,9 +332,6 @@ def looks_like_name(text: str) -> bool:
 
 def edgetpu_visible(env: Mapping[str, str] = os.environ) -> bool:
     """Whether any Edge TPU is attached (libedgetpu's list, else sysfs): no interpreter made."""
-    from edgeapp.hw.devices import list_edge_tpus
-    from edgeapp.hw.libedgetpu import edgetpu_library
-
     return bool(list_edge_tpus(sysroot(None, env), edgetpu_library()))
 
 
@@ -350,8 +345,6 @@ def resolve(arg: str, device: str = "auto", reporter: Optional[Reporter] = None,
     keeps today's fallback to the CPU twin; with no Edge TPU attached, auto takes the CPU model
     and says so.
     """
-    from edgeapp.hw.device_choice import parse_devices
-
     if Path(arg).exists():
         return None
     reg = registry(env)

@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
+from edgeapp.core.pipeline_segments import find_segment_files
+from edgeapp.core.tflite.model import load_model, map_model_file
 from edgeapp.errors import InvalidModel
+from edgeapp.execution.placement import Notices, open_runner
 from edgeapp.execution.runner import Runner
 from edgeapp.hw.runtime import Engine, EngineOptions
-from edgeapp.tasks.base import BoundTask
-from edgeapp.tasks.model import ImageModel
+from edgeapp.tasks import kind, names, task_for
+from edgeapp.tasks.base import BoundTask, bind
+from edgeapp.tasks.model import ImageModel, image_model
 
 Notice = Callable[[str], None]
 
@@ -80,12 +84,6 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
     `strict_options` False: options the task does not take are dropped (the camera's options
     are for whichever task the model turns out to be), not refused.
     """
-    from edgeapp.core.pipeline_segments import find_segment_files
-    from edgeapp.execution.placement import Notices, open_runner
-    from edgeapp.tasks import kind, task_for
-    from edgeapp.tasks.base import bind
-    from edgeapp.tasks.model import image_model
-
     notices = Notices()
     path, device = Path(str(model)), place.device
     if find_segment_files(path) is None:
@@ -94,8 +92,6 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
             notices(name_notice)
             device = "cpu"
         if not path.is_file():  # missing, a folder, a FIFO: the model's error, whatever the device
-            from edgeapp.core.tflite.model import map_model_file
-
             map_model_file(path)
     holder: dict = {}
     kw: dict = {}
@@ -134,9 +130,6 @@ def _resolve_quietly(path: Path, device: str) -> tuple:
 def _explain_unopenable(path: Path) -> None:
     """A model the runtime cannot open that a task knows better (PoseNet without Coral's op):
     the task's one-line reason instead of the runtime's."""
-    from edgeapp.core.tflite.model import load_model
-    from edgeapp.tasks import kind, names
-
     if not path.is_file():
         return
     try:

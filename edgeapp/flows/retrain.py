@@ -26,13 +26,19 @@ from edgeapp.core.embedding import require_extractor
 from edgeapp.core.head import head_tensors, logit_range
 from edgeapp.core.learn import SgdOptions, head_scores, imprint, train_softmax
 from edgeapp.core.learn_eval import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
+from edgeapp.core.meta import ModelMeta, read_meta, write_sidecar
 from edgeapp.core.naming import EDGETPU_SUFFIX, cpu_twin_path, edgetpu_twin_path, sidecar_path
 from edgeapp.core.registry import file_sha256
 from edgeapp.core.tflite.append import append_operators
 from edgeapp.core.tflite.model import TfliteModel, load_model, parse_model
 from edgeapp.errors import InvalidModel, UsageError
+from edgeapp.flows.batch import iter_records
 from edgeapp.flows.embedding_cache import EmbeddingCache, content_keys
 from edgeapp.flows.inputs import IMAGE_SUFFIXES
+from edgeapp.tasks import noun_for
+from edgeapp.tasks.base import bind
+from edgeapp.tasks.classify import KIND as CLASSIFY
+from edgeapp.tasks.model import image_model
 
 METHODS = ("imprint", "softmax")
 Notice = Callable[[str], None]
@@ -99,8 +105,6 @@ def embed_through_batch(runner: Any, paths: list[str], workers: int,
     the runner's devices, failures as records. Returns the (mean, std, decode) the images are prepared
     with, and (path, embedding or None, error or None, model file that ran) per path, in order.
     `task`: the extractor's task when the caller bound it already (`embedding_task`)."""
-    from edgeapp.flows.batch import iter_records
-
     task = task if task is not None else embedding_task(runner)
 
     def records() -> Iterator[tuple[str, Any, Any, str]]:
@@ -115,9 +119,6 @@ def embed_through_batch(runner: Any, paths: list[str], workers: int,
 def embedding_task(runner: Any) -> Any:
     """The `embed` task bound to the runner's model: its input spec and preprocessing from the
     model's metadata (and sidecar)."""
-    from edgeapp.tasks.base import bind
-    from edgeapp.tasks.model import image_model
-
     return bind("embed", image_model(runner.engine, runner.meta_path))
 
 
@@ -201,9 +202,6 @@ def retrain(runner: Any, data_dir: str | Path, out: str | Path,
             base_name: Optional[str] = None) -> dict:
     """Extract, train, score, write; the report (see `report`). `runner` runs the extractor
     (flows/open_task, as `classify` opens its model)."""
-    from edgeapp.core.meta import read_meta
-    from edgeapp.tasks import noun_for
-
     if options.method not in METHODS:
         raise UsageError(f"unknown method {options.method!r}; choose one of: {', '.join(METHODS)}")
     say = on_notice or (lambda _text: None)
@@ -295,9 +293,6 @@ def _write_atomic(target: Path, data: bytes) -> None:
 def _write_sidecar(model_path: Path, names: list, normalization: tuple, info: dict) -> str:
     """The retrained model's sidecar: its classes, and the extractor's preprocessing (the new
     head learnt from images prepared so: classify prepares them the same way)."""
-    from edgeapp.core.meta import ModelMeta, write_sidecar
-    from edgeapp.tasks.classify import KIND as CLASSIFY
-
     mean, std, decode = normalization
     meta = ModelMeta(labels=dict(enumerate(names)), mean=mean, std=std, decode=decode, task=CLASSIFY.name,
                      extra={"retrain": info})

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from edgeapp.errors import DeviceUnavailable, UsageError
-from edgeapp.hw.libedgetpu import edgetpu_library
+from edgeapp.hw.libedgetpu import clock_mode, edgetpu_library
 from edgeapp.hw.sysroot import Root
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|edgetpu|usb|pci|usb:\d+|pci:\d+|:\d+)$")
@@ -154,8 +154,6 @@ def tuned(spec: DeviceSpec, performance: Optional[str] = None, usb_queue: Option
         raise UsageError(problem)
     spec = indexed(spec, root)
     if performance == "max" and device_type(spec.option, root) == "usb":
-        from edgeapp.hw.libedgetpu import clock_mode
-
         mode, evidence = clock_mode(edgetpu_library(), root)
         why = refusal(mode, performance, evidence)
         if why:

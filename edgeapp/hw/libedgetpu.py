@@ -18,6 +18,8 @@ import sysconfig
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
+from edgeapp.hw.sysroot import sysroot
+
 EDGETPU_LIB_ENV = "EDGEAPP_EDGETPU_LIB"  # override the Edge TPU library (tests, custom builds)
 _SYMBOLS = ("tflite_plugin_create_delegate", "edgetpu_version", "edgetpu_list_devices")
 
@@ -143,7 +145,6 @@ def dpkg_owner(path: str, root=None) -> Optional[Tuple[str, str]]:
     `root` None: the sysroot (hw/sysroot.py).
     """
     from edgeapp.core.debian import installed_version, parse_dpkg_status
-    from edgeapp.hw.sysroot import sysroot
 
     base = sysroot(root) / "var/lib/dpkg"
     info = base / "info"
@@ -202,7 +203,6 @@ def known_crash(lib: ctypes.CDLL, path: str, runtime: str, runtime_version: str,
         return None
     from edgeapp.core.install_plan import plan_for
     from edgeapp.hw.osinfo import read_platform
-    from edgeapp.hw.sysroot import sysroot
 
     return f"{decision.summary()}; fix: {plan_for(read_platform(sysroot(root))).fix}"
 

@@ -231,6 +231,4 @@ class _FaultReport:
 
 
 def _native_noise() -> tuple:
-    from edgeapp.hw.runtime_errors import NATIVE_NOISE
-
     return NATIVE_NOISE

@@ -14,6 +14,7 @@ from typing import List, Optional, Tuple
 
 from edgeapp.core.debian import native_architecture, parse_dpkg_status
 from edgeapp.core.install_plan import Platform, debian_arch
+from edgeapp.hw.sysroot import under
 
 
 def _read(path: Path) -> Optional[str]:
@@ -51,8 +52,6 @@ _CORAL_APT = "cloud.google.com/apt"
 
 def coral_apt_sources(root: Path | str = "/") -> List[str]:
     """apt source files (as paths on that system) with an active line naming Coral's repository."""
-    from edgeapp.hw.sysroot import under
-
     etc = under(str(root), "/etc/apt")
     files = [etc / "sources.list"] + sorted((etc / "sources.list.d").glob("*.list")) + \
         sorted((etc / "sources.list.d").glob("*.sources"))

@@ -32,7 +32,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from edgeapp.core.userdirs import cache_dir
+from edgeapp.errors import DeviceUnavailable, InvalidModel, MissingDependency
 from edgeapp.hw.child import START_TIMEOUT_S, ChildResult, label_child, run_child, run_in_child
+from edgeapp.hw.libedgetpu import dpkg_owner, edgetpu_library, explain_load_error, find_library_file, short_version
+from edgeapp.hw.runtime_errors import numpy_mismatch, numpy_mismatch_text
 from edgeapp.hw.verdicts import ModelKey, Pair, Verdict, VerdictCache
 
 TRUST_ENV = "EDGEAPP_TRUST_MODEL"
@@ -42,8 +45,6 @@ MODEL_FIX = "the file is corrupt or uses an unsupported feature"
 
 def edgetpu_label(library: str, raw_version: Optional[str]) -> str:
     """How users name the Edge TPU runtime: the Debian version when dpkg knows the file."""
-    from edgeapp.hw.libedgetpu import dpkg_owner, short_version
-
     owner = dpkg_owner(library)
     if owner:
         return f"{owner[1]} ({owner[0]})"
@@ -65,8 +66,6 @@ def trusted() -> bool:
 def ensure_model_runs(runtime: Any, model_path: str) -> None:
     """Return when `model_path` may be run on the CPU in this process; raise InvalidModel if not
     (MissingDependency when the runtime itself dies on every model)."""
-    from edgeapp.errors import InvalidModel
-
     if trusted():
         return
     cache = VerdictCache(cache_dir())
@@ -87,7 +86,6 @@ def ensure_model_runs(runtime: Any, model_path: str) -> None:
 def blame_a_broken_runtime(runtime: Any, model_path: str) -> None:
     """`model_path` crashed (or hung) the runtime: raise MissingDependency, caching nothing,
     when edgeapp's own known-good model does the same, for then the runtime is at fault."""
-    from edgeapp.errors import MissingDependency
     from edgeapp.hw.known_good import known_good_file
 
     with known_good_file() as good:
@@ -114,9 +112,6 @@ def ensure_probed(runtime: Any, spec: Any, model_path: str, load_delegate: Calla
     child reads its build label for the pairing table, another loads the delegate.
     `load_delegate()` loads it (called in a forked child).
     """
-    from edgeapp.errors import DeviceUnavailable, InvalidModel
-    from edgeapp.hw.libedgetpu import edgetpu_library, explain_load_error, find_library_file
-
     name = edgetpu_library()
     path = find_library_file(name)
     if path is None and sys.platform.startswith("linux") and os.sep not in name:
@@ -154,8 +149,6 @@ def _check_pairing(runtime: Any, name: str, path: Optional[str], pair: Optional[
                    cache: VerdictCache) -> None:
     """The library's build label read in a child, then the pairing table: DeviceUnavailable when
     the library dies while loading, fails to load, or is a build known to crash this runtime."""
-    from edgeapp.errors import DeviceUnavailable
-
     label = read_label(runtime, name)
     if label.hung or label.died:
         how = f"hung: no answer in {label.timeout:g} s" if label.hung else f"killed by {label.how}"
@@ -177,8 +170,6 @@ def _probe_delegate(runtime: Any, spec: Any, model_path: str, load_delegate: Cal
                     p: _Probing) -> None:
     """Run the model with the delegate in a child; cache what that proved (of the pair, of this
     model), and raise what it means for this run."""
-    from edgeapp.errors import DeviceUnavailable, InvalidModel
-
     device = spec.text if spec.kind == "edgetpu" else "edgetpu"
     result = probe(runtime, model_path, device, library=p.library, load_delegate=load_delegate)
     pair = p.pair
@@ -210,7 +201,6 @@ def known_crash(library: str, label: Optional[str], runtime: Any, root: str = "/
     """The pairing table's one line when this build (its Debian package, else `label`) is known to
     crash under `runtime`, with this platform's fix; else None."""
     from edgeapp.core.pairing import CRASH, decide, identify
-    from edgeapp.hw.libedgetpu import dpkg_owner
 
     decision = decide(identify(dpkg_owner(library, root), label), runtime.name, runtime.version)
     if decision.verdict != CRASH:
@@ -240,9 +230,6 @@ def read_label(runtime: Any, library: str, timeout: Optional[float] = None) -> C
 
 
 def _judge_model(runtime: Any, model_path: str, r: ChildResult) -> Verdict:
-    from edgeapp.errors import MissingDependency
-    from edgeapp.hw.runtime_errors import numpy_mismatch, numpy_mismatch_text
-
     def verdict(status: str, message: str) -> Verdict:
         return Verdict(status, message, None, str(Path(model_path).resolve()), r.probed_at, r.stage)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List, Sequence, Tuple
 
 from edgeapp.errors import UsageError
+from edgeapp.sinks.plots import _pyplot
 
 COCO_KINDS = ("detection", "keypoints")  # data whose predictions are a COCO results list
 
@@ -64,8 +65,6 @@ def _write_whole(path: Path, text: str) -> None:
 def plot_eval(path: Path, plots: List[Tuple[str, dict]]) -> Path:
     """Precision-recall curves per model at IoU 0.5 (detection), a confusion matrix per model
     (classification), per-class IoU bars (segmentation); one panel per model."""
-    from edgeapp.sinks.plots import _pyplot
-
     plt = _pyplot()
     drawn = [(name, p) for name, p in plots if p.get("kind")]
     if not drawn:

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Optional, Tuple
 from urllib.parse import parse_qs
 
 from edgeapp.errors import UsageError
+from edgeapp.hw.netif import is_local_ip, local_addresses
 
 BOUNDARY = "edgeapp-frame"
 MAX_VIEWERS = 8  # streams at once: each is a thread and a socket; more get 503
@@ -132,8 +133,6 @@ class Guard:
         return f"edgeapp_token_{self.port}"
 
     def host_ok(self, header: Optional[str]) -> bool:
-        from edgeapp.hw.netif import is_local_ip, local_addresses
-
         name = host_name(header or "")
         if not name:
             return False

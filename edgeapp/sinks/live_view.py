@@ -33,7 +33,9 @@ import numpy as np
 
 from edgeapp.core.stats import p50_p99
 from edgeapp.errors import UsageError
-from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, make_handler
+from edgeapp.hw.netif import local_addresses
+from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, make_handler, token_required
+from edgeapp.tasks.base import Result, annotate_frame
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -98,8 +100,6 @@ def parse_serve(text: str) -> ServeAddress:
 def check_exposure(addr: ServeAddress, token: Optional[str], declined: bool) -> None:
     """Beyond loopback, a token or an explicit `--serve-token none`: UsageError otherwise."""
     if not addr.loopback and token is None and not declined:
-        from edgeapp.sinks.live_http import token_required
-
         raise token_required(str(addr))
 
 
@@ -141,8 +141,6 @@ def open_urls(addr: ServeAddress, port: int, dual_stack: bool = True) -> List[st
     machines can open (the default route's first), else loopback's."""
     if not addr.all_interfaces:
         return [f"http://{_bracket(addr.host)}:{port}/"]
-    from edgeapp.hw.netif import local_addresses
-
     versions = {4} if addr.host in ("0.0.0.0", "") else ({4, 6} if dual_stack else {6})
     found = [a.address for a in local_addresses() if a.openable and a.ip.version in versions]
     loopback = "127.0.0.1" if 4 in versions else "::1"
@@ -339,8 +337,6 @@ class LiveView:
 
             cv2 = cv2_module()
             if not latest.annotated:  # drawn here, off the inference loop, and only once
-                from edgeapp.tasks.base import Result, annotate_frame
-
                 rec = latest.record
                 annotate_frame(self.kind, latest.image, Result(rec, latest.extras),
                                rec.get("latency_ms"), latest.fps,

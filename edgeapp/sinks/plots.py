@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from edgeapp.errors import MissingDependency, UsageError
+from edgeapp.sinks.records import check_parent_folder, make_parent_folder
 
 FORMATS = (".png", ".svg", ".pdf")
 
@@ -30,8 +31,6 @@ def _pyplot():
 def check_plot_target(path: Path) -> None:
     """Fail before benchmarking, not after: matplotlib there, a known format, a folder that
     exists or can be made (it is made when the plot is written, as `--output` makes its own)."""
-    from edgeapp.sinks.records import check_parent_folder
-
     _pyplot()
     if Path(path).suffix.lower() not in FORMATS:
         raise UsageError(f"--plot {path}: use a .png, .svg or .pdf file name")
@@ -102,8 +101,6 @@ def plot_bench(doc: dict, samples: dict, path: Path) -> Path:
 
 def _save(fig, path: Path) -> None:
     """Into its folder, made first as `--output` makes its own."""
-    from edgeapp.sinks.records import make_parent_folder
-
     make_parent_folder(Path(path))
     fig.savefig(path, dpi=100)
 

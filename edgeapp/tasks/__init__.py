@@ -15,6 +15,8 @@ import pkgutil
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from edgeapp.errors import InvalidModel, UsageError
+
 _HERE = Path(__file__).resolve().parent
 _NOT_TASKS = ("base", "model")  # what a task is, and an opened image model
 _INTERNAL = "internal"  # the sub-package of tasks that run inside other commands (retrain's embed)
@@ -46,8 +48,6 @@ def module_of(name: str) -> str:
         return f"{__name__}.{name}"
     if name in internal_names():
         return f"{__name__}.{_INTERNAL}.{name}"
-    from edgeapp.errors import UsageError
-
     raise UsageError(f"unknown task {name!r}: one of {', '.join(names())}")
 
 
@@ -100,7 +100,6 @@ def noun_for(shapes: Any, ops: Any = ()) -> Optional[str]:
 def task_for(engine: Any, meta: Any = None) -> str:
     """The task to run a model as when the user did not say: its metadata's (an edgeapp sidecar's
     task, or the task whose `ultralytics_task` an Ultralytics export names), else its outputs'."""
-    from edgeapp.errors import InvalidModel
     from edgeapp.tasks.model import describe_outputs
 
     if meta is not None and meta.task in names():

@@ -22,8 +22,10 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from edgeapp.core.boxes import Fit
+from edgeapp.core.preprocess import decode_image, fit_pixels, load_image, quantize_input
 from edgeapp.errors import UsageError, WrongTask
-from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs
+from edgeapp.tasks import guess_task, kind
+from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs, input_size, op_names, output_shapes
 
 # The paths a task option can reach: its own command (and --cluster), the camera, the Python API.
 PATHS = ("command", "camera", "api")
@@ -184,8 +186,6 @@ class TaskKind:
 
     def claims_engine(self, engine: Any) -> bool:
         """`claims` asked of an opened model."""
-        from edgeapp.tasks.model import input_size, op_names, output_shapes
-
         return self.claims(output_shapes(engine), op_names(engine), input_size(engine))
 
     def plan(self, engine: Any, options: dict) -> Any:
@@ -216,8 +216,6 @@ class TaskKind:
     def refuse(self, engine: Any) -> WrongTask:
         """The refusal of another task's model, naming the task that fits it (each face words
         how to run it: `edgeapp pose`, `model.pose()`)."""
-        from edgeapp.tasks import guess_task, kind
-
         found = guess_task(engine)
         fits = f"; it looks like {kind(found).noun}" if found else ""
         return WrongTask(f"{engine.model_path}: outputs {describe_outputs(engine)} are not "
@@ -235,7 +233,6 @@ class TaskKind:
                       plan: Any = None) -> tuple[np.ndarray, Prepared]:
         """Fit a BGR camera frame into the input tensor (with OpenCV)."""
         from edgeapp.core.frames import fit_frame
-        from edgeapp.core.preprocess import quantize_input
 
         pixels, fit = fit_frame(frame, spec.size, spec.channels, options.get("resize", "stretch"))
         tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
@@ -338,8 +335,6 @@ def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanc
                   keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
     """Load one image (a JPEG at the scale the fit needs, unless --decode full), fit it
     (core/preprocess.fit_pixels) and quantize it; results map onto the whole photo."""
-    from edgeapp.core.preprocess import decode_image, fit_pixels, quantize_input
-
     decoded = decode_image(source, spec.channels, spec.scaled_for, mode)
     pixels, fit = fit_pixels(decoded.image, spec.size, mode, resample)
     tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
@@ -350,15 +345,11 @@ def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanc
 def kept_image(decoded: Any, source: Any, spec: InputSpec) -> Any:
     """The photo at its own size, for what draws on it (--annotate): decoded again whole when
     the model's input was decoded at a reduced scale."""
-    from edgeapp.core.preprocess import load_image
-
     return decoded.image if decoded.scale == 1 else load_image(source, spec.channels)
 
 
 def bind(name: str, model: ImageModel, options: Optional[dict] = None) -> "BoundTask":
     """Task `name` (tasks/__init__.py) with `options` on an opened ImageModel."""
-    from edgeapp.tasks import kind
-
     return BoundTask(kind(name), model, options)
 
 

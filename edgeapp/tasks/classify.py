@@ -18,8 +18,10 @@ from edgeapp.core.classify import (
     is_score_vector,
     label_count_warning,
 )
+from edgeapp.core.embedding import EMBED_TASK, embedding_note
+from edgeapp.errors import UsageError
 from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskOption, event_name
-from edgeapp.tasks.model import ImageModel, output_quantization
+from edgeapp.tasks.model import ImageModel, output_quantization, output_shapes
 
 
 class Classify(TaskKind):
@@ -54,9 +56,6 @@ class Classify(TaskKind):
     def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:
         """An embedding extractor (its values are features, not class scores); labels that do
         not fit the class vector."""
-        from edgeapp.core.embedding import EMBED_TASK, embedding_note
-        from edgeapp.tasks.model import output_shapes
-
         source = f"--labels {labels_file}" if labels_file else "the model's labels"
         notes = [embedding_note(model.engine.model, declared=model.meta.task == EMBED_TASK),
                  self.labels_warning(model.labels, output_shapes(model.engine), source)]
@@ -105,8 +104,6 @@ class ClassScorer(Scorer):
         self.data, self.labels = data, labels
         to_data, unknown = match_names(labels, data.names)
         if labels and not to_data:
-            from edgeapp.errors import UsageError
-
             raise UsageError(f"none of the data's classes ({', '.join(list(data.names.values())[:5])}"
                              "...) is among the model's labels")
         to_model = {k: i for i, k in to_data.items()}

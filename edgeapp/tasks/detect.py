@@ -15,8 +15,24 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from edgeapp.core.coco_eval import box_summary, cocotools, evaluate, pr_curves
 from edgeapp.core.detect import engine_layout, get_objects, object_fields
-from edgeapp.core.yolo import CONF, IOU, LAYOUTS, MAX_DET, YOLO_MEAN, YOLO_STD
+from edgeapp.core.eval_metrics import match_names
+from edgeapp.core.overlay import draw_objects
+from edgeapp.core.preprocess import decode_image
+from edgeapp.core.yolo import (
+    CONF,
+    IOU,
+    LAYOUTS,
+    MAX_DET,
+    YOLO_MEAN,
+    YOLO_STD,
+    engine_yolo_layout,
+    get_yolo_objects,
+    is_yolo_output,
+    letterbox_tensor,
+    output_quantization,
+)
 from edgeapp.errors import InvalidModel
 from edgeapp.tasks.base import (
     RESIZE,
@@ -95,8 +111,6 @@ class Detect(TaskKind):
     tracks = "objects"
 
     def claims(self, shapes, ops, input_size=None) -> bool:
-        from edgeapp.core.yolo import is_yolo_output
-
         return len(shapes) == 4 or (input_size is not None and is_yolo_output(shapes, input_size))
 
     def plan_for(self, model: Any, engine: Any, options: dict) -> Plan:
@@ -104,8 +118,6 @@ class Detect(TaskKind):
         return self.plan(engine, options, (model.meta.extra or {}).get("yolo"))
 
     def plan(self, engine: Any, options: dict, sidecar: Optional[dict] = None) -> Plan:
-        from edgeapp.core.yolo import engine_yolo_layout, output_quantization
-
         decoder = options["decoder"]
         quant = output_quantization(engine)
         if decoder == "ssd" or (decoder == "auto" and len(engine.outputs) == 4):
@@ -138,8 +150,6 @@ class Detect(TaskKind):
                 keep_image: bool = False) -> tuple:
         if plan is None or plan.decoder == "ssd":
             return super().prepare(source, spec, options, plan, keep_image)
-        from edgeapp.core.preprocess import decode_image
-
         decoded = decode_image(source, spec.channels, spec.scaled_for, "letterbox")
         tensor, fit = _yolo_input(np.asarray(decoded.image, dtype=np.uint8), spec)
         return tensor, Prepared(decoded.fit_of_photo(fit),
@@ -165,8 +175,6 @@ class Detect(TaskKind):
             objects = get_objects(outputs, plan.layout, prepared.fit, plan.quantization,
                                   plan.floor, options["top_k"])
         else:
-            from edgeapp.core.yolo import get_yolo_objects
-
             objects = get_yolo_objects(outputs, plan.quantization, plan.layout, prepared.fit,
                                        plan.floor, options["iou"], options["max_det"])
             if options["top_k"] is not None:
@@ -195,8 +203,6 @@ class Detect(TaskKind):
         return f"{len(objects)} object(s): " + " | ".join(self.item_text(o) for o in objects)
 
     def draw(self, img, fields: dict, extras: dict) -> None:
-        from edgeapp.core.overlay import draw_objects
-
         draw_objects(img, fields["objects"])
 
     def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
@@ -229,9 +235,6 @@ class BoxScorer(Scorer):
     YOLO exports 80 contiguous ones), by index when the data has no names."""
 
     def __init__(self, data: Any, labels: Optional[dict]) -> None:
-        from edgeapp.core.coco_eval import cocotools
-        from edgeapp.core.eval_metrics import match_names
-
         cocotools()  # the extra is installed (exit 7 before the run, not after it)
         self.data = data
         self.to_data, unknown = match_names(labels if data.named else None, data.names)
@@ -252,8 +255,6 @@ class BoxScorer(Scorer):
                                               round(y1 - y0, 3)]})
 
     def metrics(self, done: List[int]) -> dict:
-        from edgeapp.core.coco_eval import box_summary, evaluate, pr_curves
-
         ev = evaluate(self.data.coco, self.results, "bbox", done)
         names = {c["id"]: c["name"] for c in self.data.coco["categories"]}
         self.plot = {"kind": "pr", "curves": pr_curves(ev, names)}
@@ -267,8 +268,6 @@ class BoxScorer(Scorer):
 def _yolo_input(pixels: np.ndarray, spec: InputSpec) -> tuple:
     """Ultralytics' letterbox, then pixel / 255 unless the flags or the model's metadata say
     otherwise: ((1, H, W, C) tensor, Fit)."""
-    from edgeapp.core.yolo import letterbox_tensor
-
     mean, std = (spec.mean, spec.std) if spec.normalization_given else (YOLO_MEAN, YOLO_STD)
     return letterbox_tensor(pixels, spec.size, spec.dtype, spec.scale, spec.zero_point, mean, std)
 

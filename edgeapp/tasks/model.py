@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from edgeapp.core.meta import ModelMeta
+from edgeapp.core.labels import read_labels
+from edgeapp.core.meta import ModelMeta, read_meta
 from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, DECODES
 from edgeapp.errors import InvalidModel, UsageError
 
@@ -90,9 +91,6 @@ def image_model(engine: Any, model_path, labels_file=None, mean: Optional[float]
 
     The metadata is that of the file the engine opened, which for a model given by name
     (`edgeapp classify mobilenet_v2`) is the pulled file, not `model_path`."""
-    from edgeapp.core.labels import read_labels
-    from edgeapp.core.meta import read_meta
-
     meta = read_meta(engine.requested_model or model_path)
     if labels is None:
         labels = read_labels(labels_file) if labels_file else meta.labels

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from edgeapp.core.pose import POSENET_OP, is_pose_output, movenet_pose, pose_fields, posenet_poses
+from edgeapp.core.coco_eval import cocotools, keypoint_metrics
+from edgeapp.core.overlay import draw_poses
+from edgeapp.core.pose import (
+    KEYPOINTS,
+    POSENET_OP,
+    is_pose_output,
+    movenet_pose,
+    pose_fields,
+    posenet_poses,
+    posenet_refusal,
+)
 from edgeapp.tasks.base import (
     RESIZE,
     Entity,
@@ -55,8 +65,6 @@ class Pose(TaskKind):
 
     def unopenable(self, path: str, parsed: Any) -> Optional[str]:
         """PoseNet needs Coral's PosenetDecoderOp, which the runtimes here lack."""
-        from edgeapp.core.pose import posenet_refusal
-
         return posenet_refusal(path) if POSENET_OP in {op.op for op in parsed.operators} else None
 
     def plan(self, engine: Any, options: dict) -> tuple:
@@ -85,8 +93,6 @@ class Pose(TaskKind):
             f"{k['name']} ({k['x']:.0f}, {k['y']:.0f}) {k['score']:.2f}" for k in item["keypoints"])
 
     def draw(self, img, fields: dict, extras: dict) -> None:
-        from edgeapp.core.overlay import draw_poses
-
         draw_poses(img, fields["poses"])
 
     def presence(self, fields: dict) -> Dict[Any, tuple]:
@@ -104,8 +110,6 @@ class KeypointScorer(Scorer):
     """OKS AP and AP50 (pycocotools) of every pose, as COCO keypoint results."""
 
     def __init__(self, data: Any) -> None:
-        from edgeapp.core.coco_eval import cocotools
-
         cocotools()
         self.data, self.notes, self.plot = data, [], {}
         cats = data.coco["categories"]
@@ -113,8 +117,6 @@ class KeypointScorer(Scorer):
         self.results: List[dict] = []
 
     def add(self, index: int, result: Result) -> None:
-        from edgeapp.core.pose import KEYPOINTS
-
         for p in result.fields["poses"]:
             at = {k["name"]: (k["x"], k["y"], k["score"]) for k in p["keypoints"]}
             flat = [v for name in KEYPOINTS for v in at.get(name, (0.0, 0.0, 0.0))]
@@ -122,8 +124,6 @@ class KeypointScorer(Scorer):
                                  "keypoints": flat, "score": p["score"]})
 
     def metrics(self, done: List[int]) -> dict:
-        from edgeapp.core.coco_eval import keypoint_metrics
-
         return keypoint_metrics(self.data.coco, self.results, done)
 
     def predictions(self) -> List[dict]:

@@ -12,7 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from edgeapp.core.segmentation import class_map, class_shares, is_segmentation_output, to_original
+from edgeapp.core.eval_metrics import IGNORE, add_masks, segmentation_metrics
+from edgeapp.core.overlay import draw_classes, draw_mask
+from edgeapp.core.segmentation import class_map, class_shares, is_segmentation_output, mask_image_array, to_original
+from edgeapp.errors import UsageError
 from edgeapp.tasks.base import (
     RESIZE,
     Entity,
@@ -81,8 +84,6 @@ class Segment(TaskKind):
         return super().summary_text(fields) + where
 
     def draw(self, img, fields: dict, extras: dict) -> None:
-        from edgeapp.core.overlay import draw_classes, draw_mask
-
         if extras.get("mask") is not None:
             draw_mask(img, extras["mask"], fields["classes"])
         else:  # a record without its map (another process's): the classes at least
@@ -94,8 +95,6 @@ class Segment(TaskKind):
 
     def to_folder(self, option: TaskOption, folder: Any, path: str, result: Result) -> dict:
         """--mask: the class map as a PNG of class ids; the record says where."""
-        from edgeapp.core.segmentation import mask_image_array
-
         return {"mask": str(folder.write(path, mask_image_array(result.extras["mask"]), ".png"))}
 
     def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
@@ -128,13 +127,9 @@ class MaskScorer(Scorer):
     def add(self, index: int, result: Result) -> None:
         import numpy as np
 
-        from edgeapp.core.eval_metrics import IGNORE, add_masks
-
         truth = read_mask(self.data.truth[index])
         predicted = result.extras["mask"]
         if truth.shape != predicted.shape:
-            from edgeapp.errors import UsageError
-
             raise UsageError(f"{self.data.truth[index]}: mask {truth.shape[1]}x{truth.shape[0]} is "
                              f"not the size of its image ({predicted.shape[1]}x{predicted.shape[0]})")
         labelled = truth[truth != IGNORE].astype(np.int64)
@@ -147,8 +142,6 @@ class MaskScorer(Scorer):
         self.rows[index] = {"image": self.data.ids[index], "classes": result.fields["classes"]}
 
     def metrics(self, done: List[int]) -> dict:
-        from edgeapp.core.eval_metrics import segmentation_metrics
-
         out = segmentation_metrics(self.counts, self.names)
         self.plot = {"kind": "iou", "per_class": out["per_class"]}
         return out
@@ -161,8 +154,6 @@ def read_mask(path: str) -> Any:
     """A mask PNG's class ids (a one-channel image; 16-bit for more than 255 classes)."""
     import numpy as np
     from PIL import Image
-
-    from edgeapp.errors import UsageError
 
     try:
         with Image.open(path) as img:

@@ -26,6 +26,8 @@ from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthe
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.flows.bench import thermal as bench_thermal
 from edgeapp.hw import hostinfo, power
+from edgeapp.hw.libedgetpu import edgetpu_library
+from edgeapp.hw.runtime import find_runtime, open_engine
 
 
 @dataclass
@@ -159,8 +161,6 @@ def finish(r: Ready, opts: BenchOptions, t: Timed) -> dict:
 
 def _open(model, device: str, threads: Optional[int], opts: BenchOptions, strict: bool):
     """(engine, load ms), or an `available: false` result when the TPU cannot be used."""
-    from edgeapp.hw.runtime import find_runtime, open_engine
-
     find_runtime(opts.runtime)  # import the runtime first: load_ms is the model's, not Python's
     t0 = time.perf_counter()
     try:
@@ -230,8 +230,6 @@ def _figures(engine, threads: Optional[int], opts: BenchOptions, latencies, wind
 
 def _edgetpu(device: str, before: Optional[dict], after: Optional[dict], notes: list) -> dict:
     """The `edgetpu` object: library version, USB links, clock mode, heat before and after."""
-    from edgeapp.hw.libedgetpu import edgetpu_library
-
     section = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
                "device": device, "usb": hostinfo.usb_accelerators(),
                **bench_thermal.edgetpu_section(before, after)}

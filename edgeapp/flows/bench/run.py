@@ -13,7 +13,8 @@ from typing import Optional
 
 from edgeapp.core import stats
 from edgeapp.core.limits import MAX_THREADS
-from edgeapp.core.naming import edgetpu_twin_path
+from edgeapp.core.naming import edgetpu_twin_path, segment_source
+from edgeapp.core.pipeline_segments import find_segment_files, set_label
 from edgeapp.core.tflite.model import TfliteModel, load_model
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.flows.bench.one_device import (  # noqa: F401 - importers of the benchmark find them here
@@ -24,6 +25,9 @@ from edgeapp.flows.bench.one_device import (  # noqa: F401 - importers of the be
     time_invocations,
     unavailable,
 )
+from edgeapp.flows.bench.several_tpus import bench_parallel, bench_pipeline
+from edgeapp.flows.bench.threads import mark_best, sweep
+from edgeapp.flows.bench.which_devices import check_measured, plan_devices
 from edgeapp.hw import hostinfo
 
 SCHEMA = "edgeapp.bench/1"
@@ -57,14 +61,10 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     there is no compiled model to run on the Edge TPU (e.g. no compiler for --synthetic).
     A run that measured nothing raises DeviceUnavailable (which_devices.check_measured).
     """
-    from edgeapp.flows.bench.which_devices import check_measured, plan_devices
-
     plan = plan_devices(device)
     counts = thread_counts(threads)
     segments = None
     if not opts.synthetic:
-        from edgeapp.core.pipeline_segments import find_segment_files
-
         segments = find_segment_files(model_path)
     if segments is not None:
         return check_measured(_run_pipeline_bench(segments, plan, counts, opts, progress), plan)
@@ -92,8 +92,6 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
         doc["comparison"] = comparison
     tpus = [r for r in results if r.get("available") and r["device"] == "edgetpu"]
     if len(tpus) >= 2:  # several TPUs: together too, and how that scales
-        from edgeapp.flows.bench.several_tpus import bench_parallel
-
         doc["parallel"] = bench_parallel(tpus[0]["model"], [r["device_name"] for r in tpus], opts,
                                          random_input, opts.samples)
     return check_measured(doc, plan)
@@ -102,8 +100,6 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
 def _measure(target, dev: str, counts: list, opts: BenchOptions, progress, lenient: bool) -> list:
     """One device; several thread counts are timed in interleaved rounds (threads.py)."""
     if len(counts) > 1:
-        from edgeapp.flows.bench.threads import sweep
-
         return sweep(target, dev, counts, opts, progress)
     r = bench_device(target, dev, counts[0], opts, strict=not lenient)
     if progress:
@@ -115,11 +111,6 @@ def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
                         progress=None) -> dict:
     """A segment set: the pipeline over as many TPUs, and its whole model on the CPU with all,
     with --device cpu, or when auto lets the CPU take over from a pipeline that cannot run."""
-    from edgeapp.core.naming import segment_source
-    from edgeapp.core.pipeline_segments import set_label
-    from edgeapp.errors import UsageError
-    from edgeapp.flows.bench.several_tpus import bench_pipeline
-
     n = len(segments)
     if plan.one_tpu:
         raise UsageError(f"{n} segments run on {n} Edge TPUs, one each: use --device all or name "
@@ -147,8 +138,6 @@ def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
 
 def _mark_best(doc: dict) -> None:
     """A thread sweep's best row and its `thread_sweep` section (threads.mark_best)."""
-    from edgeapp.flows.bench.threads import mark_best
-
     section = mark_best(doc["results"])
     if section:
         doc["thread_sweep"] = section

@@ -19,7 +19,13 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from edgeapp.core import stats
+from edgeapp.core.pipeline_segments import check_chain, set_label
+from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceUnavailable
+from edgeapp.execution.parallel import DevicePool
+from edgeapp.execution.pipeline import SegmentPipeline
+from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
+from edgeapp.hw.runtime import open_engine
 
 
 def _round(v: Optional[float], digits: int = 3) -> Optional[float]:
@@ -50,9 +56,6 @@ def bench_parallel(model_path: str, names: list, opts, make_input: Callable,
                    samples: Optional[dict] = None) -> dict:
     """Throughput of `model_path` on 1..N of the TPUs `names` at once, and the scaling.
     `make_input(shape, dtype, seed)` gives the input tensor (bench.random_input)."""
-    from edgeapp.execution.parallel import DevicePool
-    from edgeapp.hw.runtime import open_engine
-
     engines, skipped = [], []
     for name in names:
         try:
@@ -94,12 +97,6 @@ def bench_pipeline(paths: list, device: str, opts, make_input: Callable,
                    samples: Optional[dict] = None) -> dict:
     """A segment set as a pipeline over as many TPUs: throughput, end-to-end latency, and the
     mean invoke time of each segment with the bottleneck marked."""
-    from edgeapp.core.pipeline_segments import check_chain, set_label
-    from edgeapp.core.tflite.model import load_model
-    from edgeapp.execution.pipeline import SegmentPipeline
-    from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
-    from edgeapp.hw.runtime import open_engine
-
     chain = check_chain([load_model(p) for p in paths])
     n = len(paths)
     section = {"mode": "pipeline", "model": set_label(paths), "segments": n,

@@ -18,6 +18,8 @@ import numpy as np
 from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
 from edgeapp.core.naming import edgetpu_twin_path
 from edgeapp.core.tflite.writer import ModelWriter, conv_layer, dense_layer, int8_input
+from edgeapp.errors import CompileError, MissingDependency
+from edgeapp.hw.devices import scan_sysfs
 
 PARAM_BUDGET = int(ON_CHIP_CACHE_BYTES * 0.75)  # headroom for the compiler's own data
 _INT8_STD = 255 / math.sqrt(12)  # std of values spread over the whole int8 range
@@ -109,8 +111,6 @@ def write_synthetic(path: str | Path, spec: SyntheticSpec = DEFAULT_SPEC, seed: 
 def edge_tpu_present() -> bool:
     """Any Edge TPU on this machine (sysfs; no library loaded): compiling the synthetic model
     for --device all/auto means running edgetpu_compiler, which is pointless without one."""
-    from edgeapp.hw.devices import scan_sysfs
-
     return bool(scan_sysfs())
 
 
@@ -118,7 +118,6 @@ def compile_for_edgetpu(path: str | Path) -> Path:
     """Compile the synthetic model with `edgetpu_compiler` (the one lookup of edgeapp.hw.compiler:
     --compiler is not offered here; $EDGETPU_COMPILER, PATH and `edgeapp compiler install`'s are)
     into X_edgetpu.tflite beside it; raise MissingDependency / CompileError with the reason."""
-    from edgeapp.errors import CompileError, MissingDependency
     from edgeapp.hw.compiler import COMPILER_NAME, ENV_VAR, compile_model, find_compiler
 
     try:

@@ -12,14 +12,13 @@ from typing import List, Optional, Sequence
 
 from edgeapp.core import thermal
 from edgeapp.core.stats import median
+from edgeapp.hw.tpu_state import state_of
 
 
 def tpu_state(engine, performance: Optional[str] = None) -> Optional[dict]:
     """The state of the Edge TPU `engine` runs on now (None on the CPU)."""
     if engine.device != "edgetpu":
         return None
-    from edgeapp.hw.tpu_state import state_of
-
     return state_of(engine.name, performance=performance)
 
 

@@ -11,9 +11,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
+from edgeapp.core.version import VERSION
+from edgeapp.core.zones import check_names
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
 from edgeapp.flows.camera.loop import CameraStats, run_camera
-from edgeapp.flows.open_task import Placement
+from edgeapp.flows.camera.tpu_health import TpuHealth
+from edgeapp.flows.camera.tracking import TrackStage, check_trackable, check_tracking_available
+from edgeapp.flows.open_task import Placement, open_task
+from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
+from edgeapp.sinks.display import Display, has_display
+from edgeapp.sinks.ha_discovery import counting_discovery, discovery_messages
+from edgeapp.sinks.recorder import Recorder
+from edgeapp.sinks.records import Format, Layout
 
 MQTT_SETTLE = 10.0  # seconds a file's run waits for the broker's first answer before its frames
 Notice = Callable[[str], None]
@@ -105,9 +114,6 @@ class CameraRun:
         self.output_error: List[EdgeappError] = []
         self._network()
         if request.tracking is not None:
-            from edgeapp.core.zones import check_names
-            from edgeapp.flows.camera.tracking import check_tracking_available
-
             check_names(request.tracking.lines, request.tracking.zones)
             check_tracking_available()  # missing: exit 7 with the install line, before the model
 
@@ -127,10 +133,6 @@ class CameraRun:
             paho_module()  # missing: exit 7 with the install line, before opening anything
 
     def run(self) -> CameraOutcome:
-        from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
-        from edgeapp.sinks.display import Display, has_display
-        from edgeapp.sinks.recorder import Recorder
-
         r = self.request
         try:
             cap = self.cap = OpenCVSource(r.source, r.width, r.height)
@@ -159,8 +161,6 @@ class CameraRun:
         return self._outcome(stats)
 
     def _open(self) -> Any:
-        from edgeapp.flows.open_task import open_task
-
         r = self.request
         options = r.options
         if r.tracking is not None and options.get("track_low") is None:
@@ -177,8 +177,6 @@ class CameraRun:
         return opened
 
     def _records(self, show: bool, kind: Any) -> None:
-        from edgeapp.sinks.records import Format, Layout
-
         r = self.request
         to_stdout = r.records_stdout
         if to_stdout is None:  # the CLI's rule: records unless a window or a sink shows them
@@ -193,8 +191,6 @@ class CameraRun:
         settings = self.request.tracking
         if settings is None:
             return
-        from edgeapp.flows.camera.tracking import TrackStage, check_trackable
-
         check_trackable(kind)
         labels = self.opened.model.labels or {}
         high = kind.track_threshold(self.opened.task.plan)
@@ -215,8 +211,6 @@ class CameraRun:
 
     def _outputs(self, kind: Any, source: str) -> list:
         if self.address is not None or self.target is not None:  # the Edge TPU's heat and clock
-            from edgeapp.flows.camera.tpu_health import TpuHealth
-
             self.health = TpuHealth(self.request.place.engine.performance).start()
         if self.address is not None:  # first: a port in use fails before anything connects
             self._live_view(kind, source)
@@ -242,8 +236,6 @@ class CameraRun:
             self.say(line)
 
     def _mqtt(self, kind: Any) -> None:
-        from edgeapp.core.version import VERSION
-        from edgeapp.sinks.ha_discovery import discovery_messages
         from edgeapp.sinks.mqtt import MqttOut
 
         settings, engine = self.request.mqtt, self.opened.engine
@@ -252,8 +244,6 @@ class CameraRun:
                                       model=Path(engine.model_path).name, version=VERSION)
         tracking = self.request.tracking
         if tracking is not None and (tracking.lines or tracking.zones):
-            from edgeapp.sinks.ha_discovery import counting_discovery
-
             announce += counting_discovery(self.target.prefix, [x.name for x in tracking.lines],
                                            [z.name for z in tracking.zones],
                                            remove=not settings.discovery,

@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 
 from edgeapp.core import thermal
 from edgeapp.core.stats import median
+from edgeapp.hw.tpu_state import state_of
 
 WINDOW = 30  # frames per latency window
 SKIP = 5  # first frames left out (the cold start)
@@ -27,8 +28,6 @@ class TpuHealth:
 
     def __init__(self, performance: Optional[str] = None, interval: float = 5.0,
                  read_state: Optional[Callable[[str], Optional[dict]]] = None) -> None:
-        from edgeapp.hw.tpu_state import state_of
-
         self.performance, self.interval = performance, interval
         self._read = read_state or (lambda name: state_of(name, performance=performance))
         self._devices: dict = {}  # name -> None until read

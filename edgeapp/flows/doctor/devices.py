@@ -36,6 +36,7 @@ from edgeapp.hw.boardinfo import (
     usb_nodes_on_bus,
 )
 from edgeapp.hw.devices import USB2_MBPS, USB_IDS, USB_STATES, USB_VENDORS, pci_cards, scan_sysfs, usb_address
+from edgeapp.hw.libedgetpu import clock_mode, edgetpu_library
 from edgeapp.hw.sysroot import Root, is_real, read_text, under
 from edgeapp.hw.tpu_state import tpu_state
 
@@ -56,8 +57,6 @@ class Check:
 
 def device_checks(root: Root, env: Mapping[str, str]) -> list[Check]:
     """Each Edge TPU's state, then what lets users and containers reach them, then drivers."""
-    from edgeapp.hw.libedgetpu import clock_mode, edgetpu_library
-
     tpus, cards = scan_sysfs(root), pci_cards(root)
     mode, evidence = clock_mode(edgetpu_library(env), root) if tpus else (None, "")
     states = [tpu_state(t, root, mode, evidence) for t in tpus]

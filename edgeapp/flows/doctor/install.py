@@ -21,10 +21,12 @@ from typing import Mapping, Optional
 
 from edgeapp.core.compat import metadata
 from edgeapp.core.debian import parse_os_release
-from edgeapp.core.install_plan import Plan, plan_for
+from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES, Plan, plan_for
 from edgeapp.core.pairing import CRASH, UNIDENTIFIED, WORKS, Build, decide, identify
 from edgeapp.core.userdirs import cache_dir
+from edgeapp.errors import EdgeappError, MissingDependency
 from edgeapp.flows.doctor.devices import FAIL, OK, WARN, Check, device_checks
+from edgeapp.hw.compiler import ENV_VAR, find_compiler, read_version
 from edgeapp.hw.libedgetpu import (
     build_label,
     dpkg_owner,
@@ -34,7 +36,7 @@ from edgeapp.hw.libedgetpu import (
     open_library,
     short_version,
 )
-from edgeapp.hw.osinfo import read_platform
+from edgeapp.hw.osinfo import coral_apt_sources, read_platform
 from edgeapp.hw.proc import isolated_python, log_command
 from edgeapp.hw.runtime import available_runtimes, runtime_import_code, runtime_version
 from edgeapp.hw.sysroot import read_text, under
@@ -272,9 +274,6 @@ def probe_cache_check(env: Mapping[str, str]) -> Check:
 def compiler_check(env: Mapping[str, str], machine: str, root: str | Path = "/") -> Check:
     """The compiler `edgeapp compile` would run: the same lookup ($EDGETPU_COMPILER, PATH, the
     installed one), its version, and how it runs on this machine."""
-    from edgeapp.errors import EdgeappError, MissingDependency
-    from edgeapp.hw.compiler import ENV_VAR, find_compiler, read_version
-
     name = "edgetpu_compiler"
     try:
         tool = find_compiler(env=env)
@@ -301,9 +300,6 @@ def compiler_check(env: Mapping[str, str], machine: str, root: str | Path = "/")
 def apt_sources_check(root: str | Path = "/") -> Optional[Check]:
     """Coral's apt sources left in /etc/apt: `apt-get update` fails on them since the repository
     went away (404/403). Only reported when there are some."""
-    from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES
-    from edgeapp.hw.osinfo import coral_apt_sources
-
     files = coral_apt_sources(root)
     if not files:
         return None
