@@ -1,6 +1,6 @@
 """`python -m edgeapp` and the `edgeapp` command: the whole app inside one Ctrl-C guard.
 
-Ctrl-C is exit 130 with one line, wherever it lands: in a command (cli/options.cli_errors says
+Ctrl-C is exit 130 with one line, wherever it lands: in a command (cli/command.exit_codes says
 what was kept), while the command is looked up (cli/app.py), or while the app's modules are
 still being imported (here, before anything heavy is imported).
 

@@ -8,7 +8,7 @@ limits throughput. This script measures, in one run, on camera-size JPEGs (720p/
 Coral's cat and Grace Hopper photos in ../shared/coral):
 
 1. decode capacity: usable cores ÷ the single-thread cost of preparing one image (full decode,
-   and reduced-scale `--fast-decode`);
+   and reduced-scale, `--decode scaled`);
 2. `classify` with stand-in Edge TPUs at zero invoke cost (tests/standin.py; one TPU and two):
    its throughput ÷ the decode capacity (goal ≥ 0.9);
 3. the CPU path on MobileNetV2: the default against every fixed `--threads`, ÷ the CPU-work
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
         r["standin"] = {}
         for label, devices, dev_arg, extra in (
                 ("1 TPU", "usb", "usb:0", ()), ("2 TPUs", "usb,usb", "all", ()),
-                ("1 TPU, --fast-decode", "usb", "usb:0", ("--fast-decode",))):
+                ("1 TPU, --decode scaled", "usb", "usb:0", ("--decode", "scaled"))):
             tenv = {**env, **standin_env(lib, devices, 0.0)}
             rate = classify_rate(compiled, images, tenv, "--device", dev_arg, *extra)
             key = "fast" if extra else "full"

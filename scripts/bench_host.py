@@ -426,12 +426,11 @@ def cpu_work(paths: List[str], model: PlainModel) -> tuple:
 # -- edgeapp ----------------------------------------------------------------------------------------
 
 class EdgeappBatch:
-    """A model opened as `edgeapp classify` opens it (cli/images.py), run on a list of images."""
+    """A model opened as `edgeapp classify` opens it (cli/task_commands.py), run on a list of images."""
 
     def __init__(self, model: Path, results: Path, decode: str = "scaled") -> None:
-        from edgeapp.cli.options import decode_workers
         from edgeapp.flows.open_task import Placement, open_task
-        from edgeapp.hw.hostinfo import usable_cores
+        from edgeapp.hw.hostinfo import decode_workers, usable_cores
 
         self.opened = open_task(model, "classify", Placement(), cpu_replicas=usable_cores(),
                                 decode=decode)

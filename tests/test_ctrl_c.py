@@ -85,7 +85,7 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_still_ctrl_c():
     release unlocked lock" (seen once in the bullseye chroot): that is Ctrl-C, exit 130."""
     import typer
 
-    from edgeapp.cli.options import cli_errors
+    from edgeapp.cli.command import exit_codes
     from edgeapp.errors import is_interrupt
 
     def broken_by_ctrl_c():
@@ -99,8 +99,8 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_still_ctrl_c():
     except RuntimeError as e:
         assert is_interrupt(e)
     assert not is_interrupt(RuntimeError("a bug"))
-    with pytest.raises(typer.Exit) as exit_:
-        cli_errors(broken_by_ctrl_c)()
+    with pytest.raises(typer.Exit) as exit_, exit_codes():
+        broken_by_ctrl_c()
     assert exit_.value.exit_code == 130
 
 
@@ -109,7 +109,8 @@ def test_the_resume_hint_survives_an_error_raised_while_it_unwinds(capsys):
     the user still hears how many results were written and how to resume."""
     import typer
 
-    from edgeapp.cli.options import Interrupted, cli_errors
+    from edgeapp.cli.command import exit_codes
+    from edgeapp.cli.options import Interrupted
 
     def batch_then_a_broken_close():
         try:
@@ -117,8 +118,8 @@ def test_the_resume_hint_survives_an_error_raised_while_it_unwinds(capsys):
         finally:
             raise RuntimeError("release unlocked lock")
 
-    with pytest.raises(typer.Exit) as exit_:
-        cli_errors(batch_then_a_broken_close)()
+    with pytest.raises(typer.Exit) as exit_, exit_codes():
+        batch_then_a_broken_close()
     assert exit_.value.exit_code == 130
     assert "interrupted: 3 result(s) written to r.jsonl; run the same command with --resume" in \
         capsys.readouterr().err

@@ -46,15 +46,16 @@ def test_two_options_that_contradict_each_other_are_a_usage_error():
     """For bench's --runs and --duration (cli/options.check_exclusive): only typed values count."""
     from typer.testing import CliRunner
 
-    from edgeapp.cli.options import check_exclusive, cli_errors
+    from edgeapp.cli.command import exit_codes
+    from edgeapp.cli.options import check_exclusive
 
     app = typer.Typer()
 
     @app.command()
-    @cli_errors
     def bench(ctx: typer.Context, runs: int = typer.Option(100, "--runs", "-n"),
               duration: Optional[float] = typer.Option(None, "--duration")) -> None:
-        check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of --runs")
+        with exit_codes():
+            check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of --runs")
         typer.echo(f"runs={runs} duration={duration}")
 
     runner = CliRunner()

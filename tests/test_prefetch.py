@@ -1,4 +1,4 @@
-"""Preparing inputs ahead on threads (execution/prefetch.py): input order, errors in their turn,
+"""Preparing inputs ahead on threads (execution/runner.prefetch): input order, errors in their turn,
 a bounded window, the caller's own help, and no thread left behind."""
 
 import random
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from edgeapp.errors import InputError
-from edgeapp.execution.prefetch import prefetch
+from edgeapp.execution.runner import prefetch
 
 MODES = [(0, False), (0, True), (1, False), (1, True), (3, False), (3, True)]
 

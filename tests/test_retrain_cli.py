@@ -87,6 +87,28 @@ def test_the_python_api_takes_a_retrained_model(cli, extractor, photos, tmp_path
         assert model.classify(image, top_k=1)[0]["label"] == name
 
 
+def test_cached_embeddings_are_not_reused_when_the_preprocessing_changes(cli, extractor, photos, tmp_path):
+    """An embedding depends on how the photos were prepared as much as on the model's bytes: a
+    sidecar whose normalization or decode changed (the .tflite unchanged) recomputes them all."""
+    base = tmp_path / "base" / extractor.name
+    base.parent.mkdir()
+    shutil.copy(extractor, base)
+    shutil.copy(extractor.with_suffix(".json"), base.with_suffix(".json"))
+    retrain(cli, photos["train"], base, tmp_path / "a.tflite")  # fills the cache
+    doc, _ = retrain(cli, photos["train"], base, tmp_path / "b.tflite")
+    assert (doc["images"]["cached"], doc["images"]["extracted"]) == (36, 0)
+    sidecar = json.loads(base.with_suffix(".json").read_text())
+    pre = sidecar.setdefault("preprocessing", {})
+    pre["decode"] = "full" if pre.get("decode") == "scaled" else "scaled"
+    base.with_suffix(".json").write_text(json.dumps(sidecar))
+    doc, _ = retrain(cli, photos["train"], base, tmp_path / "c.tflite")
+    assert (doc["images"]["cached"], doc["images"]["extracted"]) == (0, 36)
+    pre["std"] = (pre.get("std") or 1.0) * 2
+    base.with_suffix(".json").write_text(json.dumps(sidecar))
+    doc, _ = retrain(cli, photos["train"], base, tmp_path / "d.tflite")
+    assert (doc["images"]["cached"], doc["images"]["extracted"]) == (0, 36)
+
+
 def test_retraining_is_deterministic(cli, extractor, photos, tmp_path):
     """The same photos give the same bytes: from fresh embeddings, from cached ones, with SGD."""
     for method in ("imprint", "softmax"):

@@ -12,10 +12,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import typer
 from typing_extensions import Annotated
 
-from edgeapp import __version__
 from edgeapp.cli import bench, camera, check, compile, compiler, convert, devices, doctor, models, retrain
 from edgeapp.cli import eval as eval_cli
-from edgeapp.cli.command import Group, summary_line, use_everywhere
+from edgeapp.cli.command import Group, show_version, summary_line, use_everywhere
 from edgeapp.cli.options import Globals, RuntimeName, say
 from edgeapp.errors import ExitCode
 
@@ -56,7 +55,8 @@ class EdgeappGroup(Group):
 
     def invoke(self, ctx: Any) -> Any:
         """Ctrl-C while a command is looked up or built (its modules importing) is exit 130 and
-        one line, as in the command itself, not click's "Aborted!" and exit 1."""
+        one line, as in the command itself (cli/command.exit_codes), not click's "Aborted!"
+        and exit 1."""
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
@@ -89,12 +89,6 @@ app.add_typer(compiler.app)  # a group: compiler install | show | remove
 use_everywhere(app)  # usage lines, argument rows and choice errors as a reader expects (cli/command.py)
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"edgeapp {__version__}")
-        raise typer.Exit()
-
-
 @app.callback()
 def main_options(
     ctx: typer.Context,
@@ -107,7 +101,7 @@ def main_options(
         help="Default TFLite runtime (default: the best installed). $EDGEAPP_RUNTIME_PATH: folders "
              "searched first for one (e.g. made by `pip install --no-deps --target`).",
         show_default=False)] = None,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+    version: Annotated[bool, typer.Option("--version", callback=show_version, is_eager=True,
                                           help="Show the version and exit.")] = False,
 ) -> None:
     ctx.obj = Globals(device=device, runtime=runtime.value if runtime else None)

@@ -20,7 +20,6 @@ from edgeapp.cli.options import (
     check_exclusive,
     choice_value,
     choices,
-    cli_errors,
     finite,
     resolve_device,
     resolve_model,
@@ -84,7 +83,6 @@ UsbQueueOpt = Annotated[Optional[int], typer.Option(
 
 
 @app.command("bench")
-@cli_errors
 def bench_command(
     ctx: typer.Context,
     model: BenchModelArg = None,

@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, choices, cli_errors, resolve_model
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, choices, resolve_model
 from edgeapp.core.units import format_bytes
 from edgeapp.errors import ExitCode
 
@@ -17,7 +17,6 @@ CompilerVersion = choices("CompilerVersion", ["14", "16"])
 
 
 @app.command("check")
-@cli_errors
 def check_command(
     model: Annotated[Path, typer.Argument(help="A .tflite model (the CPU model you would compile), or a "
                                                "Coral model's name (`edgeapp models list`).",

@@ -1,4 +1,5 @@
-"""Help texts and usage errors as a reader expects them, whichever Typer renders them.
+"""What every command shares: library errors as one line and their exit code (`exit_codes`),
+`--version`, and help texts and usage errors as a reader expects them, whichever Typer renders them.
 
 Typer 0.29 writes required arguments as `{MODEL} {INPUTS}...` in the usage line, a list
 argument's Python type (`INPUTS <list[str]>`) in the Arguments section, and a bad choice in
@@ -16,17 +17,24 @@ on click's types (0.23, say) converts cheaply itself and is left alone.
 tests/test_cli_option_values.py checks both ways agree on every parameter of every command.
 """
 
+import contextlib
 import inspect
 import os
 import re
+import sys
+import traceback
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.models import ParameterInfo
 from typing_extensions import Annotated, get_args, get_origin
+
+from edgeapp import __version__
+from edgeapp.cli.options import Interrupted, say
+from edgeapp.errors import EdgeappError, ExitCode, interrupt_of, is_interrupt
 
 _CHOICE = r"^(?:Value error, )?(?P<value>.+?) is not one of (?P<choices>.+?)\.?$"  # compiled when used
 
@@ -239,7 +247,8 @@ def _parse_args(parse: Any, ctx: Any, args: List[str]) -> List[str]:
 
 
 class Command(TyperCommand):
-    """A command whose usage line, Arguments section and choice errors read plainly."""
+    """A command whose usage line, Arguments section and choice errors read plainly, and whose
+    errors end as one line and their exit code (`exit_codes`)."""
 
     def collect_usage_pieces(self, ctx: Any) -> List[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -266,6 +275,11 @@ class Command(TyperCommand):
 
     def parse_args(self, ctx: Any, args: List[str]) -> List[str]:
         return _parse_args(super().parse_args, ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:
+        """The command's function run, its errors mapped to one line and their exit code."""
+        with exit_codes():
+            return super().invoke(ctx)
 
 
 class Group(TyperGroup):
@@ -312,3 +326,61 @@ def use_everywhere(*apps: typer.Typer) -> None:
         for group in app.registered_groups:
             if group.typer_instance is not None:
                 use_everywhere(group.typer_instance)
+
+
+def _say_interrupted(e: Optional[BaseException]) -> None:
+    say(f"interrupted: {e}" if isinstance(e, Interrupted) and str(e) else "interrupted")
+
+
+@contextlib.contextmanager
+def exit_codes() -> Iterator[None]:
+    """Library errors as one line and their documented exit code (edgeapp/errors.py); Ctrl-C
+    as 130 with what was kept; a closed pipe (`edgeapp classify ... | head`) as 0; a bug as
+    one line (EDGEAPP_DEBUG=1: the traceback). The one place the CLI maps them: around every
+    command's run (`Command.invoke`; Ctrl-C while a command is looked up: cli/app.py)."""
+    try:
+        yield
+    except EdgeappError as e:
+        say(f"error: {_worded(e)}")
+        raise typer.Exit(int(e.exit_code)) from None
+    except KeyboardInterrupt as e:
+        _say_interrupted(e)
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except BrokenPipeError:
+        _silence_stdout()
+        raise typer.Exit(0) from None
+    except (typer.Exit, typer.Abort, SystemExit):
+        raise
+    except Exception as e:  # a bug: one line unless asked for the traceback
+        if is_interrupt(e):  # what Ctrl-C broke on its way out is still Ctrl-C
+            _say_interrupted(interrupt_of(e))
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        if os.environ.get("EDGEAPP_DEBUG"):
+            traceback.print_exc()
+        say(f"internal error: {type(e).__name__}: {e} (set EDGEAPP_DEBUG=1 for the traceback "
+            "and please report it)")
+        raise typer.Exit(int(ExitCode.ERROR)) from None
+
+
+def _worded(error: EdgeappError) -> str:
+    """The error's line in the CLI's words: a model for another task names that task's command."""
+    from edgeapp.errors import WrongTask
+
+    if isinstance(error, WrongTask):
+        return error.worded(lambda task: f"use `edgeapp {task}` (camera: --task {task})")
+    return str(error)
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+def show_version(value: bool) -> None:
+    """`--version`'s callback (eager: it answers before a command is needed)."""
+    if value:
+        typer.echo(f"edgeapp {__version__}")
+        raise typer.Exit()

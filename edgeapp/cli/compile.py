@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, elapsed_spinner, say
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, elapsed_spinner, say
 from edgeapp.core.units import format_bytes
 from edgeapp.errors import EdgeappError
 
@@ -21,7 +21,6 @@ CompilerOpt = Annotated[Optional[str], typer.Option(
 
 
 @app.command("compile")
-@cli_errors
 def compile_command(
     model: Annotated[Path, typer.Argument(help="A full-integer .tflite model (from `edgeapp convert`).",
                                           show_default=False)],

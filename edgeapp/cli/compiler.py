@@ -9,7 +9,7 @@ from typing_extensions import Annotated
 
 from edgeapp.cli.command import Group
 from edgeapp.cli.download import DownloadReporter
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, say
 
 app = typer.Typer(
     name="compiler", no_args_is_help=True, cls=Group,
@@ -22,7 +22,6 @@ NOTICE_LINES = 12  # of NOTICE, shown after an install (the whole file's path is
 
 
 @app.command("install")
-@cli_errors
 def install_command(
     from_path: Annotated[Optional[Path], typer.Option(
         "--from", metavar="PATH",
@@ -66,7 +65,6 @@ def _show_notices(record: dict) -> None:
 
 
 @app.command("show")
-@cli_errors
 def show_command(fmt: ReportFormatOpt = ReportFormat.table) -> None:
     """The installed compilers (version, path, how they run here, source, verification) and
     the one `edgeapp compile` runs now."""
@@ -95,7 +93,6 @@ def show_command(fmt: ReportFormatOpt = ReportFormat.table) -> None:
 
 
 @app.command("remove")
-@cli_errors
 def remove_command(
     version: Annotated[Optional[str], typer.Argument(
         help="The version to remove (default: every installed version).", show_default=False)] = None,

@@ -12,7 +12,6 @@ from edgeapp.cli.options import (
     Decode,
     ReportFormat,
     ReportFormatOpt,
-    cli_errors,
     finite,
     progress_bar,
     say,
@@ -91,7 +90,6 @@ CompilerOpt = Annotated[Optional[str], typer.Option(
 
 
 @app.command("convert")
-@cli_errors
 def convert_command(model: ModelArg, output: OutputOpt, calibration: CalibrationOpt, samples: SizeOpt = 300,
                     val: ValOpt = 50, io: IOOpt = IOType.uint8, mean: MeanOpt = 0.0, std: StdOpt = None,
                     scale: ScaleOpt = None, eval_dir: EvalOpt = None, labels: LabelsOpt = None,

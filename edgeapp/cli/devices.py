@@ -5,7 +5,7 @@ import json
 import typer
 from typing_extensions import Annotated
 
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, say
 from edgeapp.hw.sysroot import SYSROOT_ENV
 
 app = typer.Typer()
@@ -16,7 +16,6 @@ RootOpt = Annotated[str, typer.Option(
 
 
 @app.command("devices")
-@cli_errors
 def devices_command(
     fmt: ReportFormatOpt = ReportFormat.table,
     root: RootOpt = "/",

@@ -6,14 +6,13 @@ import typer
 from typing_extensions import Annotated
 
 from edgeapp.cli.devices import RootOpt
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, say
 from edgeapp.errors import ExitCode
 
 app = typer.Typer()
 
 
 @app.command("doctor")
-@cli_errors
 def doctor_command(
     fmt: ReportFormatOpt = ReportFormat.table,
     forget_probes: Annotated[bool, typer.Option(

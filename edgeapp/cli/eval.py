@@ -7,7 +7,7 @@ import typer
 from typing_extensions import Annotated
 
 from edgeapp.cli import options as shared
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, cli_errors, say
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, say
 from edgeapp.errors import ExitCode
 
 app = typer.Typer()
@@ -36,7 +36,6 @@ PlotOpt = Annotated[Optional[Path], typer.Option(
 
 
 @app.command("eval")
-@cli_errors
 def eval_command(
     ctx: typer.Context,
     models: ModelsArg,
@@ -77,6 +76,7 @@ def run_eval(models: List[str], place, data: Path, images: Optional[Path],
     """The body of `eval` (and `models eval`, which adds what Coral `published`): `place`
     (flows.open_task.Placement) is where every model runs."""
     from edgeapp.flows.evaluate import evaluate_models, read_data, refuse_unknown, report
+    from edgeapp.hw.hostinfo import decode_workers
 
     found = read_data(data, images)
     say(f"found {found.describe()}")
@@ -87,7 +87,7 @@ def run_eval(models: List[str], place, data: Path, images: Optional[Path],
     pairs = [shared.resolved(Path(m), place) for m in models]  # a Coral name pulled, with a bar
     results = evaluate_models(
         [str(p) for p, _ in pairs], found, place, places=[pl for _, pl in pairs],
-        labels_file=labels, mean=mean, std=std, workers=shared.decode_workers(workers), say=say,
+        labels_file=labels, mean=mean, std=std, workers=decode_workers(workers), say=say,
         progress=shared.progress_bar)
     _write_outputs(found, models, results, save, plot)
     doc = report(found, results)

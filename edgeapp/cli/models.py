@@ -9,7 +9,7 @@ from typing_extensions import Annotated
 
 from edgeapp.cli.command import Group
 from edgeapp.cli.download import DownloadReporter
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, choices, cli_errors, say
+from edgeapp.cli.options import ReportFormat, ReportFormatOpt, choices, say
 from edgeapp.tasks import internal_names as internal_task_names
 from edgeapp.tasks import names as task_names
 
@@ -28,7 +28,6 @@ NamesArg = Annotated[List[str], typer.Argument(help="Model names (see `edgeapp m
 
 
 @app.command("list")
-@cli_errors
 def list_command(
     task: Annotated[Optional[TaskName], typer.Option("--task", help="Only models for this task.",
                                                      show_default=False)] = None,
@@ -74,7 +73,6 @@ def list_command(
 
 
 @app.command("pull")
-@cli_errors
 def pull_command(
     names: NamesArg,
     edgetpu: Annotated[bool, typer.Option(
@@ -115,7 +113,6 @@ def pull_command(
 
 
 @app.command("path")
-@cli_errors
 def path_command(
     name: Annotated[str, typer.Argument(help="A model name (see `edgeapp models list`).",
                                         show_default=False)],
@@ -189,7 +186,6 @@ def published_text(published: Optional[dict]) -> str:
 
 
 @app.command("eval")
-@cli_errors
 def eval_command(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(metavar="NAME", help="A model's name (`edgeapp models list`).",

@@ -1,27 +1,24 @@
 """Options shared by several commands, and the one place errors become exit codes."""
 
 import contextlib
-import functools
 import os
 import sys
-import traceback
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
 
 from edgeapp.core.limits import MAX_THREADS
-from edgeapp.errors import EdgeappError, ExitCode, interrupt_of, is_interrupt
+from edgeapp.errors import EdgeappError, is_interrupt
 from edgeapp.hw.runtime import RUNTIMES
 from edgeapp.sinks.records import Format
 
 if TYPE_CHECKING:
     from edgeapp.flows.open_task import Placement
 
-F = TypeVar("F", bound=Callable)
 
 
 def choices(name: str, values) -> type:
@@ -201,14 +198,6 @@ def resolve_model(model: Path, device: str = "auto") -> Tuple[Path, Optional[str
     return resolve_name(model, device)
 
 
-def decode_workers(workers: Optional[int]) -> int:
-    """--workers, else one decoding thread per usable core (at least 2): with the invoke off
-    the CPU (Edge TPUs) or on its own threads, decoding is what has to keep up."""
-    from edgeapp.hw.hostinfo import usable_cores
-
-    return workers if workers is not None else max(2, usable_cores())
-
-
 def placement(ctx: typer.Context, *, device: Optional[str], cpu_model: Optional[Path] = None,
               runtime: Optional[RuntimeName] = None, threads: Optional[int] = None,
               no_probe: bool = False, cpu_kernels: Any = CpuKernels.fast, performance: Any = None,
@@ -232,7 +221,7 @@ def resolved(model: Path, place: "Placement") -> Tuple[Path, "Placement"]:
 
     from edgeapp.core.pipeline_segments import find_segment_files
 
-    if find_segment_files(model) is not None:
+    if model.exists() or find_segment_files(model) is not None:
         return model, place
     path, notice = resolve_model(model, place.device)
     if notice:
@@ -377,58 +366,6 @@ def resume_hint(written: int, output: Optional[Path], fmt: Any, kept: int = 0) -
         return (f"{where}; the table format cannot be resumed: next time use --output with a "
                 ".jsonl or .csv name (or --format jsonl), then --resume goes on where it stopped")
     return f"{where}; run the same command with --resume to go on without redoing them"
-
-
-def _say_interrupted(e: Optional[BaseException]) -> None:
-    say(f"interrupted: {e}" if isinstance(e, Interrupted) and str(e) else "interrupted")
-
-
-def cli_errors(fn: F) -> F:
-    """Map library errors to a one-line message and the documented exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except EdgeappError as e:
-            say(f"error: {_worded(e)}")
-            raise typer.Exit(int(e.exit_code)) from None
-        except KeyboardInterrupt as e:
-            _say_interrupted(e)
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        except BrokenPipeError:  # `edgeapp classify ... | head`
-            _silence_stdout()
-            raise typer.Exit(0) from None
-        except (typer.Exit, typer.Abort, SystemExit):
-            raise
-        except Exception as e:  # a bug: one line unless asked for the traceback
-            if is_interrupt(e):  # what Ctrl-C broke on its way out is still Ctrl-C
-                _say_interrupted(interrupt_of(e))
-                raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-            if os.environ.get("EDGEAPP_DEBUG"):
-                traceback.print_exc()
-            say(f"internal error: {type(e).__name__}: {e} (set EDGEAPP_DEBUG=1 for the traceback "
-                "and please report it)")
-            raise typer.Exit(int(ExitCode.ERROR)) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _worded(error: EdgeappError) -> str:
-    """The error's line in the CLI's words: a model for another task names that task's command."""
-    from edgeapp.errors import WrongTask
-
-    if isinstance(error, WrongTask):
-        return error.worded(lambda task: f"use `edgeapp {task}` (camera: --task {task})")
-    return str(error)
-
-
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
-        pass
 
 
 class progress_bar:

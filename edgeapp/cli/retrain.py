@@ -18,8 +18,6 @@ from edgeapp.cli.options import (
     RuntimeOpt,
     ThreadsOpt,
     WorkersOpt,
-    cli_errors,
-    decode_workers,
     finite,
     placement,
     progress_bar,
@@ -63,7 +61,6 @@ NoCacheOpt = Annotated[bool, typer.Option(
 
 
 @app.command("retrain")
-@cli_errors
 def retrain_command(
     ctx: typer.Context, data_dir: DataDirArg, base: BaseOpt, output: OutputOpt,
     method: MethodOpt = Method.imprint, val: ValOpt = 0.2, epochs: EpochsOpt = 300,
@@ -82,7 +79,7 @@ def retrain_command(
     from edgeapp.flows.embedding_cache import EmbeddingCache
     from edgeapp.flows.open_task import open_task
     from edgeapp.flows.retrain import class_folders, retrain
-    from edgeapp.hw.hostinfo import usable_cores
+    from edgeapp.hw.hostinfo import decode_workers, usable_cores
 
     options = _options(method, val, epochs, lr, l2, seed)
     total = len(class_folders(data_dir).paths)  # refusals of the folder come before any model

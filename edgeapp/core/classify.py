@@ -45,3 +45,17 @@ def class_fields(classes: list[Class], labels: Optional[dict[int, str]]) -> list
     """The JSON form of classes, shared by classify and camera records."""
     return [{"id": c.id, "label": labels.get(c.id) if labels else None, "score": round(c.score, 6)}
             for c in classes]
+
+
+def label_count_warning(labels: Optional[dict[int, str]], classes: int, source: str) -> Optional[str]:
+    """One line when the labels do not fit the model's class count (labels for other classes
+    mislabel silently), naming both counts; None when they fit or there are none."""
+    if not labels or classes <= 0:
+        return None
+    beyond = [i for i in labels if i >= classes]
+    if len(labels) == classes and not beyond:
+        return None
+    what = f"{len(labels)} label(s) from {source} for the model's {classes} class(es)"
+    if beyond:
+        return f"{what}; labels of ids {min(beyond)}..{max(beyond)} are never used: wrong labels file?"
+    return f"{what}; classes without a label are shown by id: wrong labels file?"

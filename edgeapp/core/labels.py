@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
 
 from edgeapp.errors import UsageError
 
@@ -34,17 +33,3 @@ def read_labels(path: str | Path) -> dict[int, str]:
         raise UsageError(f"labels file not found: {p}") from None
     except OSError as e:
         raise UsageError(f"cannot read labels file {p}: {e.strerror or e}") from None
-
-
-def label_count_warning(labels: Optional[dict[int, str]], classes: int, source: str) -> Optional[str]:
-    """One line when the labels do not fit the model's class count (labels for other classes
-    mislabel silently), naming both counts; None when they fit or there are none."""
-    if not labels or classes <= 0:
-        return None
-    beyond = [i for i in labels if i >= classes]
-    if len(labels) == classes and not beyond:
-        return None
-    what = f"{len(labels)} label(s) from {source} for the model's {classes} class(es)"
-    if beyond:
-        return f"{what}; labels of ids {min(beyond)}..{max(beyond)} are never used: wrong labels file?"
-    return f"{what}; classes without a label are shown by id: wrong labels file?"

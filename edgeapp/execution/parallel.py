@@ -20,7 +20,6 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InputError
-from edgeapp.execution.prefetch import prefetch
 from edgeapp.execution.reconnect import Reconnect
 from edgeapp.execution.runner import (
     Done,
@@ -31,6 +30,7 @@ from edgeapp.execution.runner import (
     engine_of,
     invoke,
     member_name,
+    prefetch,
 )
 
 

@@ -92,18 +92,16 @@ def _is_image(p: Path, top: Path) -> bool:
 
 
 def embed_through_batch(runner: Any, paths: list[str], workers: int,
-                        progress: Optional[Callable[[], None]] = None
+                        progress: Optional[Callable[[], None]] = None, task: Any = None
                         ) -> tuple[tuple, Iterator[tuple[str, Any, Any, str]]]:
     """THE adapter to the inference pipeline `classify` runs (flows/batch.py): the extractor's
     input spec and preprocessing from its metadata, images prepared ahead on `workers` threads,
     the runner's devices, failures as records. Returns the (mean, std, decode) the images are prepared
-    with, and (path, embedding or None, error or None, model file that ran) per path, in order."""
+    with, and (path, embedding or None, error or None, model file that ran) per path, in order.
+    `task`: the extractor's task when the caller bound it already (`embedding_task`)."""
     from edgeapp.flows.batch import iter_records
-    from edgeapp.tasks.base import bind
-    from edgeapp.tasks.model import image_model
 
-    loaded = image_model(runner.engine, runner.meta_path)
-    task = bind("embed", loaded)
+    task = task if task is not None else embedding_task(runner)
 
     def records() -> Iterator[tuple[str, Any, Any, str]]:
         for r in iter_records(paths, runner, task, workers):
@@ -112,6 +110,23 @@ def embed_through_batch(runner: Any, paths: list[str], workers: int,
             yield r["path"], r["embedding"], r["error"], r["model"]
 
     return (task.spec.mean, task.spec.std, task.spec.decode), records()
+
+
+def embedding_task(runner: Any) -> Any:
+    """The `embed` task bound to the runner's model: its input spec and preprocessing from the
+    model's metadata (and sidecar)."""
+    from edgeapp.tasks.base import bind
+    from edgeapp.tasks.model import image_model
+
+    return bind("embed", image_model(runner.engine, runner.meta_path))
+
+
+def preparation_tag(mean: Any, std: Any, decode: Any) -> str:
+    """A short, file-name-safe tag of how images are prepared: an embedding depends on it as
+    much as on the model's bytes (a sidecar's normalization or decode can change alone)."""
+    import hashlib
+
+    return hashlib.sha256(f"{mean}|{std}|{decode}".encode()).hexdigest()[:12]
 
 
 def extract(runner: Any, paths: list[str], workers: int, cache: Optional[EmbeddingCache],
@@ -123,10 +138,13 @@ def extract(runner: Any, paths: list[str], workers: int, cache: Optional[Embeddi
     keys = content_keys(paths, max(1, workers))
     out.keys = {p: k for p, k in zip(paths, keys) if k}
     model_keys: dict = {}
+    task = embedding_task(runner)
+    tag = preparation_tag(task.spec.mean, task.spec.std, task.spec.decode)
 
     def model_key(path: str) -> str:
+        """The model's bytes and how images are prepared for it: one cache folder."""
         if path not in model_keys:
-            model_keys[path] = file_sha256(path)
+            model_keys[path] = f"{file_sha256(path)}-{tag}"
         return model_keys[path]
 
     todo = []
@@ -140,7 +158,7 @@ def extract(runner: Any, paths: list[str], workers: int, cache: Optional[Embeddi
             out.cached += 1
             if progress:
                 progress()
-    out.normalization, records = embed_through_batch(runner, todo, workers, progress)
+    out.normalization, records = embed_through_batch(runner, todo, workers, progress, task)
     for path, vector, error, model in records:
         if error is not None:
             out.failed.append((path, error))

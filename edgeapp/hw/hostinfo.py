@@ -60,6 +60,12 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def decode_workers(workers: Optional[int]) -> int:
+    """--workers, else one decoding thread per usable core (at least 2): with the invoke off
+    the CPU (Edge TPUs) or on its own threads, decoding is what has to keep up."""
+    return workers if workers is not None else max(2, usable_cores())
+
+
 def governor(root: Root = None) -> Optional[str]:
     return _read(sysroot(root) / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
 

@@ -238,31 +238,18 @@ class Engine:
     name: Optional[str] = None  # the device as records name it: usb:1, edgetpu (any), cpu
 
     def __post_init__(self) -> None:
+        import numpy as np
+
         self.inputs = self.interpreter.get_input_details()
         self.input = self.inputs[0]
         self.outputs = self.interpreter.get_output_details()
-        self._input_shape = tuple(int(d) for d in self.input["shape"])  # checked on every run
+        self.model_path: str = self.model.path
+        self.input_shape: "tuple[int, ...]" = tuple(int(d) for d in self.input["shape"])  # checked on every run
+        self.input_dtype: "np.dtype" = np.dtype(self.input["dtype"])
+        scale, zero = self.input.get("quantization", (0.0, 0))
+        self.input_quantization: "tuple[float, int]" = (float(scale), int(zero))
         if self.name is None:
             self.name = self.device
-
-    @property
-    def model_path(self) -> str:
-        return self.model.path
-
-    @property
-    def input_shape(self) -> tuple[int, ...]:
-        return self._input_shape
-
-    @property
-    def input_dtype(self) -> "np.dtype":
-        import numpy as np
-
-        return np.dtype(self.input["dtype"])
-
-    @property
-    def input_quantization(self) -> tuple[float, int]:
-        scale, zero = self.input.get("quantization", (0.0, 0))
-        return float(scale), int(zero)
 
     def set_input(self, tensor: "np.ndarray") -> None:
         """Copy one input tensor in, for `invoke` to run on (again and again, as bench does)."""

@@ -380,6 +380,11 @@ class BoundTask:
     def name(self) -> str:
         return self.kind.name
 
+    def warnings(self, labels_file: Any = None) -> List[str]:
+        """What to tell the user before running this model (labels that do not fit it);
+        `labels_file` names where the labels came from, for the message."""
+        return self.kind.warnings(self.model, labels_file)
+
     def on(self, engine: Any) -> "BoundTask":
         if engine is self.engine:
             return self

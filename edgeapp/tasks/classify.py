@@ -11,7 +11,13 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from edgeapp.core.classify import class_fields, get_classes_from_scores, get_scores, is_score_vector
+from edgeapp.core.classify import (
+    class_fields,
+    get_classes_from_scores,
+    get_scores,
+    is_score_vector,
+    label_count_warning,
+)
 from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskOption, event_name
 from edgeapp.tasks.model import ImageModel, output_quantization
 
@@ -58,8 +64,6 @@ class Classify(TaskKind):
 
     def labels_warning(self, labels: Optional[dict], output_shapes, source: str) -> Optional[str]:
         """One label per score: a labels file of another size names other classes."""
-        from edgeapp.core.labels import label_count_warning
-
         return label_count_warning(labels, int(np.prod(output_shapes[0])), source)
 
     def interpret(self, outputs, prepared: Prepared, plan: tuple, options: dict,

@@ -172,7 +172,7 @@ class CameraRun:
                            strict_options=False)
         for note in opened.notices:
             self.say(note)
-        for note in opened.task.kind.warnings(opened.model, r.labels_file):
+        for note in opened.task.warnings(r.labels_file):
             self.say(f"warning: {note}")
         return opened
 
