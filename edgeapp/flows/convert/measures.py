@@ -57,9 +57,6 @@ class Agreement:
                          self.labels, self.class_scores)
         return Measured(*metric_of(detail), detail)
 
-    def close(self) -> None:
-        pass
-
 
 class _Cached:
     """The float model with its answers on the held-out images computed once."""
@@ -88,9 +85,6 @@ class Boxes:
 
             raise ConvertError(f"box agreement: {detail['note']}")
         return Measured(*box_metric_of(detail), detail)
-
-    def close(self) -> None:
-        pass
 
 
 def boxes(agreement: Any, say: Say) -> Optional[Boxes]:
