@@ -1,7 +1,9 @@
 """`convert --max-drop` and `--report` on a trained digits CNN whose first activation holds one
 range outlier (tests/outlier_models.py): plain int8 loses about 2 points of top-1, the report
 names the outlier's layer first, the trials bring top-1 back within the budget, the sidecar
-records the choice, and a budget no trial meets is exit 14 with the best model written.
+records the choice, and a budget no trial meets is exit 14 with the best model written. With
+labelled data (`--eval` class folders or a path,label CSV) the budget is in `eval`'s own top-1,
+the values `edgeapp eval` prints; without, in top-1 agreement.
 
 Each conversion runs once per module (a subprocess, as a user runs it).
 """
@@ -51,11 +53,16 @@ def test_plain_int8_loses_accuracy_and_max_drop_brings_it_back(tuned):
     assert plain["trial"] == "plain" and plain["metric"] == "top-1 accuracy"
     assert plain["drop"] > 0.01, plain  # the outlier costs more than a point
     assert report["max_drop"]["met"] and report["max_drop"]["chosen"] != "plain"
-    # the written model is the kept one, measured on the 500 held-out digits
-    assert report["float_accuracy"] - report["int8_accuracy"] <= 0.005
-    assert report["samples"] == 500
+    # measured by eval's flow on the 500 labelled digits of --eval
+    assert report["max_drop"]["measured_on"].startswith("--eval class folders")
+    assert report["max_drop"]["samples"] == 500
+    # the written model is the kept one: eval's top-1 and agreement's accuracy of it agree
+    ev = report["eval"]
     kept = next(t for t in trials if t["trial"] == report["max_drop"]["chosen"])
-    assert kept["int8"] == report["int8_accuracy"] and kept["ops_tpu"] == report["edgetpu_check"]["ops_tpu"]
+    assert (kept["float"], kept["int8"]) == (ev["float"]["metrics"]["top1"], ev["int8"]["metrics"]["top1"])
+    assert kept["int8"] == pytest.approx(report["int8_accuracy"], abs=1 / 500)
+    assert report["float_accuracy"] - report["int8_accuracy"] <= 0.005 + 1 / 500
+    assert report["samples"] == 500 and kept["ops_tpu"] == report["edgetpu_check"]["ops_tpu"]
     for t in trials:  # each trial printed with its metric and its share of the Edge TPU
         if t.get("drop") is not None:
             assert f"trial {t['trial']}: top-1 accuracy" in stderr
@@ -97,3 +104,30 @@ def test_no_trial_within_the_budget_is_exit_14_with_the_best_kept(digits, tmp_pa
     best = min((t for t in tuned["trials"] if t.get("drop") is not None), key=lambda t: t["drop"])
     assert tuned["chosen"] == best["trial"] and out.is_file()
     assert "no trial kept the loss within --max-drop" in proc.stderr
+
+
+def test_with_a_csv_of_labels_the_budget_is_in_evals_top1(digits, tmp_path):
+    """--eval a path,label CSV (labelled data eval reads, not class folders): the trials are
+    measured by eval's flow on its images, not on held-out calibration images, and the float and
+    int8 values the sidecar records are what `edgeapp eval` prints for the float source and the
+    written model."""
+    rows = sorted(digits["test"].rglob("*.png"))[::2]  # 250 of the 500 held-out digits
+    csv_path = digits["test"].parent / "half.csv"
+    csv_path.write_text("path,label\n" + "".join(f"{p.relative_to(csv_path.parent)},{p.parent.name}\n"
+                                                  for p in rows))
+    out = tmp_path / "k.tflite"
+    proc = convert(digits["keras"], "-o", out, "-c", digits["train"], "--eval", csv_path, "--max-drop", "0.05")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recorded = json.loads(out.with_suffix(".json").read_text())["max_drop"]
+    assert recorded["metric"] == "top-1 accuracy" and recorded["samples"] == len(rows)
+    assert recorded["measured_on"].startswith(f"--eval CSV of path,label {csv_path}")
+    assert json.loads(proc.stdout)["agreement_detail"]["measured_on"] == "held-out calibration images"
+    chosen = next(t for t in recorded["trials"] if t["trial"] == recorded["chosen"])
+    ev = subprocess.run([sys.executable, "-m", "edgeapp", "eval", str(digits["keras"]), str(out), "--data",
+                         str(csv_path), "--format", "json"], capture_output=True, text=True, cwd=ROOT,
+                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **OFFLINE})
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    flt, int8 = json.loads(ev.stdout)["models"]
+    assert flt["runs_on"] == "float on Keras" and flt["images"] == int8["images"] == len(rows)
+    assert chosen["float"] == flt["metrics"]["top1"] and chosen["int8"] == int8["metrics"]["top1"]
+    assert f"trial plain: top-1 accuracy float {flt['metrics']['top1']:.4f}" in proc.stderr

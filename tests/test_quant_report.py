@@ -177,8 +177,23 @@ def test_a_range_recorded_wider_than_the_values_is_re_measured():
 def test_the_loss_is_in_the_task_metric(detail, metric, drop):
     from edgeapp.core.quant_tune import drop_of, meets, metric_of
 
-    assert metric_of(detail)[0] == metric and drop_of(detail) == pytest.approx(drop)
+    name, ref, got = metric_of(detail)
+    assert name == metric and drop_of(ref, got) == pytest.approx(drop)
     assert meets(drop, drop) and not meets(drop, drop - 0.001)
+
+
+def test_with_labelled_data_the_loss_is_in_evals_main_metric():
+    from edgeapp.core.quant_tune import box_metric_of, drop_of, task_metric_of
+
+    ref = {"map": 0.83, "map50": 0.98, "per_class": {}}
+    got = {"map": 0.81, "map50": 0.99, "per_class": {}}
+    name, a, b = task_metric_of("detection", ref, got)
+    assert name == "mAP50-95" and drop_of(a, b) == pytest.approx(0.02)
+    assert task_metric_of("classification", {"top1": 0.9, "top5": 1.0}, {"top1": 0.95, "top5": 0.9})[1:] == (0.9, 0.95)
+    assert task_metric_of("segmentation", {"miou": 0.5}, {"miou": 0.4})[0] == "mIoU"
+    assert task_metric_of("keypoints", {"oks_ap": 0.5}, {"oks_ap": 0.4})[0] == "OKS AP"
+    name, a, b = box_metric_of({"map50_95": 0.97, "map50": 1.0})
+    assert name == "box agreement mAP50-95" and drop_of(a, b) == pytest.approx(0.03)
 
 
 def test_the_kept_trial_loses_least_then_keeps_most_on_the_edge_tpu():

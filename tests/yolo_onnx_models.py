@@ -216,3 +216,50 @@ def _save(graph, path: Path, props: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
+
+
+def with_attention(path: Path, size: int = 64, heads: int = 2, key_dim: int = 8, scale_on: str = "q",
+                   seed: int = 3, classes: int = 4) -> Path:
+    """A small classifier around the attention block of Ultralytics' C2PSA (YOLO11), written as
+    its ONNX export writes it: the qkv 1x1 Conv, Reshape to (1, heads, 2·key_dim + head_dim, N),
+    Split, the scale (on q before its Transpose as torch's exporter folds it, or on the scores:
+    `scale_on` "q" or "scores"), MatMul, Softmax, Transpose, MatMul by v, Reshape back, plus the
+    positional depthwise Conv of v, the projection Conv; then pooled class logits."""
+    from onnx import TensorProto, helper
+
+    g = _Graph(seed)
+    head_dim = 2 * key_dim
+    dim = heads * head_dim
+    x = g.conv("images", 3, dim, 3, 2, name="/model.0/conv/Conv")
+    x = g.conv(x, dim, dim, 3, 2, name="/model.1/conv/Conv")
+    h = w = size // 4
+    n, per = h * w, 2 * key_dim + head_dim
+    scope = "/model.2/m/m.0/attn"
+    qkv = g.conv(x, dim, heads * per, 1, name=f"{scope}/qkv/conv/Conv", act=False)
+    r = g.op("Reshape", [qkv, g.const(np.array([1, heads, per, n], np.int64))], f"{scope}/Reshape")
+    q, k, v = g.name("q"), g.name("k"), g.name("v")
+    g.nodes.append(helper.make_node("Split", [r, g.const(np.array([key_dim, key_dim, head_dim], np.int64))],
+                                    [q, k, v], name=f"{scope}/Split", axis=2))
+    scale = g.const(np.array(key_dim ** -0.5, np.float32), "scale")
+    if scale_on == "q":
+        q = g.op("Mul", [q, scale], f"{scope}/Mul")
+    scores = g.op("MatMul", [g.op("Transpose", [q], f"{scope}/Transpose", perm=[0, 1, 3, 2]), k],
+                  f"{scope}/MatMul")
+    if scale_on == "scores":
+        scores = g.op("Mul", [scores, scale], f"{scope}/Mul")
+    p = g.op("Softmax", [scores], f"{scope}/Softmax", axis=-1)
+    out = g.op("MatMul", [v, g.op("Transpose", [p], f"{scope}/Transpose_1", perm=[0, 1, 3, 2])],
+               f"{scope}/MatMul_1")
+    out = g.op("Reshape", [out, g.const(np.array([1, dim, h, w], np.int64))], f"{scope}/Reshape_1")
+    v4 = g.op("Reshape", [v, g.const(np.array([1, dim, h, w], np.int64))], f"{scope}/Reshape_2")
+    wpe = g.const(g.rng.normal(0, 0.3, (dim, 1, 3, 3)).astype(np.float32), "w")
+    pe = g.op("Conv", [v4, wpe], f"{scope}/pe/conv/Conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=dim)
+    x = g.op("Add", [x, g.conv(g.op("Add", [out, pe], f"{scope}/Add"), dim, dim, 1,
+                               name=f"{scope}/proj/conv/Conv", act=False)])
+    x = g.conv(g.op("GlobalAveragePool", [x]), dim, classes, 1, name="/head/Conv", act=False)
+    g.nodes.append(helper.make_node("Flatten", [x], ["logits"], name="/head/Flatten"))
+    graph = helper.make_graph(g.nodes, "main_graph",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])],
+                              g.inits)
+    return _save(graph, path, {})

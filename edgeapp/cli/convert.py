@@ -72,8 +72,10 @@ ReportOpt = Annotated[bool, typer.Option(
     "cause and fix; writes OUT.report.json and OUT.report.png.")]
 MaxDropOpt = Annotated[Optional[float], typer.Option(
     "--max-drop", metavar="X", min=0.0, max=1.0, show_default=False,
-    help="The most the int8 model may lose on the held-out images, as a fraction (0.005: half a point) of "
-    "top-1 accuracy (class folders), else of top-1 agreement with the float model. When plain int8 loses "
+    help="The most the int8 model may lose, as a fraction (0.005: half a point) of the task's metric as "
+    "`edgeapp eval` computes it on --eval's labelled data (top-1, mAP50-95, mIoU, OKS AP); without labels, "
+    "of box agreement (a YOLO export: mAP against the float model's boxes), else of top-1 accuracy (class "
+    "folders), else of top-1 agreement with the float model, on the held-out images. When plain int8 loses "
     "more, fixes are tried cheapest first (per-channel weights, more calibration images, ranges re-measured "
     "and clipped, the last layers in float on the CPU) and the first within it is kept; exit 14 when none "
     "is (the best is written).")]

@@ -1,8 +1,10 @@
 """The maths of `convert --max-drop`: pure numpy.
 
-What a conversion loses, in the task metric's points (top-1 accuracy when the held-out images
-have classes, else top-1 agreement with the float model, else the outputs' cosine); a tensor's
-real range and where a percentile clips it; which trial to keep.
+What a conversion loses, in the task metric's points: with labelled data (`--eval DATA`) the
+task's own metric as `eval` computes it (top-1, mAP50-95, mIoU, OKS AP); without, a detector's
+box agreement (mAP against the float model's boxes), else top-1 accuracy when the held-out
+images have classes, else top-1 agreement with the float model, else the outputs' cosine. A
+tensor's real range and where a percentile clips it; which trial to keep.
 """
 
 from __future__ import annotations
@@ -80,10 +82,29 @@ def metric_of(detail: dict) -> tuple:
     return "output cosine", 1.0, (1.0 if cos is None else float(cos))
 
 
-def drop_of(detail: dict) -> float:
+# eval's metric --max-drop bounds, per kind of labelled data (flows/eval_data.EvalData.kind):
+# the metric's key in eval's results and its name
+TASK_METRICS = {"classification": ("top1", "top-1 accuracy"), "detection": ("map", "mAP50-95"),
+                "segmentation": ("miou", "mIoU"), "keypoints": ("oks_ap", "OKS AP")}
+BOX_AGREEMENT = "box agreement mAP50-95"
+
+
+def task_metric_of(kind: str, float_metrics: dict, int8_metrics: dict) -> tuple:
+    """(metric name, float value, int8 value) of eval's results on `kind` data: its main
+    metric (TASK_METRICS)."""
+    key, name = TASK_METRICS[kind]
+    return name, float(float_metrics[key]), float(int8_metrics[key])
+
+
+def box_metric_of(detection: dict) -> tuple:
+    """(metric name, 1.0, int8 value) of a detection agreement report: the int8 model's
+    mAP50-95 with the float model's own boxes as the truth (the float model scores 1.0)."""
+    return BOX_AGREEMENT, 1.0, float(detection["map50_95"])
+
+
+def drop_of(ref: float, got: float) -> float:
     """Points lost (a fraction: 0.01 is one point); negative when int8 scores higher."""
-    _, ref, got = metric_of(detail)
-    return round(ref - got, 6)
+    return round(float(ref) - float(got), 6)
 
 
 def meets(drop: float, budget: float) -> bool:

@@ -40,7 +40,7 @@ class Classify(TaskKind):
     nothing = "(no class above threshold)"
     guess_rank = 9  # any score vector: asked last
     evaluates = "classification"
-    eval_options = {"top_k": 5, "threshold": 0.0}
+    eval_options = {"top_k": 5, "threshold": float("-inf")}  # every class ranked: logits can be < 0
     # scaled JPEG decode changed MobileNets' top-1 class on more than 1.5 % of photos
     # (docs/performance.md#decoding-photos-scaled-or-full): whole, unless --decode scaled
     decode = "full"

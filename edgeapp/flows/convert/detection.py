@@ -35,11 +35,14 @@ def letterboxer(size: tuple[int, int]):
 def sidecar_entry(head: YoloHead, width: int, height: int) -> dict:
     """What `detect` needs beyond the graph: which output is which, the size, the letterbox."""
     meta = head.metadata
-    return {"layout": "dfl", "boxes": 0, "scores": 1, "classes": head.nc, "reg_max": REG_MAX,
-            "input_size": [width, height], "strides": list(head.strides),
-            "letterbox": {"pad_value": PAD_VALUE, "centered": True, "auto": False},
-            "exported_by": " ".join(str(meta[k]) for k in ("author", "version") if meta.get(k)) or None,
-            "decode": "on the CPU: DFL softmax, anchors and strides, sigmoid (core/yolo.py)"}
+    entry = {"layout": "dfl", "boxes": 0, "scores": 1, "classes": head.nc, "reg_max": REG_MAX,
+             "input_size": [width, height], "strides": list(head.strides),
+             "letterbox": {"pad_value": PAD_VALUE, "centered": True, "auto": False},
+             "exported_by": " ".join(str(meta[k]) for k in ("author", "version") if meta.get(k)) or None,
+             "decode": "on the CPU: DFL softmax, anchors and strides, sigmoid (core/yolo.py)"}
+    if head.rewrites:  # what the int8 graph computes differently from the export (same function)
+        entry["rewritten_for_edgetpu"] = [f"attention {r}" for r in head.rewrites]
+    return entry
 
 
 def _detections(boxes_xyxy, scores, classes) -> list:
@@ -120,17 +123,34 @@ def _xywh(b) -> list:
     return [b[0], b[1], b[2] - b[0], b[3] - b[1]]
 
 
+class BoxAgreement:
+    """Detection agreement against one held-out set: the float export's boxes found once (the
+    ground truth), then any int8 file (the conversion, each `--max-drop` trial) scored on them."""
+
+    def __init__(self, session, inp, data: Dataset, mean: float, std: float, entry: dict,
+                 source: str) -> None:
+        self.data, self.mean, self.std, self.entry, self.source = data, mean, std, entry, source
+        x = normalize(data, mean, std)
+        self.truth = float_detections(session, inp.name, inp.layout == "NCHW", x, entry["classes"])
+
+    @property
+    def has_boxes(self) -> bool:
+        return any(self.truth)
+
+    def __call__(self, path: Path) -> dict:
+        found = int8_detections(path, self.data, self.mean, self.std, self.entry)
+        scores = coco_map(self.truth, found, self.entry["classes"])
+        return {"samples": int(len(self.data.x)), "measured_on": self.source, "float_runtime": "ONNX Runtime",
+                "float_boxes": sum(len(t) for t in self.truth),
+                "truth": f"the float model's boxes (score > {CONF})",
+                "map50_95": None if scores is None else scores["map50_95"],
+                "map50": None if scores is None else scores["map50"],
+                "note": None if scores is not None else (
+                    "no box found by the float model" if not self.has_boxes else
+                    "the eval extra is not installed: pip install 'edgeapp[eval]'")}
+
+
 def measure(session, inp, path: Path, data: Dataset, mean: float, std: float, entry: dict,
             source: str) -> dict:
     """Detection agreement: the float export's boxes as ground truth for the int8 model."""
-    x = normalize(data, mean, std)
-    truth = float_detections(session, inp.name, inp.layout == "NCHW", x, entry["classes"])
-    found = int8_detections(path, data, mean, std, entry)
-    scores = coco_map(truth, found, entry["classes"])
-    return {"samples": int(len(data.x)), "measured_on": source, "float_runtime": "ONNX Runtime",
-            "float_boxes": sum(len(t) for t in truth), "truth": f"the float model's boxes (score > {CONF})",
-            "map50_95": None if scores is None else scores["map50_95"],
-            "map50": None if scores is None else scores["map50"],
-            "note": None if scores is not None else (
-                "no box found by the float model" if not any(truth) else
-                "the eval extra is not installed: pip install 'edgeapp[eval]'")}
+    return BoxAgreement(session, inp, data, mean, std, entry, source)(path)

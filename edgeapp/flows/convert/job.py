@@ -138,25 +138,32 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             if embedding is not None:
                 report["embedding_depth"] = embedding
             with _timed(times, "agreement on held-out images"):
-                report["agreement_detail"] = _agreement(p, model, cal, say, class_scores=embedding is None)
-            report.update({k: report["agreement_detail"][k] for k in (
-                "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
+                _set_agreement(report, _agreement(p, model, cal, say, class_scores=embedding is None))
             if job.report:
                 with _timed(times, "--report per layer"):
                     report["report"] = _layer_report(p, model, saved, calibration, q, say)
+            task = _task_metric(p, model, cal, embedding, say)
+            if task is not None:
+                stack.callback(task.close)
             if job.max_drop is not None:
                 with _timed(times, "--max-drop trials"):
-                    _max_drop(p, model, saved, cal, calibration, q, report, say)
-        if p.eval_data is not None and embedding is None:
-            with _timed(times, "--eval: float and int8 on labelled data"):
-                report["eval"] = _task_metric(p, model, cal, say)
-        elif p.eval_data is not None:
-            say("an embedding extractor has no task metric: --eval measures agreement only")
+                    _max_drop(p, model, saved, cal, calibration, q, report, task, embedding is None, say)
+            if task is not None:
+                with _timed(times, "--eval: the int8 model on labelled data"):
+                    report["eval"] = task.report(job.output)
+                for line in report["eval"]["left_out"]:
+                    say(f"left out: {line}")
     finally:
         model.close()
     report["task"], report["sidecar"] = _sidecar(p, q.model, cal, report, say)
     report["times_s"] = dict(times)
     return report
+
+
+def _set_agreement(report: dict, detail: dict) -> None:
+    report["agreement_detail"] = detail
+    report.update({k: detail[k] for k in (
+        "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
 
 
 @contextlib.contextmanager
@@ -247,11 +254,12 @@ def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool
     data, source, labels = _held_out(p, model, cal, say)
     found = measure(p.job.output, model, data, p.job.mean, p.job.std, source, labels, class_scores)
     if p.yolo is not None:
-        found["detection"] = _detection_agreement(p, data, source, say)
+        found["detection"] = _box_agreement(p, data, source, say)(p.job.output)
     return found
 
 
-def _detection_agreement(p: Prepared, data, source: str, say: Say) -> dict:
+def _box_agreement(p: Prepared, data, source: str, say: Say):
+    """flows/convert/detection.BoxAgreement on `data`: the float export's boxes found once."""
     from edgeapp.flows.convert import detection
     from edgeapp.flows.convert.onnx import ort_session
     from edgeapp.flows.convert.onnx_graph import fixed_model
@@ -259,56 +267,84 @@ def _detection_agreement(p: Prepared, data, source: str, say: Say) -> dict:
     inp = p.onnx_input
     say(f"measuring detections of float vs int8 on {len(data.x)} image(s)")
     session = ort_session(fixed_model(p.onnx, inp))
-    return detection.measure(session, inp, p.job.output, data, p.job.mean, p.job.std,
-                             detection.sidecar_entry(p.yolo, inp.width, inp.height), source)
+    return detection.BoxAgreement(session, inp, data, p.job.mean, p.job.std,
+                                  detection.sidecar_entry(p.yolo, inp.width, inp.height), source)
 
 
-def _max_drop(p: Prepared, model: FloatModel, saved: str, cal, calibration, q, report: dict, say: Say) -> None:
-    """--max-drop's trials; when another model than the plain one is kept, the report
-    describes the kept one."""
+def _max_drop(p: Prepared, model: FloatModel, saved: str, cal, calibration, q, report: dict, task,
+              class_scores: bool, say: Say) -> None:
+    """--max-drop's trials, measured in the task's metric on labelled data (`task`), else in box
+    agreement (a YOLO export), else in top-1 or cosine agreement; when another model than the
+    plain one is kept, the report describes the kept one."""
     from edgeapp.core.tflite.model import load_model
+    from edgeapp.flows.convert import measures
     from edgeapp.flows.convert.tune import tune
 
-    data, source, labels = _held_out(p, model, cal, say)
-    tuned = tune(p, model, saved, cal, calibration, q, data, source, labels, say)
-    detail = tuned.pop("detail")
-    report["max_drop"] = tuned
+    measure = task
+    if measure is None:
+        data, source, labels = _held_out(p, model, cal, say)
+        if p.yolo is not None:
+            measure = measures.boxes(_box_agreement(p, data, source, say), say)
+        if measure is None:
+            measure = measures.Agreement(model, data, p.job.mean, p.job.std, source, labels, class_scores)
+    say(f"--max-drop {p.job.max_drop:g}: each trial measured in {measure.what} on {measure.source}")
+    report["max_drop"] = tuned = tune(p, saved, cal, calibration, q, measure, say, fit=_fit(p))
     if tuned["chosen"] not in (None, "plain"):
         kept = load_model(p.job.output)
         report.update(size_bytes=kept.size, ops=dict(Counter(op.op for op in kept.operators).most_common()),
                       op_versions={op.op: op.version for op in kept.operators})
-        report["agreement_detail"] = detail
-        report.update({k: detail[k] for k in (
-            "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
+        _set_agreement(report, _agreement(p, model, cal, say, class_scores))
 
 
-def _task_metric(p: Prepared, model: FloatModel, cal, say: Say) -> dict:
-    """The task's own metric (top-1, mAP, mIoU, OKS AP) of the float original and the int8
-    model on --eval's labelled data, through `eval`'s flow (flows/evaluate.float_vs_int8)."""
+def _task_metric(p: Prepared, model: FloatModel, cal, embedding: Optional[int], say: Say):
+    """flows/convert/measures.TaskMetric on --eval's labelled data (the task's own metric, top-1,
+    mAP, mIoU or OKS AP, as `eval` computes it), the float original measured once; None without
+    labelled data or for an embedding extractor (no task metric)."""
+    if p.eval_data is None:
+        return None
+    if embedding is not None:
+        say("an embedding extractor has no task metric: --eval measures agreement only")
+        return None
     from edgeapp.core.meta import ModelMeta
     from edgeapp.flows.convert.float_engine import engine_for, meta_from_props
-    from edgeapp.flows.evaluate import float_vs_int8, open_engine
-    from edgeapp.flows.open_task import Placement, open_task
+    from edgeapp.flows.convert.measures import TaskMetric
+    from edgeapp.flows.evaluate import open_engine
 
     job = p.job
-    props = {m.key: m.value for m in getattr(p.onnx, "metadata_props", [])}
-    own = meta_from_props(props)
-    labels = job.labels or own.labels or _folder_labels(cal)
-    meta = ModelMeta(labels=labels, mean=job.mean, std=job.std,
-                     ultralytics_task=own.ultralytics_task)
+    own = meta_from_props({m.key: m.value for m in getattr(p.onnx, "metadata_props", [])})
+    written = _labels(p, cal)  # the sidecar's: `eval` reads them for the int8 model and its source
+    labels = written or own.labels  # without them, `eval` runs the float source with its own
+    meta = ModelMeta(labels=labels, mean=job.mean, std=job.std, ultralytics_task=own.ultralytics_task)
     say(f"measuring float and int8 on {p.eval_data.describe()}")
     engine = engine_for(job.model, model, meta)
     engine.close = lambda: None  # the float model is closed once, by `run`
-    with open_task(job.output, None, Placement("cpu"), labels=labels, mean=job.mean,
-                   std=job.std) as int8:
-        result = float_vs_int8(open_engine(engine, meta, labels, job.mean, job.std), int8,
-                               p.eval_data)
-    for line in result["left_out"]:
-        say(f"left out: {line}")
-    return result
+    with _timed(p.times, "--eval: the float model on labelled data"):
+        return TaskMetric(open_engine(engine, meta, labels, job.mean, job.std), p.eval_data,
+                          _int8_meta(p, written))
 
 
-def _folder_labels(cal) -> Optional[dict]:
+def _int8_meta(p: Prepared, labels: Optional[dict]):
+    """What the written model's sidecar will say about opening it (labels, preprocessing, the
+    JPEG decode, a YOLO export's layout): each int8 file `eval`'s flow measures opens with it."""
+    from edgeapp.core.meta import ModelMeta
+
+    extra = {}
+    if p.yolo is not None:
+        from edgeapp.flows.convert.detection import sidecar_entry
+
+        extra["yolo"] = sidecar_entry(p.yolo, p.onnx_input.width, p.onnx_input.height)
+    job = p.job
+    return ModelMeta(labels=labels, mean=job.mean, std=job.std, task="detect" if p.yolo is not None else None,
+                     decode=job.decode, extra=extra)
+
+
+def _labels(p: Prepared, cal) -> Optional[dict]:
+    """The written model's labels (its sidecar's): --labels, else a YOLO export's names, else
+    the class folders' names."""
+    if p.job.labels:
+        return p.job.labels
+    if p.yolo is not None:
+        return p.yolo.names
     return {i: n for i, n in enumerate(cal.class_names)} if cal.class_names else None
 
 
@@ -340,15 +376,14 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
     from edgeapp.tasks import guess_from, kind
 
     job = p.job
-    names = cal.class_names
     shapes = [t.shape for t in tflite.output_tensors]
     if p.yolo is not None:  # a YOLO export names its classes
-        task, label_map = "detect", job.labels or p.yolo.names
+        task, label_map = "detect", _labels(p, cal)
     elif report.get("embedding_depth") is not None:  # features: the folders name no outputs
         task, label_map = EMBED_TASK, job.labels
     else:
         task = guess_from(shapes, [op.op for op in tflite.operators])  # what it is for, when known
-        label_map = job.labels or ({i: n for i, n in enumerate(names)} if names else None)
+        label_map = _labels(p, cal)
     if task is not None and task != EMBED_TASK:
         warning = kind(task).labels_warning(label_map, shapes,
                                             "--labels" if job.labels else "the class folders")

@@ -88,15 +88,30 @@ def load_onnx(model, inp: OnnxInput, calibration: np.ndarray, log_path: Path,
     work = Path(tempfile.mkdtemp(prefix="edgeapp-onnx-"))
     try:
         fixed = fixed_model(model, inp)
+        graph, rewritten = edgetpu_graph(fixed, head)
         onnx_path = work / "model.onnx"
-        _save(fixed, onnx_path)
+        _save(graph, onnx_path)
         seed_sample_data(work, calibration)
-        keras_model = _run_onnx2tf(onnx_path, work, inp, len(fixed.graph.node) + 1, log_path, progress)
-        session = ort_session(fixed)
+        keras_model = _run_onnx2tf(onnx_path, work, inp, len(graph.graph.node) + 1, log_path, progress)
+        session = ort_session(fixed)  # the float original: the user's graph, not the rewrite
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return _float_model(keras_model, session, inp, work, head)
+    return _float_model(keras_model, session, inp, work, head, rewritten)
+
+
+def edgetpu_graph(fixed, head=None) -> tuple:
+    """(what onnx2tf converts, notes): `fixed` with the blocks the Edge TPU cannot run as
+    exported rewritten into the same float function in operators it maps (attention.py);
+    a YOLO head records them for the sidecar."""
+    from edgeapp.flows.convert.attention import rewrite_attention
+
+    graph, found = rewrite_attention(fixed)
+    notes = [f"attention rewritten for the Edge TPU (the same float function; MatMul, Transpose "
+             f"and Softmax as broadcast MUL, SUM and one SOFTMAX per row): {f}" for f in found]
+    if head is not None:
+        head.rewrites = list(found)
+    return graph, notes
 
 
 def _save(model, path: Path) -> None:
@@ -198,7 +213,7 @@ def ort_session(model):
         raise ConvertError(f"ONNX Runtime cannot run this model: {first_line(e)}") from None
 
 
-def _float_model(keras_model, session, inp: OnnxInput, work: Path, head=None) -> FloatModel:
+def _float_model(keras_model, session, inp: OnnxInput, work: Path, head=None, notes=()) -> FloatModel:
     tf = tensorflow()
     shape = (inp.height, inp.width, inp.channels)
     if tuple(keras_model.inputs[0].shape) != (1, *shape):
@@ -229,7 +244,7 @@ def _float_model(keras_model, session, inp: OnnxInput, work: Path, head=None) ->
 
     names = _name_layers(keras_model)
     return FloatModel(shape, predict, export, ["boxes", "scores"] if head is not None else out_names,
-                      runtime="ONNX Runtime", notes=list(inp.notes),
+                      runtime="ONNX Runtime", notes=list(inp.notes) + list(notes),
                       layer_names=names, close=lambda: shutil.rmtree(work, ignore_errors=True))
 
 

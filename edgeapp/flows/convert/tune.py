@@ -12,8 +12,10 @@ The trials, each on top of the best one so far (a fix that does not help is not 
   float tail            the last layers kept in float on the CPU (the Edge TPU runs up to the
                         first float op), latest cut first: before each weighted layer and at
                         each op whose range an outlier sets.
-Every trial is measured on the held-out images (the float model's answers computed once), with
-`check`'s prediction of the ops and MACs the Edge TPU runs.
+Every trial is measured by the `measure` job.py picks (flows/convert/measures.py: the task's
+own metric on `--eval` labelled data, else a detector's box agreement, else top-1 or cosine
+agreement on held-out images; the float side computed once), with `check`'s prediction of the
+ops and MACs the Edge TPU runs. A trial that cannot apply to the model is skipped, with why.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from edgeapp.core.quant_tune import best_of, drop_of, meets, metric_of, tail_cuts
+from edgeapp.core.quant_tune import best_of, drop_of, meets, tail_cuts
 from edgeapp.errors import ConvertError
-from edgeapp.flows.convert.base import FloatModel
 from edgeapp.flows.convert.data import Dataset, normalize
 
 Say = Callable[[str], None]
+Measure = Callable[[Path], tuple]  # an int8 file -> flows/convert/measures.Measured
 MORE_CALIBRATION = 4  # "more calibration images": up to this many times as many
 CLIP_PERCENTILE = 99.99
 RANGE_SAMPLES = 100  # calibration images the real ranges are measured on (every tensor kept: memory, time)
@@ -39,14 +41,10 @@ WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
 
 
 class _Trials:
-    """Runs and records the trials against one held-out set and the float model's answers."""
+    """Runs and records the trials, each measured by `measure` (its float side computed once)."""
 
-    def __init__(self, model: FloatModel, data: Dataset, mean: float, std: float, source: str,
-                 labels: Optional[np.ndarray], io: str, budget: float, say: Say) -> None:
-        self.model, self.data, self.mean, self.std = model, data, mean, std
-        self.source, self.labels, self.io, self.budget, self.say = source, labels, io, budget, say
-        reference = model.predict(normalize(data, mean, std))
-        self.float_model = _Cached(model, reference)
+    def __init__(self, measure: Measure, io: str, budget: float, say: Say) -> None:
+        self.measure_file, self.io, self.budget, self.say = measure, io, budget, say
         self.rows: list = []
         self.files: dict = {}  # trial name -> flatbuffer
         self.tmp = tempfile.TemporaryDirectory(prefix="edgeapp-trials-")
@@ -56,7 +54,6 @@ class _Trials:
         from edgeapp.core.check_report import check_model
         from edgeapp.core.tflite.model import parse_model
         from edgeapp.core.tflite.patch import older_equivalents
-        from edgeapp.flows.convert.agreement import measure
         from edgeapp.flows.convert.quantize import non_integer_ops
 
         flatbuffer, _ = older_equivalents(flatbuffer)
@@ -68,10 +65,9 @@ class _Trials:
         else:
             path = Path(self.tmp.name) / f"trial{len(self.rows)}.tflite"
             path.write_bytes(flatbuffer)
-            detail = measure(path, self.float_model, self.data, self.mean, self.std, self.source, self.labels)
+            metric, ref, got, detail = self.measure_file(path)
             summary = check_model(tflite, flatbuffer).summary
-            metric, ref, got = metric_of(detail)
-            row.update(metric=metric, float=ref, int8=got, drop=drop_of(detail), detail=detail,
+            row.update(metric=metric, float=ref, int8=got, drop=drop_of(ref, got), detail=detail,
                        ops_tpu=summary["ops_tpu"], ops_total=summary["ops_total"],
                        macs_tpu=summary["macs_tpu"], macs_total=summary["macs_total"],
                        macs_tpu_share=summary["macs_tpu_share"], size_bytes=len(flatbuffer))
@@ -93,17 +89,6 @@ class _Trials:
         return next((r for r in self.rows if r.get("drop") is not None and meets(r["drop"], self.budget)), None)
 
 
-class _Cached:
-    """The float model with its answers on the held-out images computed once."""
-
-    def __init__(self, model: FloatModel, reference: list) -> None:
-        self._model, self._reference = model, reference
-        self.output_names, self.runtime = model.output_names, model.runtime
-
-    def predict(self, x: np.ndarray) -> list:
-        return self._reference
-
-
 def line(row: dict, budget: float) -> str:
     """One trial as `convert` prints it."""
     if row.get("drop") is None:
@@ -116,39 +101,41 @@ def line(row: dict, budget: float) -> str:
             f"{row['ops_tpu']}/{row['ops_total']} ops, {macs}; {row['seconds']:.1f} s")
 
 
-def tune(p, model: FloatModel, saved: str, cal: Dataset, calibration: np.ndarray, plain, data: Dataset,
-         source: str, labels: Optional[np.ndarray], say: Say) -> dict:
-    """The trials; writes the kept model over `--output` when it is not the plain one. Returns
-    what the sidecar records: budget, metric, every trial, the choice, and whether it met."""
+def tune(p, saved: str, cal: Dataset, calibration: np.ndarray, plain, measure: Measure, say: Say,
+         fit: Optional[Callable] = None) -> dict:
+    """The trials, each measured by `measure` (with `source` and `samples`: where, on how many
+    images); writes the kept model over `--output` when it is not the plain one. `fit`: how
+    images become inputs when more calibration images are loaded (a YOLO export's letterbox).
+    Returns what the sidecar records: budget, metric, every trial, the choice, and whether it met."""
     from edgeapp.flows.convert.data import write_atomic
 
     job = p.job
-    trials = _Trials(model, data, job.mean, job.std, source, labels, job.io, job.max_drop, say)
+    trials = _Trials(measure, job.io, job.max_drop, say)
     try:
         trials.measure("plain", plain.flatbuffer, time.monotonic(), {})
         if not trials.met():
-            _fixes(trials, p, saved, cal, calibration, plain, say)
+            _fixes(trials, p, saved, cal, calibration, plain, say, fit)
         chosen = trials.met() or trials.best()
         if chosen is not None and chosen["trial"] != "plain":
             write_atomic(job.output, trials.files[chosen["trial"]])
     finally:
         trials.tmp.cleanup()
     rows = [{k: v for k, v in r.items() if k not in ("detail", "order")} for r in trials.rows]
-    return {"budget": job.max_drop, "metric": rows[0].get("metric"), "measured_on": source,
-            "samples": int(len(data.x)), "trials": rows,
-            "chosen": chosen["trial"] if chosen else None,
-            "met": bool(chosen and meets(chosen["drop"], job.max_drop)),
-            "detail": chosen.get("detail") if chosen else None}
+    return {"budget": job.max_drop, "metric": next((r["metric"] for r in rows if r.get("metric")), None),
+            "measured_on": getattr(measure, "source", None), "samples": getattr(measure, "samples", None),
+            "trials": rows, "chosen": chosen["trial"] if chosen else None,
+            "met": bool(chosen and meets(chosen["drop"], job.max_drop))}
 
 
-def _fixes(trials: _Trials, p, saved: str, cal: Dataset, calibration: np.ndarray, plain, say: Say) -> None:
+def _fixes(trials: _Trials, p, saved: str, cal: Dataset, calibration: np.ndarray, plain, say: Say,
+           fit: Optional[Callable]) -> None:
     """The trials after plain, cheapest first, stopping at the first that meets the budget."""
     from edgeapp.flows.convert import requantize as rq
 
     job = p.job
     say(f"--max-drop {job.max_drop:g}: plain int8 loses more; calibrating once for the trials")
     base = {"ranges": None, "calibrated": rq.calibrate(saved, calibration, job.io), "calibration": calibration,
-            "saved": saved}
+            "saved": saved, "fit": fit}
     for step in (_per_channel, _more_calibration, _ranges, _bias_correction, _float_tail):
         try:
             step(trials, base, p, cal, plain, say)
@@ -180,7 +167,7 @@ def _more_calibration(trials: _Trials, base: dict, p, cal: Dataset, plain, say: 
     started = time.monotonic()
     h, w, c = cal.x.shape[1:4]
     bigger = normalize(load_dataset(p.calibration, (w, h), c, want, seed=2, say=say,
-                                        decode=p.job.decode), p.job.mean, p.job.std)
+                                    decode=p.job.decode, fit=base["fit"]), p.job.mean, p.job.std)
     more = rq.calibrate(base["saved"], bigger, p.job.io)
     row = trials.measure("more calibration", rq.requantize(more.data, p.job.io), started,
                          {"calibration_samples": int(len(bigger))})

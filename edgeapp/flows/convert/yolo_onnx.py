@@ -42,6 +42,7 @@ class YoloHead:
     box_convs: list  # tensor names of the box Convs' outputs (1, 64, h, w), per level
     cls_convs: list  # tensor names of the class Convs' outputs (1, nc, h, w), per level
     metadata: dict = field(default_factory=dict)  # Ultralytics' metadata_props, parsed
+    rewrites: list = field(default_factory=list)  # blocks rewritten for the Edge TPU (attention.py)
 
     @property
     def anchors(self) -> int:
@@ -107,7 +108,7 @@ def find_head(model, path: Path) -> Optional[YoloHead]:
 def _check_output(model, head: YoloHead, path: Path) -> None:
     """The export's own output must be the plain (1, 4 + nc, N): the float original that
     agreement runs (an export with nms=True ends in its own NMS)."""
-    shapes = _shapes(model)
+    shapes = tensor_shapes(model)
     outs = [shapes.get(o.name) for o in model.graph.output]
     if outs != [[1, 4 + head.nc, head.anchors]]:
         raise ConvertError(f"{path}: an Ultralytics export with outputs {outs}, not [1, {4 + head.nc}, "
@@ -123,7 +124,7 @@ def _graph_head(model, names: Optional[dict]) -> Optional[YoloHead]:
         return None
     produced = {o: n for n in model.graph.node for o in n.output}
     weights = {i.name: i for i in model.graph.initializer}
-    shapes = _shapes(model)
+    shapes = tensor_shapes(model)
     convs = _last_convs(model, produced, dfl)
     by_grid: dict = {}
     for conv in convs:
@@ -229,7 +230,7 @@ def _input_name(model) -> str:
     return next(i.name for i in model.graph.input if i.name not in inits)
 
 
-def _shapes(model) -> dict:
+def tensor_shapes(model) -> dict:
     """Tensor name -> static shape (ints, or None per unknown dim), from ONNX shape inference."""
     import onnx
 

@@ -1,0 +1,78 @@
+"""`convert yolo.onnx --max-drop X` on the trained YOLOv8 export of tests/fixtures/yolo_onnx: with
+labelled data (`--eval` an Ultralytics data.yaml) the budget is in mAP50-95 as `edgeapp eval`
+computes it, and every trial either applies to the detector (letterboxed calibration images
+included) or is skipped with why; without labels it is in box agreement, the int8 model's mAP
+against the float export's own boxes. Each conversion runs as a user runs it (a subprocess,
+offline).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from edgeapp.errors import ExitCode
+
+pytest.importorskip("onnx2tf", reason="the onnx extra: pip install -e '.[dev]'")
+pytest.importorskip("pycocotools", reason="the eval extra: pip install -e '.[dev]'")
+
+FIXTURES = ROOT / "tests" / "fixtures" / "yolo_onnx"
+ONNX = FIXTURES / "yolov8_shapes_256.onnx"
+DATA = FIXTURES / "shapes_val" / "data.yaml"
+OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+
+
+def edgeapp(*args):
+    return subprocess.run([sys.executable, "-m", "edgeapp", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **OFFLINE})
+
+
+def test_with_labelled_data_every_trial_is_measured_in_evals_map(tmp_path):
+    """Budget 0: no int8 file scores above the float export, so every trial runs (exit 14, the
+    best one written); 16 calibration images leave `more calibration` room to load more."""
+    out = tmp_path / "shapes.tflite"
+    proc = edgeapp("convert", ONNX, "-o", out, "-c", FIXTURES / "shapes_calib", "--samples", "16", "--eval", DATA,
+                   "--max-drop", "0", "--format", "json")
+    assert proc.returncode in (0, ExitCode.OVER_BUDGET), proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    tuned = report["max_drop"]
+    assert tuned["metric"] == "mAP50-95" and tuned["samples"] == 84, tuned
+    assert tuned["measured_on"].startswith(f"--eval Ultralytics data.yaml {DATA}")
+    names = [t["trial"] for t in tuned["trials"]]
+    assert names[:5] == ["plain", "per-channel weights", "more calibration", "ranges re-measured", "ranges clipped"]
+    assert any(n.startswith("float tail") for n in names), names
+    for t in tuned["trials"]:  # measured in mAP50-95, or skipped with why; none failed
+        assert t.get("metric") == "mAP50-95" or t.get("skipped"), t
+        assert not t.get("error"), t
+    more = next(t for t in tuned["trials"] if t["trial"] == "more calibration")
+    assert more["calibration_samples"] == 52 and more["drop"] < 0.02, more  # all that the held-out split leaves
+    chosen = next(t for t in tuned["trials"] if t["trial"] == tuned["chosen"])
+    assert chosen["drop"] == min(t["drop"] for t in tuned["trials"] if t.get("drop") is not None)
+    # the values are eval's: the float export and the written model through `edgeapp eval`
+    ev = edgeapp("eval", ONNX, out, "--data", DATA, "--format", "json")
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    flt, int8 = json.loads(ev.stdout)["models"]
+    assert int8["metrics"]["map"] == chosen["int8"] and report["eval"]["int8"]["metrics"]["map"] == chosen["int8"]
+    assert flt["metrics"]["map"] == pytest.approx(chosen["float"], abs=1e-4)
+    assert "trial plain: mAP50-95 float" in proc.stderr
+
+
+def test_without_labels_the_budget_is_in_box_agreement(tmp_path):
+    """No labelled data: the float export's boxes on the held-out calibration images are the
+    truth; a budget the plain conversion meets keeps it."""
+    out = tmp_path / "shapes.tflite"
+    proc = edgeapp("convert", ONNX, "-o", out, "-c", FIXTURES / "shapes_calib", "--max-drop", "0.05",
+                   "--format", "json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    recorded = json.loads(out.with_suffix(".json").read_text())["max_drop"]
+    assert recorded["metric"] == "box agreement mAP50-95" and recorded["chosen"] == "plain" and recorded["met"]
+    assert recorded["measured_on"] == "held-out calibration images" and recorded["samples"] == 12
+    plain = recorded["trials"][0]
+    det = report["agreement_detail"]["detection"]
+    assert plain["float"] == 1.0 and plain["int8"] == det["map50_95"] and det["float_boxes"] > 20
+    assert plain["drop"] == pytest.approx(1.0 - det["map50_95"])
+    assert "trial plain: box agreement mAP50-95 float 1.0000" in proc.stderr
