@@ -31,6 +31,7 @@ from edgeapp.core.zones import parse_line, parse_zone
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.camera.tracking import TrackingSettings
+from edgeapp.flows.evaluate import differences, evaluate, read_data, report
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
 from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.tasks import kind, names
@@ -101,8 +102,6 @@ class Model:
         dataset, images/ + masks/, a COCO keypoints JSON; `images`: a COCO JSON's image
         folder), as `edgeapp eval --format json` reports it: {"data": {...}, "models": [{"model",
         "runs_on", "images", "failed", "images_per_s", "median_ms", "metrics": {...}}]}."""
-        from edgeapp.flows.evaluate import differences, evaluate, read_data, report
-
         found = read_data(Path(data), Path(images) if images is not None else None)
         result = evaluate(self._opened, found, workers)
         differences([result.entry])

@@ -30,10 +30,8 @@ class EdgeappGroup(Group):
     def _lazy(self) -> Dict[str, Tuple[Callable[[], Any], Callable[[], str]]]:
         """name -> (build the command, its one-line summary), for each task and the camera."""
         if self._lazy_commands is None:
-            from edgeapp.cli.task_commands import task_command
-
             lazy: Dict[str, Tuple[Callable[[], Any], Callable[[], str]]] = {
-                name: ((lambda n=name: task_command(n)), (lambda n=name: tasks.summary(n)))
+                name: ((lambda n=name: _task_command(n)), (lambda n=name: tasks.summary(n)))
                 for name in tasks.names()}
             lazy["camera"] = (camera.command, lambda: camera.SUMMARY)
             self._lazy_commands = lazy
@@ -69,6 +67,14 @@ class EdgeappGroup(Group):
         listed = dict(super().command_summaries(ctx))
         return [(name, summary_line(lazy[name][1]()) if name in lazy else listed[name])
                 for name in self.list_commands(ctx) if name in lazy or name in listed]
+
+
+def _task_command(name: str) -> Any:
+    """Task `name`'s command: its module is imported only when the command is run or its help
+    asked for, not for `edgeapp --help`."""
+    from edgeapp.cli.task_commands import task_command
+
+    return task_command(name)
 
 
 app = typer.Typer(

@@ -8,6 +8,8 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
+from edgeapp.cli.check import verdict_line
+from edgeapp.cli.compile import render
 from edgeapp.cli.options import (
     Decode,
     ReportFormat,
@@ -17,6 +19,7 @@ from edgeapp.cli.options import (
     say,
 )
 from edgeapp.core.units import format_bytes
+from edgeapp.errors import ExitCode, MissingDependency, UsageError
 
 app = typer.Typer()
 
@@ -126,8 +129,6 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
 
 def over_budget(result: dict) -> int:
     """Exit 14 when --max-drop was asked and no trial met it (the best model is written)."""
-    from edgeapp.errors import ExitCode
-
     tuned = result.get("max_drop")
     if not tuned or tuned["met"]:
         return 0
@@ -138,8 +139,6 @@ def over_budget(result: dict) -> int:
 
 def _std(std: Optional[float], scale: Optional[str]) -> float:
     """--std, or 1/--scale (a number or a fraction such as 1/255); never both."""
-    from edgeapp.errors import UsageError
-
     if scale is not None:
         if std is not None:
             raise UsageError("give --std or --scale, not both (--scale S is --std 1/S)")
@@ -161,8 +160,6 @@ def _std(std: Optional[float], scale: Optional[str]) -> float:
 
 def parse_input_size(text: Optional[str]) -> Optional[tuple]:
     """`224x224` (or `224,224`, or one number for a square) -> (height, width)."""
-    from edgeapp.errors import UsageError
-
     if text is None:
         return None
     parts = text.lower().replace(",", "x").split("x")
@@ -183,8 +180,6 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
     the exit code: 0, or the compile step's code when it ran and did not map everything, or 7
     when --compile was asked for and there is no compiler (the model was converted, but a
     script must not take it for compiled)."""
-    from edgeapp.cli.check import verdict_line
-    from edgeapp.errors import MissingDependency
     from edgeapp.flows.check import check_file, predicted_compiler
 
     version, why = predicted_compiler()  # as `edgeapp check` predicts: the installed compiler's
@@ -213,8 +208,6 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
         return int(missing.exit_code)
     if compiled is None:
         return 0
-    from edgeapp.cli.compile import render
-
     if fmt != ReportFormat.json.value:
         typer.echo("")
         typer.echo(render(compiled))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from edgeapp.core.labels import read_labels
 from edgeapp.errors import UsageError
 from edgeapp.flows.inputs import IMAGE_SUFFIXES
 
@@ -126,8 +127,6 @@ def read_masks(root: Path) -> EvalData:
     names: Dict[Any, str] = {}
     labels = root / "labels.txt"
     if labels.is_file():
-        from edgeapp.core.labels import read_labels
-
         names = dict(read_labels(labels))
     return EvalData("segmentation", "images and masks", root, [str(p) for p in images],
                     [p.stem for p in images], names, [str(masks[p.stem]) for p in images])

@@ -15,11 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from edgeapp.errors import InvalidModel, UsageError, WrongTask
+from edgeapp.core.labels import read_labels
+from edgeapp.core.meta import read_meta
+from edgeapp.core.tflite.model import load_model
+from edgeapp.errors import EdgeappError, InvalidModel, UsageError, WrongTask
+from edgeapp.execution.runner import SingleRunner
+from edgeapp.flows import eval_coco
 from edgeapp.flows.batch import iter_records
-from edgeapp.flows.eval_data import EvalData
-from edgeapp.flows.open_task import OpenTask, Placement
-from edgeapp.tasks.base import BoundTask, Scorer
+from edgeapp.flows.convert.float_engine import is_float_source, open_float
+from edgeapp.flows.eval_data import EvalData, read_class_folders, read_csv, read_masks
+from edgeapp.flows.open_task import OpenTask, Placement, open_task
+from edgeapp.hw.hostinfo import usable_cores
+from edgeapp.tasks import guess_from, kind, names, task_for
+from edgeapp.tasks.base import BoundTask, Scorer, bind
+from edgeapp.tasks.model import ImageModel, input_spec
 
 Say = Callable[[str], None]
 DATA_WORDS = {"classification": "classification data (class labels)",
@@ -80,9 +89,6 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
 
 def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
     """The labelled data `data` names (a file or a folder, the format found from it)."""
-    from edgeapp.flows import eval_coco
-    from edgeapp.flows.eval_data import read_class_folders, read_csv, read_masks
-
     if not data.exists():
         raise UsageError(f"--data {data}: not found")
     suffix = data.suffix.lower()
@@ -129,22 +135,15 @@ def open_model(model: str, place: Placement, *, labels_file: Any = None,
     Keras source on ONNX Runtime / TensorFlow with the preprocessing of its conversion: --mean/
     --std, else its own sidecar, else the sidecar of the int8 model converted from it among
     `sidecars` (their "source"), else its metadata (Ultralytics: pixels / 255)."""
-    from edgeapp.flows.convert.float_engine import is_float_source
-
     path = Path(str(model))
     if path.exists() and is_float_source(path):
         return _open_float(path, labels_file, mean, std, sidecars)
-    from edgeapp.flows.open_task import open_task
-
     return open_task(model, None, place, labels_file=labels_file, mean=mean, std=std,
                      on_notice=say, cpu_replicas=cpu_replicas)
 
 
 def _open_float(path: Path, labels_file: Any, mean: Optional[float], std: Optional[float],
                 sidecars: Sequence[Any]) -> OpenTask:
-    from edgeapp.core.labels import read_labels
-    from edgeapp.flows.convert.float_engine import open_float
-
     engine = open_float(path)
     meta = conversion_meta(path, sidecars) or engine.meta
     labels = read_labels(labels_file) if labels_file else (meta.labels or engine.meta.labels)
@@ -155,11 +154,6 @@ def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[f
                 std: Optional[float] = None) -> OpenTask:
     """A float engine (flows/convert/float_engine.py) bound to its task as `classify` binds a
     .tflite: the task from `meta` or the outputs, the input fitted as the int8 model's is."""
-    from edgeapp.execution.runner import SingleRunner
-    from edgeapp.tasks import task_for
-    from edgeapp.tasks.base import bind
-    from edgeapp.tasks.model import ImageModel, input_spec
-
     try:
         model = ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std))
         task = bind(task_for(engine, meta), model)
@@ -173,8 +167,6 @@ def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[f
 
 def conversion_meta(path: Path, sidecars: Sequence[Any]) -> Any:
     """The sidecar of `path` itself, else of a model converted from it (its "source")."""
-    from edgeapp.core.meta import read_meta
-
     own = read_meta(path)
     if own.source and own.source.endswith(".json"):
         return own
@@ -194,8 +186,6 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
     """Every model on the same data, in order; the first is the reference of each "delta".
     `progress(total, label)` gives a context manager yielding `advance` (cli.options.progress_bar)."""
     import contextlib
-
-    from edgeapp.hw.hostinfo import usable_cores
 
     tflites = [m for m in models if str(m).endswith(".tflite")]
     out = []
@@ -252,8 +242,6 @@ def report(data: EvalData, results: List[ModelEval]) -> dict:
 def refuse_unknown(models: Sequence[str], data: Optional[EvalData] = None) -> None:
     """Before any model runs: a MODEL that is neither a file nor a folder nor a Coral name, or
     a .tflite whose task (its sidecar's, else its outputs') is not the data's, is exit 4."""
-    from edgeapp.tasks import kind
-
     for m in models:
         p = Path(str(m))
         if not p.exists() and (p.suffix or "/" in str(m)):
@@ -266,11 +254,6 @@ def refuse_unknown(models: Sequence[str], data: Optional[EvalData] = None) -> No
 
 def file_task(path: Path) -> Optional[str]:
     """The task of a .tflite file from the file alone (no runtime), or None when unsure."""
-    from edgeapp.core.meta import read_meta
-    from edgeapp.core.tflite.model import load_model
-    from edgeapp.errors import EdgeappError
-    from edgeapp.tasks import guess_from, names
-
     if path.suffix.lower() != ".tflite" or not path.is_file():
         return None
     meta = read_meta(path)

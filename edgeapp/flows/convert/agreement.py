@@ -14,16 +14,15 @@ from typing import Optional
 
 import numpy as np
 
-from edgeapp.core.quant_metrics import class_agreement, compare_outputs, is_class_vector
+from edgeapp.core.preprocess import quantize_input
+from edgeapp.core.quant_metrics import align, class_agreement, compare_outputs, is_class_vector
 from edgeapp.flows.convert.base import FloatModel
 from edgeapp.flows.convert.data import Dataset, normalize
+from edgeapp.hw.runtime import open_engine
 
 
 def run_int8(path: Path, data: Dataset, mean: float, std: float) -> list:
     """Dequantized outputs of the int8 model, one (N, ...) array per output."""
-    from edgeapp.core.preprocess import quantize_input
-    from edgeapp.hw.runtime import open_engine
-
     engine = open_engine(path, "cpu")
     scale, zero = engine.input_quantization
     dtype = engine.input_dtype
@@ -62,8 +61,6 @@ def measure(path: Path, model: FloatModel, data: Dataset, mean: float, std: floa
               "outputs": outputs, "agreement": None, "float_accuracy": None, "int8_accuracy": None,
               "float_top5": None, "int8_top5": None}
     if class_scores and reference and test and is_class_vector(reference[0].shape):
-        from edgeapp.core.quant_metrics import align
-
         got = align(reference[0], test[0])
         if got is not None:
             report.update(class_agreement(reference[0], got, labels if labels is not None else data.y))

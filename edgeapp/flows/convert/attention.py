@@ -34,6 +34,8 @@ from typing import Optional
 
 import numpy as np
 
+from edgeapp.flows.convert.yolo_onnx import tensor_shapes
+
 SWAP_LAST = [0, 1, 3, 2]
 
 
@@ -99,8 +101,6 @@ class _Graph:
 
 def _shapes(model) -> dict:
     """Tensor name -> static shape, for the tensors ONNX shape inference fixes completely."""
-    from edgeapp.flows.convert.yolo_onnx import tensor_shapes
-
     return {k: v for k, v in tensor_shapes(model).items() if v and None not in v}
 
 

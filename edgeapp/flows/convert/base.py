@@ -13,6 +13,7 @@ from typing import Callable, ContextManager, Optional
 import numpy as np
 
 from edgeapp.errors import MissingDependency
+from edgeapp.hw.native_stderr import filtered_native_stderr
 
 # progress(total, label) -> a context manager giving `advance()` or None (cli.options.progress_bar)
 Progress = Callable[[int, str], ContextManager[Optional[Callable[[], None]]]]
@@ -35,8 +36,6 @@ class FloatModel:
 
 def tensorflow():
     """Import TensorFlow (seconds), keeping its routine native start-up lines off the terminal."""
-    from edgeapp.hw.native_stderr import filtered_native_stderr
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         with filtered_native_stderr():  # absl's and oneDNN's start-up lines, past the log level

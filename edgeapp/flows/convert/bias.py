@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgeapp.core.edgetpu_ops import constant_reader
 from edgeapp.core.quant_tune import bias_shift
 from edgeapp.core.tflite.model import parse_model
 from edgeapp.core.tflite.patch import replace_constants
@@ -23,8 +24,6 @@ SAMPLES = 32
 def correct_biases(int8: bytes, float_model: bytes, x: np.ndarray) -> tuple:
     """(corrected flatbuffer, layers corrected). `float_model`: the calibrated float TFLite
     model the int8 one was quantized from (same tensor names); `x`: normalized inputs."""
-    from edgeapp.core.edgetpu_ops import constant_reader
-
     x = x[:SAMPLES]
     model = parse_model(int8, "int8")
     read = constant_reader(int8)

@@ -15,9 +15,25 @@ from typing import Optional
 
 import numpy as np
 
-from edgeapp.core.yolo import CONF, IOU, MAX_DET, PAD_VALUE, YoloLayout, decode, letterbox, nms
+from edgeapp.core.coco_eval import box_metrics
+from edgeapp.core.preprocess import quantize_input
+from edgeapp.core.yolo import (
+    CONF,
+    IOU,
+    MAX_DET,
+    PAD_VALUE,
+    YoloLayout,
+    decode,
+    engine_yolo_layout,
+    find_yolo_layout,
+    letterbox,
+    nms,
+    output_quantization,
+)
+from edgeapp.errors import MissingDependency
 from edgeapp.flows.convert.data import Dataset, normalize
 from edgeapp.flows.convert.yolo_onnx import REG_MAX, YoloHead
+from edgeapp.hw.runtime import open_engine
 
 EVAL_CONF = 0.001  # the score floor of a mAP evaluation (Ultralytics' val uses the same)
 
@@ -62,8 +78,6 @@ def float_detections(session, input_name: str, layout_nchw: bool, x: np.ndarray,
         raw = raw.reshape(raw.shape[-2:]).astype(np.float32).copy()
         raw[:4] /= np.array([w, h, w, h], np.float32)[:, None]  # decode_v8 reads normalized boxes
         if layout is None:
-            from edgeapp.core.yolo import find_yolo_layout
-
             layout = find_yolo_layout([(1,) + raw.shape], (w, h), "yolov8")
         out.append(_nms(decode([raw[None]], [(0.0, 0)], layout, (w, h), conf)))
     return out
@@ -73,10 +87,6 @@ def int8_detections(path: Path, data: Dataset, mean: float, std: float, entry: d
                     conf: float = EVAL_CONF) -> list:
     """The int8 model run as `detect` runs it (input quantization, the sidecar's layout, decode
     and NMS on the CPU), per image."""
-    from edgeapp.core.preprocess import quantize_input
-    from edgeapp.core.yolo import engine_yolo_layout, output_quantization
-    from edgeapp.hw.runtime import open_engine
-
     engine = open_engine(path, "cpu")
     layout: YoloLayout = engine_yolo_layout(engine, None, entry)
     quant = output_quantization(engine)
@@ -98,9 +108,6 @@ def coco_map(truth: list, found: list, classes: int) -> Optional[dict]:
     """COCO box mAP50-95 and mAP50 of `found` against `truth` (per image lists of (score,
     class, xyxy); truth's scores ignored), by `eval`'s own evaluator (core/coco_eval); None
     without its library or without truth."""
-    from edgeapp.core.coco_eval import box_metrics
-    from edgeapp.errors import MissingDependency
-
     anns, dets = [], []
     for image, (t, f) in enumerate(zip(truth, found)):
         for _, c, b in t:

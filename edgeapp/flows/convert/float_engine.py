@@ -21,6 +21,7 @@ from edgeapp.core.meta import ModelMeta, metadata_names
 from edgeapp.errors import InvalidModel, MissingDependency
 from edgeapp.flows.convert import source_format
 from edgeapp.flows.convert.base import first_line
+from edgeapp.flows.convert.keras import load_keras
 
 
 class FloatEngine:
@@ -66,8 +67,6 @@ def open_float(path: Path) -> FloatEngine:
 
 
 def _keras(path: Path) -> FloatEngine:
-    from edgeapp.flows.convert.keras import load_keras
-
     return engine_for(path, load_keras(path), ModelMeta())
 
 

@@ -12,9 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from edgeapp.core.embedding import EMBED_TASK, embedding_output
+from edgeapp.core.meta import ModelMeta, write_sidecar
 from edgeapp.core.naming import convert_log_path, report_path, report_plot_path
+from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import MissingDependency, UsageError
-from edgeapp.flows.convert import source_format
+from edgeapp.flows.convert import detection, measures, onnx_graph, source_format, yolo_onnx
+from edgeapp.flows.convert.agreement import measure, truth_labels
 from edgeapp.flows.convert.base import FloatModel, Progress, no_progress
 from edgeapp.flows.convert.data import (
     Sources,
@@ -25,6 +29,17 @@ from edgeapp.flows.convert.data import (
     normalize,
     split_held_out,
 )
+from edgeapp.flows.convert.detection import letterboxer, sidecar_entry
+from edgeapp.flows.convert.float_engine import engine_for, meta_from_props
+from edgeapp.flows.convert.keras import load_keras
+from edgeapp.flows.convert.measures import TaskMetric
+from edgeapp.flows.convert.onnx import load_onnx, ort_session
+from edgeapp.flows.convert.onnx_graph import fixed_model
+from edgeapp.flows.convert.quantize import exported, quantize
+from edgeapp.flows.convert.report import layer_report
+from edgeapp.flows.convert.tune import tune
+from edgeapp.flows.evaluate import is_labelled_data, open_engine, read_data
+from edgeapp.tasks import guess_from, kind
 
 Say = Callable[[str], None]
 
@@ -86,8 +101,6 @@ def prepare(job: ConvertJob) -> Prepared:
                          "measures on a folder of its own")
     prepared = Prepared(job, fmt, found, held, notes=notes, eval_data=labelled)
     if fmt == "onnx":
-        from edgeapp.flows.convert import onnx_graph, yolo_onnx
-
         start = time.perf_counter()
         onnx_graph.onnx2tf_ops_folder()  # the extra is installed (exit 7 otherwise)
         model = onnx_graph.read_onnx(job.model)
@@ -109,8 +122,6 @@ def _eval_sources(eval_dir: Optional[Path]) -> tuple:
     only (agreement then uses held-out calibration images); loose images agreement's only."""
     if eval_dir is None:
         return None, None
-    from edgeapp.flows.evaluate import is_labelled_data, read_data
-
     if is_labelled_data(eval_dir):
         return None, read_data(eval_dir)
     held = find_sources(eval_dir, "--eval")
@@ -119,8 +130,6 @@ def _eval_sources(eval_dir: Optional[Path]) -> tuple:
 
 def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
     """Convert, write, measure; returns the report (`convert --format json` prints it)."""
-    from edgeapp.flows.convert.quantize import exported, quantize
-
     job, times = p.job, p.times
     for note in p.notes:
         say(note)
@@ -179,16 +188,12 @@ def _timed(times: dict, step: str):
 def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> tuple:
     job = p.job
     if p.format == "keras":
-        from edgeapp.flows.convert.keras import load_keras
-
         say(f"loading {job.model} (TensorFlow)")
         model = load_keras(job.model)
         h, w, c = model.input_shape
         with _timed(p.times, "load the calibration images"):
             return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say,
                                       decode=job.decode)
-    from edgeapp.flows.convert.onnx import load_onnx
-
     inp = p.onnx_input
     with _timed(p.times, "load the calibration images"):
         cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say,
@@ -208,8 +213,6 @@ def _fit(p: Prepared):
     """How images become inputs besides classify's resize: a YOLO export's letterbox."""
     if p.yolo is None:
         return None
-    from edgeapp.flows.convert.detection import letterboxer
-
     return letterboxer((p.onnx_input.width, p.onnx_input.height))
 
 
@@ -226,8 +229,6 @@ def _report_base(p: Prepared, model: FloatModel, q, samples: int) -> dict:
 def _embedding_depth(p: Prepared, tflite, cal) -> Optional[int]:
     """D when the written model is an embedding extractor (core/embedding.py), whose outputs are
     features, not class scores: no top-1 against the class folders, no labels for them."""
-    from edgeapp.core.embedding import embedding_output
-
     names = p.job.labels or p.job.val_labels
     count = len(names) if names else (len(cal.class_names) if cal.class_names else None)
     return embedding_output(tflite, count)
@@ -235,8 +236,6 @@ def _embedding_depth(p: Prepared, tflite, cal) -> Optional[int]:
 
 def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
     """(images, where they come from, their class indices or None) for measuring int8."""
-    from edgeapp.flows.convert.agreement import truth_labels
-
     job = p.job
     h, w, c = model.input_shape
     if p.held_out is not None:
@@ -249,8 +248,6 @@ def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
 
 
 def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
-    from edgeapp.flows.convert.agreement import measure
-
     data, source, labels = _held_out(p, model, cal, say)
     found = measure(p.job.output, model, data, p.job.mean, p.job.std, source, labels, class_scores)
     if p.yolo is not None:
@@ -260,10 +257,6 @@ def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool
 
 def _box_agreement(p: Prepared, data, source: str, say: Say):
     """flows/convert/detection.BoxAgreement on `data`: the float export's boxes found once."""
-    from edgeapp.flows.convert import detection
-    from edgeapp.flows.convert.onnx import ort_session
-    from edgeapp.flows.convert.onnx_graph import fixed_model
-
     inp = p.onnx_input
     say(f"measuring detections of float vs int8 on {len(data.x)} image(s)")
     session = ort_session(fixed_model(p.onnx, inp))
@@ -276,10 +269,6 @@ def _max_drop(p: Prepared, model: FloatModel, saved: str, cal, calibration, q, r
     """--max-drop's trials, measured in the task's metric on labelled data (`task`), else in box
     agreement (a YOLO export), else in top-1 or cosine agreement; when another model than the
     plain one is kept, the report describes the kept one."""
-    from edgeapp.core.tflite.model import load_model
-    from edgeapp.flows.convert import measures
-    from edgeapp.flows.convert.tune import tune
-
     measure = task
     if measure is None:
         data, source, labels = _held_out(p, model, cal, say)
@@ -305,11 +294,6 @@ def _task_metric(p: Prepared, model: FloatModel, cal, embedding: Optional[int], 
     if embedding is not None:
         say("an embedding extractor has no task metric: --eval measures agreement only")
         return None
-    from edgeapp.core.meta import ModelMeta
-    from edgeapp.flows.convert.float_engine import engine_for, meta_from_props
-    from edgeapp.flows.convert.measures import TaskMetric
-    from edgeapp.flows.evaluate import open_engine
-
     job = p.job
     own = meta_from_props({m.key: m.value for m in getattr(p.onnx, "metadata_props", [])})
     written = _labels(p, cal)  # the sidecar's: `eval` reads them for the int8 model and its source
@@ -326,12 +310,8 @@ def _task_metric(p: Prepared, model: FloatModel, cal, embedding: Optional[int], 
 def _int8_meta(p: Prepared, labels: Optional[dict]):
     """What the written model's sidecar will say about opening it (labels, preprocessing, the
     JPEG decode, a YOLO export's layout): each int8 file `eval`'s flow measures opens with it."""
-    from edgeapp.core.meta import ModelMeta
-
     extra = {}
     if p.yolo is not None:
-        from edgeapp.flows.convert.detection import sidecar_entry
-
         extra["yolo"] = sidecar_entry(p.yolo, p.onnx_input.width, p.onnx_input.height)
     job = p.job
     return ModelMeta(labels=labels, mean=job.mean, std=job.std, task="detect" if p.yolo is not None else None,
@@ -349,8 +329,6 @@ def _labels(p: Prepared, cal) -> Optional[dict]:
 
 
 def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, say: Say) -> dict:
-    from edgeapp.flows.convert.report import layer_report
-
     say(f"measuring each layer's quantization error on {min(len(calibration), 32)} image(s)")
     layers = layer_report(saved, calibration, q.model, q.flatbuffer, model.layer_names)
     out = report_path(p.job.output)
@@ -371,10 +349,6 @@ def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, sa
 
 def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
     """The task by the outputs, and the sidecar X.json: labels, preprocessing, agreement."""
-    from edgeapp.core.embedding import EMBED_TASK
-    from edgeapp.core.meta import ModelMeta, write_sidecar
-    from edgeapp.tasks import guess_from, kind
-
     job = p.job
     shapes = [t.shape for t in tflite.output_tensors]
     if p.yolo is not None:  # a YOLO export names its classes
@@ -392,8 +366,6 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
     agreement = {k: v for k, v in report["agreement_detail"].items()}
     extra = {"source": str(job.model), "agreement": agreement}
     if p.yolo is not None:
-        from edgeapp.flows.convert.detection import sidecar_entry
-
         extra["yolo"] = sidecar_entry(p.yolo, p.onnx_input.width, p.onnx_input.height)
     if report.get("eval"):
         ev = report["eval"]

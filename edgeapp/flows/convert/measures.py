@@ -21,9 +21,16 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
+from edgeapp.core.coco_eval import cocotools
+from edgeapp.core.meta import write_sidecar
+from edgeapp.core.naming import sidecar_path
 from edgeapp.core.quant_tune import box_metric_of, metric_of, task_metric_of
+from edgeapp.errors import ConvertError, MissingDependency
+from edgeapp.flows.convert.agreement import measure
 from edgeapp.flows.convert.base import FloatModel
 from edgeapp.flows.convert.data import Dataset, normalize
+from edgeapp.flows.evaluate import compared, evaluate, scalar_metrics
+from edgeapp.flows.open_task import Placement, open_task
 
 Say = Callable[[str], None]
 
@@ -51,8 +58,6 @@ class Agreement:
         self.class_scores, self.source, self.samples = class_scores, source, int(len(data.x))
 
     def __call__(self, path: Path) -> Measured:
-        from edgeapp.flows.convert.agreement import measure
-
         detail = measure(path, self.float_model, self.data, self.mean, self.std, self.source,
                          self.labels, self.class_scores)
         return Measured(*metric_of(detail), detail)
@@ -81,8 +86,6 @@ class Boxes:
     def __call__(self, path: Path) -> Measured:
         detail = self.agreement(path)
         if detail["map50_95"] is None:
-            from edgeapp.errors import ConvertError
-
             raise ConvertError(f"box agreement: {detail['note']}")
         return Measured(*box_metric_of(detail), detail)
 
@@ -90,9 +93,6 @@ class Boxes:
 def boxes(agreement: Any, say: Say) -> Optional[Boxes]:
     """Box agreement as the trials' measure, or None (said why) when it cannot measure: the
     float model finds no box on the held-out images, or no COCO evaluator is installed."""
-    from edgeapp.core.coco_eval import cocotools
-    from edgeapp.errors import MissingDependency
-
     why = None if agreement.has_boxes else f"the float model finds no box on {agreement.source}"
     try:
         cocotools()
@@ -112,8 +112,6 @@ class TaskMetric:
     what = "the task's metric as `eval` computes it"
 
     def __init__(self, float_task: Any, data: Any, meta: Any) -> None:
-        from edgeapp.flows.evaluate import evaluate
-
         self.data, self.meta = data, meta
         self.reference = evaluate(float_task, data)
         self.source, self.samples = f"--eval {data.describe()}", len(data.paths)
@@ -122,11 +120,6 @@ class TaskMetric:
 
     def evaluate(self, path: Path) -> Any:
         """eval's measurement (flows/evaluate.ModelEval) of the int8 file at `path`."""
-        from edgeapp.core.meta import write_sidecar
-        from edgeapp.core.naming import sidecar_path
-        from edgeapp.flows.evaluate import evaluate
-        from edgeapp.flows.open_task import Placement, open_task
-
         self._count += 1
         copy = Path(self._tmp.name) / f"{self._count}_{Path(path).name}"
         shutil.copyfile(path, copy)
@@ -141,8 +134,6 @@ class TaskMetric:
         return result
 
     def __call__(self, path: Path) -> Measured:
-        from edgeapp.flows.evaluate import scalar_metrics
-
         got = self.evaluate(path)
         ref, mine = self.reference.entry["metrics"], got.entry["metrics"]
         detail = {"measured_on": self.source, "samples": self.samples, "float": scalar_metrics(ref),
@@ -151,8 +142,6 @@ class TaskMetric:
 
     def report(self, path: Path) -> dict:
         """Float vs the int8 file at `path` as `convert --eval` reports it (flows/evaluate.compared)."""
-        from edgeapp.flows.evaluate import compared
-
         return compared(self.reference, self.evaluate(path), self.data)
 
     def close(self) -> None:

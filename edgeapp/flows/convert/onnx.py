@@ -26,8 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from edgeapp.errors import ConvertError, MissingDependency
+from edgeapp.flows.convert.attention import rewrite_attention
 from edgeapp.flows.convert.base import FloatModel, Progress, first_line, no_progress, tensorflow
 from edgeapp.flows.convert.onnx_graph import INSTALL, OnnxInput, fixed_model
+from edgeapp.flows.convert.yolo_onnx import REG_MAX, join_levels
+from edgeapp.hw.native_stderr import chatter_into
 
 SAMPLE_DATA = "calibration_image_sample_data_20x128x128x3_float32.npy"  # what onnx2tf looks for
 # Activations the Edge TPU lacks, built by onnx2tf from ops it has: HardSwish as x·ReLU6(x+3)·⅙
@@ -104,8 +107,6 @@ def edgetpu_graph(fixed, head=None) -> tuple:
     """(what onnx2tf converts, notes): `fixed` with the blocks the Edge TPU cannot run as
     exported rewritten into the same float function in operators it maps (attention.py);
     a YOLO head records them for the sidecar."""
-    from edgeapp.flows.convert.attention import rewrite_attention
-
     graph, found = rewrite_attention(fixed)
     notes = [f"attention rewritten for the Edge TPU (the same float function; MatMul, Transpose "
              f"and Softmax as broadcast MUL, SUM and one SOFTMAX per row): {f}" for f in found]
@@ -123,8 +124,6 @@ def _save(model, path: Path) -> None:
 
 def _run_onnx2tf(onnx_path: Path, work: Path, inp: OnnxInput, steps: int, log_path: Path,
                  progress: Progress):
-    from edgeapp.hw.native_stderr import chatter_into
-
     tensorflow()  # its import chatter filtered like the Keras path's, before the log takes over
     try:
         import onnx2tf
@@ -253,8 +252,6 @@ def _joiner(keras_model, head):
     (yolo_onnx.join_levels), checked against the head's grid; others as they are."""
     if head is None:
         return lambda outputs, reshape, concat: outputs
-    from edgeapp.flows.convert.yolo_onnx import REG_MAX, join_levels
-
     widths = [4 * REG_MAX] * len(head.grids) + [head.nc] * len(head.grids)
     want = [(1, h, w, c) for (h, w), c in zip(head.grids * 2, widths)]
     got = [tuple(o.shape) for o in keras_model.outputs]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from edgeapp.errors import ConvertError, InvalidModel, MissingDependency, UsageError
+from edgeapp.hw.hostinfo import available_memory
 
 INSTALL = "pip install 'edgeapp[onnx]'"
 IMAGE_CHANNELS = (1, 3)
@@ -88,8 +89,6 @@ def read_onnx(path: Path):
 
 def check_memory(path: Path, available: Optional[int] = None) -> None:
     """Refuse (exit 6) a model whose conversion would not fit in memory, before trying."""
-    from edgeapp.hw.hostinfo import available_memory
-
     size = path.stat().st_size + sum(p.stat().st_size for p in path.parent.glob(f"{path.stem}*.data"))
     need = BASE_MEMORY + MEMORY_PER_WEIGHT_BYTE * size
     free = available if available is not None else available_memory()

@@ -17,11 +17,13 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
+from edgeapp.core.check_report import check_model
 from edgeapp.core.tflite.model import TfliteModel, parse_model
 from edgeapp.core.tflite.patch import older_equivalents
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert.base import FloatModel, first_line, tensorflow
 from edgeapp.flows.convert.data import write_atomic
+from edgeapp.hw.native_stderr import filtered_native_stderr
 
 
 @dataclass
@@ -73,9 +75,6 @@ def quantize(saved_model: str, calibration: np.ndarray, out: Path, io_type: str 
              progress: Optional[Callable[[], None]] = None) -> Quantized:
     """Full-integer post-training quantization; `out` is written only when the result is fully
     int8 (through a temporary file and a rename), after `check` has read it."""
-    from edgeapp.core.check_report import check_model
-    from edgeapp.hw.native_stderr import filtered_native_stderr
-
     converter = make_converter(saved_model, calibration, io_type, progress)
     try:
         with filtered_native_stderr():

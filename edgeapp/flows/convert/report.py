@@ -17,6 +17,7 @@ from typing import Optional
 
 import numpy as np
 
+from edgeapp.core.edgetpu_ops import constant_reader
 from edgeapp.core.quant_report import (
     LayerAccumulator,
     attribute_shared_ranges,
@@ -29,8 +30,10 @@ from edgeapp.core.quant_report import (
 from edgeapp.core.tflite.model import TfliteModel
 from edgeapp.core.tflite.patch import EQUIVALENT_OLDER_OPS
 from edgeapp.errors import ConvertError
+from edgeapp.flows.convert import requantize as rq
 from edgeapp.flows.convert.base import first_line, tensorflow
 from edgeapp.flows.convert.quantize import make_converter
+from edgeapp.hw.native_stderr import filtered_native_stderr
 
 WEIGHTED_OPS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}
 HARM_LAYERS = 12  # layers measured at the model's output (each: one quantization, one run)
@@ -61,8 +64,6 @@ def layer_report(saved_model: str, calibration: np.ndarray, tflite: TfliteModel,
     """The rows of the report, worst first: name, op, sqnr_db, rel_rmse, outlier figures,
     cause, fix (and `source`, the ONNX node, when known)."""
     tf = tensorflow()
-    from edgeapp.hw.native_stderr import filtered_native_stderr
-
     x = calibration[:samples]
     collector = _Collector()
 
@@ -126,8 +127,6 @@ def output_harm(saved_model: str, calibration: np.ndarray, layers: list, samples
     float model; what the layer adds over the inputs it reads (each measured alone the same
     way) is its `output_sqnr_db`. A layer's own error says little about what it costs: an error
     the next layers amplify or ignore, an outlier the output never sees."""
-    from edgeapp.flows.convert import requantize as rq
-
     x = calibration[:samples]
     cal = rq.calibrate(saved_model, calibration, "float32")
     rq.measure_ranges(cal, x)
@@ -180,8 +179,6 @@ def _context_for(context: dict, name: str, op: str) -> dict:
 def _model_context(tflite: TfliteModel, data: bytes) -> dict:
     """Per output tensor name: the weights' per-channel range ratio, a Softmax's class count,
     the input scale ratio of a mixing op."""
-    from edgeapp.core.edgetpu_ops import constant_reader
-
     read = constant_reader(data)
     out = {}
     for op in tflite.operators:

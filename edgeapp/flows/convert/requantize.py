@@ -24,6 +24,7 @@ from edgeapp.core.quant_tune import RangeStats
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert.base import first_line, tensorflow
 from edgeapp.flows.convert.quantize import make_converter
+from edgeapp.hw.native_stderr import filtered_native_stderr
 
 
 @dataclass
@@ -40,8 +41,6 @@ class Calibrated:
 
 def calibrate(saved_model: str, calibration: np.ndarray, io: str) -> Calibrated:
     """The converter's calibration alone (`_experimental_calibrate_only`)."""
-    from edgeapp.hw.native_stderr import filtered_native_stderr
-
     converter = make_converter(saved_model, calibration, io)
     converter._experimental_calibrate_only = True
     try:
@@ -128,8 +127,6 @@ def requantize(calibrated: bytes, io: str, denylisted: Optional[list] = None,
     """The calibrated model quantized as the converter would (same MLIR pass, same I/O type);
     `denylisted` ops (by output tensor name) stay float."""
     from tensorflow.lite.python import convert as tf_convert
-
-    from edgeapp.hw.native_stderr import filtered_native_stderr
 
     tf = tensorflow()
     dtypes = {"uint8": tf.uint8, "int8": tf.int8, "float32": tf.float32}

@@ -27,9 +27,15 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from edgeapp.core.check_report import check_model
 from edgeapp.core.quant_tune import best_of, drop_of, meets, tail_cuts
+from edgeapp.core.tflite.model import parse_model
+from edgeapp.core.tflite.patch import older_equivalents
 from edgeapp.errors import ConvertError
-from edgeapp.flows.convert.data import Dataset, normalize
+from edgeapp.flows.convert import requantize as rq
+from edgeapp.flows.convert.bias import correct_biases
+from edgeapp.flows.convert.data import Dataset, load_dataset, normalize, write_atomic
+from edgeapp.flows.convert.quantize import non_integer_ops
 
 Say = Callable[[str], None]
 Measure = Callable[[Path], tuple]  # an int8 file -> flows/convert/measures.Measured
@@ -51,11 +57,6 @@ class _Trials:
 
     def measure(self, name: str, flatbuffer: bytes, started: float, settings: dict,
                 allow_float: bool = False) -> dict:
-        from edgeapp.core.check_report import check_model
-        from edgeapp.core.tflite.model import parse_model
-        from edgeapp.core.tflite.patch import older_equivalents
-        from edgeapp.flows.convert.quantize import non_integer_ops
-
         flatbuffer, _ = older_equivalents(flatbuffer)
         tflite = parse_model(flatbuffer, name)
         row = {"trial": name, "order": len(self.rows), **settings}
@@ -107,8 +108,6 @@ def tune(p, saved: str, cal: Dataset, calibration: np.ndarray, plain, measure: M
     images); writes the kept model over `--output` when it is not the plain one. `fit`: how
     images become inputs when more calibration images are loaded (a YOLO export's letterbox).
     Returns what the sidecar records: budget, metric, every trial, the choice, and whether it met."""
-    from edgeapp.flows.convert.data import write_atomic
-
     job = p.job
     trials = _Trials(measure, job.io, job.max_drop, say)
     try:
@@ -130,8 +129,6 @@ def tune(p, saved: str, cal: Dataset, calibration: np.ndarray, plain, measure: M
 def _fixes(trials: _Trials, p, saved: str, cal: Dataset, calibration: np.ndarray, plain, say: Say,
            fit: Optional[Callable]) -> None:
     """The trials after plain, cheapest first, stopping at the first that meets the budget."""
-    from edgeapp.flows.convert import requantize as rq
-
     job = p.job
     say(f"--max-drop {job.max_drop:g}: plain int8 loses more; calibrating once for the trials")
     base = {"ranges": None, "calibrated": rq.calibrate(saved, calibration, job.io), "calibration": calibration,
@@ -146,8 +143,6 @@ def _fixes(trials: _Trials, p, saved: str, cal: Dataset, calibration: np.ndarray
 
 
 def _per_channel(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
-    from edgeapp.flows.convert import requantize as rq
-
     if not _per_tensor_weights(plain.model):
         trials.skip("per-channel weights", "the weights are per channel already")
         return
@@ -156,9 +151,6 @@ def _per_channel(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) 
 
 
 def _more_calibration(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
-    from edgeapp.flows.convert import requantize as rq
-    from edgeapp.flows.convert.data import load_dataset
-
     have, used = len(p.calibration.paths), len(cal.x)
     want = min(have, MORE_CALIBRATION * used)
     if want <= used:
@@ -176,8 +168,6 @@ def _more_calibration(trials: _Trials, base: dict, p, cal: Dataset, plain, say: 
 
 
 def _ranges(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
-    from edgeapp.flows.convert import requantize as rq
-
     started = time.monotonic()
     rq.measure_ranges(base["calibrated"], base["calibration"][:RANGE_SAMPLES])
     for name, percentile in (("ranges re-measured", None), ("ranges clipped", CLIP_PERCENTILE)):
@@ -195,8 +185,6 @@ def _ranges(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> No
 
 
 def _bias_correction(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
-    from edgeapp.flows.convert.bias import correct_biases
-
     best = trials.best()
     if best is None or best["trial"] not in trials.files:
         return
@@ -214,8 +202,6 @@ def _better(row: dict, trials: _Trials) -> bool:
 
 
 def _float_tail(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
-    from edgeapp.flows.convert import requantize as rq
-
     job = p.job
     calibrated = base["calibrated"]
     source = base["ranges"] or rq.with_ranges(calibrated)[0]  # a float tail needs the real ranges at its cut
@@ -232,8 +218,6 @@ def _float_tail(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -
 
 
 def _weighted_positions(calibrated: bytes) -> list:
-    from edgeapp.core.tflite.model import parse_model
-
     m = parse_model(calibrated, "calibrated")
     return [op.index for op in m.operators if op.op in WEIGHTED]
 
