@@ -71,6 +71,49 @@ def test_a_track_ends_after_lost_frames_and_the_class_is_the_surest():
     assert [t.track_id for t in ended] == [1] and ended[0].class_id == 1
 
 
+def _run(frames: list) -> tuple:
+    """Each frame's ids; the ids started and the ids ended (with the stream's end)."""
+    tracker = ByteTracker(TrackerSettings(high=0.5))
+    ids, started, ended = [], [], []
+    for dets in frames:
+        step = tracker.update([d[0] for d in dets], [d[1] for d in dets], [d[2] for d in dets])
+        ids.append(step.ids)
+        started += [t.track_id for t in step.started]
+        ended += [t.track_id for t in step.ended]
+    ended += [t.track_id for t in tracker.finish()]
+    return ids, sorted(started), sorted(ended)
+
+
+def test_an_object_boxed_twice_keeps_one_id():
+    """A detector's NMS is per class: an object it is unsure of gets a box per class. Here one
+    moving object is also boxed as class 1 for six frames (IoU 0.9 with its first box), then
+    only as class 1. A second track on the second box used to take the object's id over when
+    the first box went (two ID switches) and never ended."""
+    frames = []
+    for f in range(20):
+        x = 100 + 3 * f
+        first, second = (_box(x, 100), 0.9, 0), (_box(x + 2, 101), 0.8, 1)
+        frames.append([first] if f < 3 else [first, second] if f < 9 else [second])
+    ids, started, ended = _run(frames)
+    assert [i[0] for i in ids] == [1] * 20
+    assert all(i[1] is None for i in ids[3:9])  # the second box of a followed object: no id
+    assert started == ended == [1]
+
+
+def test_a_duplicate_track_ends_when_it_goes():
+    """Two boxes of one object, far enough apart to start two tracks, close in until one box
+    is left: the younger track goes as a duplicate of the older (ByteTrack's rule), and it
+    ends, so its zones and events close, instead of vanishing."""
+    frames = []
+    for f in range(20):
+        x = 100 + 3 * f
+        frames.append([(_box(x, 100), 0.9, 0), (_box(x + max(0, 14 - 2 * f), 100), 0.8, 1)]
+                      if f < 8 else [(_box(x + 1, 100), 0.9, 1)])
+    ids, started, ended = _run(frames)
+    assert [i for i in ids[9:]] == [[1]] * 11  # the box left keeps the older id
+    assert started == ended == [1, 2]
+
+
 def test_iou_matrix_matches_the_definition():
     a = np.array([[0, 0, 10, 10], [5, 5, 15, 15]], float)
     b = np.array([[0, 0, 10, 10], [10, 10, 20, 20], [100, 100, 110, 110]], float)

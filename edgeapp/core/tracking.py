@@ -2,8 +2,10 @@
 is matched to the tracks of the frames before, by IoU with where a Kalman filter says each
 track is now. Boxes above the score threshold are matched first; then the tracks left over try
 the low-score boxes (an object half hidden keeps its track instead of losing it for a frame);
-then tracks seen only once try what is left. A track missed for up to `lost_frames` frames
-waits (for a gap or an occlusion) and takes the next box that matches it.
+then tracks seen only once try what is left, and the sure boxes still left start tracks, but
+not a second one on an object already followed in this frame (a detector's per-class NMS gives
+an object it is unsure of a box per class). A track missed for up to `lost_frames` frames waits
+(for a gap or an occlusion) and takes the next box that matches it.
 
 Why our own and not `supervision`/`trackers`/`boxmot`: those need Python 3.10+ (the Coral Dev
 Board has 3.7) and bring PyAV, matplotlib and requests (or torch) onto a Raspberry Pi; boxmot is
@@ -52,6 +54,7 @@ _F = np.eye(8)
 _F[:4, 4:] = np.eye(4)
 _H = np.eye(4, 8)
 _POS, _VEL = 1.0 / 20, 1.0 / 160  # ByteTrack's noise weights, relative to the box height
+_SAME = 0.7  # IoU over which a box is a second box on a tracked object (per-class NMS)
 
 
 def to_xyah(boxes: np.ndarray) -> np.ndarray:
@@ -210,42 +213,22 @@ class ByteTracker:
 
     def update(self, boxes: Sequence, scores: Sequence, classes: Sequence) -> Step:
         """Match one frame's detections to the tracks; start and end tracks."""
-        s = self.settings
         self.frame += 1
         boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         classes = np.asarray(classes).reshape(-1)
-        if len(self.tracks):
-            lost = np.array([t.lost for t in self.tracks])
-            self.mean[lost, 7] = 0.0  # a lost track keeps its size (ByteTrack)
-            self.mean, self.cov = kalman_predict(self.mean, self.cov)
-        det_track: dict = {}  # detection index -> track index
-        high = [i for i in range(len(scores)) if scores[i] > s.high]
-        low = [i for i in range(len(scores)) if s.low < scores[i] <= s.high]
-        confirmed = [t for t in range(len(self.tracks)) if self.tracks[t].confirmed]
-        young = [t for t in range(len(self.tracks)) if not self.tracks[t].confirmed]
-        # 1: confirmed tracks (seen or lost) with the sure boxes, IoU weighted by score
-        left_t, left_high = self._match(confirmed, high, boxes, scores, classes, 1.0 - s.match,
-                                        det_track, fuse=True)
-        # 2: the tracks seen last frame and still unmatched, with the unsure boxes
-        seen = [t for t in left_t if not self.tracks[t].lost]
-        self._match(seen, low, boxes, scores, classes, 0.5, det_track, fuse=False)
-        # 3: tracks seen once, with the sure boxes left (ByteTrack's 0.7 cost)
-        _young_left, left_high = self._match(young, left_high, boxes, scores, classes, 0.7,
-                                             det_track, fuse=True)
-        matched_t = set(det_track.values())
-        smoothed: dict = {}
-        if det_track:
-            d = sorted(det_track)
-            t = [det_track[i] for i in d]
-            self.mean[t], self.cov[t] = kalman_update(self.mean[t], self.cov[t], to_xyah(boxes[d]))
-            smoothed = dict(zip(d, map(tuple, to_corners(self.mean[t]).tolist())))
+        self._predict()
+        det_track, left_high = self._associate(boxes, scores)
+        self._correct(det_track, boxes)
+        drop = self._duplicates(det_track)
+        d = sorted(det_track)
+        smoothed = dict(zip(d, map(tuple, to_corners(self.mean[[det_track[i] for i in d]])
+                                   .tolist())))
         started = self._refresh(det_track, scores, classes)
         owner = {i: self.tracks[t] for i, t in det_track.items()}
-        ended = self._age(matched_t)
-        self._spawn([i for i in left_high if scores[i] >= s.start], boxes, scores, classes,
-                    owner, started)
-        self._drop_duplicates()
+        ended = self._age(set(det_track.values()), drop)
+        self._spawn(self._fresh(left_high, boxes, scores, sorted(owner)), boxes, scores,
+                    classes, owner, started)
         ids = [owner[i].track_id if i in owner else None for i in range(len(scores))]
         return Step(ids, started, ended,
                     [smoothed.get(i, tuple(boxes[i])) if ids[i] is not None else None
@@ -258,8 +241,7 @@ class ByteTracker:
         return ended
 
     def _match(self, tracks: List[int], dets: List[int], boxes: np.ndarray, scores: np.ndarray,
-               classes: np.ndarray, limit: float, det_track: dict,
-               fuse: bool) -> tuple[List[int], List[int]]:
+               limit: float, det_track: dict, fuse: bool) -> tuple[List[int], List[int]]:
         """Assign `dets` to `tracks` by 1 - IoU (times the score when `fuse`), at most `limit`;
         the tracks and detections left unmatched. Class-blind, as ByteTrack: a class penalty
         cost more ID switches than it saved on scripts/bench_tracking.py's scenes."""
@@ -275,6 +257,69 @@ class ByteTracker:
         return ([tracks[i] for i in range(len(tracks)) if i not in used_t],
                 [dets[j] for j in range(len(dets)) if j not in used_d])
 
+    def _predict(self) -> None:
+        """Every confirmed track one frame ahead (a lost one keeps its size). A young track,
+        seen once, stays as it started (ByteTrack): its speed comes from its later boxes, not
+        from the jitter between its first two."""
+        c = np.array([t.confirmed for t in self.tracks], dtype=bool)
+        if not c.any():
+            return
+        lost = np.array([t.lost for t in self.tracks], dtype=bool)
+        self.mean[lost, 7] = 0.0
+        if c.all():
+            self.mean, self.cov = kalman_predict(self.mean, self.cov)
+        else:
+            self.mean[c], self.cov[c] = kalman_predict(self.mean[c], self.cov[c])
+
+    def _associate(self, boxes: np.ndarray, scores: np.ndarray) -> tuple[dict, List[int]]:
+        """ByteTrack's three rounds: detection index -> track index, and the sure boxes left."""
+        s = self.settings
+        det_track: dict = {}
+        high = [i for i in range(len(scores)) if scores[i] > s.high]
+        low = [i for i in range(len(scores)) if s.low < scores[i] <= s.high]
+        confirmed = [t for t in range(len(self.tracks)) if self.tracks[t].confirmed]
+        young = [t for t in range(len(self.tracks)) if not self.tracks[t].confirmed]
+        # 1: confirmed tracks (seen or lost) with the sure boxes, IoU weighted by score
+        left_t, left_high = self._match(confirmed, high, boxes, scores, 1.0 - s.match,
+                                        det_track, fuse=True)
+        # 2: the tracks seen last frame and still unmatched, with the unsure boxes
+        seen = [t for t in left_t if not self.tracks[t].lost]
+        self._match(seen, low, boxes, scores, 0.5, det_track, fuse=False)
+        # 3: tracks seen once, with the sure boxes left (ByteTrack's 0.7 cost)
+        _young_left, left_high = self._match(young, left_high, boxes, scores, 0.7, det_track,
+                                             fuse=True)
+        return det_track, left_high
+
+    def _correct(self, det_track: dict, boxes: np.ndarray) -> None:
+        """The Kalman update of every matched track with its box, at once."""
+        if det_track:
+            d = sorted(det_track)
+            t = [det_track[i] for i in d]
+            self.mean[t], self.cov[t] = kalman_update(self.mean[t], self.cov[t],
+                                                      to_xyah(boxes[d]))
+
+    def _duplicates(self, det_track: dict) -> set:
+        """One object followed twice: a track matched now and a confirmed one left unmatched on
+        nearly the same box (IoU > 0.85). The younger goes, so the older id lives on
+        (ByteTrack's rule); a box whose track goes is on no track in this frame (its id is not
+        reported: the next frame gives it the older id). The indices of the tracks to drop."""
+        used = set(det_track.values())
+        matched = sorted(used)
+        unmatched = [t for t in range(len(self.tracks))
+                     if t not in used and self.tracks[t].confirmed]
+        if not matched or not unmatched:
+            return set()
+        now = to_corners(self.mean)
+        iou = iou_matrix(now[matched], now[unmatched])
+        drop = set()
+        for a, b in zip(*np.nonzero(iou > 0.85)):
+            p, q = self.tracks[matched[a]], self.tracks[unmatched[b]]
+            older_seen = self.frame - p.first_frame > q.last_frame - q.first_frame
+            drop.add(unmatched[b] if older_seen else matched[a])
+        for i in [i for i, t in det_track.items() if t in drop]:
+            del det_track[i]
+        return drop
+
     def _refresh(self, det_track: dict, scores: np.ndarray, classes: np.ndarray) -> List[Track]:
         """Matched tracks: seen this frame; a young one seen twice is confirmed."""
         started = []
@@ -288,11 +333,15 @@ class ByteTracker:
                 started.append(track)
         return started
 
-    def _age(self, matched: set) -> List[Track]:
-        """Unmatched tracks: a young one is dropped, a confirmed one waits `lost_frames`."""
+    def _age(self, matched: set, drop: set) -> List[Track]:
+        """Unmatched tracks: a young one is dropped, a confirmed one waits `lost_frames`; the
+        duplicates in `drop` go (a confirmed one ends)."""
         keep, ended = [], []
         for t, track in enumerate(self.tracks):
-            if t in matched:
+            if t in drop:
+                if track.confirmed:
+                    ended.append(track)
+            elif t in matched:
                 keep.append(t)
             elif not track.confirmed:
                 continue
@@ -305,24 +354,20 @@ class ByteTracker:
         self.mean, self.cov = self.mean[keep], self.cov[keep]
         return ended
 
-    def _drop_duplicates(self) -> None:
-        """A track seen now and a lost one on nearly the same box (IoU > 0.85) are one object
-        followed twice: the younger goes (ByteTrack's rule), so the older id lives on."""
-        seen = [i for i, t in enumerate(self.tracks) if not t.lost]
-        lost = [i for i, t in enumerate(self.tracks) if t.lost]
-        if not seen or not lost:
-            return
-        boxes = to_corners(self.mean)
-        iou = iou_matrix(boxes[seen], boxes[lost])
-        drop = set()
-        for a, b in zip(*np.nonzero(iou > 0.85)):
-            p, q = self.tracks[seen[a]], self.tracks[lost[b]]
-            older_seen = p.last_frame - p.first_frame > q.last_frame - q.first_frame
-            drop.add(lost[b] if older_seen else seen[a])
-        if drop:
-            keep = [i for i in range(len(self.tracks)) if i not in drop]
-            self.tracks = [self.tracks[i] for i in keep]
-            self.mean, self.cov = self.mean[keep], self.cov[keep]
+    def _fresh(self, dets: List[int], boxes: np.ndarray, scores: np.ndarray,
+               taken: List[int]) -> List[int]:
+        """The sure boxes left that start tracks: at least `start` sure, and not a second box on
+        an object followed (or starting) in this frame, IoU > 0.7 with its box. A detector's NMS
+        is per class: an object it is unsure of gets one box per class, and a second track on
+        it trades ids with the first (ByteTrack starts one; scripts/bench_tracking.py: fewer
+        ID switches without)."""
+        fresh: List[int] = []
+        for i in sorted((i for i in dets if scores[i] >= self.settings.start),
+                        key=lambda i: -scores[i]):
+            if not taken or iou_matrix(boxes[i], boxes[taken]).max() <= _SAME:
+                fresh.append(i)
+                taken = taken + [i]
+        return sorted(fresh)
 
     def _spawn(self, dets: List[int], boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
                owner: dict, started: List[Track]) -> None:
