@@ -1,6 +1,7 @@
 """`convert --max-drop` and `--report` on a trained digits CNN whose first activation holds one
 range outlier (tests/outlier_models.py): plain int8 loses about 2 points of top-1, the report
-names the outlier's layer first, the trials bring top-1 back within the budget, the sidecar
+names the outlier's layer first, the trials bring top-1 back within the budget (equalization,
+the whole model still on the Edge TPU), the sidecar
 records the choice, and a budget no trial meets is exit 14 with the best model written. With
 labelled data (`--eval` class folders or a path,label CSV) the budget is in `eval`'s own top-1,
 the values `edgeapp eval` prints; without, in top-1 agreement.
@@ -66,6 +67,22 @@ def test_plain_int8_loses_accuracy_and_max_drop_brings_it_back(tuned):
     for t in trials:  # each trial printed with its metric and its share of the Edge TPU
         if t.get("drop") is not None:
             assert f"trial {t['trial']}: top-1 accuracy" in stderr
+
+
+def test_equalization_keeps_the_whole_model_on_the_edge_tpu(tuned):
+    """The outlier's channel rescaled between conv1 and conv2 (the constant Add scaled alike):
+    the budget is met with every MAC on the Edge TPU, before any float tail is tried."""
+    report, out, stderr = tuned
+    trials = report["max_drop"]["trials"]
+    kept = next(t for t in trials if t["trial"] == report["max_drop"]["chosen"])
+    assert kept["drop"] <= 0.005 and kept["macs_tpu_share"] >= 0.95, kept
+    eq = next(t for t in trials if t["trial"] == "equalization")
+    assert eq["pairs"] == ["CONV_2D #0 -> CONV_2D #2"] and eq["max_scale"] > 4, eq
+    assert eq["macs_tpu_share"] == 1.0 and eq["drop"] < trials[0]["drop"] - 0.01  # most of the loss back
+    # kept: the equalized model, or bias correction on top of it
+    assert kept is eq or (kept["trial"] == "bias correction" and kept["on"] == "equalization"), kept
+    assert not any(t["trial"].startswith("float tail") for t in trials)
+    assert "trial equalization: top-1 accuracy" in stderr
 
 
 def test_the_sidecar_records_the_choice(tuned):

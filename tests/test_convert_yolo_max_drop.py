@@ -42,7 +42,10 @@ def test_with_labelled_data_every_trial_is_measured_in_evals_map(tmp_path):
     assert tuned["metric"] == "mAP50-95" and tuned["samples"] == 84, tuned
     assert tuned["measured_on"].startswith(f"--eval Ultralytics data.yaml {DATA}")
     names = [t["trial"] for t in tuned["trials"]]
-    assert names[:5] == ["plain", "per-channel weights", "more calibration", "ranges re-measured", "ranges clipped"]
+    assert names[:6] == ["plain", "per-channel weights", "more calibration", "ranges re-measured", "ranges clipped",
+                         "equalization"]
+    equalization = tuned["trials"][5]  # SiLU between the convolutions: no pair to rescale across
+    assert equalization["skipped"].startswith("no two linear layers joined only by ReLU"), equalization
     assert any(n.startswith("float tail") for n in names), names
     for t in tuned["trials"]:  # measured in mAP50-95, or skipped with why; none failed
         assert t.get("metric") == "mAP50-95" or t.get("skipped"), t

@@ -146,8 +146,9 @@ def diagnose(layer: dict) -> tuple:
                 f"step (max {layer['max_abs']:.4g}, 99.99th percentile {layer['p99_99']:.4g}), so its "
                 "usual values keep few of int8's 256 levels",
                 "clip this activation in the model (ReLU6, torch.clamp, Hardtanh) to the range its "
-                "values normally take; or `convert --max-drop X`, which re-measures and clips ranges "
-                "and, when the outlier carries information, keeps the layers from here on in float")
+                "values normally take; or `convert --max-drop X`, which re-measures and clips ranges, "
+                "rescales an outlier channel between two layers (equalization) and, when the outlier "
+                "carries information, keeps the layers from here on in float")
     spread = layer.get("weight_range_ratio")
     if spread is not None and spread > WEIGHT_RANGE_RATIO:
         return (f"weight channels whose ranges differ {spread:.0f}x: the small channels keep few "

@@ -101,3 +101,20 @@ def replace_constants(data: bytes, values: dict) -> bytes:
             raise ValueError(f"tensor {index}: its buffer is shared, external or of another size")
         buf[start:start + n] = raw
     return bytes(buf)
+
+
+def set_min_max(data: bytes, ranges: dict) -> bytes:
+    """`data` with tensors' recorded ranges (a calibrated float model's min/max, which the
+    quantizer reads) replaced in place (tensor index -> (low, high)); a tensor without a
+    one-value min and max is refused (ValueError)."""
+    buf = bytearray(data)
+    root = _Table(bytes(data), struct.unpack_from("<I", data, 0)[0])
+    tensors = root.tables(2)[0].tables(0)
+    for index, (low, high) in ranges.items():
+        q = tensors[index].table(4)
+        spans = [q._vector(slot, 4) for slot in (0, 1)] if q is not None else []
+        if len(spans) != 2 or any(n != 1 for _, n in spans):
+            raise ValueError(f"tensor {index}: no recorded min/max to replace")
+        for (start, _), value in zip(spans, (low, high)):
+            struct.pack_into("<f", buf, start, float(value))
+    return bytes(buf)

@@ -81,6 +81,7 @@ BUILTIN_OPTIONS = {
     "FULLY_CONNECTED": (8, ("fused_activation_function", "weights_format", "keep_num_dims",
                             "asymmetric_quantize_inputs")),
     "SOFTMAX": (9, ("beta",)),
+    "ADD": (11, ("fused_activation_function", "pot_scale_int16")),
     "CONCATENATION": (10, ("axis", "fused_activation_function")),
     "L2_NORMALIZATION": (12, ("fused_activation_function",)),
     "STRIDED_SLICE": (32, ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",

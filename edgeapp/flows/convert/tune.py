@@ -8,6 +8,8 @@ The trials, each on top of the best one so far (a fix that does not help is not 
   ranges re-measured    each tensor's recorded range replaced by the one its values really take
                         (the calibrator records a tensor an ADD overwrites in place at the ADD's range);
   ranges clipped        ranges 4x wider than the 99.99th percentile of |x| cut to it (outliers);
+  equalization          a range one channel sets shrunk by rescaling that channel between two
+                        linear layers, the float function unchanged (flows/convert/equalize.py);
   bias correction       each output channel's mean int8 error taken off its bias (flows/convert/bias.py);
   float tail            the last layers kept in float on the CPU (the Edge TPU runs up to the
                         first float op), latest cut first: before each weighted layer and at
@@ -35,6 +37,7 @@ from edgeapp.errors import ConvertError
 from edgeapp.flows.convert import requantize as rq
 from edgeapp.flows.convert.bias import correct_biases
 from edgeapp.flows.convert.data import Dataset, load_dataset, normalize, write_atomic
+from edgeapp.flows.convert.equalize import equalize
 from edgeapp.flows.convert.quantize import non_integer_ops
 
 Say = Callable[[str], None]
@@ -133,7 +136,7 @@ def _fixes(trials: _Trials, p, saved: str, cal: Dataset, calibration: np.ndarray
     say(f"--max-drop {job.max_drop:g}: plain int8 loses more; calibrating once for the trials")
     base = {"ranges": None, "calibrated": rq.calibrate(saved, calibration, job.io), "calibration": calibration,
             "saved": saved, "fit": fit}
-    for step in (_per_channel, _more_calibration, _ranges, _bias_correction, _float_tail):
+    for step in (_per_channel, _more_calibration, _ranges, _equalization, _bias_correction, _float_tail):
         try:
             step(trials, base, p, cal, plain, say)
         except ConvertError as e:  # one fix the converter cannot make: the others may still help
@@ -184,12 +187,22 @@ def _ranges(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> No
             return
 
 
+def _equalization(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    started = time.monotonic()
+    source = base["ranges"] or base["calibrated"].data  # the other tensors keep the best ranges so far
+    done = equalize(source, base["calibration"], p.job.io, RANGE_SAMPLES)
+    row = trials.measure("equalization", done.int8, started, done.settings)
+    if _better(row, trials):
+        base["float_of"] = {"equalization": done.float_model}
+
+
 def _bias_correction(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
     best = trials.best()
     if best is None or best["trial"] not in trials.files:
         return
     started = time.monotonic()
-    fixed, count = correct_biases(trials.files[best["trial"]], base["calibrated"].data, base["calibration"])
+    reference = base.get("float_of", {}).get(best["trial"], base["calibrated"].data)  # what it was quantized from
+    fixed, count = correct_biases(trials.files[best["trial"]], reference, base["calibration"])
     if not count:
         trials.skip("bias correction", "no bias to correct")
         return
