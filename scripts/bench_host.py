@@ -478,7 +478,8 @@ _RATE = re.compile(r"image\(s\) in [\d.]+ s \(([\d.]+)/s\)")
 def cli_rate(model: Path, folder: Path, env: dict, tmp: Path) -> float:
     """Images/s that `edgeapp classify MODEL FOLDER -o results.jsonl` reports (its summary line:
     the batch alone, start-up and model loading excluded), as a user runs it."""
-    cmd = edgeapp_command() + ["classify", str(model), str(folder), "-o", str(tmp / "cli.jsonl")]
+    cmd = edgeapp_command() + ["classify", str(model), str(folder), "-o", str(tmp / "cli.jsonl"),
+                                  "--overwrite"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(tmp))
     found = _RATE.search(proc.stderr)
     if proc.returncode != 0 or not found:
