@@ -66,7 +66,6 @@ from edgeapp.cli.options import (
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.hw.hostinfo import decode_workers, usable_cores
 from edgeapp.sinks.records import Layout, check_output
-from edgeapp.tasks import kind
 
 if TYPE_CHECKING:
     from edgeapp.flows.open_task import Placement
@@ -295,7 +294,7 @@ def run_images(ctx: typer.Context, kind: "TaskKind", values: ImageOptions, optio
     out = Folders(v.annotate, folders)  # OpenCV and the folders checked first
     paths = out.exclude_own(expand_inputs(v.inputs, on_notice=say))
     if v.cluster:
-        stats, where = _on_cluster(ctx, task, v, options, paths, fmt)
+        stats, where = _on_cluster(ctx, kind, v, options, paths, fmt)
     else:
         stats, where = _locally(ctx, task, v, options, paths, fmt, out.hook(kind))
     parts = stats.summary(where, v.output) + out.summary(stats.ok)
@@ -327,18 +326,18 @@ def _locally(ctx: typer.Context, task: str, v: ImageOptions, options: dict, path
         return stats, opened.where
 
 
-def _on_cluster(ctx: typer.Context, task: str, v: ImageOptions, options: dict, paths: List[str],
+def _on_cluster(ctx: typer.Context, kind: "TaskKind", v: ImageOptions, options: dict, paths: List[str],
                 fmt) -> tuple:
     from edgeapp.core.labels import read_labels
     from edgeapp.flows.cluster import Job, run_cluster
 
     model, _ = resolve_model(v.model, "all")  # a Coral model's name: both files, the workers choose
     place = v.placement(ctx)
-    job = Job(task, str(model), place, labels=read_labels(v.labels) if v.labels else None,
+    job = Job(kind.name, str(model), place, labels=read_labels(v.labels) if v.labels else None,
               mean=v.mean, std=v.std, decode=decode_choice(v.decode, v.fast_decode),
-              options=kind(task).settle(options), decode_workers=decode_workers(v.workers))
-    writer = _writer(Layout(kind(task)), fmt, v, (job.model, place.engine.cpu_model))
-    with writer, resumable(writer, v.output), progress_bar(len(paths), task) as advance:
+              options=kind.settle(options), decode_workers=decode_workers(v.workers))
+    writer = _writer(Layout(kind), fmt, v, (job.model, place.engine.cpu_model))
+    with writer, resumable(writer, v.output), progress_bar(len(paths), kind.name) as advance:
         stats = run_cluster(paths, job, writer, v.cluster, v.ship_bytes, v.chunk_size, advance)
     return stats, f"the cluster {v.cluster}"
 

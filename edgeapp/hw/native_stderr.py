@@ -182,7 +182,7 @@ def collected_native_stderr(lines: List[str]) -> Iterator[None]:
             tmp.seek(0)
             text = tmp.read().decode("utf-8", "replace")
         for line in text.splitlines():
-            if line.strip() and not line.startswith(_native_noise()):
+            if line.strip() and not line.startswith(NATIVE_NOISE):
                 lines.append(line)
                 sys.stderr.write(line + "\n")
 
@@ -228,7 +228,3 @@ class _FaultReport:
                     faulthandler.disable()
             except (ValueError, OSError, RuntimeError, AttributeError):
                 pass
-
-
-def _native_noise() -> tuple:
-    return NATIVE_NOISE
