@@ -95,7 +95,7 @@ class _Lines:
 
 
 def run_command(model: Path, paths: list, out: Path) -> float:
-    from edgeapp.cli.options import decode_workers
+    from edgeapp.hw.hostinfo import decode_workers
     from edgeapp.flows.batch import run_batch
     from edgeapp.flows.open_task import Placement, open_task
     from edgeapp.hw.hostinfo import usable_cores
@@ -109,7 +109,7 @@ def run_command(model: Path, paths: list, out: Path) -> float:
 
 
 def run_eval(model: Path, data) -> float:
-    from edgeapp.cli.options import decode_workers
+    from edgeapp.hw.hostinfo import decode_workers
     from edgeapp.flows.evaluate import evaluate, open_model
     from edgeapp.flows.open_task import Placement
     from edgeapp.hw.hostinfo import usable_cores

@@ -257,6 +257,8 @@ def _yolo_folder(tmp_path: Path, shapes: dict, label_text: str) -> Path:
     ("0 0.5 0.5 0.2 0.2\n7 0.5 0.5 0.1 0.1\n", "0003.txt:2: class 7 is out of range"),
     ("1 0.5 0.5 0.2\n", "0003.txt:1: expected `class cx cy w h`"),
     ("x 0.5 0.5 0.2 0.2\n", "0003.txt:1: expected `class cx cy w h`"),
+    ("nan 0.5 0.5 0.2 0.2\n", "0003.txt:1: expected `class cx cy w h`"),
+    ("inf 0.5 0.5 0.2 0.2\n", "0003.txt:1: expected `class cx cy w h`"),
 ])
 def test_bad_label_lines_are_exit_2_naming_file_and_line(cli, shapes, tmp_path, text, says):
     folder = _yolo_folder(tmp_path, shapes, text)
@@ -286,6 +288,57 @@ def test_a_coco_json_missing_fields_is_exit_2(cli, shapes, tmp_path, drop, says)
     bad.write_text(json.dumps(doc))
     r = cli("eval", V8, "--data", bad, "--images", shapes["images"])
     assert r.exit_code == ExitCode.USAGE and says in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("categories", 5, "'categories' must be a list"),
+    ("images", {"a": 1}, "'images' must be a list"),
+    ("image id", [1], "images[0]: id must be a number or a string"),
+    ("area", "x", "annotations[0]: area and iscrowd must be numbers"),
+])
+def test_a_coco_json_with_wrong_types_is_exit_2(cli, shapes, tmp_path, field, value, says):
+    """Wrongly typed fields are the data's fault, said in one line: never "internal error"."""
+    doc = json.loads(shapes["coco"].read_text())
+    if field == "image id":
+        doc["images"][0]["id"] = value
+    elif field == "area":
+        doc["annotations"][0]["area"] = value
+    else:
+        doc[field] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    r = cli("eval", V8, "--data", bad, "--images", shapes["images"])
+    assert r.exit_code == ExitCode.USAGE and says in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_keypoints_without_num_keypoints_get_cocos_count(tmp_path):
+    """OKS AP skips annotations with num_keypoints 0 (faster-coco-eval silently; pycocotools
+    raises without the field): a keypoints JSON that leaves it out gets COCO's own count."""
+    from edgeapp.flows.eval_coco import read_coco
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    doc = {"images": [{"id": 1, "file_name": "a.png"}],
+           "categories": [{"id": 1, "name": "person", "keypoints": ["nose", "eye"]}],
+           "annotations": [{"image_id": 1, "category_id": 1, "bbox": [0, 0, 8, 8],
+                            "keypoints": [1, 1, 2, 0, 0, 0]}]}
+    (tmp_path / "k.json").write_text(json.dumps(doc))
+    data = read_coco(tmp_path / "k.json")
+    assert data.coco["annotations"][0]["num_keypoints"] == 1
+
+
+def test_a_data_yaml_without_path_is_read_relative_to_itself(shapes, tmp_path, monkeypatch):
+    """Roboflow's data.yaml has no `path:`: its val folder is beside it, also when the yaml is
+    given as a relative path from another folder."""
+    from edgeapp.flows.evaluate import read_data
+
+    folder = tmp_path / "ds"
+    shutil.copytree(shapes["images"], folder / "valid" / "images")
+    shutil.copytree(shapes["root"] / "labels" / "val", folder / "valid" / "labels")
+    (folder / "data.yaml").write_text("names: [circle, square, triangle]\nval: valid/images\n")
+    monkeypatch.chdir(tmp_path)
+    data = read_data(Path("ds") / "data.yaml")
+    assert len(data.paths) == len(list(shapes["images"].iterdir()))
 
 
 def test_a_model_of_another_task_is_exit_4_naming_both(cli, tiny_model, shapes, tmp_path):

@@ -12,6 +12,8 @@ import pytest
 from conftest import ROOT
 from media import write_color_folders
 
+from edgeapp.errors import ExitCode
+
 
 def test_class_folders_give_the_task_metric_beside_agreement(converted, tiny_model):
     ev = converted["eval"]
@@ -42,3 +44,19 @@ def test_a_csv_is_measured_and_agreement_uses_held_out_calibration(tiny_data, ti
     assert ev["data"]["format"] == "CSV of path,label" and ev["int8"]["images"] == 15
     assert ev["int8"]["metrics"]["top1"] > 0.9
     assert json.loads(out.with_suffix(".json").read_text())["eval"]["data"]["path"] == str(csv_path)
+
+
+def test_labelled_data_whose_images_cannot_be_read_is_exit_2(tiny_data, tiny_keras, tmp_path):
+    """An empty measurement is never a success: a CSV naming images that are not there gives
+    one line and exit 2, not a task metric of 0.0 in the sidecar."""
+    csv_path = tmp_path / "truth.csv"
+    csv_path.write_text("path,label\n" + "".join(f"gone/{i}.png,red\n" for i in range(3)))
+    out = tmp_path / "m.tflite"
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgeapp", "convert", str(tiny_keras), "-o", str(out), "--calibration",
+         str(tiny_data / "train"), "--samples", "60", "--eval", str(csv_path)],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == ExitCode.USAGE, proc.stderr[-2000:]
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "3 of 3 image(s) could not be read" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr

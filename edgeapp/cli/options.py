@@ -1,4 +1,5 @@
-"""Options shared by several commands, and the one place errors become exit codes."""
+"""Options shared by several commands, `say`, progress bars and the resume hint (errors become exit
+codes in cli/command.exit_codes)."""
 
 import contextlib
 import os

@@ -51,6 +51,8 @@ def classification_metrics(truth: Sequence[int], ranked: Sequence[Sequence[int]]
     hit = first == truth_a
     per_class = {}
     for c in sorted(set(truth_a.tolist())):
+        if c < 0:  # the data's classes the model has not: misses in top-1, no class of the model's
+            continue
         mine = truth_a == c
         per_class[str(names.get(c, c))] = float(hit[mine].mean())
     return {"top1": float(hit.mean()), "top5": float(top5.mean()), "per_class": per_class}

@@ -10,6 +10,7 @@ when numeric), as Ultralytics' val writes them.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -26,6 +27,11 @@ def _need(obj: Any, keys: Tuple[str, ...], where: str) -> None:
         raise UsageError(f"{where}: missing {', '.join(repr(k) for k in missing)}")
 
 
+def _check_id(value: Any, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise UsageError(f"{where}: id must be a number or a string, not {value!r}")
+
+
 def read_coco(path: Path, images: Optional[Path] = None) -> EvalData:
     """A COCO instances or person-keypoints JSON; images under --images, else beside it (or in
     an images/ folder beside it)."""
@@ -34,10 +40,14 @@ def read_coco(path: Path, images: Optional[Path] = None) -> EvalData:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise UsageError(f"--data {path}: not a readable JSON file ({e})") from None
     _need(doc, ("images", "annotations", "categories"), f"{path}")
+    for key in ("images", "annotations", "categories"):
+        if not isinstance(doc[key], list):
+            raise UsageError(f"{path}: {key!r} must be a list, not {type(doc[key]).__name__}")
     keypoints = any(isinstance(c, dict) and "keypoints" in c for c in doc["categories"])
     names: Dict[Any, str] = {}
     for n, c in enumerate(doc["categories"]):
         _need(c, ("id", "name"), f"{path}: categories[{n}]")
+        _check_id(c["id"], f"{path}: categories[{n}]")
         names[c["id"]] = str(c["name"])
     if not doc["images"]:
         raise no_images(path)
@@ -45,6 +55,7 @@ def read_coco(path: Path, images: Optional[Path] = None) -> EvalData:
     position, paths, ids, gt_images = {}, [], [], []
     for n, im in enumerate(doc["images"]):
         _need(im, ("id", "file_name"), f"{path}: images[{n}]")
+        _check_id(im["id"], f"{path}: images[{n}]")
         position[im["id"]] = n
         paths.append(str(folder / im["file_name"]))
         ids.append(im["id"])
@@ -60,9 +71,17 @@ def read_coco(path: Path, images: Optional[Path] = None) -> EvalData:
         if a["category_id"] not in names:
             raise UsageError(f"{where}: category_id {a['category_id']!r} is not in categories")
         box = _box(a["bbox"], where)
-        ann = dict(a, id=n + 1, image_id=position[a["image_id"]], bbox=box,
-                   iscrowd=int(a.get("iscrowd", 0) or 0), area=float(a.get("area", box[2] * box[3])))
+        try:
+            area, crowd = float(a.get("area", box[2] * box[3])), int(a.get("iscrowd", 0) or 0)
+        except (TypeError, ValueError):
+            raise UsageError(f"{where}: area and iscrowd must be numbers") from None
+        ann = dict(a, id=n + 1, image_id=position[a["image_id"]], bbox=box, iscrowd=crowd, area=area)
         ann.pop("segmentation", None)  # boxes and keypoints only: masks are not evaluated
+        if keypoints:  # COCO's own count of labelled keypoints, which OKS AP needs
+            kps = a["keypoints"]
+            if not isinstance(kps, list) or len(kps) % 3 or not all(isinstance(v, (int, float)) for v in kps):
+                raise UsageError(f"{where}: keypoints must be a list of x, y, v triples")
+            ann.setdefault("num_keypoints", sum(1 for v in kps[2::3] if v > 0))
         anns.append(ann)
     categories = [{"id": k, "name": v} for k, v in names.items()]
     if keypoints:
@@ -118,7 +137,7 @@ def read_yolo_yaml(path: Path) -> EvalData:
         names = dict(enumerate(names))
     if not isinstance(names, dict) or not all(isinstance(k, int) for k in names):
         raise UsageError(f"{path}: names must be a list or a mapping of class index to name")
-    root = Path(str(doc.get("path") or path.parent))
+    root = Path(str(doc.get("path") or ""))  # relative to the data.yaml, as Ultralytics reads it
     root = root if root.is_absolute() else path.parent / root
     vals = doc["val"] if isinstance(doc["val"], list) else [doc["val"]]
     images: List[Path] = []
@@ -133,7 +152,11 @@ def _listed_images(where: Path, yaml_path: Path) -> List[Path]:
     if where.is_dir():
         return image_files(where)
     if where.suffix == ".txt" and where.is_file():
-        lines = [s.strip() for s in where.read_text(encoding="utf-8").splitlines() if s.strip()]
+        try:
+            text = where.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"{yaml_path}: val {where} cannot be read ({e})") from None
+        lines = [s.strip() for s in text.splitlines() if s.strip()]
         return [Path(p) if os.path.isabs(p) else where.parent / p for p in lines]
     raise UsageError(f"{yaml_path}: val {where} is not a folder of images nor a .txt list of them")
 
@@ -208,7 +231,7 @@ def read_label_file(path: Path, names: Dict[int, str]) -> List[Tuple[int, float,
             values = [float(v) for v in parts]
         except ValueError:
             values = []
-        if len(values) != 5 or values[0] != int(values[0]):
+        if len(values) != 5 or not all(math.isfinite(v) for v in values) or not values[0].is_integer():
             raise UsageError(f"{path}:{n}: expected `class cx cy w h`, got {line.strip()!r}")
         cls = int(values[0])
         if cls < 0 or (names and cls not in names):

@@ -25,7 +25,7 @@ from edgeapp.core.coco_eval import cocotools
 from edgeapp.core.meta import write_sidecar
 from edgeapp.core.naming import sidecar_path
 from edgeapp.core.quant_tune import box_metric_of, metric_of, task_metric_of
-from edgeapp.errors import ConvertError, MissingDependency
+from edgeapp.errors import ConvertError, MissingDependency, UsageError
 from edgeapp.flows.convert.agreement import measure
 from edgeapp.flows.convert.base import FloatModel
 from edgeapp.flows.convert.data import Dataset, normalize
@@ -114,6 +114,11 @@ class TaskMetric:
     def __init__(self, float_task: Any, data: Any, meta: Any) -> None:
         self.data, self.meta = data, meta
         self.reference = evaluate(float_task, data)
+        read, failed = self.reference.entry["images"], len(self.reference.errors)
+        if read == 0 or 2 * failed > len(data.paths):
+            first = f" (first: {self.reference.errors[0]})" if self.reference.errors else ""
+            raise UsageError(f"--eval {data.source}: {failed} of {len(data.paths)} image(s) could not "
+                             f"be read{first}")
         self.source, self.samples = f"--eval {data.describe()}", len(data.paths)
         self._tmp = tempfile.TemporaryDirectory(prefix="edgeapp-eval-")
         self._count = 0
