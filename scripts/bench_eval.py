@@ -95,10 +95,9 @@ class _Lines:
 
 
 def run_command(model: Path, paths: list, out: Path) -> float:
-    from edgeapp.hw.hostinfo import decode_workers
     from edgeapp.flows.batch import run_batch
     from edgeapp.flows.open_task import Placement, open_task
-    from edgeapp.hw.hostinfo import usable_cores
+    from edgeapp.hw.hostinfo import decode_workers, usable_cores
 
     with open_task(model, None, Placement("auto"), cpu_replicas=usable_cores()) as opened:
         writer = _Lines(out)
@@ -109,10 +108,9 @@ def run_command(model: Path, paths: list, out: Path) -> float:
 
 
 def run_eval(model: Path, data) -> float:
-    from edgeapp.hw.hostinfo import decode_workers
     from edgeapp.flows.evaluate import evaluate, open_model
     from edgeapp.flows.open_task import Placement
-    from edgeapp.hw.hostinfo import usable_cores
+    from edgeapp.hw.hostinfo import decode_workers, usable_cores
 
     with open_model(str(model), Placement("auto"), cpu_replicas=usable_cores()) as opened:
         start = time.perf_counter()
