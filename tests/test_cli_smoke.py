@@ -104,3 +104,30 @@ def test_coral_reference_top1(model, margin):
         egyptian = [c for c in classes if c["id"] == 286]
         assert egyptian and egyptian[0]["label"] == "Egyptian cat", classes
         assert egyptian[0]["score"] >= classes[0]["score"] - margin, classes
+
+
+def test_every_command_maps_errors_to_exit_codes():
+    """Errors become one line and an exit code in `Command.invoke` (cli/command.exit_codes): every
+    command, the lazily built task commands and the camera included, must be a `Command`, and
+    every group a `Group`, or a library error would end in a traceback."""
+    import typer
+
+    from edgeapp.cli.app import app
+    from edgeapp.cli.command import Command, Group
+
+    top = typer.main.get_command(app)
+    ctx = top.make_context("edgeapp", ["--help"], resilient_parsing=True)
+    seen = []
+
+    def walk(group, ctx) -> None:
+        assert isinstance(group, Group), group
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            if hasattr(command, "list_commands"):
+                walk(command, ctx)
+            else:
+                assert isinstance(command, Command), name
+                seen.append(name)
+
+    walk(top, ctx)
+    assert {"classify", "detect", "pose", "segment", "camera", "convert", "eval", "list"} <= set(seen)

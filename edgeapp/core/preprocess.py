@@ -203,7 +203,7 @@ def image_size(path: Any) -> Optional[tuple[int, int]]:
     try:
         with Image.open(path) as img:
             w, h = img.size
-            turned = img.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # a quarter turn swaps them
+            turned = _orientation(img) in _SWAPPED  # a quarter turn swaps them
     except (OSError, SyntaxError, ValueError):
         return None
     return (h, w) if turned else (w, h)

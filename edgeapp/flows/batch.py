@@ -97,8 +97,8 @@ def _same_model(recorded: str, mine: list) -> bool:
 
 
 def iter_records(paths: Iterable[str], runner: Runner, task: BoundTask, workers: int = 2,
-                 on_result: Optional[OnResult] = None, sources: Optional[Iterable] = None
-                 ) -> Iterator[dict]:
+                 on_result: Optional[OnResult] = None, sources: Optional[Iterable] = None,
+                 keep_images: Optional[bool] = None) -> Iterator[dict]:
     """One record per input, in input order, as soon as it is produced (the JSONL records).
 
     The whole batch, in one loop: the runner prepares inputs `workers` ahead and runs them
@@ -107,11 +107,14 @@ def iter_records(paths: Iterable[str], runner: Runner, task: BoundTask, workers:
     several devices each record names the one that ran it, still in input order.
     `on_result(path, prepared, result)` sees each image's result with its decoded image
     (--annotate, --mask) and may return fields to add to the record. `sources`: what to decode
-    for each path, when not the path itself (the bytes a cluster client shipped).
+    for each path, when not the path itself (the bytes a cluster client shipped). `keep_images`:
+    whether `prepared` keeps the whole photo (a second decode when it was decoded scaled);
+    by default when there is an `on_result`, False for one that reads only the result (eval).
     """
     quiet_libtiff()  # decoding a broken TIFF: the record's error, never libtiff's lines
     model, no_device = runner.model_path, device_of_failures(runner)
-    prepare = partial(task.prepare, keep_image=on_result is not None)
+    keep = on_result is not None if keep_images is None else keep_images
+    prepare = partial(task.prepare, keep_image=keep)
     if sources is None:
         ran = ((path, path, prepared, done)
                for path, prepared, done in runner.run_all(paths, prepare, workers))

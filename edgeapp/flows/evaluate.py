@@ -69,7 +69,7 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
 
     done, errors, latencies = [], [], []
     start = time.perf_counter()
-    for record in iter_records(data.paths, opened.runner, bound, workers, on_result=add):
+    for record in iter_records(data.paths, opened.runner, bound, workers, on_result=add, keep_images=False):
         if record["error"] is None:
             done.append(at["i"])
             latencies.append(record["latency_ms"])
@@ -209,16 +209,10 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
     return out
 
 
-def float_vs_int8(float_model: OpenTask, int8_model: OpenTask, data: EvalData,
-                  workers: int = 2) -> dict:
+def compared(ref: ModelEval, q: ModelEval, data: EvalData) -> dict:
     """The task's metric of a float original and the int8 model made from it, on the same data
     (what `convert --eval` stores in the sidecar): {"data", "float", "int8", "drop"}; "drop" is
     float minus int8 per metric (positive: int8 lost that much)."""
-    return compared(evaluate(float_model, data, workers), evaluate(int8_model, data, workers), data)
-
-
-def compared(ref: ModelEval, q: ModelEval, data: EvalData) -> dict:
-    """float_vs_int8's result from the two measurements (the float one may be reused)."""
     a, b = scalar_metrics(ref.entry["metrics"]), scalar_metrics(q.entry["metrics"])
     return {"data": data.summary(), "float": ref.entry, "int8": q.entry,
             "drop": {k: round(a[k] - b[k], 6) for k in a if k in b},

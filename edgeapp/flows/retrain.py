@@ -97,15 +97,14 @@ def _is_image(p: Path, top: Path) -> bool:
     return not hidden and p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
 
 
-def embed_through_batch(runner: Any, paths: list[str], workers: int,
-                        progress: Optional[Callable[[], None]] = None, task: Any = None
+def embed_through_batch(runner: Any, task: Any, paths: list[str], workers: int,
+                        progress: Optional[Callable[[], None]] = None
                         ) -> tuple[tuple, Iterator[tuple[str, Any, Any, str]]]:
     """THE adapter to the inference pipeline `classify` runs (flows/batch.py): the extractor's
     input spec and preprocessing from its metadata, images prepared ahead on `workers` threads,
     the runner's devices, failures as records. Returns the (mean, std, decode) the images are prepared
     with, and (path, embedding or None, error or None, model file that ran) per path, in order.
-    `task`: the extractor's task when the caller bound it already (`embedding_task`)."""
-    task = task if task is not None else embedding_task(runner)
+    `task`: the extractor's task on the runner's model (`embedding_task`)."""
 
     def records() -> Iterator[tuple[str, Any, Any, str]]:
         for r in iter_records(paths, runner, task, workers):
@@ -159,7 +158,7 @@ def extract(runner: Any, paths: list[str], workers: int, cache: Optional[Embeddi
             out.cached += 1
             if progress:
                 progress()
-    out.normalization, records = embed_through_batch(runner, todo, workers, progress, task)
+    out.normalization, records = embed_through_batch(runner, task, todo, workers, progress)
     for path, vector, error, model in records:
         if error is not None:
             out.failed.append((path, error))

@@ -155,9 +155,3 @@ class BoxAgreement:
                 "note": None if scores is not None else (
                     "no box found by the float model" if not self.has_boxes else
                     "the eval extra is not installed: pip install 'edgeapp[eval]'")}
-
-
-def measure(session, inp, path: Path, data: Dataset, mean: float, std: float, entry: dict,
-            source: str) -> dict:
-    """Detection agreement: the float export's boxes as ground truth for the int8 model."""
-    return BoxAgreement(session, inp, data, mean, std, entry, source)(path)

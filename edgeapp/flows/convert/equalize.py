@@ -16,7 +16,7 @@ images: the consumer's weights pay for every bit the activation gains.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -53,7 +53,7 @@ class Equalized:
     settings: dict
 
 
-def find_pairs(model: TfliteModel, read: Callable) -> list:
+def find_pairs(model: TfliteModel) -> list:
     """Every producer -> homogeneous ops -> consumer chain of the model's main graph."""
     readers: dict = {}
     for op in model.operators:
@@ -63,7 +63,7 @@ def find_pairs(model: TfliteModel, read: Callable) -> list:
     pairs = []
     for op in model.operators:
         if _float_weights(op, model) and op.option("fused_activation_function") in LINEAR_ACTIVATIONS:
-            pair = _follow(op, model, readers, read)
+            pair = _follow(op, model, readers)
             if pair is not None:
                 pairs.append(pair)
     return pairs
@@ -90,7 +90,7 @@ def _reads_channels(op: Operator, model: TfliteModel, channels: int) -> bool:
     return shape[-1] == channels
 
 
-def _follow(producer: Operator, model: TfliteModel, readers: dict, read: Callable) -> Optional[Pair]:
+def _follow(producer: Operator, model: TfliteModel, readers: dict) -> Optional[Pair]:
     channels = _out_channels(producer, model)
     t = producer.outputs[0]
     chain, constants = [t], []
@@ -181,7 +181,7 @@ def equalize(source: bytes, calibration: np.ndarray, io: str, samples: int) -> E
     channel ranges are measured on. ConvertError when no pair has a range its outlier channels
     set."""
     model = parse_model(source, "calibrated")
-    pairs = find_pairs(model, constant_reader(source))
+    pairs = find_pairs(model)
     if not pairs:
         raise ConvertError("no two linear layers joined only by ReLU, pooling, padding or a constant add")
     stats = channel_stats(source, sorted({t for p in pairs for t in p.chain}), calibration[:samples])

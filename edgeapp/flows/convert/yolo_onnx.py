@@ -218,13 +218,6 @@ def _dfl_conv(model):
     return None
 
 
-def _axis(node) -> Optional[int]:
-    for a in node.attribute:
-        if a.name == "axis":
-            return int(a.i)
-    return None
-
-
 def _input_name(model) -> str:
     inits = {i.name for i in model.graph.initializer}
     return next(i.name for i in model.graph.input if i.name not in inits)
