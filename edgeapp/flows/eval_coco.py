@@ -38,7 +38,7 @@ def read_coco(path: Path, images: Optional[Path] = None) -> EvalData:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise UsageError(f"--data {path}: not a readable JSON file ({e})") from None
+        raise UsageError(f"labelled data {path}: not a readable JSON file ({e})") from None
     _need(doc, ("images", "annotations", "categories"), f"{path}")
     for key in ("images", "annotations", "categories"):
         if not isinstance(doc[key], list):
@@ -103,7 +103,7 @@ def _image_folder(path: Path, images: Optional[Path], listed: list) -> Path:
             return folder
     if not names:
         return path.parent  # images without file_name: said as such next
-    raise UsageError(f"--data {path}: its images ({names[0]}, ...) are neither beside it nor in "
+    raise UsageError(f"labelled data {path}: its images ({names[0]}, ...) are neither beside it nor in "
                      f"{path.parent / 'images'}: give --images DIR")
 
 
@@ -130,7 +130,7 @@ def read_yolo_yaml(path: Path) -> EvalData:
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise UsageError(f"--data {path}: not a readable YAML file ({str(e).splitlines()[0]})") from None
+        raise UsageError(f"labelled data {path}: not a readable YAML file ({str(e).splitlines()[0]})") from None
     _need(doc, ("names", "val"), f"{path}")
     names = doc["names"]
     if isinstance(names, list):

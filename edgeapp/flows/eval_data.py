@@ -71,7 +71,7 @@ def image_files(folder: Path) -> List[Path]:
 
 
 def no_images(where: Path) -> UsageError:
-    return UsageError(f"--data {where}: no images in it (looked for .jpg, .png, .bmp, ...)")
+    return UsageError(f"labelled data {where}: no images in it (looked for .jpg, .png, .bmp, ...)")
 
 
 def read_class_folders(root: Path) -> EvalData:
@@ -83,7 +83,7 @@ def read_class_folders(root: Path) -> EvalData:
         truth += [i] * len(found)
     if not paths:
         loose = image_files(root)
-        raise UsageError(f"--data {root}: images without class folders: put each class's images "
+        raise UsageError(f"labelled data {root}: images without class folders: put each class's images "
                          "in a folder named after the class") if loose else no_images(root)
     return EvalData("classification", "class folders", root, paths, paths,
                     dict(enumerate(classes)), truth)
@@ -103,7 +103,7 @@ def read_csv(path: Path) -> EvalData:
                     continue
                 rows.append((row[0].strip(), row[1].strip()))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise UsageError(f"--data {path}: cannot read it ({e})") from None
+        raise UsageError(f"labelled data {path}: cannot read it ({e})") from None
     if not rows:
         raise no_images(path)
     classes = sorted({label for _, label in rows})
@@ -122,7 +122,7 @@ def read_masks(root: Path) -> EvalData:
     masks = {p.stem: p for p in image_files(root / "masks")}
     missing = [p for p in images if p.stem not in masks]
     if missing:
-        raise UsageError(f"--data {root}: {missing[0]} has no mask masks/{missing[0].stem}.png "
+        raise UsageError(f"labelled data {root}: {missing[0]} has no mask masks/{missing[0].stem}.png "
                          f"({len(missing)} image(s) without one)")
     names: Dict[Any, str] = {}
     labels = root / "labels.txt"

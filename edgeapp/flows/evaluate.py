@@ -49,7 +49,7 @@ def check_task(opened: OpenTask, data: EvalData) -> None:
     """A model of another task than the data is exit 4, naming both."""
     kind = opened.task.kind
     if kind.evaluates != data.kind:
-        raise WrongTask(f"{opened.runner.model_path} is {kind.noun} ({kind.name}); --data "
+        raise WrongTask(f"{opened.runner.model_path} is {kind.noun} ({kind.name}); labelled data "
                         f"{data.source} is {DATA_WORDS.get(data.kind, data.kind)}")
 
 
@@ -90,7 +90,7 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
 def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
     """The labelled data `data` names (a file or a folder, the format found from it)."""
     if not data.exists():
-        raise UsageError(f"--data {data}: not found")
+        raise UsageError(f"labelled data {data}: not found")
     suffix = data.suffix.lower()
     if data.is_file():
         if suffix == ".json":
@@ -99,7 +99,7 @@ def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
             return eval_coco.read_yolo_yaml(data)
         if suffix == ".csv":
             return read_csv(data)
-        raise UsageError(f"--data {data}: expected a COCO .json, a YOLO data .yaml, a .csv of "
+        raise UsageError(f"labelled data {data}: expected a COCO .json, a YOLO data .yaml, a .csv of "
                          "path,label or a folder")
     if images is not None:
         raise UsageError("--images is for a COCO JSON's images")
@@ -242,7 +242,7 @@ def refuse_unknown(models: Sequence[str], data: Optional[EvalData] = None) -> No
             raise InvalidModel(f"model not found: {m}")
         task = file_task(p) if data is not None else None
         if task is not None and kind(task).evaluates != data.kind:  # type: ignore[union-attr]
-            raise WrongTask(f"{m} is {kind(task).noun} ({task}); --data {data.source} is "  # type: ignore[union-attr]
+            raise WrongTask(f"{m} is {kind(task).noun} ({task}); labelled data {data.source} is "  # type: ignore[union-attr]
                             f"{DATA_WORDS.get(data.kind, data.kind)}")  # type: ignore[union-attr]
 
 
