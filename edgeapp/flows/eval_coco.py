@@ -231,7 +231,7 @@ def read_label_file(path: Path, names: Dict[int, str]) -> List[Tuple[int, float,
             values = [float(v) for v in parts]
         except ValueError:
             values = []
-        if len(values) != 5 or not all(math.isfinite(v) for v in values) or not values[0].is_integer():
+        if len(values) != 5 or not all(math.isfinite(v) for v in values) or values[0] != int(values[0]):
             raise UsageError(f"{path}:{n}: expected `class cx cy w h`, got {line.strip()!r}")
         cls = int(values[0])
         if cls < 0 or (names and cls not in names):
