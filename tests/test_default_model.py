@@ -78,7 +78,7 @@ def test_the_build_extra_is_declared_and_the_readme_names_it():
 
 
 def test_the_shipped_extractor_is_recorded_as_one(cli):
-    from edgeapp.core.embedding import embedding_output
+    from edgeapp.core.learn.embedding import embedding_output
     from edgeapp.core.meta import read_meta
     from edgeapp.core.tflite.model import load_model
 
