@@ -141,6 +141,51 @@ EventsOpt = Annotated[Optional[Path], typer.Option(
     "--events", metavar="FILE",
     help="With --track: write one JSON line per event (track_started, track_ended, line_crossed, "
          "zone_entered, zone_left) to FILE.", show_default=False)]
+AlertOpt = Annotated[Optional[List[str]], typer.Option(
+    "--alert", metavar="NAME:KIND[,key=value...]",
+    help="With --track: fire an alert (an event; a clip with --clips, a notification with "
+         "--notify) when NAME:line=LINE[,direction=in|out] is crossed, NAME:zone=ZONE[,dwell=S] "
+         "is entered (and stayed in S seconds), NAME:count=ZONE,over=N[,for=S] holds more than N "
+         "(for S seconds), or NAME:appear (a new track). Each kind takes label=L, source=S; zones "
+         "and appear take inertia=N (frames in a row, default 3). Repeatable. See docs/alerts.md.",
+    show_default=False)]
+RulesOpt = Annotated[Optional[Path], typer.Option(
+    "--rules", metavar="FILE", help="With --track: alert rules from a YAML or TOML file (as --alert "
+                                    "writes them; see docs/alerts.md).", show_default=False)]
+ClipsOpt = Annotated[Optional[Path], typer.Option(
+    "--clips", metavar="DIR", help="On each alert, write DIR/<time>_<rule>_<track>.mp4 (from --pre "
+                                   "seconds before the trigger to --post after), a .jpg snapshot of "
+                                   "the track's best frame and a .json sidecar.", show_default=False)]
+PreOpt = Annotated[float, typer.Option(
+    "--pre", min=0.0, max=3600.0, metavar="SECONDS", help="Seconds of video a clip keeps before "
+                                                          "its trigger (kept in memory as JPEG).")]
+PostOpt = Annotated[float, typer.Option(
+    "--post", min=0.0, max=3600.0, metavar="SECONDS",
+    help="Seconds a clip goes on after its last alert (alerts in that time extend it).")]
+ClipsMaxOpt = Annotated[float, typer.Option(
+    "--clips-max-gb", min=0.001, metavar="GB", help="Keep at most this much in --clips (the oldest "
+                                                     "files go first).")]
+NotifyOpt = Annotated[Optional[List[str]], typer.Option(
+    "--notify", metavar="URL",
+    help="Send each alert through Apprise (ntfy://topic, tgram://..., mailto://..., json://host, "
+         "~100 services), the snapshot attached where the service takes files; retried until "
+         "delivered. Repeatable. Needs `pip install 'edgeapp[notify]'`.", show_default=False)]
+NotifyHoldoffOpt = Annotated[float, typer.Option(
+    "--notify-holdoff", min=0.0, metavar="SECONDS",
+    help="The same rule on the same track notifies again only after this long.")]
+NotifyTemplateOpt = Annotated[Optional[str], typer.Option(
+    "--notify-template", metavar="TEXT",
+    help="The message, with {rule}, {label}, {source}, {track_id}, {frame}, {time}, {count}. "
+         "Default: '{rule}: {label} on {source} at {time}'.", show_default=False)]
+MetricsOpt = Annotated[Optional[str], typer.Option(
+    "--metrics-port", metavar="ADDRESS",
+    help="Prometheus metrics at http://ADDRESS/metrics (also at the live view's /metrics): PORT, "
+         "HOST or HOST:PORT, 127.0.0.1 unless a HOST is given, then with --serve-token as the live "
+         "view. Needs `pip install 'edgeapp[metrics]'`.", show_default=False)]
+TrackScoreOpt = Annotated[Optional[str], typer.Option(
+    "--track-score", metavar="median:SCORE",
+    help="With --track: show, count and alert on a track only while the median of its recent "
+         "scores is at least SCORE (e.g. median:0.6).", show_default=False)]
 SummaryOpt = Annotated[SummaryFormat, typer.Option(
     "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")]
 
@@ -183,6 +228,17 @@ class CameraOptions:
     count_line: CountLineOpt = None
     zone: ZoneOpt = None
     events: EventsOpt = None
+    track_score: TrackScoreOpt = None
+    alert: AlertOpt = None
+    rules: RulesOpt = None
+    clips: ClipsOpt = None
+    pre: PreOpt = 5.0
+    post: PostOpt = 10.0
+    clips_max_gb: ClipsMaxOpt = 1.0
+    notify: NotifyOpt = None
+    notify_holdoff: NotifyHoldoffOpt = 60.0
+    notify_template: NotifyTemplateOpt = None
+    metrics_port: MetricsOpt = None
     summary: SummaryOpt = SummaryFormat.text
     mean: shared.MeanOpt = None
     std: shared.StdOpt = None
@@ -267,18 +323,38 @@ def _request(ctx: typer.Context, v: CameraOptions, options: dict) -> Any:
         record=v.record, max_frames=v.max_frames, duration=v.duration,
         drop_frames=v.drop_frames, reconnect=v.reconnect, records_format=v.fmt,
         records_output=v.output, records_stdout=None, live_view=view, mqtt=mqtt,
-        tracking=_tracking(v))
+        tracking=_tracking(v), alerts=_alerts(v))
 
 
 def _tracking(v: CameraOptions) -> Any:
     """--track's settings: its lines and zones parsed (a usage error names the flag)."""
     if not v.track:
         return None
+    from edgeapp.core.track.score import parse_track_score
     from edgeapp.core.track.zones import parse_line, parse_zone
+    from edgeapp.flows.camera.alerts import read_rules
     from edgeapp.flows.camera.tracking import TrackingSettings
 
     return TrackingSettings(lines=[parse_line(x) for x in v.count_line or ()],
-                            zones=[parse_zone(z) for z in v.zone or ()], events=v.events)
+                            zones=[parse_zone(z) for z in v.zone or ()], events=v.events,
+                            rules=read_rules(v.alert or (), v.rules),
+                            track_score=parse_track_score(v.track_score) if v.track_score else None)
+
+
+def _alerts(v: CameraOptions) -> Any:
+    """Where alerts go: clips, notifications, metrics (None: nowhere but the events)."""
+    if v.clips is None and not v.notify and v.metrics_port is None:
+        return None
+    from edgeapp.flows.camera.alerts import AlertSettings, MetricsSettings
+    from edgeapp.sinks.clips import ClipSettings
+    from edgeapp.sinks.notify import TEMPLATE, NotifySettings
+
+    return AlertSettings(
+        clips=ClipSettings(v.clips, v.pre, v.post, v.clips_max_gb) if v.clips is not None else None,
+        notify=NotifySettings(v.notify, v.notify_holdoff, v.notify_template or TEMPLATE)
+        if v.notify else None,
+        metrics=MetricsSettings(v.metrics_port, v.serve_token, v.serve_token_file)
+        if v.metrics_port is not None else None)
 
 
 def _check_flags(ctx: typer.Context, v: CameraOptions) -> None:
@@ -298,13 +374,17 @@ def _check_flags(ctx: typer.Context, v: CameraOptions) -> None:
     if v.output is not None and v.output.exists() and v.output.is_dir():
         raise UsageError(f"--output {v.output} is a folder")
     if not v.track:
-        for name, value in (("count_line", v.count_line), ("zone", v.zone), ("events", v.events)):
+        for name, value in (("count_line", v.count_line), ("zone", v.zone), ("events", v.events),
+                            ("alert", v.alert), ("rules", v.rules), ("track_score", v.track_score)):
             if value:
-                raise UsageError(f"--{name.replace('_', '-')} counts tracked objects: add --track")
+                raise UsageError(f"--{name.replace('_', '-')} needs tracked objects: add --track")
     if v.events is not None and v.events.exists() and v.events.is_dir():
         raise UsageError(f"--events {v.events} is a folder")
+    _check_clips(v)
     unused = {"serve": (v.serve, ("serve_fps", "serve_token", "serve_token_file")),
-              "mqtt": (v.mqtt, ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery"))}
+              "mqtt": (v.mqtt, ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery")),
+        "clips": (v.clips, ("pre", "post", "clips_max_gb")),
+        "notify": (v.notify, ("notify_holdoff", "notify_template"))}
     for parent, (value, names) in unused.items():
         if value is None:
             for name in names:
@@ -312,6 +392,18 @@ def _check_flags(ctx: typer.Context, v: CameraOptions) -> None:
                     say(f"warning: --{name.replace('_', '-')} has no effect without --{parent}")
     if v.mqtt is not None and choice_value(v.mqtt_mode) == "frames" and given(ctx, "mqtt_debounce"):
         say("warning: --mqtt-debounce applies to --mqtt-mode events only")
+
+
+def _check_clips(v: CameraOptions) -> None:
+    """--clips is a folder of its own: not a file, and not another output's path."""
+    if v.clips is None:
+        return
+    if v.clips.exists() and not v.clips.is_dir():
+        raise UsageError(f"--clips {v.clips} is a file, not a folder")
+    clips = v.clips.resolve()
+    for flag, other in (("--output", v.output), ("--events", v.events), ("--record", v.record)):
+        if other is not None and other.resolve() == clips:
+            raise UsageError(f"--clips and {flag} are the same path ({v.clips}): give each its own")
 
 
 def _finish(outcome: Any, summary: Any) -> None:
@@ -337,6 +429,13 @@ def _outputs_line(extra: dict) -> str:
         text += f"; live view: {v['viewers_total']} viewer(s), {v['frames_encoded']} frame(s) encoded"
     if "tracking" in extra:
         text += "; " + tracking_line(extra["tracking"])
+    if "clips" in extra:
+        c = extra["clips"]
+        text += (f"; clips: {c['clips']} clip(s), {c['snapshots']} snapshot(s) in {c['folder']}, "
+                 f"buffer peak {c['buffer_peak_bytes'] / 1e6:.1f} MB")
+    if "notify" in extra:
+        n = extra["notify"]
+        text += f"; notify: {n['sent']} sent, {n['held']} held, {n['undelivered']} undelivered"
     if "mqtt" in extra:
         m = extra["mqtt"]
         text += (f"; mqtt: {m['published']} published, {m['dropped']} dropped, "
@@ -351,6 +450,8 @@ def tracking_line(counts: dict) -> str:
         parts.append(f"line {name}: {c['in']} in, {c['out']} out")
     for name, c in counts["zones"].items():
         parts.append(f"zone {name}: {c['entered']} entered, {c['left']} left, {c['now']} inside")
+    for name, n in (counts.get("alerts") or {}).items():
+        parts.append(f"alert {name}: {n}")
     return ", ".join(parts)
 
 

@@ -4,8 +4,10 @@ extend one clip), a snapshot of the track's best-scoring frame, and a JSON sidec
 and the boxes. Files: `DIR/<time>_<rule>_<track>.mp4|.jpg|.json`.
 
 Nothing here runs on the inference loop but `claim` (names an alert's files: no I/O) and
-`on_frame` (a reference to the frame into a queue; when the encoder is behind by QUEUE frames the
-frame is left out of the clips and counted, never waited for). The encoder thread draws the
+`on_frame` (a reference to the frame into a queue). When the encoder is behind by QUEUE frames,
+a camera's frame is left out of the clips and counted, never waited for; a video file processed
+frame by frame (no frame is ever dropped there) waits for the encoder instead, so its clips miss
+no frame. The encoder thread draws the
 overlay (on a copy) and keeps the frames as JPEG in the ring (sinks/clip_buffer.py, where the
 memory bound is stated); the writer thread writes files, keeps the folder under `--clips-max-gb`
 (oldest first) and turns a full disk into an event and one warning while the run goes on.
@@ -98,9 +100,11 @@ class ClipSink:
     def claim(self, alert: dict) -> None:
         """Name the alert's files (relative to the clips folder) and queue it: a clip still
         collecting its post-roll is extended, else a new one starts."""
-        t = alert["timestamp"]
+        t = alert["media_time"]
         track = "all" if alert.get("track_id") is None else str(alert["track_id"])
-        stem = time.strftime("%Y%m%d-%H%M%S") + f".{int(time.time() * 1000) % 1000:03d}_{alert['rule']}_{track}"
+        now = time.time()
+        stem = (time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) +
+                f".{int(now * 1000) % 1000:03d}_{alert['rule']}_{track}")
         if self._claimed is not None and t <= self._claimed[1]:
             clip = self._claimed[0]
         else:
@@ -113,7 +117,10 @@ class ClipSink:
 
     def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool = False,
                  fps: Optional[float] = None, stats: Any = None, extras: Optional[dict] = None) -> None:
+        every = stats is not None and getattr(stats, "policy", "") == "every"
         with self._cond:
+            while every and self._frames_queued >= QUEUE and self._encoder.is_alive():
+                self._cond.wait(0.5)  # a file's every frame: its clips miss none
             if self._frames_queued >= QUEUE:
                 self.stats["frames_skipped"] += 1
                 return
@@ -134,6 +141,7 @@ class ClipSink:
                 item = self._items.popleft()
                 if item[0] == "frame":
                     self._frames_queued -= 1
+                    self._cond.notify_all()
             if item[0] == "alert":
                 waiting.append(item[1])
                 continue
@@ -167,19 +175,20 @@ class ClipSink:
         tracks = {o["track_id"]: (o.get("score", 0.0), o.get("bbox"))
                   for o in record.get(getattr(self.kind, "tracks", None) or "objects") or []
                   if isinstance(o, dict) and o.get("track_id") is not None}
-        return Buffered(record.get("frame", 0), float(record.get("timestamp", 0.0)), buf.tobytes(), tracks)
+        t = record["source_ms"] / 1000.0 if record.get("source_ms") is not None else record.get("timestamp", 0.0)
+        return Buffered(record.get("frame", 0), float(t), buf.tobytes(), tracks)
 
     def _take(self, alert: dict) -> None:
         """An alert whose trigger frame is in the ring: its clip opened or extended, its
         snapshot written."""
         self.stats["alerts"] += 1
         stem = alert["clip"][:-4]
-        end = alert["timestamp"] + self.settings.post
+        end = alert["media_time"] + self.settings.post
         if self._clip is not None and self._clip.stem == stem:
             self._clip.end = max(self._clip.end, end)
         else:
             self._close_clip()
-            self._clip = _Clip(stem, end, self.ring.since(alert["timestamp"] - self.settings.pre))
+            self._clip = _Clip(stem, end, self.ring.since(alert["media_time"] - self.settings.pre))
         self._clip.alerts.append(alert)
         tracks = alert.get("tracks") or ([alert["track_id"]] if alert.get("track_id") is not None else [])
         best = self.ring.best(tracks) or (self.ring.frames[-1] if self.ring.frames else None)
@@ -230,11 +239,11 @@ class ClipSink:
             ids = alert.get("tracks") or [alert.get("track_id")]
             data = {"alert": alert, "clip": alert["clip"], "fps": self.fps,
                     "first_frame": first.index if first else None,
-                    "first_timestamp": first.timestamp if first else None,
+                    "first_time": first.timestamp if first else None,
                     "trigger_position": next((i for i, f in enumerate(clip.frames)
                                               if f.index == alert["frame"]), None),
                     "frames": len(clip.frames),
-                    "boxes": [{"frame": f.index, "timestamp": f.timestamp, "track_id": t,
+                    "boxes": [{"frame": f.index, "time": f.timestamp, "track_id": t,
                                "score": f.tracks[t][0], "bbox": f.tracks[t][1]}
                               for f in clip.frames for t in ids if t in f.tracks]}
             side = self.settings.folder / alert["sidecar"]

@@ -117,7 +117,7 @@ class Notifier:
         """Queue one alert (held when the same rule and track notified less than `holdoff`
         seconds before)."""
         key = (alert.get("rule"), alert.get("track_id"))
-        t = float(alert.get("timestamp") or 0.0)
+        t = float(alert.get("media_time") or 0.0)
         with self._cond:
             last = self._last.get(key)
             if last is not None and t - last < self.settings.holdoff:

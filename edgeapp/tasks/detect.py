@@ -17,6 +17,8 @@ import numpy as np
 
 from edgeapp.core.eval.coco import box_summary, cocotools, evaluate, pr_curves
 from edgeapp.core.eval.metrics import match_names
+from edgeapp.core.vision.box_filters import NAMES as FILTERS
+from edgeapp.core.vision.box_filters import BoxFilters, filter_boxes
 from edgeapp.core.vision.detect import engine_layout, get_objects, object_fields
 from edgeapp.core.vision.overlay import draw_objects
 from edgeapp.core.vision.preprocess import decode_image
@@ -61,6 +63,7 @@ class Plan:
     quantization: list  # (scale, zero point) per output
     threshold: float  # the option, else this decoder's default
     floor: float  # boxes kept down to this score: the threshold, lower when tracking
+    filters: BoxFilters = BoxFilters()  # area and ratio bounds (core/vision/box_filters.py)
 
 
 class Detect(TaskKind):
@@ -97,6 +100,15 @@ class Detect(TaskKind):
                    "(IoU) are dropped (NMS).", min=0.0, max=1.0),
         TaskOption("max_det", MAX_DET, "YOLO: at most this many objects per image after NMS.",
                    min=1),
+        TaskOption("min_area", None, "Drop boxes smaller than this: pixels, or a fraction of the "
+                   "image when at most 1 (0.01: 1% of it). Records count the boxes dropped.",
+                   type=float, min=0.0, metavar="AREA", default_text="none"),
+        TaskOption("max_area", None, "Drop boxes larger than this: pixels, or a fraction of the "
+                   "image when at most 1.", type=float, min=0.0, metavar="AREA", default_text="none"),
+        TaskOption("min_ratio", None, "Drop boxes whose width / height is below this (0.5: twice "
+                   "as tall as wide).", type=float, min=0.0, metavar="RATIO", default_text="none"),
+        TaskOption("max_ratio", None, "Drop boxes whose width / height is above this.", type=float,
+                   min=0.0, metavar="RATIO", default_text="none"),
         TaskOption("track_low", None, "With --track: boxes down to this score keep a track alive "
                    "(ByteTrack's second round); only boxes above --threshold start tracks and are "
                    "shown.", type=float, min=0.0, max=1.0, paths=("camera", "api"),
@@ -179,8 +191,15 @@ class Detect(TaskKind):
                                        plan.floor, options["iou"], options["max_det"])
             if options["top_k"] is not None:
                 objects = objects[:options["top_k"]]
-        return Result({"objects": object_fields(objects, labels)},
-                      {"boxes": [o.bbox.as_list() for o in objects]})  # unrounded, for eval
+        fields = {"objects": object_fields(objects, labels)}
+        boxes = [o.bbox.as_list() for o in objects]  # unrounded, for eval
+        if plan.filters.active:  # --min-area, --max-area, --min-ratio, --max-ratio
+            kept, removed = filter_boxes(fields["objects"], prepared.fit.src_w, prepared.fit.src_h,
+                                         plan.filters)
+            ids = {id(o) for o in kept}
+            boxes = [b for o, b in zip(fields["objects"], boxes) if id(o) in ids]
+            fields = {"objects": kept, "filtered": removed}
+        return Result(fields, {"boxes": boxes})
 
     def track_threshold(self, plan: Plan) -> float:
         return plan.threshold
@@ -276,7 +295,9 @@ def _plan(decoder: str, layout: Any, quant: list, threshold: float, options: dic
     """With --track (`track_low` given) boxes down to it are kept for the tracker, which shows
     only those above the threshold (or on a track)."""
     low = options.get("track_low")
-    return Plan(decoder, layout, quant, threshold, threshold if low is None else min(threshold, low))
+    filters = BoxFilters(*(options.get(n) for n in FILTERS)).check()
+    return Plan(decoder, layout, quant, threshold, threshold if low is None else min(threshold, low),
+                filters)
 
 
 def given_or(value: Optional[float], default: float) -> float:

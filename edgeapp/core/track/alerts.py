@@ -1,9 +1,9 @@
 """Alert rules (core/track/rules.py) evaluated frame by frame over tracked objects, pure.
 
-Each frame the caller says which tracks it saw (`Sighting`: id, label, the zones their point is
-in now, score) and which line crossings the tracking stage counted; `Alerts.update` answers
-with the alerts that fired on that frame. Time is the frames' own timestamps, so a video file
-gives the same alerts on every run and on any machine.
+Each frame (at time `t`: a video file's position, a camera's clock) the caller says which
+tracks it saw (`Sighting`: id, label, the zones their point is in now, score) and which line
+crossings the tracking stage counted; `Alerts.update` answers with the alerts that fired on that
+frame. A video file's time is its own, so it gives the same alerts on every run and machine.
 
 - line: fires on a counted crossing (once per track and direction, as the stage counts them).
 - zone: inside for `inertia` frames in a row is entered; outside for `inertia` in a row is
@@ -157,4 +157,5 @@ class Alerts:
         self.fired[rule.name] += 1
         return {"event": "alert", "rule": rule.name, "kind": rule.kind, "track_id": track_id,
                 "label": label, "source": self.source, "frame": frame, "timestamp": round(t, 3),
+                "media_time": round(t, 6),
                 **more, "clip": None, "snapshot": None, "sidecar": None}

@@ -207,7 +207,8 @@ class _Loop:
         events: list = []
         if sinks.tracking is not None:
             height, width = frame.image.shape[:2]
-            events = sinks.tracking.update(result.fields, frame.index, frame.timestamp, width, height)
+            events = sinks.tracking.update(result.fields, frame.index, frame.timestamp, width, height,
+                                           media_ms=frame.source_ms)
             result.extras["counting"] = sinks.tracking.snapshot()
             self.last_frame = (frame.index, frame.timestamp)
         if self.draw:

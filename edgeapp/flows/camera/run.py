@@ -14,6 +14,7 @@ from typing import Any, Callable, List, Optional
 from edgeapp.core.track.zones import check_names
 from edgeapp.core.version import VERSION
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
+from edgeapp.flows.camera.alerts import AlertOutputs
 from edgeapp.flows.camera.loop import CameraStats, run_camera
 from edgeapp.flows.camera.tpu_health import TpuHealth
 from edgeapp.flows.camera.tracking import TrackStage, check_trackable, check_tracking_available
@@ -79,6 +80,7 @@ class CameraRequest:
     mqtt: Optional[MqttSettings] = None
     on_record: Optional[Callable[[dict], None]] = None  # every frame's record, as it is made
     tracking: Any = None  # flows/camera/tracking.TrackingSettings: --track and its lines, zones, events
+    alerts: Any = None  # flows/camera/alerts.AlertSettings: --clips, --notify, --metrics-port
 
 
 @dataclass
@@ -116,6 +118,8 @@ class CameraRun:
         if request.tracking is not None:
             check_names(request.tracking.lines, request.tracking.zones)
             check_tracking_available()  # missing: exit 7 with the install line, before the model
+        self.alerting = (AlertOutputs(request.alerts, request.tracking, self.say)
+                         if request.alerts is not None else None)
 
     def _network(self) -> None:
         view, mqtt = self.request.live_view, self.request.mqtt
@@ -146,6 +150,7 @@ class CameraRun:
                          "their size")
             window = Display(f"edgeapp {Path(opened.engine.model_path).name}") if show else None
             self._records(show, kind)
+            self._alerts(kind, cap)
             self._tracking(kind)
             outputs = self._outputs(kind, cap.name)
             if self.publisher is not None and not cap.live:  # a file: every record to the broker
@@ -195,7 +200,17 @@ class CameraRun:
         labels = self.opened.model.labels or {}
         high = kind.track_threshold(self.opened.task.plan)
         self.tracker = TrackStage(settings, high, kind.tracks,
-                                  labels=lambda i: str(labels.get(int(i), i)))
+                                  labels=lambda i: str(labels.get(int(i), i)), source=self.cap.name,
+                                  on_alert=self.alerting.claim if self.alerting is not None else None)
+
+    def _alerts(self, kind: Any, cap: Any) -> None:
+        """Clips, notifications and metrics, before the tracking stage that feeds them."""
+        if self.alerting is None:
+            return
+        if self.alerting.wants_health:
+            self.health = TpuHealth(self.request.place.engine.performance).start()
+        self.alerting.on_event = lambda e: self.tracker.write([e]) if self.tracker is not None else None
+        self.alerting.start(kind, cap.name, cap.fps or 30.0, self.health)
 
     def _on_record(self, record: dict) -> None:
         """A results file that cannot be written (a full disk) stops the run, with its summary."""
@@ -210,13 +225,14 @@ class CameraRun:
             self.stop.set()
 
     def _outputs(self, kind: Any, source: str) -> list:
-        if self.address is not None or self.target is not None:  # the Edge TPU's heat and clock
-            self.health = TpuHealth(self.request.place.engine.performance).start()
+        if (self.address is not None or self.target is not None) and self.health is None:
+            self.health = TpuHealth(self.request.place.engine.performance).start()  # heat, clock
         if self.address is not None:  # first: a port in use fails before anything connects
             self._live_view(kind, source)
         if self.target is not None:
             self._mqtt(kind)
-        return [o for o in (self.live, self.publisher, self.health) if o is not None]
+        more = self.alerting.outputs() if self.alerting is not None else []
+        return [o for o in (self.live, self.publisher, self.health) if o is not None] + more
 
     def _live_view(self, kind: Any, source: str) -> None:
         from edgeapp.sinks.live_view import LiveView, announcement
@@ -231,7 +247,10 @@ class CameraRun:
                                             **self.health.stats()},
                              info={"model": Path(engine.model_path).name, "task": kind.name,
                                    "device": engine.device, "device_note": note,
-                                   "source": source}).start()
+                                   "source": source},
+                             metrics=self.alerting.metrics.exposition
+                             if self.alerting is not None and self.alerting.metrics is not None
+                             else None).start()
         for line in announcement(self.live, self.address, self.token, view.show_token):
             self.say(line)
 
@@ -254,8 +273,8 @@ class CameraRun:
         self.health.publish_to(self.publisher)
 
     def close(self) -> None:
-        for part in (self.opened, self.live, self.publisher, self.writer, self.health, self.tracker,
-                     self.cap):
+        for part in (self.opened, self.live, self.publisher, self.writer, self.alerting, self.health,
+                     self.tracker, self.cap):
             if part is not None:
                 part.close()
 
@@ -267,7 +286,10 @@ class CameraRun:
             outputs["mqtt"] = self.publisher.summary()
         if self.tracker is not None:
             outputs["tracking"] = self.tracker.summary()
+        if self.alerting is not None:
+            outputs.update(self.alerting.summary())
         warnings = self._warnings(stats, outputs.get("mqtt"))
+        warnings += self.alerting.warnings() if self.alerting is not None else []
         return CameraOutcome(stats, self.opened.engine.model_path, self.opened.task.name, outputs,
                              warnings, self._error(stats, outputs.get("mqtt")))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +89,7 @@ class TrackStage:
         self.on_alert = on_alert
         self.scores = ScoreHistory(settings.track_score) if settings.track_score else None
         self.pending: Dict[int, Track] = {}  # confirmed tracks whose score does not pass yet
+        self._lock = threading.Lock()
         self.tracker = ByteTracker(TrackerSettings(high=high, low=min(LOW, high),
                                                    lost_frames=settings.lost_frames))
         self.label_of = labels or str
@@ -118,9 +120,12 @@ class TrackStage:
         self.lines = [x.at(width, height) for x in self.settings.lines]
         self.zones = [z.at(width, height) for z in self.settings.zones]
 
-    def update(self, fields: dict, frame: int, t: float, width: int, height: int) -> List[dict]:
+    def update(self, fields: dict, frame: int, t: float, width: int, height: int,
+               media_ms: Optional[float] = None) -> List[dict]:
         """Track this frame's objects (the record's `objects` get `track_id`; boxes below the
-        display threshold stay only where they carry a track); the events of this frame."""
+        display threshold stay only where they carry a track); the events of this frame.
+        `media_ms`: the frame's position in a video file: the alerts' clock (`media_time`), so a
+        file's dwell times are the video's whatever the speed it is processed at."""
         if self.size is None:
             self._place(width, height)
         self.frames += 1
@@ -147,21 +152,22 @@ class TrackStage:
                 events.append(self._start(self.pending.pop(tid), frame, t))
         for tid, smooth, _ in moved:
             events.extend(self._move(tid, smooth, frame, t))
-        events.extend(self._alerts(moved, events, frame, t))
+        events.extend(self._alerts(moved, events, frame, t, t if media_ms is None else media_ms / 1000.0))
         for track in step.ended:
             events.extend(self._end(track, frame, t))
         self._write(events)
         return events
 
-    def _alerts(self, moved: list, events: List[dict], frame: int, t: float) -> List[dict]:
+    def _alerts(self, moved: list, events: List[dict], frame: int, t: float, media: float) -> List[dict]:
         """The rules' alerts of this frame (their clip paths filled in by `on_alert`)."""
         if self.alerts is None:
             return []
         seen = [Sighting(tid, self.states[tid].label,
                          frozenset(z.name for z in self.zones if inside(centre(box), z.points)), score)
                 for tid, box, score in moved]
-        fired = self.alerts.update(frame, t, seen, [e for e in events if e["event"] == "line_crossed"])
+        fired = self.alerts.update(frame, media, seen, [e for e in events if e["event"] == "line_crossed"])
         for alert in fired:
+            alert["timestamp"] = round(t, 3)
             if self.on_alert is not None:
                 self.on_alert(alert)
         return fired
@@ -260,15 +266,23 @@ class TrackStage:
                        "frames_seen": track.hits})
         return events
 
+    def write(self, events: List[dict]) -> None:
+        """Events to --events, from any thread (the clips' writer reports a full disk here)."""
+        try:
+            self._write(events)
+        except EdgeappError:
+            pass  # the loop's own next write reports it
+
     def _write(self, events: List[dict]) -> None:
         if self._events_file is None or not events:
             return
-        try:
-            for ev in events:
-                self._events_file.write(json.dumps(ev) + "\n")
-            self._events_file.flush()
-        except OSError as e:
-            raise EdgeappError(f"--events {self.settings.events}: {e.strerror or e}") from None
+        with self._lock:
+            try:
+                for ev in events:
+                    self._events_file.write(json.dumps(ev) + "\n")
+                self._events_file.flush()
+            except OSError as e:
+                raise EdgeappError(f"--events {self.settings.events}: {e.strerror or e}") from None
 
     def trails(self) -> Dict[int, List[tuple]]:
         """Each live track's recent centres, for the overlay."""
