@@ -36,7 +36,8 @@ class BoxFilters:
                 raise UsageError(f"--{name.replace('_', '-')} must be above 0, not {value:g}")
         for low, high in (("min_area", "max_area"), ("min_ratio", "max_ratio")):
             a, b = getattr(self, low), getattr(self, high)
-            if a is not None and b is not None and (a <= 1) == (b <= 1) and a > b:
+            same_unit = low == "min_ratio" or (a is not None and b is not None and (a <= 1) == (b <= 1))
+            if a is not None and b is not None and same_unit and a > b:
                 raise UsageError(f"--{low.replace('_', '-')} {a:g} is above "
                                  f"--{high.replace('_', '-')} {b:g}: no box could pass")
         return self

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
-from edgeapp.core.track.rules import Rule, check_rules, parse_alert, parse_rules
+from edgeapp.core.track.rules import Rule, parse_alert, parse_rules
 from edgeapp.errors import MissingDependency, UsageError
 
 RULES_INSTALL = "pip install 'edgeapp[rules]'"
@@ -92,8 +92,6 @@ class AlertOutputs:
         self.address = self.token = None
         self.on_event: Callable[[dict], None] = lambda _e: None
         rules = tracking.rules if tracking is not None else ()
-        if rules:
-            check_rules(rules, [x.name for x in tracking.lines], [z.name for z in tracking.zones])
         if settings.clips is not None:
             settings.clips.check()
         if (settings.clips is not None or settings.notify is not None) and not rules:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
+from edgeapp.core.track.rules import check_rules
 from edgeapp.core.track.zones import check_names
 from edgeapp.core.version import VERSION
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
@@ -117,6 +118,8 @@ class CameraRun:
         self._network()
         if request.tracking is not None:
             check_names(request.tracking.lines, request.tracking.zones)
+            check_rules(request.tracking.rules, [x.name for x in request.tracking.lines],
+                        [z.name for z in request.tracking.zones])
             check_tracking_available()  # missing: exit 7 with the install line, before the model
         self.alerting = (AlertOutputs(request.alerts, request.tracking, self.say)
                          if request.alerts is not None else None)
