@@ -313,8 +313,6 @@ class ClipSink:
 def _write_video(path: Path, frames: List[Buffered], fps: float, triggers: dict) -> None:
     """The clip as MP4; the trigger frames marked (a red frame border and the rule's name). A
     file OpenCV could not finish (a full disk) is an OSError."""
-    import shutil
-
     from edgeapp.hw.capture import cv2_module
 
     cv2 = cv2_module()
@@ -328,7 +326,7 @@ def _write_video(path: Path, frames: List[Buffered], fps: float, triggers: dict)
                 h, w = img.shape[:2]
                 writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
                 if not writer.isOpened():
-                    raise OSError(errno.EIO, "OpenCV cannot write an MP4 here", str(path))
+                    _failed(path, frames, 0, "OpenCV cannot write an MP4 here")
             if f.index in triggers:
                 h, w = img.shape[:2]
                 cv2.rectangle(img, (0, h - 40), (w // 2, h - 1), TRIGGER, 3)
@@ -338,8 +336,29 @@ def _write_video(path: Path, frames: List[Buffered], fps: float, triggers: dict)
     finally:
         if writer is not None:
             writer.release()
-    size = path.stat().st_size if path.exists() else 0
-    free = shutil.disk_usage(str(path.parent)).free
-    if size == 0 or free < 64 * 1024:  # OpenCV says nothing when the disk fills under it
-        raise OSError(errno.ENOSPC if free < 64 * 1024 else errno.EIO,
-                      os.strerror(errno.ENOSPC if free < 64 * 1024 else errno.EIO), str(path))
+    written = _frame_count(cv2, path)
+    if written != len(frames):  # OpenCV says nothing when the disk fills under it
+        _failed(path, frames, written, f"{written} of {len(frames)} frames written")
+
+
+def _failed(path: Path, frames: List[Buffered], written: int, why: str) -> None:
+    """An OSError for a clip OpenCV could not write: ENOSPC when the disk has less room than
+    the clip's frames take as JPEG (a full disk), else EIO with `why`."""
+    import shutil
+
+    needed = sum(len(f.jpeg) for f in frames)
+    if shutil.disk_usage(str(path.parent)).free < needed:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    raise OSError(errno.EIO, why, str(path))
+
+
+def _frame_count(cv2: Any, path: Path) -> int:
+    """Frames a written clip gives back (0: it cannot be opened, a truncated MP4)."""
+    cap = cv2.VideoCapture(str(path))
+    try:
+        n = 0
+        while cap.isOpened() and cap.grab():
+            n += 1
+        return n
+    finally:
+        cap.release()
