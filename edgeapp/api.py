@@ -116,7 +116,12 @@ class Model:
                mqtt: Optional[str] = None, mqtt_mode: str = "frames",
                on_notice: Optional[Callable[[str], None]] = None, stop: Any = None,
                track: bool = False, count_lines: Sequence[str] = (), zones: Sequence[str] = (),
-               events: Optional[PathLike] = None, **options: Any) -> Any:
+               events: Optional[PathLike] = None, alerts: Sequence[str] = (),
+               rules: Optional[PathLike] = None, track_score: Optional[str] = None,
+               clips: Optional[PathLike] = None, pre: float = 5.0, post: float = 10.0,
+               clips_max_gb: float = 1.0, notify: Sequence[str] = (), notify_holdoff: float = 60.0,
+               notify_template: Optional[str] = None, metrics: Optional[str] = None,
+               **options: Any) -> Any:
         """Run `task` (default: the model's) on the frames of a camera (index), a video file or a
         stream, as `edgeapp camera` does: every frame's record to `on_record`, and optionally a
         window, a recording, a results file (`output`), the live view (`serve`: PORT or
@@ -125,9 +130,15 @@ class Model:
         opened again for frames on the same devices. `track`: objects get a `track_id`, and
         `count_lines` / `zones` (as `--count-line` / `--zone` write them) are counted, the
         events written to `events` (JSON lines); the counts are in the outcome's `outputs`.
-        Returns the flows.camera.run.CameraOutcome (`stats`, `warnings`, `error`: None when the run
-        succeeded)."""
+        `alerts` / `rules` (as `--alert` / `--rules`), `clips` with `pre`, `post` and
+        `clips_max_gb`, `notify` (Apprise URLs), `metrics` (ADDRESS) and `track_score` are
+        camera's alert options (docs/alerts.md). Returns the flows.camera.run.CameraOutcome
+        (`stats`, `warnings`, `error`: None when the run succeeded)."""
+        from edgeapp.core.track.score import parse_track_score
+        from edgeapp.flows.camera.alerts import AlertSettings, MetricsSettings, read_rules
         from edgeapp.flows.camera.run import CameraRequest, CameraRun, LiveViewSettings, MqttSettings
+        from edgeapp.sinks.clips import ClipSettings
+        from edgeapp.sinks.notify import TEMPLATE, NotifySettings
 
         name = task or self.task
         _check_api_options(name, options)
@@ -135,9 +146,19 @@ class Model:
         if track:
             tracking = TrackingSettings([parse_line(x) for x in count_lines],
                                         [parse_zone(z) for z in zones],
-                                        Path(events) if events is not None else None)
-        elif count_lines or zones or events is not None:
-            raise UsageError("count_lines, zones and events count tracked objects: add track=True")
+                                        Path(events) if events is not None else None,
+                                        rules=read_rules(alerts, Path(rules) if rules is not None else None),
+                                        track_score=parse_track_score(track_score) if track_score else None)
+        elif count_lines or zones or events is not None or alerts or rules is not None or track_score:
+            raise UsageError("count_lines, zones, events, alerts, rules and track_score follow "
+                             "tracked objects: add track=True")
+        outputs = None
+        if clips is not None or notify or metrics is not None:
+            outputs = AlertSettings(
+                clips=ClipSettings(Path(clips), pre, post, clips_max_gb) if clips is not None else None,
+                notify=NotifySettings(list(notify), notify_holdoff, notify_template or TEMPLATE)
+                if notify else None,
+                metrics=MetricsSettings(metrics, serve_token) if metrics is not None else None)
         request = CameraRequest(
             task=name, options=options, source=str(source), display=display,
             record=Path(record) if record is not None else None,
@@ -145,7 +166,7 @@ class Model:
             max_frames=max_frames, duration=duration, drop_frames=drop_frames, reconnect=reconnect,
             live_view=LiveViewSettings(serve, token=serve_token) if serve is not None else None,
             mqtt=MqttSettings(mqtt, mqtt_mode) if mqtt is not None else None,
-            on_record=on_record, tracking=tracking, **self._reopen)
+            on_record=on_record, tracking=tracking, alerts=outputs, **self._reopen)
         return CameraRun(request, on_notice, stop).run()
 
     def close(self) -> None:

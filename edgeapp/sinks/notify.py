@@ -107,6 +107,9 @@ class Notifier:
         self._thread = threading.Thread(target=self._loop, name="notify", daemon=True)
         self._thread.start()
 
+    def on_frame(self, image: Any, record: dict, **_frame: Any) -> None:
+        """Frames are not its business (it is an output for its `on_events`)."""
+
     def on_events(self, events: List[dict], counts: dict) -> None:
         if self.take_events:
             for e in events:
