@@ -42,7 +42,7 @@ def load_rules_file(path: Path) -> Any:
         raise UsageError(f"{where}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     if suffix == ".toml":
         try:
-            import tomllib as toml  # Python 3.11+
+            import tomllib as toml  # novermin: Python 3.11+, tomli before
         except ImportError:
             try:
                 import tomli as toml
