@@ -5,6 +5,7 @@ exit 7 without prometheus-client."""
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.request
@@ -68,11 +69,12 @@ def scraped(tmp_path_factory) -> dict:
                     break
                 time.sleep(0.3)
             live_status, live_text = _get(live.rstrip("/") + "/metrics")
+            stats = json.loads(_get(live.rstrip("/") + "/stats")[1])
             refused = _get(url, host="evil.example")
             missing = _get(live.rstrip("/") + "/nothing")
             assert cam.stop() == 0, cam.stderr
     return {"families": families, "url": url, "live": (live_status, live_text), "refused": refused,
-            "missing": missing}
+            "missing": missing, "stats": stats}
 
 
 def test_metrics_parse_and_follow_prometheus_names(scraped):
@@ -101,6 +103,8 @@ def test_the_live_view_serves_them_too_behind_the_same_checks(scraped):
     assert _families(text)["edgeapp_frames"].type == "counter"
     assert scraped["refused"][0] == 421  # a Host that is not this machine's
     assert scraped["missing"][0] == 404
+    # the live view lists the latest alerts
+    assert [a["rule"] for a in scraped["stats"]["alerts"]][:2] == ["cross", "cross"]
 
 
 def test_beyond_loopback_metrics_need_a_token(tmp_path):

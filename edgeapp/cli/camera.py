@@ -175,8 +175,9 @@ NotifyHoldoffOpt = Annotated[float, typer.Option(
     help="The same rule on the same track notifies again only after this long.")]
 NotifyTemplateOpt = Annotated[Optional[str], typer.Option(
     "--notify-template", metavar="TEXT",
-    help="The message, with {rule}, {label}, {source}, {track_id}, {frame}, {time}, {count}. "
-         "Default: '{rule}: {label} on {source} at {time}'.", show_default=False)]
+    help="The message: an alert field's name in braces is replaced by its value (rule, label, "
+         "source, track_id, frame, time, count). Default: the rule, label, source and time.",
+    show_default=False)]
 MetricsOpt = Annotated[Optional[str], typer.Option(
     "--metrics-port", metavar="ADDRESS",
     help="Prometheus metrics at http://ADDRESS/metrics (also at the live view's /metrics): PORT, "

@@ -40,6 +40,7 @@ from edgeapp.tasks.base import Result, annotate_frame
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 STATS_WINDOW = 300  # frames behind the live percentiles
+ALERTS = 20  # the latest alerts /stats shows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,6 +238,7 @@ class LiveView:
         self._encode_lock = threading.Lock()
         self._closed = threading.Event()
         self._done_times: deque[float] = deque(maxlen=120)
+        self._alerts: deque[dict] = deque(maxlen=ALERTS)  # the latest, newest last
         self._stats_ref: Any = None  # the loop's CameraStats, updated by the loop
         self._started = time.monotonic()
         self._conns: dict[int, socket.socket] = {}
@@ -446,7 +448,17 @@ class LiveView:
                 out["results_title"] = self.kind.field
         if self.extra is not None:
             out.update(self.extra())
+        with self._lock:
+            if self._alerts:
+                out["alerts"] = list(self._alerts)
         return out
+
+    def on_events(self, events: list, counts: dict) -> None:
+        """camera --alert: the latest alerts, for /stats."""
+        alerts = [e for e in events if e.get("event") == "alert"]
+        if alerts:
+            with self._lock:
+                self._alerts.extend(alerts)
 
     def summary(self) -> dict:
         return {"url": self.url, "viewers_max": self.viewers_max, "viewers_total": self.viewers_total,

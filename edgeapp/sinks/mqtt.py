@@ -317,10 +317,11 @@ class MqttOut:
             self._put(self.topic("state"), self.detector.state(), 1, True)
 
     def on_events(self, events: Sequence[dict], counts: dict) -> None:
-        """camera --track: each event on PREFIX/tracks, the counts (retained) on PREFIX/counts."""
+        """camera --track: each event on PREFIX/tracks (an --alert's on PREFIX/alerts), the counts
+        (retained) on PREFIX/counts."""
         self.events += len(events)
         for ev in events:
-            self._put(self.topic("tracks"), ev, 1, False)
+            self._put(self.topic("alerts" if ev.get("event") == "alert" else "tracks"), ev, 1, False)
         self._put(self.topic("counts"), counts, 1, True)
 
     def _put(self, topic: str, payload: Any, qos: int, retain: bool) -> None:
