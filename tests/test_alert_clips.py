@@ -16,7 +16,7 @@ import pytest
 from cli_run import edgeapp
 from conftest import ROOT
 from media import make_video, marker_index
-from shapes_video import crossing_scene
+from shapes_video import Mover, Scene, crossing_scene
 
 pytest.importorskip("scipy")
 cv2 = pytest.importorskip("cv2")
@@ -134,6 +134,26 @@ def test_snapshots_are_the_tracks_best_frame(alerted):
         scores = {r["frame"]: o["score"] for r in alerted["records"] for o in r["objects"]
                   if o["track_id"] == a["track_id"] and r["frame"] <= a["frame"]}
         assert scores[marker_index(image)] == max(s for f, s in scores.items() if f >= a["frame"] - 31)
+
+
+def test_flicker_shorter_than_the_inertia_fires_nothing(tmp_path):
+    """A square shows for 3 frames (a leaf blowing through: its track gets its id on its second
+    frame, so it is tracked in 2), a circle stays: with the default inertia of 3 only the
+    circle enters the zone and appears; with inertia 2 the square does too."""
+    scene = Scene(320, 240, 40)
+    scene.movers = [Mover(1, 44, (230, 80, 40), (230.0, 150.0), (0.0, 0.0), (10, 13)),
+                    Mover(0, 44, (40, 220, 240), (100.0, 80.0), (1.0, 0.0), (0, 40))]
+    video = scene.write(tmp_path / "flicker.avi")
+
+    def alerts(inertia: int) -> list:
+        events = tmp_path / f"e{inertia}.jsonl"
+        r = edgeapp("camera", DETECTOR, "--source", video, "--no-display", "--track",
+                    "--zone", "all:0,0,1,0,1,1,0,1", "--alert", f"in:zone=all,inertia={inertia}",
+                    "--alert", f"new:appear,inertia={inertia}", "--events", events, "-o", tmp_path / "r.jsonl")
+        assert r.returncode == 0, r.stderr
+        return sorted((e["rule"], e["label"]) for e in _lines(events) if e["event"] == "alert")
+    assert alerts(3) == [("in", "circle"), ("new", "circle")]
+    assert alerts(2) == [("in", "circle"), ("in", "square"), ("new", "circle"), ("new", "square")]
 
 
 def test_alerts_without_clips_are_events_with_null_paths(marked_video, tmp_path):

@@ -29,7 +29,7 @@ from typing import Any, Callable, Deque, List, Optional
 import numpy as np
 
 from edgeapp.errors import UsageError
-from edgeapp.sinks.clip_buffer import QUALITY, Buffered, Ring, jpeg_bytes, ring_frames
+from edgeapp.sinks.clip_buffer import QUALITY, Buffered, Ring, jpeg_bytes, memory_bound, ring_frames
 from edgeapp.tasks.base import Result, annotate_frame
 
 QUEUE = 4  # raw frames waiting for the encoder at most (the bound's second term)
@@ -90,6 +90,7 @@ class ClipSink:
         self.stats = {"alerts": 0, "clips": 0, "snapshots": 0, "frames_skipped": 0,
                       "disk_full": 0, "removed": 0}
         self._warned = False
+        self._size = (0, 0)  # the frames' width and height, once one came
         self._encoder = threading.Thread(target=self._encode_loop, name="clips-encoder", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name="clips-writer", daemon=True)
         self._encoder.start()
@@ -127,6 +128,16 @@ class ClipSink:
             self._frames_queued += 1
             self._items.append(("frame", image, record, annotated, fps, extras or {}))
             self._cond.notify()
+
+    def wait_encoded(self, timeout: float = 10.0) -> bool:
+        """Wait until every frame handed over so far is in the ring (for measurements); False
+        on timeout."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while self._items and self._encoder.is_alive():
+                if not self._cond.wait(max(0.0, end - time.monotonic())) and time.monotonic() >= end:
+                    return False
+        return True
 
     # -- the encoder thread -----------------------------------------------------------------------
 
@@ -169,6 +180,7 @@ class ClipSink:
             image = image.copy()
             annotate_frame(self.kind, image, Result(record, extras), record.get("latency_ms"), fps,
                            str(record.get("device", "")))
+        self._size = (image.shape[1], image.shape[0])
         ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, QUALITY])
         if not ok:
             return None
@@ -305,9 +317,12 @@ class ClipSink:
 
     def summary(self) -> dict:
         frames = list(self.ring.frames)
-        return {**self.stats, "folder": str(self.settings.folder),
+        jpeg = jpeg_bytes(frames)
+        s = self.settings
+        return {**self.stats, "folder": str(s.folder),
                 "buffer_peak_bytes": self.ring.peak_bytes, "buffer_frames": self.ring.frames.maxlen,
-                "jpeg_mean_bytes": round(jpeg_bytes(frames))}
+                "jpeg_mean_bytes": round(jpeg),
+                "memory_bound_bytes": memory_bound(s.pre, s.post, self.fps, jpeg, *self._size, QUEUE)}
 
 
 def _write_video(path: Path, frames: List[Buffered], fps: float, triggers: dict) -> None:
