@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from edgeapp.core.track.tracking import ByteTracker, Track, TrackerSettings
 from edgeapp.core.track.zones import Line, Zone, centre, check_inside, crossing, inside, side
-from edgeapp.errors import EdgeappError, MissingDependency, WrongTask
+from edgeapp.errors import MissingDependency, WrongTask
 
 LOW = 0.1  # ByteTrack's floor: boxes down to this keep a track alive, never start one
 TRAIL = 30  # centres kept per track for the overlay's trail
@@ -72,7 +72,9 @@ class TrackStage:
     """Tracks, lines and zones for one stream of frames."""
 
     def __init__(self, settings: TrackingSettings, high: float, field: str = "objects",
-                 labels: Optional[Callable[[int], str]] = None) -> None:
+                 labels: Optional[Callable[[int], str]] = None,
+                 write_events: Optional[Callable[[List[dict]], None]] = None) -> None:
+        """`write_events` gets each frame's events (the --events file, opened by the run)."""
         self.settings, self.high, self.field = settings, high, field
         self.tracker = ByteTracker(TrackerSettings(high=high, low=min(LOW, high),
                                                    lost_frames=settings.lost_frames))
@@ -83,12 +85,7 @@ class TrackStage:
         self.size: Optional[tuple] = None
         self.counts = self._empty_counts(settings)
         self.frames = 0
-        self._events_file: Any = None
-        if settings.events is not None:
-            try:
-                self._events_file = open(settings.events, "w", encoding="utf-8")
-            except OSError as e:
-                raise EdgeappError(f"--events {settings.events}: {e.strerror or e}") from None
+        self.write_events = write_events
 
     @staticmethod
     def _empty_counts(settings: TrackingSettings) -> dict:
@@ -220,14 +217,8 @@ class TrackStage:
         return events
 
     def _write(self, events: List[dict]) -> None:
-        if self._events_file is None or not events:
-            return
-        try:
-            for ev in events:
-                self._events_file.write(json.dumps(ev) + "\n")
-            self._events_file.flush()
-        except OSError as e:
-            raise EdgeappError(f"--events {self.settings.events}: {e.strerror or e}") from None
+        if self.write_events is not None and events:
+            self.write_events(events)
 
     def trails(self) -> Dict[int, List[tuple]]:
         """Each live track's recent centres, for the overlay."""
@@ -243,6 +234,4 @@ class TrackStage:
                 "zones": {k: {kk: vv for kk, vv in v.items()} for k, v in self.counts["zones"].items()}}
 
     def close(self) -> None:
-        if self._events_file is not None:
-            self._events_file.close()
-            self._events_file = None
+        """Nothing of its own to close (the run closes the events file)."""
