@@ -42,16 +42,21 @@ def format_for_path(path: Path) -> Optional[Format]:
 
 BATCH_FIELDS = ("path",), ("device", "model", "latency_ms", "error")  # around the task's columns
 FRAME_FIELDS = ("frame", "timestamp", "source_ms"), ("device", "latency_ms", "frame_ms")
+TRACK_ID = "track_id"  # each tracked item's id (flows/camera/tracking.py), a row's column
 
 
 class Layout:
     """How one task's records read as CSV rows and table lines (batches, or camera frames)."""
 
-    def __init__(self, kind: Any, frames: bool = False) -> None:
+    def __init__(self, kind: Any, frames: bool = False, tracked: bool = False) -> None:
+        """`tracked`: camera --track, whose objects carry a `track_id` column (after `rank`)."""
         self.kind, self.frames = kind, frames
         before, after = FRAME_FIELDS if frames else BATCH_FIELDS
         self._base = before + after
-        self.columns = list(before) + [c for c in kind.columns if c not in self._base] + list(after)
+        own = [c for c in kind.columns if c not in self._base]
+        if tracked:
+            own.insert(own.index("rank") + 1 if "rank" in own else 0, TRACK_ID)
+        self.columns = list(before) + own + list(after)
 
     def rows(self, record: dict) -> list[dict]:
         base = {k: record.get(k) for k in self._base}

@@ -190,7 +190,8 @@ class Detect(TaskKind):
         for r, o in enumerate(fields["objects"], 1):
             x0, y0, x1, y1 = o["bbox"]
             rows.append({"rank": r, "id": o["id"], "label": o["label"], "score": o["score"],
-                         "xmin": x0, "ymin": y0, "xmax": x1, "ymax": y1})
+                         "xmin": x0, "ymin": y0, "xmax": x1, "ymax": y1,
+                         **({"track_id": o["track_id"]} if "track_id" in o else {})})  # camera --track
         return rows
 
     def item_text(self, item: dict) -> str:

@@ -185,16 +185,25 @@ def _check(s: CameraSettings, words: Words) -> None:
         raise UsageError(f"{words.name('duration')} {s.duration:g} stops before the first frame: "
                          "give seconds above 0, or leave it out" +
                          (f" ({words.name('max_frames')} stops on its own)" if s.max_frames else ""))
-    if s.output is not None and s.output.exists() and s.output.is_dir():
+    if s.output is not None and _is_folder(s.output):
         raise UsageError(f"{words.name('output')} {s.output} is a folder")
     if not s.track:
         for name in TRACKED:
             if getattr(s, name):
                 raise UsageError(f"{words.name(name)} counts tracked objects: add "
                                  f"{words.turn_on('track')}")
-    if s.events is not None and s.events.exists() and s.events.is_dir():
+    if s.events is not None and _is_folder(s.events):
         raise UsageError(f"{words.name('events')} {s.events} is a folder")
     check_outputs(s, words)
+
+
+def _is_folder(path: Path) -> bool:
+    """A folder where a file is asked for; a path that cannot even be looked at (too long, a
+    link loop) is said when its file is opened."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def check_outputs(s: CameraSettings, words: Words) -> None:

@@ -133,8 +133,8 @@ class CameraRun:
             networked = self.address is not None or self.target is not None
             to_stdout = not show and not (networked and r.records_format is None)
         if r.settings.output is not None or to_stdout:
-            self.writer = Layout(kind, frames=True).writer(r.records_format or Format.jsonl,
-                                                           r.settings.output)
+            layout = Layout(kind, frames=True, tracked=r.tracking is not None)
+            self.writer = layout.writer(r.records_format or Format.jsonl, r.settings.output)
 
     def _tracking(self, kind: Any) -> None:
         """--track: the stage that follows the objects, at the task's display threshold."""
