@@ -18,8 +18,6 @@ from cli_run import edgeapp, error_lines
 from conftest import ROOT
 from shapes_video import crossing_scene
 
-from edgeapp.errors import UsageError
-from edgeapp.flows.camera.request import API_WORDS, CLI_WORDS, CameraSettings, camera_request
 from edgeapp.flows.camera.tracking import TrackingSettings, TrackStage
 
 pytest.importorskip("scipy")
@@ -180,27 +178,3 @@ def test_one_path_for_events_and_another_output_is_refused(video, tmp_path, othe
     assert r.returncode == 2, r.stderr
     assert len(error_lines(r.stderr)) == 1 and "the same file" in r.stderr
     assert not same.exists()
-
-
-def test_a_link_to_the_same_file_is_the_same_path(tmp_path):
-    target = tmp_path / "records.jsonl"
-    target.write_text("")
-    link = tmp_path / "link.jsonl"
-    link.symlink_to(target)
-    settings = CameraSettings(output=target, track=True, events=str(link))
-    with pytest.raises(UsageError, match="--output and --events name the same file"):
-        camera_request(settings, CLI_WORDS, model="m.tflite")
-    with pytest.raises(UsageError, match="output and events name the same file"):
-        camera_request(settings, API_WORDS, model="m.tflite")
-    camera_request(CameraSettings(output=os.devnull, track=True, events=os.devnull), CLI_WORDS,
-                   model="m.tflite")  # /dev/null twice: both thrown away
-
-
-def test_the_api_refuses_what_the_command_refuses(video, tmp_path):
-    from edgeapp import open_model
-
-    with open_model(DETECTOR) as model:
-        with pytest.raises(UsageError, match="events counts tracked objects: add track=True"):
-            model.camera(str(video), events=tmp_path / "ev.jsonl")
-        with pytest.raises(UsageError, match="the same file"):
-            model.camera(str(video), track=True, events=tmp_path / "x", output=tmp_path / "x")

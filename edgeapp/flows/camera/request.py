@@ -155,7 +155,7 @@ def camera_request(settings: CameraSettings, words: Words, *, model: Any, task: 
                             s.mqtt_discovery)
     return CameraRequest(model=model, task=task, place=place or Placement(), options=options or {},
                          labels_file=labels_file, mean=mean, std=std, settings=s,
-                         records_format=Format(_plain(s.format)) if s.format is not None else None,
+                         records_format=_format(s.format, words),
                          records_stdout=records_stdout, live_view=view, mqtt=mqtt,
                          tracking=_tracking(s), on_record=on_record)
 
@@ -165,13 +165,23 @@ def _paths(s: CameraSettings) -> CameraSettings:
     from dataclasses import replace
 
     changes: Dict[str, Any] = {"source": str(s.source)}
-    for name in ("record", "output", "events", "serve_token_file"):
-        value = getattr(s, name)
-        if value is not None and not isinstance(value, Path):
-            changes[name] = Path(value)
-    changes["count_lines"] = list(s.count_lines or ())
-    changes["zones"] = list(s.zones or ())
+    for f in fields(s):
+        value, typed = getattr(s, f.name), str(f.type)  # the annotation as written
+        if "Path" in typed and value is not None and not isinstance(value, Path):
+            changes[f.name] = Path(value)
+        elif "Sequence[" in typed:
+            changes[f.name] = list(value or ())  # the CLI's None for a repeatable flag not given
     return replace(s, **changes)
+
+
+def _format(value: Any, words: Words) -> Optional[Format]:
+    if value is None:
+        return None
+    try:
+        return Format(_plain(value))
+    except ValueError:
+        raise UsageError(f"{words.name('format')} {value!r}: one of "
+                         f"{', '.join(f.value for f in Format)}") from None
 
 
 def _plain(value: Any) -> Any:
