@@ -91,3 +91,45 @@ def test_coral_cocompiled_models_are_recognised_as_compiled_together(cli):
     report = json.loads(cli("check", *solo, "--format", "json").stdout)
     assert report["cache"]["compiled_together"] is False
     assert [m["summary"]["on_chip_bytes"] for m in report["models"]] == [566912, 1473280]
+
+
+def _two_models(model_copy):
+    other = model_copy.with_name("second.tflite")  # any full-int8 model: a second copy
+    other.write_bytes(model_copy.read_bytes())
+    return model_copy, other
+
+
+def test_compile_cocompiles_in_one_call_and_reports_each_model(cli, fake_compiler, model_copy, tmp_path):
+    first, second = _two_models(model_copy)
+    out = tmp_path / "out"
+    r = cli("compile", first, second, "-o", out, "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    argv = fake_compiler.recorded()
+    assert argv[-2:] == [str(first), str(second)]  # one compiler call, in the order given
+    report = json.loads(r.stdout)
+    assert [m["model"] for m in report["models"]] == [str(first), str(second)]
+    size = first.stat().st_size
+    for m in report["models"]:
+        assert m["parameters"] == "printed"  # the stand-in writes CPU copies: no Edge TPU package to read
+        assert abs(m["on_chip_bytes"] - size) <= 10 and m["off_chip_bytes"] == 0
+        assert (out / f"{first.stem}_edgetpu.tflite").is_file() and (out / f"{second.stem}_edgetpu.tflite").is_file()
+    assert (out / first.name).is_file() and (out / second.name).is_file()  # each CPU twin beside it
+    table = cli("compile", first, second, "-o", out).stdout
+    assert f"{second.name}" in table and "on-chip" in table
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--segments", "2"), "--segments splits one model"),
+])
+def test_compile_refuses_what_cannot_be_cocompiled(cli, fake_compiler, model_copy, args, says):
+    first, second = _two_models(model_copy)
+    r = cli("compile", first, second, *args)
+    assert r.exit_code == 2 and says in r.stderr, r.stderr
+
+
+def test_two_models_of_one_name_are_refused(cli, fake_compiler, model_copy, tmp_path):
+    twin = tmp_path / "elsewhere" / model_copy.name
+    twin.parent.mkdir()
+    twin.write_bytes(model_copy.read_bytes())
+    r = cli("compile", model_copy, twin)
+    assert r.exit_code == 2 and "would write the same" in r.stderr, r.stderr
