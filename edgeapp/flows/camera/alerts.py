@@ -83,19 +83,15 @@ class AlertSettings:
 
 
 class AlertOutputs:
-    """The alert outputs of one run (`tracking`: flows/camera/tracking.TrackingSettings, whose
-    `rules` fire the alerts, or None)."""
+    """The alert outputs of one run (the tracking stage's rules fire the alerts)."""
 
-    def __init__(self, settings: AlertSettings, tracking: Any, say: Callable[[str], None]) -> None:
+    def __init__(self, settings: AlertSettings, say: Callable[[str], None]) -> None:
         self.settings, self.say = settings, say
         self.clips = self.notifier = self.metrics = self.server = None
         self.address = self.token = None
         self.on_event: Callable[[dict], None] = lambda _e: None
-        rules = tracking.rules if tracking is not None else ()
         if settings.clips is not None:
             settings.clips.check()
-        if (settings.clips is not None or settings.notify is not None) and not rules:
-            raise UsageError("--clips and --notify follow alerts: add --alert or --rules")
         if settings.notify is not None:
             from edgeapp.sinks.notify import check_settings
 

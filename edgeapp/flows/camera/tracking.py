@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from edgeapp.core.track.rules import Rule
 from edgeapp.core.track.score import ScoreHistory, TrackScore
 from edgeapp.core.track.tracking import ByteTracker, Track, TrackerSettings
 from edgeapp.core.track.zones import Line, Zone, centre, check_inside, crossing, inside, side
-from edgeapp.errors import EdgeappError, MissingDependency, WrongTask
+from edgeapp.errors import MissingDependency, WrongTask
 
 LOW = 0.1  # ByteTrack's floor: boxes down to this keep a track alive, never start one
 TRAIL = 30  # centres kept per track for the overlay's trail
@@ -76,20 +75,38 @@ class _State:
     zones: Dict[str, float] = field(default_factory=dict)  # zone -> entered at (s)
 
 
+@dataclass(frozen=True)
+class _Clock:
+    """One frame's times: `t` the wall clock at capture, `source_ms` a file's own time."""
+
+    frame: int
+    t: float
+    source_ms: Optional[float] = None
+
+    @property
+    def seconds(self) -> float:
+        """What durations and dwell are measured in: the file's time, else the wall clock."""
+        return self.source_ms / 1000.0 if self.source_ms is not None else self.t
+
+    def fields(self) -> dict:
+        return {"frame": self.frame, "timestamp": round(self.t, 3), "source_ms": self.source_ms}
+
+
 class TrackStage:
     """Tracks, lines and zones for one stream of frames."""
 
     def __init__(self, settings: TrackingSettings, high: float, field: str = "objects",
-                 labels: Optional[Callable[[int], str]] = None, source: str = "",
+                 labels: Optional[Callable[[int], str]] = None,
+                 write_events: Optional[Callable[[List[dict]], None]] = None, source: str = "",
                  on_alert: Optional[Callable[[dict], None]] = None) -> None:
-        """`source`: the camera's name (rules' `source=`); `on_alert`: called with each alert
+        """`write_events` gets each frame's events (the --events file, opened by the run);
+        `source`: the camera's name (rules' `source=`); `on_alert`: called with each alert
         before it is written anywhere, to fill in its clip's paths (sinks/clips.py)."""
         self.settings, self.high, self.field = settings, high, field
         self.alerts = Alerts(settings.rules, source) if settings.rules else None
         self.on_alert = on_alert
         self.scores = ScoreHistory(settings.track_score) if settings.track_score else None
         self.pending: Dict[int, Track] = {}  # confirmed tracks whose score does not pass yet
-        self._lock = threading.Lock()
         self.tracker = ByteTracker(TrackerSettings(high=high, low=min(LOW, high),
                                                    lost_frames=settings.lost_frames))
         self.label_of = labels or str
@@ -99,12 +116,7 @@ class TrackStage:
         self.size: Optional[tuple] = None
         self.counts = self._empty_counts(settings)
         self.frames = 0
-        self._events_file: Any = None
-        if settings.events is not None:
-            try:
-                self._events_file = open(settings.events, "w", encoding="utf-8")
-            except OSError as e:
-                raise EdgeappError(f"--events {settings.events}: {e.strerror or e}") from None
+        self.write_events = write_events
 
     @staticmethod
     def _empty_counts(settings: TrackingSettings) -> dict:
@@ -121,11 +133,13 @@ class TrackStage:
         self.zones = [z.at(width, height) for z in self.settings.zones]
 
     def update(self, fields: dict, frame: int, t: float, width: int, height: int,
-               media_ms: Optional[float] = None) -> List[dict]:
+               source_ms: Optional[float] = None) -> List[dict]:
         """Track this frame's objects (the record's `objects` get `track_id`; boxes below the
-        display threshold stay only where they carry a track); the events of this frame.
-        `media_ms`: the frame's position in a video file: the alerts' clock (`media_time`), so a
-        file's dwell times are the video's whatever the speed it is processed at."""
+        display threshold stay only where they carry a track); the events of this frame. `t` is
+        the wall clock at capture (the events' `timestamp`); `source_ms`, a video file's own
+        time of the frame, which times durations and dwell when given (a file is processed
+        faster or slower than it plays), else `t` does (a live source)."""
+        clock = _Clock(frame, t, source_ms)
         if self.size is None:
             self._place(width, height)
         self.frames += 1
@@ -149,58 +163,62 @@ class TrackStage:
             fields["filtered"] = {**(fields.get("filtered") or {}), "track_score": weak}
         for tid, _, _ in moved:
             if tid in self.pending:
-                events.append(self._start(self.pending.pop(tid), frame, t))
+                events.append(self._start(self.pending.pop(tid), clock))
         for tid, smooth, _ in moved:
-            events.extend(self._move(tid, smooth, frame, t))
-        events.extend(self._alerts(moved, events, frame, t, t if media_ms is None else media_ms / 1000.0))
+            events.extend(self._move(tid, smooth, clock))
+        events.extend(self._alerts(moved, events, clock))
         for track in step.ended:
-            events.extend(self._end(track, frame, t))
+            events.extend(self._end(track, clock))
         self._write(events)
         return events
 
-    def _alerts(self, moved: list, events: List[dict], frame: int, t: float, media: float) -> List[dict]:
-        """The rules' alerts of this frame (their clip paths filled in by `on_alert`)."""
+    def _alerts(self, moved: list, events: List[dict], clock: "_Clock") -> List[dict]:
+        """The rules' alerts of this frame (their clip paths filled in by `on_alert`), timed in
+        the clock's seconds (a file's own time), stamped with the wall clock as every event."""
         if self.alerts is None:
             return []
         seen = [Sighting(tid, self.states[tid].label,
                          frozenset(z.name for z in self.zones if inside(centre(box), z.points)), score)
                 for tid, box, score in moved]
-        fired = self.alerts.update(frame, media, seen, [e for e in events if e["event"] == "line_crossed"])
+        fired = self.alerts.update(clock.frame, clock.seconds, seen,
+                                   [e for e in events if e["event"] == "line_crossed"])
         for alert in fired:
-            alert["timestamp"] = round(t, 3)
+            alert["timestamp"] = round(clock.t, 3)
             if self.on_alert is not None:
                 self.on_alert(alert)
         return fired
 
-    def finish(self, frame: int, t: float) -> List[dict]:
-        """The stream ended: every track still alive ends (and leaves its zones)."""
+    def finish(self, frame: int, t: float, source_ms: Optional[float] = None) -> List[dict]:
+        """The stream ended (after frame `frame`, as `update` was told it): every track still
+        alive ends (and leaves its zones)."""
         events: List[dict] = []
+        clock = _Clock(frame, t, source_ms)
         for track in self.tracker.finish():
-            events.extend(self._end(track, frame, t))
+            events.extend(self._end(track, clock))
         self._write(events)
         return events
 
-    def _start(self, track: Track, frame: int, t: float) -> dict:
+    def _start(self, track: Track, clock: "_Clock") -> dict:
         label = self.label_of(track.class_id)
-        state = self.states[track.track_id] = _State(label, t, t, frame, frame)
+        state = self.states[track.track_id] = _State(label, clock.seconds, clock.seconds, clock.frame,
+                                                     clock.frame)
         if track.first_box is not None:  # seen before it was confirmed: the side it came from
             for line in self.lines:
                 first = side(centre(track.first_box), line)
                 if first:
                     state.sides[line.name] = first
         self.counts["tracks"] += 1
-        return {"event": "track_started", "frame": frame, "timestamp": round(t, 3),
-                "track_id": track.track_id, "label": label}
+        return {"event": "track_started", **clock.fields(), "track_id": track.track_id, "label": label}
 
-    def _move(self, tid: int, box: tuple, frame: int, t: float) -> List[dict]:
+    def _move(self, tid: int, box: tuple, clock: "_Clock") -> List[dict]:
         """A track seen in this frame, at `box` (its smoothed box): path, lines, zones."""
         state = self.states[tid]
         point = centre(box)
         if state.last_point is not None:
             state.path += math.hypot(point[0] - state.last_point[0], point[1] - state.last_point[1])
-        state.last_point, state.last_t, state.last_frame = point, t, frame
+        state.last_point, state.last_t, state.last_frame = point, clock.seconds, clock.frame
         state.trail.append((int(round(point[0])), int(round(point[1]))))
-        base = {"frame": frame, "timestamp": round(t, 3), "track_id": tid, "label": state.label}
+        base = {**clock.fields(), "track_id": tid, "label": state.label}
         events = []
         for line in self.lines:
             now = side(point, line)
@@ -215,7 +233,7 @@ class TrackStage:
             events.append({"event": "line_crossed", **base, "line": line.name,
                            "direction": direction})
         for zone in self.zones:
-            events.extend(self._zone(zone, state, inside(point, zone.points), base, t))
+            events.extend(self._zone(zone, state, inside(point, zone.points), base, clock.seconds))
         return events
 
     def _zone(self, zone: Zone, state: _State, now_inside: bool, base: dict, t: float) -> list:
@@ -240,7 +258,7 @@ class TrackStage:
         per = counts["by_label"].setdefault(label, {})
         per[key] = per.get(key, 0) + 1
 
-    def _end(self, track: Track, frame: int, t: float) -> List[dict]:
+    def _end(self, track: Track, clock: "_Clock") -> List[dict]:
         self.pending.pop(track.track_id, None)
         if self.scores is not None:
             self.scores.end(track.track_id)
@@ -249,8 +267,7 @@ class TrackStage:
         state = self.states.pop(track.track_id, None)
         if state is None:
             return []
-        base = {"frame": frame, "timestamp": round(t, 3), "track_id": track.track_id,
-                "label": state.label}
+        base = {**clock.fields(), "track_id": track.track_id, "label": state.label}
         events = []
         for name in sorted(state.zones):  # a track that ends inside a zone leaves it
             entered = state.zones.pop(name)
@@ -266,23 +283,9 @@ class TrackStage:
                        "frames_seen": track.hits})
         return events
 
-    def write(self, events: List[dict]) -> None:
-        """Events to --events, from any thread (the clips' writer reports a full disk here)."""
-        try:
-            self._write(events)
-        except EdgeappError:
-            pass  # the loop's own next write reports it
-
     def _write(self, events: List[dict]) -> None:
-        if self._events_file is None or not events:
-            return
-        with self._lock:
-            try:
-                for ev in events:
-                    self._events_file.write(json.dumps(ev) + "\n")
-                self._events_file.flush()
-            except OSError as e:
-                raise EdgeappError(f"--events {self.settings.events}: {e.strerror or e}") from None
+        if self.write_events is not None and events:
+            self.write_events(events)
 
     def trails(self) -> Dict[int, List[tuple]]:
         """Each live track's recent centres, for the overlay."""
@@ -301,6 +304,4 @@ class TrackStage:
         return out
 
     def close(self) -> None:
-        if self._events_file is not None:
-            self._events_file.close()
-            self._events_file = None
+        """Nothing of its own to close (the run closes the events file)."""
