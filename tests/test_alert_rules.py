@@ -167,7 +167,7 @@ def test_the_stage_fires_zone_alerts_after_inertia_on_tracked_boxes():
     fired = []
     for f in range(90):
         fields = {"objects": [{"id": 1, "label": "square", "score": 0.9, "bbox": _box(2 + 4 * f, 120)}]}
-        events = stage.update(fields, f, 1000.0 + f, 320, 240, media_ms=f * 1000 / FPS)
+        events = stage.update(fields, f, 1000.0 + f, 320, 240, f * 1000 / FPS)
         fired += [e for e in events if e["event"] == "alert"]
     first_inside = next(f for f in range(90) if 2 + 4 * f > 200)
     assert [(a["frame"], a["rule"]) for a in fired] == [(first_inside + 15, "z")]  # 0.5 s at 30 FPS
