@@ -206,3 +206,26 @@ def test_detect_filters_count_what_they_removed(tmp_path):
             x0, y0, x1, y1 = o["bbox"]
             assert (x1 - x0) / (y1 - y0) <= 1.05
     assert any(sum(json.loads(x)["filtered"].values()) for x in small.stdout.splitlines())
+
+
+def test_the_clips_folder_stays_under_its_size_oldest_first(tmp_path):
+    """Three alerts far apart on the clip sink itself (frames of a rendered scene): with room
+    for about one alert's files, the oldest go first and the newest stay."""
+    from edgeapp.sinks.clips import ClipSettings, ClipSink
+
+    class Every:
+        policy = "every"
+
+    scene = crossing_scene()
+    folder = tmp_path / "clips"
+    sink = ClipSink(ClipSettings(folder, pre=0.2, post=0.2, max_gb=20e-6), None, FPS)
+    for f in range(90):
+        if f in (10, 40, 70):
+            sink.claim({"event": "alert", "rule": "r", "track_id": f, "frame": f, "media_time": f / FPS})
+        sink.on_frame(scene.render(f), {"frame": f, "source_ms": f * 1000 / FPS}, annotated=True,
+                      stats=Every())
+    sink.close()
+    left = sorted(p.name for p in folder.iterdir())
+    assert sum(p.stat().st_size for p in folder.iterdir()) <= 20e3
+    assert sink.summary()["removed"] >= 3 and sink.summary()["clips"] == 3
+    assert left and all("_r_70." in name for name in left), left
