@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar, Union
 
-from edgeapp.core.vision.tiles import run_each
 from edgeapp.errors import DeviceFailed, InputError
 from edgeapp.execution.reconnect import Reconnect
+from edgeapp.hw.runtime import run_payload
 
 Notice = Callable[[str], None]
 # prepare(item) -> (payload for the device, what interpreting the result needs besides it)
@@ -48,7 +48,7 @@ class Raised:
 def invoke(engine, payload):
     """The model run on one payload: one input tensor, or the windows of one image (Tiles), each
     in turn on the same engine, their outputs handed back as a list."""
-    return run_each(engine.run, payload)
+    return run_payload(engine, payload)
 
 
 def engine_of(member):

@@ -442,3 +442,13 @@ def _interpreter(rt: Runtime, model: TfliteModel, delegates: Optional[list], thr
             raise DeviceUnavailable(f"Edge TPU rejected {model.path}: {first}") from None
         raise InvalidModel(f"{rt.name} {rt.version} cannot run {model.path}: {first}") from None
     return interpreter
+
+
+def run_payload(engine: Any, payload: Any) -> Any:
+    """The model run on one payload: one input tensor, or the windows of one image (`--tiles`:
+    core/vision/tiles.Tiles), each in turn on the same engine, their outputs as a list."""
+    from edgeapp.core.vision.tiles import Tiles  # loaded once a run runs: not for --help
+
+    if isinstance(payload, Tiles):
+        return [engine.run(t) for t in payload.tensors]
+    return engine.run(payload)

@@ -23,8 +23,8 @@ import numpy as np
 
 from edgeapp.core.vision.boxes import Fit
 from edgeapp.core.vision.preprocess import decode_image, fit_pixels, load_image, quantize_input
-from edgeapp.core.vision.tiles import run_each
 from edgeapp.errors import UsageError, WrongTask
+from edgeapp.hw.runtime import run_payload
 from edgeapp.tasks import guess_task, kind
 from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs, input_size, op_names, output_shapes
 
@@ -403,13 +403,13 @@ class BoundTask:
     def run(self, image: Any) -> Result:
         """One image on this task's engine, in the caller's thread."""
         tensor, prepared = self.prepare(image)
-        return self.interpret(run_each(self.engine.run, tensor), prepared)
+        return self.interpret(run_payload(self.engine, tensor), prepared)
 
     def run_frame(self, frame: np.ndarray) -> tuple[Result, float]:
         """One camera frame: (result, inference milliseconds)."""
         tensor, prepared = self.prepare_frame(frame)
         t0 = time.perf_counter()
-        outputs = run_each(self.engine.run, tensor)
+        outputs = run_payload(self.engine, tensor)
         latency = (time.perf_counter() - t0) * 1000.0
         return self.interpret(outputs, prepared), latency
 
