@@ -25,7 +25,7 @@ flows.camera.run, tasks/), so results are identical. Errors are edgeapp.errors e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
 from edgeapp.core.zones import parse_line, parse_zone
 from edgeapp.errors import UsageError
@@ -36,6 +36,9 @@ from edgeapp.flows.open_task import OpenTask, Placement, open_task
 from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.tasks import kind, names
 from edgeapp.tasks.base import BoundTask, Result
+
+if TYPE_CHECKING:
+    from edgeapp.core.preprocess import ImageSource
 
 PathLike = Union[str, Path]
 
@@ -77,12 +80,12 @@ class Model:
         """The task it runs when none is named: the one asked at open, else the model's own."""
         return self._opened.task.name
 
-    def run(self, image: Any, task: Optional[str] = None, **options: Any) -> dict:
+    def run(self, image: ImageSource, task: Optional[str] = None, **options: Any) -> dict:
         """One image (a path, bytes, a Pillow image or a uint8 array) through `task` (default:
         the model's): the record's task fields, e.g. {"objects": [...]}."""
         return self.result(image, task, **options).fields
 
-    def result(self, image: Any, task: Optional[str] = None, **options: Any) -> Result:
+    def result(self, image: ImageSource, task: Optional[str] = None, **options: Any) -> Result:
         """As `run`, with what the record does not hold (`extras`, e.g. a segmentation's class
         map at the image's size)."""
         bound = self._task(task, options)
@@ -198,7 +201,7 @@ def _options_doc(task: str) -> str:
 
 
 def _image_method(model: Model, task: str) -> Callable[..., Any]:
-    def method(image: Any, **options: Any) -> Any:
+    def method(image: ImageSource, **options: Any) -> Any:
         return kind(task).api_value(model.result(image, task, **options))
 
     method.__name__ = task

@@ -12,14 +12,19 @@ import os
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
 
 from edgeapp.core.boxes import make_fit
 from edgeapp.errors import InputError, UsageError
 
-ImageSource = Union[str, Path, bytes, Any]  # also a Pillow image or an HxW(xC) uint8 array
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from edgeapp.core.boxes import Fit
+
+ImageSource = Union[str, Path, bytes, "np.ndarray", "PILImage"]  # a file, its bytes, an HxW(xC) uint8 array
 CORAL_MEAN = 128.0  # Coral's defaults for models without preprocessing metadata
 CORAL_STD = 128.0
 MAX_PIXELS_ENV = "EDGEAPP_MAX_PIXELS"
@@ -98,7 +103,7 @@ class Decoded:
     size: Tuple[int, int]  # (width, height) of the whole photo, upright
     scale: int = 1
 
-    def fit_of_photo(self, fit: Any) -> Any:
+    def fit_of_photo(self, fit: Fit) -> Fit:
         """A Fit made on the decoded image, mapping results onto the whole photo instead."""
         if self.scale == 1:
             return fit
@@ -194,7 +199,7 @@ def _orientation(img) -> int:
 _TRANSPOSED = (2, 3, 4, 5, 6, 7, 8)  # EXIF orientations other than 1 (upright)
 
 
-def image_size(path: Any) -> Optional[tuple[int, int]]:
+def image_size(path: ImageSource) -> Optional[tuple[int, int]]:
     """(width, height) of an image file as `load_image` turns it upright, read from its header
     only; None when it cannot be read (the run that decodes it says why)."""
     from PIL import Image

@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from edgeapp.tasks import noun_for
 from edgeapp.tasks.base import bind
 from edgeapp.tasks.classify import KIND as CLASSIFY
 from edgeapp.tasks.model import image_model
+
+if TYPE_CHECKING:
+    from edgeapp.execution.runner import Runner
 
 METHODS = ("imprint", "softmax")
 Notice = Callable[[str], None]
@@ -97,7 +100,7 @@ def _is_image(p: Path, top: Path) -> bool:
     return not hidden and p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
 
 
-def embed_through_batch(runner: Any, task: Any, paths: list[str], workers: int,
+def embed_through_batch(runner: Runner, task: Any, paths: list[str], workers: int,
                         progress: Optional[Callable[[], None]] = None
                         ) -> tuple[tuple, Iterator[tuple[str, Any, Any, str]]]:
     """THE adapter to the inference pipeline `classify` runs (flows/batch.py): the extractor's
@@ -115,7 +118,7 @@ def embed_through_batch(runner: Any, task: Any, paths: list[str], workers: int,
     return (task.spec.mean, task.spec.std, task.spec.decode), records()
 
 
-def embedding_task(runner: Any) -> Any:
+def embedding_task(runner: Runner) -> Any:
     """The `embed` task bound to the runner's model: its input spec and preprocessing from the
     model's metadata (and sidecar)."""
     return bind("embed", image_model(runner.engine, runner.meta_path))
@@ -129,7 +132,7 @@ def preparation_tag(mean: Any, std: Any, decode: Any) -> str:
     return hashlib.sha256(f"{mean}|{std}|{decode}".encode()).hexdigest()[:12]
 
 
-def extract(runner: Any, paths: list[str], workers: int, cache: Optional[EmbeddingCache],
+def extract(runner: Runner, paths: list[str], workers: int, cache: Optional[EmbeddingCache],
             progress: Optional[Callable[[], None]] = None) -> Extraction:
     """Every image's embedding: from the cache when this model computed it before, else through
     the pipeline (then cached). Images that fail are listed, not fatal."""
@@ -194,7 +197,7 @@ def output_plan(requested: TfliteModel, out: Path, cpu_model: Optional[Path] = N
     return plan
 
 
-def retrain(runner: Any, data_dir: str | Path, out: str | Path,
+def retrain(runner: Runner, data_dir: str | Path, out: str | Path,
             options: RetrainOptions = RetrainOptions(), *, workers: int = 2,
             cache: Optional[EmbeddingCache] = None, progress: Optional[Callable[[], None]] = None,
             on_notice: Optional[Notice] = None, cpu_model: Optional[Path] = None,

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from edgeapp.tasks.base import TaskKind
 
 DISCOVERY_PREFIX = "homeassistant"
 STATE_TOPIC = {"frames": "frames", "events": "state"}
@@ -38,7 +41,7 @@ def _config(entity: Any, template: str, prefix: str, mode: str, node: str, devic
     return config
 
 
-def discovery_messages(kind: Any, labels: Optional[Dict[int, str]], prefix: str, mode: str, *,
+def discovery_messages(kind: TaskKind, labels: Optional[Dict[int, str]], prefix: str, mode: str, *,
                        remove: bool = False, model: str = "",
                        version: str = "") -> List[Tuple[str, str]]:
     """(topic, payload) pairs, to publish retained: configs for `mode`'s entities, empty

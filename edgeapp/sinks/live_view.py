@@ -27,7 +27,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from edgeapp.errors import UsageError
 from edgeapp.hw.netif import local_addresses
 from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, make_handler, token_required
 from edgeapp.tasks.base import Result, annotate_frame
+
+if TYPE_CHECKING:
+    from edgeapp.tasks.base import TaskKind
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -173,7 +176,7 @@ class LiveView:
     """
 
     def __init__(self, address: ServeAddress, *, fps: float = 10.0, quality: int = 80,
-                 kind: Any = None, info: Optional[dict] = None,
+                 kind: Optional[TaskKind] = None, info: Optional[dict] = None,
                  extra: Optional[Callable[[], dict]] = None, token: Optional[str] = None) -> None:
         self.address = address
         self.guard = Guard.from_env(address.host, token)

@@ -33,10 +33,13 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from edgeapp.errors import MissingDependency, UsageError
+
+if TYPE_CHECKING:
+    from edgeapp.tasks.base import TaskKind
 
 INSTALL = "pip install 'edgeapp[mqtt]'"
 DEFAULT_PREFIX = "edgeapp"
@@ -127,7 +130,7 @@ class ChangeDetector:
     `debounce` seconds `appear`s; absent for `debounce` seconds, it `leave`s.
     """
 
-    def __init__(self, kind: Any, debounce: float = 1.0) -> None:
+    def __init__(self, kind: TaskKind, debounce: float = 1.0) -> None:
         if kind.events not in ("top", "presence"):
             raise UsageError(f"--mqtt-mode events: {kind.name} results have no events; use "
                              "--mqtt-mode frames")
@@ -198,7 +201,7 @@ class MqttOut:
     can for a moment, says `offline` and disconnects.
     """
 
-    def __init__(self, target: MqttTarget, *, kind: Any = None, mode: str = "frames",
+    def __init__(self, target: MqttTarget, *, kind: Optional[TaskKind] = None, mode: str = "frames",
                  debounce: float = 1.0,
                  queue_size: int = 100, client_id: Optional[str] = None,
                  on_notice: Optional[Callable[[str], None]] = None, keepalive: int = 30,

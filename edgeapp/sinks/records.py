@@ -20,9 +20,12 @@ import threading
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TextIO
 
 from edgeapp.errors import UsageError
+
+if TYPE_CHECKING:
+    from edgeapp.tasks.base import TaskKind
 
 
 class Format(str, Enum):
@@ -47,7 +50,7 @@ FRAME_FIELDS = ("frame", "timestamp", "source_ms"), ("device", "latency_ms", "fr
 class Layout:
     """How one task's records read as CSV rows and table lines (batches, or camera frames)."""
 
-    def __init__(self, kind: Any, frames: bool = False) -> None:
+    def __init__(self, kind: TaskKind, frames: bool = False) -> None:
         self.kind, self.frames = kind, frames
         before, after = FRAME_FIELDS if frames else BATCH_FIELDS
         self._base = before + after

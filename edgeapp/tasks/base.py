@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -26,6 +26,14 @@ from edgeapp.core.preprocess import decode_image, fit_pixels, load_image, quanti
 from edgeapp.errors import UsageError, WrongTask
 from edgeapp.tasks import guess_task, kind
 from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs, input_size, op_names, output_shapes
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from edgeapp.core.naming import PathLike
+    from edgeapp.core.preprocess import Decoded, ImageSource
+    from edgeapp.core.tflite.model import TfliteModel
+    from edgeapp.hw.runtime import Engine
 
 # The paths a task option can reach: its own command (and --cluster), the camera, the Python API.
 PATHS = ("command", "camera", "api")
@@ -184,26 +192,26 @@ class TaskKind:
         height), when known) is for this task (guessing)."""
         return False
 
-    def claims_engine(self, engine: Any) -> bool:
+    def claims_engine(self, engine: Engine) -> bool:
         """`claims` asked of an opened model."""
         return self.claims(output_shapes(engine), op_names(engine), input_size(engine))
 
-    def plan(self, engine: Any, options: dict) -> Any:
+    def plan(self, engine: Engine, options: dict) -> Any:
         """Check that `engine`'s model is for this task (InvalidModel naming the task it is for,
         if not) and work out what `interpret` needs of it (layout, quantization)."""
         return None
 
-    def plan_for(self, model: ImageModel, engine: Any, options: dict) -> Any:
+    def plan_for(self, model: ImageModel, engine: Engine, options: dict) -> Any:
         """`plan` for an opened model whose metadata may say more than its graph can (the
         output layout a `convert` sidecar names); by default the graph alone."""
         return self.plan(engine, options)
 
-    def unopenable(self, path: str, parsed: Any) -> Optional[str]:
+    def unopenable(self, path: str, parsed: TfliteModel) -> Optional[str]:
         """Why a model the runtime could not open is this task's and cannot run here (a
         parsed core.tflite model), or None: the runtime's own reason stands."""
         return None
 
-    def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:
+    def warnings(self, model: ImageModel, labels_file: Optional[PathLike] = None) -> List[str]:
         """What to tell the user before running (labels that do not fit the model)."""
         return []
 
@@ -213,7 +221,7 @@ class TaskKind:
         outputs, or None."""
         return None
 
-    def refuse(self, engine: Any) -> WrongTask:
+    def refuse(self, engine: Engine) -> WrongTask:
         """The refusal of another task's model, naming the task that fits it (each face words
         how to run it: `edgeapp pose`, `model.pose()`)."""
         found = guess_task(engine)
@@ -223,7 +231,7 @@ class TaskKind:
 
     # -- one image --------------------------------------------------------------------------------
 
-    def prepare(self, source: Any, spec: InputSpec, options: dict, plan: Any = None,
+    def prepare(self, source: ImageSource, spec: InputSpec, options: dict, plan: Any = None,
                 keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
         """Load an image (path, bytes, Pillow image, array) and fit it into the input tensor."""
         return prepare_image(source, spec, options.get("resize", "stretch"), self.resample,
@@ -331,7 +339,7 @@ class Scorer:
         raise NotImplementedError
 
 
-def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanczos",
+def prepare_image(source: ImageSource, spec: InputSpec, mode: str, resample: str = "lanczos",
                   keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
     """Load one image (a JPEG at the scale the fit needs, unless --decode full), fit it
     (core/preprocess.fit_pixels) and quantize it; results map onto the whole photo."""
@@ -342,7 +350,7 @@ def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanc
     return tensor[None], Prepared(decoded.fit_of_photo(fit), image, source)
 
 
-def kept_image(decoded: Any, source: Any, spec: InputSpec) -> Any:
+def kept_image(decoded: Decoded, source: ImageSource, spec: InputSpec) -> Optional[PILImage]:
     """The photo at its own size, for what draws on it (--annotate): decoded again whole when
     the model's input was decoded at a reduced scale."""
     return decoded.image if decoded.scale == 1 else load_image(source, spec.channels)
@@ -359,7 +367,7 @@ class BoundTask:
     thread in the camera, a CPU twin) with its own plan."""
 
     def __init__(self, kind: TaskKind, model: ImageModel, options: Optional[dict] = None,
-                 engine: Any = None) -> None:
+                 engine: Optional[Engine] = None) -> None:
         self.kind, self.model = kind, model
         self.spec = model.spec if model.spec.decode else replace(model.spec, decode=kind.decode)
         self.options = kind.settle(options)
@@ -371,12 +379,12 @@ class BoundTask:
     def name(self) -> str:
         return self.kind.name
 
-    def warnings(self, labels_file: Any = None) -> List[str]:
+    def warnings(self, labels_file: Optional[PathLike] = None) -> List[str]:
         """What to tell the user before running this model (labels that do not fit it);
         `labels_file` names where the labels came from, for the message."""
         return self.kind.warnings(self.model, labels_file)
 
-    def on(self, engine: Any) -> "BoundTask":
+    def on(self, engine: Engine) -> "BoundTask":
         if engine is self.engine:
             return self
         bound = self._others.get(id(engine))
@@ -385,7 +393,7 @@ class BoundTask:
                                             BoundTask(self.kind, self.model, self.options, engine))
         return bound
 
-    def prepare(self, source: Any, keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
+    def prepare(self, source: ImageSource, keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
         return self.kind.prepare(source, self.spec, self.options, self.plan, keep_image)
 
     def prepare_frame(self, frame: np.ndarray) -> tuple[np.ndarray, Prepared]:
@@ -397,7 +405,7 @@ class BoundTask:
     def empty(self) -> dict:
         return self.kind.empty()
 
-    def run(self, image: Any) -> Result:
+    def run(self, image: ImageSource) -> Result:
         """One image on this task's engine, in the caller's thread."""
         tensor, prepared = self.prepare(image)
         return self.interpret(self.engine.run(tensor), prepared)

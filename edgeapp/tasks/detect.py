@@ -11,7 +11,7 @@ code 3 at the end).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -48,6 +48,13 @@ from edgeapp.tasks.base import (
     kept_image,
 )
 from edgeapp.tasks.model import InputSpec
+
+if TYPE_CHECKING:
+    from edgeapp.core.detect import Layout
+    from edgeapp.core.preprocess import ImageSource
+    from edgeapp.core.yolo import YoloLayout
+    from edgeapp.hw.runtime import Engine
+    from edgeapp.tasks.model import ImageModel
 
 DECODERS = ("auto", "ssd") + LAYOUTS
 SSD_THRESHOLD = 0.4
@@ -113,11 +120,11 @@ class Detect(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 4 or (input_size is not None and is_yolo_output(shapes, input_size))
 
-    def plan_for(self, model: Any, engine: Any, options: dict) -> Plan:
+    def plan_for(self, model: ImageModel, engine: Engine, options: dict) -> Plan:
         """The YOLO output layout a `convert` sidecar names, when it has one."""
         return self.plan(engine, options, (model.meta.extra or {}).get("yolo"))
 
-    def plan(self, engine: Any, options: dict, sidecar: Optional[dict] = None) -> Plan:
+    def plan(self, engine: Engine, options: dict, sidecar: Optional[dict] = None) -> Plan:
         decoder = options["decoder"]
         quant = output_quantization(engine)
         if decoder == "ssd" or (decoder == "auto" and len(engine.outputs) == 4):
@@ -131,7 +138,7 @@ class Detect(TaskKind):
             raise
         return _plan(layout.kind, layout, quant, given_or(options["threshold"], CONF), options)
 
-    def _ssd_layout(self, engine: Any) -> Any:
+    def _ssd_layout(self, engine: Engine) -> Any:
         """The post-process op's four outputs; another model named for what it is (a YOLO
         export read with --decoder ssd, a classifier...)."""
         try:
@@ -146,7 +153,7 @@ class Detect(TaskKind):
                 raise self.refuse(engine) from None
             raise
 
-    def prepare(self, source: Any, spec: InputSpec, options: dict, plan: Any = None,
+    def prepare(self, source: ImageSource, spec: InputSpec, options: dict, plan: Any = None,
                 keep_image: bool = False) -> tuple:
         if plan is None or plan.decoder == "ssd":
             return super().prepare(source, spec, options, plan, keep_image)
@@ -272,7 +279,7 @@ def _yolo_input(pixels: np.ndarray, spec: InputSpec) -> tuple:
     return letterbox_tensor(pixels, spec.size, spec.dtype, spec.scale, spec.zero_point, mean, std)
 
 
-def _plan(decoder: str, layout: Any, quant: list, threshold: float, options: dict) -> Plan:
+def _plan(decoder: str, layout: Union[Layout, YoloLayout], quant: list, threshold: float, options: dict) -> Plan:
     """With --track (`track_low` given) boxes down to it are kept for the tracker, which shows
     only those above the threshold (or on a track)."""
     low = options.get("track_low")

@@ -7,7 +7,7 @@ metadata; `InputSpec` is how an image becomes this model's input tensor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from edgeapp.core.labels import read_labels
 from edgeapp.core.meta import ModelMeta, read_meta
 from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, DECODES
 from edgeapp.errors import InvalidModel, UsageError
+
+if TYPE_CHECKING:
+    from edgeapp.hw.runtime import Engine
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class InputSpec:
         return self.size if self.decode == "scaled" else None
 
 
-def input_spec(engine: Any, meta: ModelMeta, mean: Optional[float] = None,
+def input_spec(engine: Engine, meta: ModelMeta, mean: Optional[float] = None,
                std: Optional[float] = None, decode: Optional[str] = None) -> InputSpec:
     """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128;
     the JPEG decode from the flag, else what the model was calibrated with (its sidecar), else
@@ -78,13 +81,13 @@ def check_decode(value: Any) -> Optional[str]:
 class ImageModel:
     """An opened image model and what it needs besides its graph: labels and input layout."""
 
-    engine: Any  # hw.runtime.Engine, or a pipeline's view of its segments
+    engine: Engine  # a .tflite, a float source, or a pipeline's view of its segments
     meta: ModelMeta
     labels: Optional[dict[int, str]]
     spec: InputSpec
 
 
-def image_model(engine: Any, model_path, labels_file=None, mean: Optional[float] = None,
+def image_model(engine: Engine, model_path, labels_file=None, mean: Optional[float] = None,
                 std: Optional[float] = None, decode: Optional[str] = None,
                 labels: Optional[dict] = None) -> ImageModel:
     """Labels from `labels` or the file given, else the model's metadata; normalization likewise.
@@ -97,27 +100,27 @@ def image_model(engine: Any, model_path, labels_file=None, mean: Optional[float]
     return ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, decode))
 
 
-def output_shapes(engine: Any) -> list[tuple[int, ...]]:
+def output_shapes(engine: Engine) -> list[tuple[int, ...]]:
     return [tuple(int(d) for d in o["shape"]) for o in engine.outputs]
 
 
-def output_quantization(engine: Any, index: int = 0) -> tuple[float, int]:
+def output_quantization(engine: Engine, index: int = 0) -> tuple[float, int]:
     """(scale, zero point) of one output; (0.0, 0) for a float output."""
     scale, zero = engine.outputs[index].get("quantization", (0.0, 0))
     return float(scale), int(zero)
 
 
-def input_size(engine: Any) -> Optional[tuple[int, int]]:
+def input_size(engine: Engine) -> Optional[tuple[int, int]]:
     """(width, height) of an image model's input, or None when it is not [1, H, W, C]."""
     shape = tuple(int(d) for d in engine.input_shape)
     return (shape[2], shape[1]) if len(shape) == 4 else None
 
 
-def op_names(engine: Any) -> list[str]:
+def op_names(engine: Engine) -> list[str]:
     return [op.op for op in engine.model.operators]
 
 
-def describe_outputs(engine: Any) -> str:
+def describe_outputs(engine: Engine) -> str:
     return ", ".join(str(list(s)) for s in output_shapes(engine))
 
 

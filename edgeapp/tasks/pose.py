@@ -9,7 +9,7 @@ gives an error record and the batch goes on (exit code 3 at the end).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from edgeapp.core.coco_eval import cocotools, keypoint_metrics
 from edgeapp.core.overlay import draw_poses
@@ -33,6 +33,10 @@ from edgeapp.tasks.base import (
     jinja_literal,
 )
 from edgeapp.tasks.model import op_names, output_quantization
+
+if TYPE_CHECKING:
+    from edgeapp.core.tflite.model import TfliteModel
+    from edgeapp.hw.runtime import Engine
 
 PERSON = "person"  # what pose events call a pose
 
@@ -63,11 +67,11 @@ class Pose(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return POSENET_OP in ops or (len(shapes) == 1 and is_pose_output(shapes[0]))
 
-    def unopenable(self, path: str, parsed: Any) -> Optional[str]:
+    def unopenable(self, path: str, parsed: TfliteModel) -> Optional[str]:
         """PoseNet needs Coral's PosenetDecoderOp, which the runtimes here lack."""
         return posenet_refusal(path) if POSENET_OP in {op.op for op in parsed.operators} else None
 
-    def plan(self, engine: Any, options: dict) -> tuple:
+    def plan(self, engine: Engine, options: dict) -> tuple:
         if not self.claims_engine(engine):
             raise self.refuse(engine)
         return POSENET_OP in op_names(engine), output_quantization(engine)

@@ -10,7 +10,7 @@ and the batch goes on (exit code 3 at the end).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from edgeapp.core.eval_metrics import IGNORE, add_masks, segmentation_metrics
 from edgeapp.core.overlay import draw_classes, draw_mask
@@ -28,6 +28,9 @@ from edgeapp.tasks.base import (
     item_name,
 )
 from edgeapp.tasks.model import output_quantization
+
+if TYPE_CHECKING:
+    from edgeapp.hw.runtime import Engine
 
 EVENT_SHARE = 0.05  # events: a class counts as present from this share of the image
 
@@ -59,7 +62,7 @@ class Segment(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_segmentation_output(shapes[0], input_size)
 
-    def plan(self, engine: Any, options: dict) -> tuple:
+    def plan(self, engine: Engine, options: dict) -> tuple:
         if not self.claims_engine(engine):
             raise self.refuse(engine)
         return output_quantization(engine)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 from typing_extensions import Protocol
@@ -20,6 +20,9 @@ from edgeapp.core.stats import p50_p99
 from edgeapp.errors import is_interrupt
 from edgeapp.hw.capture import FrameGrabber, FrameSource, ReconnectPolicy
 from edgeapp.tasks.base import TaskKind, annotate_frame
+
+if TYPE_CHECKING:
+    from edgeapp.execution.runner import Runner
 
 # ---------------------------------------------------------------------------------------------
 # The loop
@@ -99,7 +102,7 @@ class Sinks:
     tracking: Any = None  # flows/camera/tracking.TrackStage: track ids, lines, zones, events
 
 
-def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
+def run_camera(source: FrameSource, runner: Runner, *, drop: Optional[bool] = None,
                max_frames: Optional[int] = None, duration: Optional[float] = None,
                reconnect: ReconnectPolicy = ReconnectPolicy(), queue_size: int = 4,
                on_record: Optional[Callable[[dict], None]] = None, display: Any = None,
