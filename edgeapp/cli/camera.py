@@ -25,6 +25,7 @@ from edgeapp.errors import ExitCode, UsageError
 from edgeapp.sinks.records import Format
 
 if TYPE_CHECKING:
+    from edgeapp.flows.camera.run import CameraOutcome
     from edgeapp.flows.open_task import Placement
 
 SUMMARY = "Run a model on live frames: overlay, headless JSON lines, recording, summary."
@@ -314,7 +315,7 @@ def _check_flags(ctx: typer.Context, v: CameraOptions) -> None:
         say("warning: --mqtt-debounce applies to --mqtt-mode events only")
 
 
-def _finish(outcome: Any, summary: Any) -> None:
+def _finish(outcome: "CameraOutcome", summary: Any) -> None:
     """Warnings, the summary (text or JSON, the last line on stderr) and the exit code."""
     for warning in outcome.warnings:
         say(f"warning: {warning}")

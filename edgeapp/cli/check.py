@@ -42,7 +42,7 @@ def check_command(
     if fmt == ReportFormat.json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
-        typer.echo(render(result))
+        typer.echo(render_check(result))
     if not result.fully_mapped:
         raise typer.Exit(int(ExitCode.NOT_MAPPABLE))
 
@@ -83,7 +83,7 @@ def _io_text(entries: List[dict]) -> str:
     return "; ".join(parts)
 
 
-def render(result) -> str:
+def render_check(result) -> str:
     """The per-operator table and the summary, for a terminal."""
     rows = [("#", "op", "inputs", "outputs", "TPU", "reason")]
     for o in result.ops:

@@ -93,7 +93,7 @@ def retrain_command(
         doc = retrain(opened.runner, data_dir, output, options, workers=decode_workers(workers),
                       cache=None if no_cache else EmbeddingCache(), progress=advance,
                       on_notice=say, cpu_model=cpu_model, base_name=str(base))
-    typer.echo(json.dumps(doc, indent=2) if fmt == ReportFormat.json else render(doc))
+    typer.echo(json.dumps(doc, indent=2) if fmt == ReportFormat.json else render_retrain(doc))
     im = doc["images"]
     say(f"{im['extracted']} embedding(s) extracted on {doc['device']}, {im['cached']} from the "
         f"cache" + (f", {im['skipped']} image(s) skipped" if im["skipped"] else "")
@@ -119,7 +119,7 @@ def _pct(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-def render(doc: dict) -> str:
+def render_retrain(doc: dict) -> str:
     """The per-class table, the overall accuracy and the confusion matrix, for a terminal."""
     im = doc["images"]
     lines = [f"{doc['model']}: {doc['method']}, {len(doc['classes'])} classes, {im['used']} images "

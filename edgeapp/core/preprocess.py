@@ -120,26 +120,27 @@ def dct_scale(stored: Tuple[int, int], needed: Tuple[int, int]) -> int:
     return 1
 
 
-def needed_size(photo: Tuple[int, int], size: Tuple[int, int], fit: str = "stretch") -> Tuple[int, int]:
-    """The pixels of the photo the model input takes (width, height): all of `size` when
-    stretched, the content part of it when letterboxed."""
+def scaled_decode_size(photo: Tuple[int, int], size: Tuple[int, int], fit: str = "stretch") -> Tuple[int, int]:
+    """What `--decode scaled` must still decode of the photo: the pixels the model input takes
+    (width, height), all of `size` when stretched, the content part of it when letterboxed."""
     f = make_fit(fit, photo, size)
     return f.content_w, f.content_h
 
 
-def load_image(source: ImageSource, channels: int = 3, scaled_for: Optional[Tuple[int, int]] = None,
+def load_image(source: ImageSource, channels: int = 3, decode_size: Optional[Tuple[int, int]] = None,
                fit: str = "stretch"):
     """Open any Pillow-readable image as RGB (or L for 1-channel models); see `decode_image`."""
-    return decode_image(source, channels, scaled_for, fit).image
+    return decode_image(source, channels, decode_size, fit).image
 
 
 def decode_image(source: ImageSource, channels: int = 3,
-                 scaled_for: Optional[Tuple[int, int]] = None, fit: str = "stretch") -> Decoded:
+                 decode_size: Optional[Tuple[int, int]] = None, fit: str = "stretch") -> Decoded:
     """Open any Pillow-readable image as RGB (or L for 1-channel models), upright.
 
-    `scaled_for`: the model input (width, height) the image will be fitted to (`fit`). A JPEG
-    is then decoded at the smallest DCT scale (libjpeg's 1/2, 1/4, 1/8) that still gives at
-    least the pixels the fit takes, which is several times faster on camera-sized photos;
+    `decode_size` (--decode scaled; None: --decode full): the model input (width, height) the
+    image will be fitted to (`fit`). A JPEG is then decoded at the smallest DCT scale (libjpeg's
+    1/2, 1/4, 1/8) that still gives at least the pixels the fit takes (`scaled_decode_size`),
+    which is several times faster on camera-sized photos;
     other formats, and a JPEG with no smaller scale to spare, are decoded whole.
     """
     from PIL import Image, UnidentifiedImageError
@@ -163,8 +164,8 @@ def decode_image(source: ImageSource, channels: int = 3,
         orientation = _orientation(img)
         photo = (h, w) if orientation in _SWAPPED else (w, h)
         k = 1
-        if scaled_for is not None and img.format in JPEG_FORMATS:
-            need = needed_size(photo, scaled_for, fit)
+        if decode_size is not None and img.format in JPEG_FORMATS:
+            need = scaled_decode_size(photo, decode_size, fit)
             k = dct_scale((w, h), need[::-1] if orientation in _SWAPPED else need)
             if k > 1:  # (w // k, h // k) makes Pillow pick exactly 1/k (the next scale would be < it)
                 img.draft(mode, (w // k, h // k))
@@ -357,7 +358,7 @@ def fit_pixels(img, size: tuple[int, int], mode: str = "stretch", resample: str 
     return pixels, fit
 
 
-def prepare_image(source: ImageSource, size: tuple[int, int], channels: int, dtype: np.dtype,
+def load_input_tensor(source: ImageSource, size: tuple[int, int], channels: int, dtype: np.dtype,
                   scale: float, zero_point: int, mean: float = CORAL_MEAN,
                   std: float = CORAL_STD, decode: str = "full") -> np.ndarray:
     """Load, convert, resize (stretch) and quantize one image into a (1, H, W, C) input tensor."""

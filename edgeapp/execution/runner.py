@@ -22,6 +22,8 @@ from edgeapp.errors import DeviceFailed, InputError
 from edgeapp.execution.reconnect import Reconnect
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from edgeapp.hw.runtime import Engine, TfliteEngine
 
 Notice = Callable[[str], None]
@@ -47,7 +49,7 @@ class Raised:
         self.error = error
 
 
-def invoke(engine: Engine, payload: Any) -> Any:
+def invoke(engine: Engine, payload: np.ndarray) -> Any:
     return engine.run(payload)
 
 

@@ -129,7 +129,7 @@ def differences(entries: List[dict]) -> None:
         e["delta"] = {k: round(mine[k] - ref[k], 6) for k in mine if k in ref}
 
 
-def open_model(model: str, place: Placement, *, labels_file: Optional[PathLike] = None,
+def open_for_eval(model: str, place: Placement, *, labels_file: Optional[PathLike] = None,
                mean: Optional[float] = None, std: Optional[float] = None,
                say: Say = lambda _t: None,
                sidecars: Sequence[PathLike] = (), cpu_replicas: int = 1) -> OpenTask:
@@ -149,10 +149,10 @@ def _open_float(path: Path, labels_file: Optional[PathLike], mean: Optional[floa
     engine = open_float(path)
     meta = conversion_meta(path, sidecars) or engine.meta
     labels = read_labels(labels_file) if labels_file else (meta.labels or engine.meta.labels)
-    return open_engine(engine, meta, labels, mean, std)
+    return bind_float(engine, meta, labels, mean, std)
 
 
-def open_engine(engine: FloatEngine, meta: ModelMeta, labels: Optional[dict], mean: Optional[float] = None,
+def bind_float(engine: FloatEngine, meta: ModelMeta, labels: Optional[dict], mean: Optional[float] = None,
                 std: Optional[float] = None) -> OpenTask:
     """A float engine (flows/convert/float_engine.py) bound to its task as `classify` binds a
     .tflite: the task from `meta` or the outputs, the input fitted as the int8 model's is."""
@@ -192,7 +192,7 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
     tflites = [m for m in models if str(m).endswith(".tflite")]
     out = []
     for n, model in enumerate(models):
-        with open_model(model, places[n] if places else place, labels_file=labels_file, mean=mean,
+        with open_for_eval(model, places[n] if places else place, labels_file=labels_file, mean=mean,
                         std=std, say=say, sidecars=tflites,
                         cpu_replicas=max(1, min(usable_cores(), len(data.paths)))) as opened:
             for note in opened.notices:  # where it runs, when not where asked

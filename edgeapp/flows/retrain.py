@@ -42,6 +42,7 @@ from edgeapp.tasks.model import image_model
 
 if TYPE_CHECKING:
     from edgeapp.execution.runner import Runner
+    from edgeapp.tasks.base import BoundTask
 
 METHODS = ("imprint", "softmax")
 Notice = Callable[[str], None]
@@ -100,7 +101,7 @@ def _is_image(p: Path, top: Path) -> bool:
     return not hidden and p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
 
 
-def embed_through_batch(runner: Runner, task: Any, paths: list[str], workers: int,
+def embed_through_batch(runner: Runner, task: BoundTask, paths: list[str], workers: int,
                         progress: Optional[Callable[[], None]] = None
                         ) -> tuple[tuple, Iterator[tuple[str, Any, Any, str]]]:
     """THE adapter to the inference pipeline `classify` runs (flows/batch.py): the extractor's
@@ -124,7 +125,7 @@ def embedding_task(runner: Runner) -> Any:
     return bind("embed", image_model(runner.engine, runner.meta_path))
 
 
-def preparation_tag(mean: Any, std: Any, decode: Any) -> str:
+def preparation_tag(mean: float, std: float, decode: Optional[str]) -> str:
     """A short, file-name-safe tag of how images are prepared: an embedding depends on it as
     much as on the model's bytes (a sidecar's normalization or decode can change alone)."""
     import hashlib
@@ -238,7 +239,7 @@ def retrain(runner: Runner, data_dir: str | Path, out: str | Path,
     sidecar = _write_sidecar(cpu_twin_path(plan[0][1]), folders.names, (mean, std, decode), {
         "base": base_name or str(requested.path), "method": options.method,
         "images": len(kept), "embedding": depths.pop()})
-    return report(folders, y, train, val, head, ex, options, written, sidecar,
+    return retrain_report(folders, y, train, val, head, ex, options, written, sidecar,
                   {"extract": ex.seconds, "train": trained}, runner.label)
 
 
@@ -304,7 +305,7 @@ def _write_sidecar(model_path: Path, names: list, normalization: tuple, info: di
         raise UsageError(f"cannot write {sidecar_path(model_path)}: {e.strerror or e}") from None
 
 
-def report(folders: ClassFolders, y: np.ndarray, train: list, val: list, head: Head,
+def retrain_report(folders: ClassFolders, y: np.ndarray, train: list, val: list, head: Head,
            ex: Extraction, options: RetrainOptions, written: list, sidecar: str,
            seconds: dict, device: str) -> dict:
     """What `retrain --format json` prints: per class and overall validation accuracy of the

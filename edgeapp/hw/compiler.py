@@ -34,10 +34,10 @@ from edgeapp.errors import MissingDependency, UsageError
 from edgeapp.hw.compiler_host import (
     EMULATION_TIMEOUT_FACTOR,
     Bundle,
-    Runner,
+    CompilerRunner,
     bundle_at,
     choose_runner,
-    command,
+    compiler_argv,
 )
 from edgeapp.hw.proc import log_command
 
@@ -68,10 +68,10 @@ class Compiler:
     version: Optional[str] = None  # recorded when edgeapp installed it
     record: Optional[dict] = None  # the installed one's install.json
 
-    def runner(self, env: Optional[Mapping[str, str]] = None, machine: Optional[str] = None) -> Runner:
+    def runner(self, env: Optional[Mapping[str, str]] = None, machine: Optional[str] = None) -> CompilerRunner:
         """How it runs on this machine (`machine`: another architecture's view, for doctor)."""
         if self.bundle is None:
-            return Runner("native")
+            return CompilerRunner("native")
         return choose_runner(env, machine=machine)
 
     def argv(self, args: list[str], env: Optional[Mapping[str, str]] = None,
@@ -79,7 +79,7 @@ class Compiler:
         """The argv running it with `args` (no shell); a bundle through its own loader."""
         if self.bundle is None:
             return [self.path, *args]
-        return command(self.runner(env), self.bundle, args, env, folders)
+        return compiler_argv(self.runner(env), self.bundle, args, env, folders)
 
 
 def find_compiler(explicit: Optional[str | Path] = None, env: Optional[Mapping[str, str]] = None,
@@ -182,7 +182,7 @@ class RunOutput:
     timed_out: bool = False
 
 
-def run(argv: list[str], timeout: float, grace: Optional[float] = None) -> RunOutput:
+def run_compiler(argv: list[str], timeout: float, grace: Optional[float] = None) -> RunOutput:
     """Run `argv` (no shell) in its own process group; kill the group `grace` s after
     `timeout` (the compiler's own -t timer should fire first)."""
     grace = min(5.0, timeout) if grace is None else grace
@@ -261,7 +261,7 @@ class CompileReport:
                 "stdout": self.stdout, "stderr": self.stderr, "logs": self.logs}
 
 
-def default_timeout(runner: Runner) -> float:
+def default_timeout(runner: CompilerRunner) -> float:
     """The compiler's own 180 s, scaled for emulation (QEMU, Docker on another CPU)."""
     return DEFAULT_TIMEOUT_S * (EMULATION_TIMEOUT_FACTOR if runner.emulated else 1)
 
@@ -291,13 +291,13 @@ def compile_model(model: str | Path, compiler: Compiler | str, out_dir: Optional
                       timeout=timeout, search_delegate=search_delegate, search_step=search_step)[1:]
     if runner.mode == "docker":  # the container sees the same absolute paths
         args = [os.path.abspath(a) if a in (str(model), str(out)) else a for a in args]
-    argv = command(runner, compiler.bundle, args, folders=(str(model.parent), str(out))) \
+    argv = compiler_argv(runner, compiler.bundle, args, folders=(str(model.parent), str(out))) \
         if compiler.bundle is not None else [compiler.path, *args]
     if log is not None:
         log("running: " + " ".join(shlex.quote(a) for a in argv))
     pairs = compiler_outputs(model, out, segments)
     before = {p: _stamp(p) for pair in pairs for p in pair}  # files of an earlier run do not count
-    ran = run(argv, timeout)
+    ran = run_compiler(argv, timeout)
     text = ran.stdout + ("\n" + ran.stderr if ran.stderr else "")
     result = parse_stdout(text)
     if ran.timed_out:

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
 from typing_extensions import Protocol
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import numpy as np
 
     from edgeapp.core.tflite.model import TfliteModel
@@ -180,7 +182,7 @@ def find_runtime(name: Optional[str] = None) -> Runtime:
                             "(or tflite-runtime on 32-bit ARM)")
 
 
-def _imported_version(module: Any) -> Optional[str]:
+def _imported_version(module: ModuleType) -> Optional[str]:
     """The version an imported runtime states itself (its top package's __version__), which
     costs nothing where the distribution's metadata costs a scan of every site folder."""
     top = sys.modules.get(module.__name__.split(".")[0])

@@ -25,7 +25,15 @@ from edgeapp.core.boxes import Fit
 from edgeapp.core.preprocess import decode_image, fit_pixels, load_image, quantize_input
 from edgeapp.errors import UsageError, WrongTask
 from edgeapp.tasks import guess_task, kind
-from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs, input_size, op_names, output_shapes
+from edgeapp.tasks.model import (
+    ImageModel,
+    InputSpec,
+    decode_of,
+    describe_outputs,
+    input_size,
+    op_names,
+    output_shapes,
+)
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -115,6 +123,8 @@ class Result:
 
     fields: dict
     extras: dict = field(default_factory=dict)
+    # camera --track: the lines, zones, counts and trails to draw (flows/camera/tracking.TrackStage.snapshot)
+    counting: Optional[tuple] = None
 
 
 @dataclass(frozen=True)
@@ -343,7 +353,7 @@ def prepare_image(source: ImageSource, spec: InputSpec, mode: str, resample: str
                   keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
     """Load one image (a JPEG at the scale the fit needs, unless --decode full), fit it
     (core/preprocess.fit_pixels) and quantize it; results map onto the whole photo."""
-    decoded = decode_image(source, spec.channels, spec.scaled_for, mode)
+    decoded = decode_image(source, spec.channels, spec.decode_size, mode)
     pixels, fit = fit_pixels(decoded.image, spec.size, mode, resample)
     tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
     image = kept_image(decoded, source, spec) if keep_image else None
@@ -369,7 +379,7 @@ class BoundTask:
     def __init__(self, kind: TaskKind, model: ImageModel, options: Optional[dict] = None,
                  engine: Optional[Engine] = None) -> None:
         self.kind, self.model = kind, model
-        self.spec = model.spec if model.spec.decode else replace(model.spec, decode=kind.decode)
+        self.spec = replace(model.spec, decode=decode_of(model.spec.decode, task_default=kind.decode))
         self.options = kind.settle(options)
         self.engine = engine if engine is not None else model.engine
         self.plan = kind.plan_for(model, self.engine, self.options)
@@ -426,10 +436,9 @@ def annotate_frame(kind: Optional[TaskKind], img: np.ndarray, result: Result,
 
     if kind is not None:
         kind.draw(img, result.fields, result.extras)
-    counting = result.extras.get("counting")  # camera --track: flows/camera/tracking.py's snapshot
-    if counting is not None:
+    if result.counting is not None:
         from edgeapp.core.overlay import draw_counting
 
-        draw_counting(img, *counting)
+        draw_counting(img, *result.counting)
     return draw_status(img, latency_ms, fps, device)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from edgeapp.core.coco_eval import box_summary, cocotools, evaluate, pr_curves
+from edgeapp.core.coco_eval import box_summary, coco_evaluate, cocotools, pr_curves
 from edgeapp.core.detect import engine_layout, get_objects, object_fields
 from edgeapp.core.eval_metrics import match_names
 from edgeapp.core.overlay import draw_objects
@@ -31,7 +31,7 @@ from edgeapp.core.yolo import (
     get_yolo_objects,
     is_yolo_output,
     letterbox_tensor,
-    output_quantization,
+    output_quantizations,
 )
 from edgeapp.errors import InvalidModel
 from edgeapp.tasks.base import (
@@ -50,7 +50,7 @@ from edgeapp.tasks.base import (
 from edgeapp.tasks.model import InputSpec
 
 if TYPE_CHECKING:
-    from edgeapp.core.detect import Layout
+    from edgeapp.core.detect import SsdLayout
     from edgeapp.core.preprocess import ImageSource
     from edgeapp.core.yolo import YoloLayout
     from edgeapp.hw.runtime import Engine
@@ -62,9 +62,9 @@ EVAL_THRESHOLD, EVAL_MAX_DET = 0.001, 300  # what mAP is measured at (Ultralytic
 
 
 @dataclass(frozen=True)
-class Plan:
+class DetectPlan:
     decoder: str  # "ssd" or a YOLO layout name
-    layout: Any  # core.detect.Layout or core.yolo.YoloLayout
+    layout: Union[SsdLayout, YoloLayout]
     quantization: list  # (scale, zero point) per output
     threshold: float  # the option, else this decoder's default
     floor: float  # boxes kept down to this score: the threshold, lower when tracking
@@ -120,13 +120,13 @@ class Detect(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 4 or (input_size is not None and is_yolo_output(shapes, input_size))
 
-    def plan_for(self, model: ImageModel, engine: Engine, options: dict) -> Plan:
+    def plan_for(self, model: ImageModel, engine: Engine, options: dict) -> DetectPlan:
         """The YOLO output layout a `convert` sidecar names, when it has one."""
         return self.plan(engine, options, (model.meta.extra or {}).get("yolo"))
 
-    def plan(self, engine: Engine, options: dict, sidecar: Optional[dict] = None) -> Plan:
+    def plan(self, engine: Engine, options: dict, sidecar: Optional[dict] = None) -> DetectPlan:
         decoder = options["decoder"]
-        quant = output_quantization(engine)
+        quant = output_quantizations(engine)
         if decoder == "ssd" or (decoder == "auto" and len(engine.outputs) == 4):
             return _plan("ssd", self._ssd_layout(engine), quant,
                          given_or(options["threshold"], SSD_THRESHOLD), options)
@@ -157,7 +157,7 @@ class Detect(TaskKind):
                 keep_image: bool = False) -> tuple:
         if plan is None or plan.decoder == "ssd":
             return super().prepare(source, spec, options, plan, keep_image)
-        decoded = decode_image(source, spec.channels, spec.scaled_for, "letterbox")
+        decoded = decode_image(source, spec.channels, spec.decode_size, "letterbox")
         tensor, fit = _yolo_input(np.asarray(decoded.image, dtype=np.uint8), spec)
         return tensor, Prepared(decoded.fit_of_photo(fit),
                                 kept_image(decoded, source, spec) if keep_image else None, source)
@@ -176,7 +176,7 @@ class Detect(TaskKind):
         tensor, fit = _yolo_input(pixels, spec)
         return tensor, Prepared(fit)
 
-    def interpret(self, outputs, prepared: Prepared, plan: Plan, options: dict,
+    def interpret(self, outputs, prepared: Prepared, plan: DetectPlan, options: dict,
                   labels: Optional[dict]) -> Result:
         if plan.decoder == "ssd":
             objects = get_objects(outputs, plan.layout, prepared.fit, plan.quantization,
@@ -189,7 +189,7 @@ class Detect(TaskKind):
         return Result({"objects": object_fields(objects, labels)},
                       {"boxes": [o.bbox.as_list() for o in objects]})  # unrounded, for eval
 
-    def track_threshold(self, plan: Plan) -> float:
+    def track_threshold(self, plan: DetectPlan) -> float:
         return plan.threshold
 
     def rows(self, fields: dict) -> List[dict]:
@@ -262,7 +262,7 @@ class BoxScorer(Scorer):
                                               round(y1 - y0, 3)]})
 
     def metrics(self, done: List[int]) -> dict:
-        ev = evaluate(self.data.coco, self.results, "bbox", done)
+        ev = coco_evaluate(self.data.coco, self.results, "bbox", done)
         names = {c["id"]: c["name"] for c in self.data.coco["categories"]}
         self.plot = {"kind": "pr", "curves": pr_curves(ev, names)}
         return box_summary(ev, self.data.coco)
@@ -279,11 +279,12 @@ def _yolo_input(pixels: np.ndarray, spec: InputSpec) -> tuple:
     return letterbox_tensor(pixels, spec.size, spec.dtype, spec.scale, spec.zero_point, mean, std)
 
 
-def _plan(decoder: str, layout: Union[Layout, YoloLayout], quant: list, threshold: float, options: dict) -> Plan:
+def _plan(decoder: str, layout: Union[SsdLayout, YoloLayout], quant: list, threshold: float,
+          options: dict) -> DetectPlan:
     """With --track (`track_low` given) boxes down to it are kept for the tracker, which shows
     only those above the threshold (or on a track)."""
     low = options.get("track_low")
-    return Plan(decoder, layout, quant, threshold, threshold if low is None else min(threshold, low))
+    return DetectPlan(decoder, layout, quant, threshold, threshold if low is None else min(threshold, low))
 
 
 def given_or(value: Optional[float], default: float) -> float:

@@ -7,7 +7,8 @@ metadata; `InputSpec` is how an image becomes this model's input tensor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from enum import Enum
+from typing import TYPE_CHECKING, Optional, Union
 
 import numpy as np
 
@@ -32,8 +33,8 @@ class InputSpec:
     zero_point: int
     mean: float
     std: float
-    decode: Optional[str] = None  # JPEGs "scaled" to what the input needs, or "full"
-    # (core/preprocess.py); None: neither the flag nor the sidecar says, the task decides
+    decode: Optional[str] = None  # --decode: JPEGs "scaled" to what the input needs, or "full"
+    # (core/preprocess.py); None: neither the flag nor the sidecar says, the task decides (`decode_of`)
     normalization_given: bool = True  # mean/std from the flags or the model's metadata
 
     @property
@@ -41,16 +42,16 @@ class InputSpec:
         return self.width, self.height
 
     @property
-    def scaled_for(self) -> Optional[tuple[int, int]]:
-        """What core/preprocess.decode_image decodes JPEGs for: the input size, or None (whole)."""
+    def decode_size(self) -> Optional[tuple[int, int]]:
+        """What core/preprocess.decode_image decodes JPEGs for: with --decode scaled the input
+        size, with --decode full None (whole)."""
         return self.size if self.decode == "scaled" else None
 
 
 def input_spec(engine: Engine, meta: ModelMeta, mean: Optional[float] = None,
                std: Optional[float] = None, decode: Optional[str] = None) -> InputSpec:
     """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128;
-    the JPEG decode from the flag, else what the model was calibrated with (its sidecar), else
-    None: the task's own default (TaskKind.decode)."""
+    the JPEG decode as `decode_of` says (before a task is bound: the flag, else the sidecar)."""
     if len(engine.inputs) != 1:
         raise InvalidModel(f"{engine.model_path} has {len(engine.inputs)} inputs; an image model "
                            "has one")
@@ -65,11 +66,19 @@ def input_spec(engine: Engine, meta: ModelMeta, mean: Optional[float] = None,
     return InputSpec(width=shape[2], height=shape[1], channels=shape[3], dtype=engine.input_dtype,
                      scale=scale, zero_point=zero,
                      mean=_first(mean, meta.mean, CORAL_MEAN), std=_first(std, meta.std, CORAL_STD),
-                     decode=check_decode(decode if decode is not None else meta.decode),
+                     decode=decode_of(decode, meta.decode),
                      normalization_given=(mean, std, meta.mean, meta.std) != (None,) * 4)
 
 
-def check_decode(value: Any) -> Optional[str]:
+def decode_of(flag: Optional[str], calibrated: Optional[str] = None,
+              task_default: Optional[str] = None) -> Optional[str]:
+    """--decode's value, the one place its default is decided: the flag, else what the model
+    was calibrated with (its sidecar's "decode"), else the task's own (TaskKind.decode; None
+    while no task is bound to the model)."""
+    return check_decode(flag) or check_decode(calibrated) or task_default
+
+
+def check_decode(value: Union[str, Enum, None]) -> Optional[str]:
     """--decode's value (an enum member or its text), checked: the API takes the same words."""
     value = getattr(value, "value", value)
     if value is not None and value not in DECODES:

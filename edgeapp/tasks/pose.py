@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 PERSON = "person"  # what pose events call a pose
 
 
-class Pose(TaskKind):
+class PoseKind(TaskKind):
     """17 COCO keypoints per person in the original image's pixels: {"poses": [{"score",
     "keypoints": [{"name", "x", "y", "score"}]}]}."""
 
@@ -134,4 +134,4 @@ class KeypointScorer(Scorer):
         return [dict(r, image_id=self.data.ids[r["image_id"]]) for r in self.results]
 
 
-KIND = Pose()
+KIND = PoseKind()

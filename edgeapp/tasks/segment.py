@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from edgeapp.core.eval_metrics import IGNORE, add_masks, segmentation_metrics
 from edgeapp.core.overlay import draw_classes, draw_mask
-from edgeapp.core.segmentation import class_map, class_shares, is_segmentation_output, mask_image_array, to_original
+from edgeapp.core.segmentation import (
+    class_map,
+    class_shares,
+    is_segmentation_output,
+    mask_image_array,
+    mask_to_original,
+)
 from edgeapp.errors import UsageError
 from edgeapp.tasks.base import (
     RESIZE,
@@ -69,7 +75,7 @@ class Segment(TaskKind):
 
     def interpret(self, outputs, prepared: Prepared, plan: tuple, options: dict,
                   labels: Optional[dict]) -> Result:
-        full = to_original(class_map(outputs[0], *plan), prepared.fit)
+        full = mask_to_original(class_map(outputs[0], *plan), prepared.fit)
         return Result({"classes": class_shares(full, labels), "mask": None}, {"mask": full})
 
     def empty(self) -> dict:

@@ -22,7 +22,10 @@ from edgeapp.hw.capture import FrameGrabber, FrameSource, ReconnectPolicy
 from edgeapp.tasks.base import TaskKind, annotate_frame
 
 if TYPE_CHECKING:
-    from edgeapp.execution.runner import Runner
+    from edgeapp.execution.runner import Done, Runner
+    from edgeapp.flows.camera.tracking import TrackStage
+    from edgeapp.sinks.display import Display
+    from edgeapp.sinks.recorder import Recorder
 
 # ---------------------------------------------------------------------------------------------
 # The loop
@@ -83,10 +86,11 @@ class FrameOutput(Protocol):
     """Gets every processed frame after the loop is done with it (live view, MQTT): it may keep
     the image, must not change `record`, and must return at once (hand work to its own thread).
     `annotated`: the overlay is already drawn on `image`. `stats` is updated as frames go.
-    `extras`: what the task's result holds besides the record (a segmentation's class map)."""
+    `extras`: what the task's result holds besides the record (a segmentation's class map);
+    `counting`: with --track, what the overlay draws of lines and zones (Result.counting)."""
 
     def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool, fps: Optional[float],
-                 stats: "CameraStats", extras: dict) -> None:
+                 stats: "CameraStats", extras: dict, counting: Optional[tuple]) -> None:
         ...
 
 
@@ -105,12 +109,12 @@ class Sinks:
 def run_camera(source: FrameSource, runner: Runner, *, drop: Optional[bool] = None,
                max_frames: Optional[int] = None, duration: Optional[float] = None,
                reconnect: ReconnectPolicy = ReconnectPolicy(), queue_size: int = 4,
-               on_record: Optional[Callable[[dict], None]] = None, display: Any = None,
-               recorder: Any = None, overlay: bool = True,
+               on_record: Optional[Callable[[dict], None]] = None, display: Optional[Display] = None,
+               recorder: Optional[Recorder] = None, overlay: bool = True,
                stop_event: Optional[threading.Event] = None,
                on_notice: Optional[Callable[[str], None]] = None,
                outputs: Sequence[FrameOutput] = (), kind: Optional[TaskKind] = None,
-               tracking: Any = None) -> CameraStats:
+               tracking: Optional[TrackStage] = None) -> CameraStats:
     """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
 
     `runner`: the frames' runner (execution/placement.open_runner with frames=True, as
@@ -203,7 +207,7 @@ class _Loop:
             if done is not None and not self._deliver(*done):
                 return "window closed"
 
-    def _deliver(self, key: tuple, ran: Any) -> bool:
+    def _deliver(self, key: tuple, ran: Done) -> bool:
         """One result to the sinks; False when the window was closed."""
         (frame, t0), (result, latency) = key, ran.outputs
         sinks, stats = self.sinks, self.stats
@@ -211,7 +215,7 @@ class _Loop:
         if sinks.tracking is not None:
             height, width = frame.image.shape[:2]
             events = sinks.tracking.update(result.fields, frame.index, frame.timestamp, width, height)
-            result.extras["counting"] = sinks.tracking.snapshot()
+            result.counting = sinks.tracking.snapshot()
             self.last_frame = (frame.index, frame.timestamp)
         if self.draw:
             annotate_frame(self.kind, frame.image, result, latency, self.fps_ema, ran.device)
@@ -239,7 +243,7 @@ class _Loop:
                 stats.captured, stats.dropped = self.grabber.captured, self.grabber.dropped
                 for out in sinks.outputs:
                     out.on_frame(frame.image, record, annotated=self.draw, fps=self.fps_ema,
-                                 stats=stats, extras=result.extras)
+                                 stats=stats, extras=result.extras, counting=result.counting)
         if events:
             self._send_events(events)
         return keep_going

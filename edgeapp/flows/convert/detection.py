@@ -28,7 +28,7 @@ from edgeapp.core.yolo import (
     find_yolo_layout,
     letterbox,
     nms,
-    output_quantization,
+    output_quantizations,
 )
 from edgeapp.errors import MissingDependency
 from edgeapp.execution.runner import SingleRunner
@@ -90,7 +90,7 @@ def int8_detections(path: Path, data: Dataset, mean: float, std: float, entry: d
     and NMS on the CPU), per image, through the batch spine's feed (`Runner.run_all`)."""
     engine = open_engine(path, "cpu")
     layout: YoloLayout = engine_yolo_layout(engine, None, entry)
-    quant = output_quantization(engine)
+    quant = output_quantizations(engine)
     scale, zero = engine.input_quantization
     h, w = data.x.shape[1:3]
 
