@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
-from edgeapp.core.zones import parse_line, parse_zone
+from edgeapp.core.track.zones import parse_line, parse_zone
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.camera.tracking import TrackingSettings
@@ -38,7 +38,7 @@ from edgeapp.tasks import kind, names
 from edgeapp.tasks.base import BoundTask, Result
 
 if TYPE_CHECKING:
-    from edgeapp.core.preprocess import ImageSource
+    from edgeapp.core.vision.preprocess import ImageSource
 
 PathLike = Union[str, Path]
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from edgeapp.core.labels import read_labels
 from edgeapp.core.meta import ModelMeta, read_meta
-from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, DECODES
+from edgeapp.core.vision.preprocess import CORAL_MEAN, CORAL_STD, DECODES
 from edgeapp.errors import InvalidModel, UsageError
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class InputSpec:
     mean: float
     std: float
     decode: Optional[str] = None  # --decode: JPEGs "scaled" to what the input needs, or "full"
-    # (core/preprocess.py); None: neither the flag nor the sidecar says, the task decides (`decode_of`)
+    # (core/vision/preprocess.py); None: neither the flag nor the sidecar says, the task decides (`decode_of`)
     normalization_given: bool = True  # mean/std from the flags or the model's metadata
 
     @property
@@ -43,7 +43,7 @@ class InputSpec:
 
     @property
     def decode_size(self) -> Optional[tuple[int, int]]:
-        """What core/preprocess.decode_image decodes JPEGs for: with --decode scaled the input
+        """What core/vision/preprocess.decode_image decodes JPEGs for: with --decode scaled the input
         size, with --decode full None (whole)."""
         return self.size if self.decode == "scaled" else None
 

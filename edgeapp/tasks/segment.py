@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from edgeapp.core.eval_metrics import IGNORE, add_masks, segmentation_metrics
-from edgeapp.core.overlay import draw_classes, draw_mask
-from edgeapp.core.segmentation import (
+from edgeapp.core.eval.metrics import IGNORE, add_masks, segmentation_metrics
+from edgeapp.core.vision.overlay import draw_classes, draw_mask
+from edgeapp.core.vision.segmentation import (
     class_map,
     class_shares,
     is_segmentation_output,

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
 
-from edgeapp.core.boxes import make_fit
+from edgeapp.core.vision.boxes import make_fit
 from edgeapp.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
-    from edgeapp.core.boxes import Fit
+    from edgeapp.core.vision.boxes import Fit
 
 ImageSource = Union[str, Path, bytes, "np.ndarray", "PILImage"]  # a file, its bytes, an HxW(xC) uint8 array
 CORAL_MEAN = 128.0  # Coral's defaults for models without preprocessing metadata
