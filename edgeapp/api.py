@@ -38,6 +38,8 @@ from edgeapp.tasks import kind, names
 from edgeapp.tasks.base import BoundTask, Result
 
 if TYPE_CHECKING:
+    import threading
+
     from edgeapp.core.vision.preprocess import ImageSource
 
 PathLike = Union[str, Path]
@@ -110,14 +112,14 @@ class Model:
         differences([result.entry])
         return report(found, [result])
 
-    def camera(self, source: Any = "0", *, task: Optional[str] = None,
+    def camera(self, source: Union[str, int, Path] = "0", *, task: Optional[str] = None,
                on_record: Optional[Callable[[dict], None]] = None, display: bool = False,
                record: Optional[PathLike] = None, output: Optional[PathLike] = None,
                max_frames: Optional[int] = None, duration: Optional[float] = None,
                drop_frames: Optional[bool] = None, reconnect: float = 10.0,
                serve: Optional[str] = None, serve_token: Optional[str] = None,
                mqtt: Optional[str] = None, mqtt_mode: str = "frames",
-               on_notice: Optional[Callable[[str], None]] = None, stop: Any = None,
+               on_notice: Optional[Callable[[str], None]] = None, stop: Optional[threading.Event] = None,
                track: bool = False, count_lines: Sequence[str] = (), zones: Sequence[str] = (),
                events: Optional[PathLike] = None, **options: Any) -> Any:
         """Run `task` (default: the model's) on the frames of a camera (index), a video file or a

@@ -315,7 +315,7 @@ def _check_flags(ctx: typer.Context, v: CameraOptions) -> None:
         say("warning: --mqtt-debounce applies to --mqtt-mode events only")
 
 
-def _finish(outcome: "CameraOutcome", summary: Any) -> None:
+def _finish(outcome: "CameraOutcome", summary: SummaryFormat) -> None:
     """Warnings, the summary (text or JSON, the last line on stderr) and the exit code."""
     for warning in outcome.warnings:
         say(f"warning: {warning}")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from edgeapp.core.learn.embedding import require_extractor
+from edgeapp.core.learn.embedding import EMBED_TASK, require_extractor
 from edgeapp.core.learn.head import head_tensors, logit_range
 from edgeapp.core.learn.holdout import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
 from edgeapp.core.learn.train import SgdOptions, head_scores, imprint, train_softmax
@@ -122,7 +122,7 @@ def embed_through_batch(runner: Runner, task: BoundTask, paths: list[str], worke
 def embedding_task(runner: Runner) -> Any:
     """The `embed` task bound to the runner's model: its input spec and preprocessing from the
     model's metadata (and sidecar)."""
-    return bind("embed", image_model(runner.engine, runner.meta_path))
+    return bind(EMBED_TASK, image_model(runner.engine, runner.meta_path))
 
 
 def preparation_tag(mean: float, std: float, decode: Optional[str]) -> str:

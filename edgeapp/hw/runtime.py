@@ -354,7 +354,7 @@ class EngineOptions:
 
 def open_engine(path: str | Path | TfliteModel, device: str = "auto",
                 options: Optional[EngineOptions] = None, *, trust_model: bool = False,
-                **settings: Any) -> TfliteEngine:
+                **settings: object) -> TfliteEngine:
     """Validate the model, pick the device, and return an allocated Engine.
 
     auto: Edge TPU when a compiled model and a TPU are there, else the CPU (the CPU twin for a

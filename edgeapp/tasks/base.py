@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from typing_extensions import Protocol
 
 from edgeapp.core.vision.boxes import Fit
 from edgeapp.core.vision.preprocess import decode_image, fit_pixels, load_image, quantize_input
@@ -38,6 +40,7 @@ from edgeapp.tasks.model import (
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
+    from edgeapp.core.eval.data import EvalData
     from edgeapp.core.naming import PathLike
     from edgeapp.core.tflite.model import TfliteModel
     from edgeapp.core.vision.preprocess import Decoded, ImageSource
@@ -311,7 +314,7 @@ class TaskKind:
                              f"{', '.join(sorted(declared)) or 'none'})")
         return {**self.defaults, **{k: declared[k].check(v) for k, v in given.items()}}
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> "Scorer":
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> "Scorer":
         """What measures this task's results on labelled `data` (flows/eval_data.EvalData of
         the kind `evaluates` names), with the model's `labels`."""
         raise UsageError(f"{self.name} has no metric: eval cannot measure it")
@@ -325,10 +328,18 @@ class TaskKind:
         """What `model.<task>(image)` returns: the record's items (a task may add its extras)."""
         return result.fields[self.field]
 
-    def to_folder(self, option: TaskOption, folder: Any, path: str, result: "Result") -> dict:
+    def to_folder(self, option: TaskOption, folder: ImageFolderLike, path: str, result: "Result") -> dict:
         """Write `result`'s file for input `path` into `folder` (sinks/image_folder.ImageFolder)
         for the output-folder `option`; the fields this adds to the record."""
         raise NotImplementedError(f"{self.name} declares --{option.name} but writes no file")
+
+
+class ImageFolderLike(Protocol):
+    """Where a task writes its own files (sinks/image_folder.ImageFolder, which tasks/ may not
+    import: sinks/ sits above)."""
+
+    def write(self, path: str, array: np.ndarray, ext: Optional[str] = None) -> Path:
+        """Write a BGR (or single-channel) array for input `path`; the file written."""
 
 
 class Scorer:

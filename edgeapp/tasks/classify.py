@@ -7,7 +7,7 @@ MODEL: a classification .tflite model (uint8, int8 or float input). Results stre
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskO
 from edgeapp.tasks.model import ImageModel, output_quantization, output_shapes
 
 if TYPE_CHECKING:
+    from edgeapp.core.eval.data import EvalData
     from edgeapp.core.naming import PathLike
     from edgeapp.hw.runtime import Engine
 
@@ -75,7 +76,7 @@ class Classify(TaskKind):
         classes = get_classes_from_scores(scores, options["top_k"], options["threshold"])
         return Result({"classes": class_fields(classes, labels)})
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return ClassScorer(data, labels)
 
     def draw(self, img, fields: dict, extras: dict) -> None:
@@ -102,7 +103,7 @@ class ClassScorer(Scorer):
     """top1, top5 and per-class accuracy; the data's classes matched to the model's labels by
     name (without labels: the data's sorted class order)."""
 
-    def __init__(self, data: Any, labels: Optional[dict]) -> None:
+    def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
         from edgeapp.core.eval.metrics import match_names
 
         self.data, self.labels = data, labels

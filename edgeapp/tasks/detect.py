@@ -50,6 +50,7 @@ from edgeapp.tasks.base import (
 from edgeapp.tasks.model import InputSpec
 
 if TYPE_CHECKING:
+    from edgeapp.core.eval.data import EvalData
     from edgeapp.core.vision.detect import SsdLayout
     from edgeapp.core.vision.preprocess import ImageSource
     from edgeapp.core.vision.yolo import YoloLayout
@@ -212,7 +213,7 @@ class Detect(TaskKind):
     def draw(self, img, fields: dict, extras: dict) -> None:
         draw_objects(img, fields["objects"])
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return BoxScorer(data, labels)
 
     def presence(self, fields: dict) -> Dict[Any, tuple]:
@@ -241,7 +242,7 @@ class BoxScorer(Scorer):
     matched to the data's categories by name (Coral's SSD models number COCO's 90 with gaps,
     YOLO exports 80 contiguous ones), by index when the data has no names."""
 
-    def __init__(self, data: Any, labels: Optional[dict]) -> None:
+    def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
         cocotools()  # the extra is installed (exit 7 before the run, not after it)
         self.data = data
         self.to_data, unknown = match_names(labels if data.named else None, data.names)

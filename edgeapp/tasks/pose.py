@@ -35,6 +35,7 @@ from edgeapp.tasks.base import (
 from edgeapp.tasks.model import op_names, output_quantization
 
 if TYPE_CHECKING:
+    from edgeapp.core.eval.data import EvalData
     from edgeapp.core.tflite.model import TfliteModel
     from edgeapp.hw.runtime import Engine
 
@@ -83,7 +84,7 @@ class PoseKind(TaskKind):
             [movenet_pose(outputs[0], prepared.fit, scale, zero)]
         return Result({"poses": pose_fields(poses, options["threshold"])})
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return KeypointScorer(data)
 
     def rows(self, fields: dict) -> List[dict]:
@@ -113,7 +114,7 @@ class PoseKind(TaskKind):
 class KeypointScorer(Scorer):
     """OKS AP and AP50 (pycocotools) of every pose, as COCO keypoint results."""
 
-    def __init__(self, data: Any) -> None:
+    def __init__(self, data: EvalData) -> None:
         cocotools()
         self.data, self.notes, self.plot = data, [], {}
         cats = data.coco["categories"]

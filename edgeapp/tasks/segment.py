@@ -36,7 +36,9 @@ from edgeapp.tasks.base import (
 from edgeapp.tasks.model import output_quantization
 
 if TYPE_CHECKING:
+    from edgeapp.core.eval.data import EvalData
     from edgeapp.hw.runtime import Engine
+    from edgeapp.tasks.base import ImageFolderLike
 
 EVENT_SHARE = 0.05  # events: a class counts as present from this share of the image
 
@@ -102,11 +104,11 @@ class Segment(TaskKind):
         """(classes present, class map at the image's size)."""
         return result.fields["classes"], result.extras["mask"]
 
-    def to_folder(self, option: TaskOption, folder: Any, path: str, result: Result) -> dict:
+    def to_folder(self, option: TaskOption, folder: ImageFolderLike, path: str, result: Result) -> dict:
         """--mask: the class map as a PNG of class ids; the record says where."""
         return {"mask": str(folder.write(path, mask_image_array(result.extras["mask"]), ".png"))}
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return MaskScorer(data, labels)
 
     def presence(self, fields: dict) -> Dict[Any, tuple]:
@@ -125,7 +127,7 @@ class MaskScorer(Scorer):
     """mIoU, pixel accuracy and per-class IoU over every labelled pixel (255 = ignore); mask
     values are the model's class ids."""
 
-    def __init__(self, data: Any, labels: Optional[dict]) -> None:
+    def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
         import numpy as np
 
         self.data, self.notes, self.plot = data, [], {}

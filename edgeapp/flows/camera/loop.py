@@ -140,7 +140,7 @@ _RUN_ENDED = ("max frames", "duration", "interrupted", "stopped", "window closed
 class _Loop:
     """One camera run: frames in, results out to the sinks, statistics kept."""
 
-    def __init__(self, source: FrameSource, run: Any, kind: Optional[TaskKind], sinks: Sinks) -> None:
+    def __init__(self, source: FrameSource, run: Runner, kind: Optional[TaskKind], sinks: Sinks) -> None:
         self.source, self.run_on, self.kind, self.sinks = source, run, kind, sinks
         self.draw = sinks.overlay and (sinks.display is not None or sinks.recorder is not None)
         self.fps_ema: Optional[float] = None

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from edgeapp.core.edgetpu import thermal
 from edgeapp.core.stats import median
 from edgeapp.hw.tpu_state import state_of
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from edgeapp.sinks.mqtt import MqttOut
 
 WINDOW = 30  # frames per latency window
@@ -57,7 +59,7 @@ class TpuHealth:
 
     # -- the camera loop's side: never waits --------------------------------------------------
 
-    def on_frame(self, image: Any, record: dict, **_: Any) -> None:
+    def on_frame(self, image: np.ndarray, record: dict, **_: object) -> None:
         device, latency = record.get("device"), record.get("latency_ms")
         with self._lock:
             if device and device != "cpu" and device not in self._devices:
