@@ -24,7 +24,7 @@ from edgeapp.execution.reconnect import Reconnect
 if TYPE_CHECKING:
     import numpy as np
 
-    from edgeapp.hw.runtime import Engine, TfliteEngine
+    from edgeapp.hw.runtime import Engine
 
 Notice = Callable[[str], None]
 # prepare(item) -> (payload for the device, what interpreting the result needs besides it)
@@ -147,13 +147,13 @@ class SingleRunner(Runner):
     """One engine in the caller's thread (today's path). With a fallback (`auto`), an Edge TPU
     that fails hands the rest of the run, the failed item first, to the CPU twin."""
 
-    def __init__(self, member: TfliteEngine, *, work: Callable = invoke, fallback: Optional[Callable] = None,
+    def __init__(self, member: Engine, *, work: Callable = invoke, fallback: Optional[Callable] = None,
                  on_notice: Optional[Notice] = None, meta_path: Optional[str] = None,
                  reconnect: Optional[Reconnect] = None) -> None:
         super().__init__()
         self.member, self._work, self._fallback, self._say = member, work, fallback, on_notice
         self._reconnect = reconnect
-        self.engine: TfliteEngine = member
+        self.engine: Engine = member
         engine = member
         self.label = engine.name
         self.model_path = engine.model_path

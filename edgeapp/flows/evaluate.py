@@ -255,7 +255,7 @@ def file_task(path: Path) -> Optional[str]:
     meta = read_meta(path)
     if meta.task in names():
         return str(meta.task)
-    if getattr(meta, "ultralytics_task", None):
+    if meta.ultralytics_task:
         return None  # the model's own metadata decides when it opens
     try:
         parsed = load_model(path)

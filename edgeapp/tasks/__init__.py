@@ -109,7 +109,7 @@ def task_for(engine: Engine, meta: Optional[ModelMeta] = None) -> str:
 
     if meta is not None and meta.task in names():
         return str(meta.task)
-    ultralytics = getattr(meta, "ultralytics_task", None)
+    ultralytics = meta.ultralytics_task if meta is not None else None
     if ultralytics is not None:
         for name in names():
             if kind(name).ultralytics_task == ultralytics:
