@@ -33,7 +33,7 @@ Counted with `ast` over edgeapp/ (no import of edgeapp, so any layout counts the
 Baselines (this script, main at 30347b0):
   any_params 251, dict_returns 136, yolo_branches 19 (flows/convert/job.py: 17 `p.yolo`, 2
   `prepared.yolo`; the issue's 18 counted `p.yolo` tests), task_literals 6 (flows/convert/job.py
-  twice, flows/retrain.py, cli/retrain.py twice, core/embedding.py's EMBED_TASK; the issue's 3 left
+  twice, flows/retrain.py, cli/retrain.py twice, core's EMBED_TASK (the embedding module); the issue's 3 left
   "embed" out), convert_importers 1 (flows/evaluate.py), duplicate_names 28 (duplicate_assigned
   24), zone_parsers 2 (api.py, cli/camera.py: parse_line, parse_zone), core_modules 45,
   classify trace 30 files, 48 edges, 0 upward.

@@ -18,12 +18,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar, Union
 
+from edgeapp.core.vision.tiles import run_each
 from edgeapp.errors import DeviceFailed, InputError
 from edgeapp.execution.reconnect import Reconnect
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from edgeapp.core.vision.tiles import Tiles
     from edgeapp.hw.runtime import Engine
 
 Notice = Callable[[str], None]
@@ -49,8 +51,10 @@ class Raised:
         self.error = error
 
 
-def invoke(engine: Engine, payload: np.ndarray) -> Any:
-    return engine.run(payload)
+def invoke(engine: Engine, payload: Union[np.ndarray, Tiles]) -> Any:
+    """The model run on one payload: one input tensor, or the windows of one image (Tiles), each
+    in turn on the same engine, their outputs handed back as a list."""
+    return run_each(engine.run, payload)
 
 
 class Runner:
