@@ -108,4 +108,3 @@ class Tiles:
     model on each in turn and hands back the list of their outputs (hw/runtime.run_payload)."""
 
     tensors: Tuple[np.ndarray, ...]
-
