@@ -10,7 +10,7 @@ import json
 import signal
 import sys
 import threading
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, Field, dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional
@@ -26,6 +26,7 @@ from edgeapp.sinks.records import Format
 
 if TYPE_CHECKING:
     from edgeapp.flows.camera.request import CameraSettings
+    from edgeapp.flows.camera.run import CameraOutcome
     from edgeapp.flows.open_task import Placement
 
 SUMMARY = "Run a model on live frames: overlay, headless JSON lines, recording, summary."
@@ -247,7 +248,7 @@ def command() -> Any:
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                  annotation=annotation)
 
-    def default(f: Any) -> Any:
+    def default(f: Field) -> Any:
         if f.default is MISSING:
             return inspect.Parameter.empty
         return None if f.default == () else f.default  # a repeatable flag not given: None
@@ -329,7 +330,7 @@ def _check_flags(ctx: typer.Context, s: "CameraSettings") -> None:
         say("warning: --mqtt-debounce applies to --mqtt-mode events only")
 
 
-def _finish(outcome: Any, summary: Any) -> None:
+def _finish(outcome: "CameraOutcome", summary: SummaryFormat) -> None:
     """Warnings, the summary (text or JSON, the last line on stderr) and the exit code."""
     for warning in outcome.warnings:
         say(f"warning: {warning}")

@@ -104,7 +104,7 @@ def run_eval(models: List[str], place, data: Path, images: Optional[Path],
 
         typer.echo(json.dumps(doc, indent=2))
     else:
-        typer.echo(render(doc))
+        typer.echo(render_eval(doc))
     if any(r.entry["failed"] for r in results):
         raise typer.Exit(int(ExitCode.INPUTS_FAILED))
 
@@ -139,7 +139,7 @@ def _write_outputs(found, models: List[str], results: list, save: Optional[Path]
 MAIN = ("map", "map50", "top1", "top5", "miou", "pixel_accuracy", "oks_ap", "oks_ap50")
 
 
-def render(doc: dict) -> str:
+def render_eval(doc: dict) -> str:
     """One row per model: its main metrics (and their difference from the first), speed, where."""
     entries = doc["models"]
     keys = [k for k in MAIN if any(k in e["metrics"] for e in entries)]

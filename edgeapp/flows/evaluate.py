@@ -1,5 +1,5 @@
 """`eval`: models on labelled data, each through the batch pipeline every task command runs
-(flows/batch.iter_records: decode ahead, invoke, interpret), with the task's options for
+(flows/batch.iter_ran: decode ahead, invoke, interpret; each `Ran` scored), with the task's options for
 evaluation (every box above 0.001...) and its metric (`TaskKind.scorer`).
 
 `evaluate(opened, data)` is the one measurement (what `convert --eval` and `--max-drop` call);
@@ -13,7 +13,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, Optional, Sequence
 
 from edgeapp.core.labels import read_labels
 from edgeapp.core.meta import read_meta
@@ -21,7 +21,7 @@ from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import EdgeappError, InvalidModel, UsageError, WrongTask
 from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows import eval_coco
-from edgeapp.flows.batch import iter_records
+from edgeapp.flows.batch import iter_ran
 from edgeapp.flows.convert.float_engine import is_float_source, open_float
 from edgeapp.flows.eval_data import EvalData, read_class_folders, read_csv, read_masks
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
@@ -30,7 +30,14 @@ from edgeapp.tasks import guess_from, kind, names, task_for
 from edgeapp.tasks.base import BoundTask, Scorer, bind
 from edgeapp.tasks.model import ImageModel, input_spec
 
+if TYPE_CHECKING:
+    from edgeapp.core.meta import ModelMeta
+    from edgeapp.core.naming import PathLike
+    from edgeapp.flows.convert.float_engine import FloatEngine
+
 Say = Callable[[str], None]
+# progress(total, label): a context manager yielding `advance` (cli.options.progress_bar)
+Progress = Callable[[int, str], ContextManager[Optional[Callable[[], None]]]]
 DATA_WORDS = {"classification": "classification data (class labels)",
               "detection": "detection data (boxes)", "segmentation": "segmentation data (masks)",
               "keypoints": "pose data (keypoints)"}
@@ -64,20 +71,15 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
     kind = opened.task.kind
     bound = BoundTask(kind, opened.model, {**kind.eval_options, **(task_options or {})})
     scorer = kind.scorer(data, opened.model.labels)
-    at = {"i": 0}
-
-    def add(path: Any, prepared: Any, result: Any) -> None:
-        scorer.add(at["i"], result)
-
     done, errors, latencies = [], [], []
     start = time.perf_counter()
-    for record in iter_records(data.paths, opened.runner, bound, workers, on_result=add, keep_images=False):
-        if record["error"] is None:
-            done.append(at["i"])
-            latencies.append(record["latency_ms"])
+    for ran in iter_ran(data.paths, opened.runner, bound, workers):
+        if ran.done is not None:
+            scorer.add(ran.index, ran.result)
+            done.append(ran.index)
+            latencies.append(round(ran.done.latency_ms, 3))  # as its record would say
         else:
-            errors.append(record["error"])
-        at["i"] += 1
+            errors.append(ran.error)
         if advance is not None:
             advance()
     seconds = time.perf_counter() - start
@@ -129,10 +131,10 @@ def differences(entries: List[dict]) -> None:
         e["delta"] = {k: round(mine[k] - ref[k], 6) for k in mine if k in ref}
 
 
-def open_model(model: str, place: Placement, *, labels_file: Any = None,
+def open_for_eval(model: str, place: Placement, *, labels_file: Optional[PathLike] = None,
                mean: Optional[float] = None, std: Optional[float] = None,
                say: Say = lambda _t: None,
-               sidecars: Sequence[Any] = (), cpu_replicas: int = 1) -> OpenTask:
+               sidecars: Sequence[PathLike] = (), cpu_replicas: int = 1) -> OpenTask:
     """An int8 .tflite, _edgetpu.tflite or Coral name as `classify` opens it; a float ONNX or
     Keras source on ONNX Runtime / TensorFlow with the preprocessing of its conversion: --mean/
     --std, else its own sidecar, else the sidecar of the int8 model converted from it among
@@ -144,15 +146,15 @@ def open_model(model: str, place: Placement, *, labels_file: Any = None,
                      on_notice=say, cpu_replicas=cpu_replicas)
 
 
-def _open_float(path: Path, labels_file: Any, mean: Optional[float], std: Optional[float],
-                sidecars: Sequence[Any]) -> OpenTask:
+def _open_float(path: Path, labels_file: Optional[PathLike], mean: Optional[float], std: Optional[float],
+                sidecars: Sequence[PathLike]) -> OpenTask:
     engine = open_float(path)
     meta = conversion_meta(path, sidecars) or engine.meta
     labels = read_labels(labels_file) if labels_file else (meta.labels or engine.meta.labels)
-    return open_engine(engine, meta, labels, mean, std)
+    return bind_float(engine, meta, labels, mean, std)
 
 
-def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[float] = None,
+def bind_float(engine: FloatEngine, meta: ModelMeta, labels: Optional[dict], mean: Optional[float] = None,
                 std: Optional[float] = None) -> OpenTask:
     """A float engine (flows/convert/float_engine.py) bound to its task as `classify` binds a
     .tflite: the task from `meta` or the outputs, the input fitted as the int8 model's is."""
@@ -167,7 +169,7 @@ def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[f
     return OpenTask(runner, model, task)
 
 
-def conversion_meta(path: Path, sidecars: Sequence[Any]) -> Any:
+def conversion_meta(path: Path, sidecars: Sequence[PathLike]) -> Optional[ModelMeta]:
     """The sidecar of `path` itself, else of a model converted from it (its "source")."""
     own = read_meta(path)
     if own.source and own.source.endswith(".json"):
@@ -181,9 +183,9 @@ def conversion_meta(path: Path, sidecars: Sequence[Any]) -> Any:
 
 
 def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Placement(), *,
-                    labels_file: Any = None, mean: Optional[float] = None,
+                    labels_file: Optional[PathLike] = None, mean: Optional[float] = None,
                     std: Optional[float] = None, workers: int = 2, say: Say = lambda _t: None,
-                    places: Optional[Sequence[Placement]] = None, progress: Any = None,
+                    places: Optional[Sequence[Placement]] = None, progress: Optional[Progress] = None,
                     task_options: Optional[dict] = None) -> List[ModelEval]:
     """Every model on the same data, in order; the first is the reference of each "delta".
     `progress(total, label)` gives a context manager yielding `advance` (cli.options.progress_bar)."""
@@ -192,7 +194,7 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
     tflites = [m for m in models if str(m).endswith(".tflite")]
     out = []
     for n, model in enumerate(models):
-        with open_model(model, places[n] if places else place, labels_file=labels_file, mean=mean,
+        with open_for_eval(model, places[n] if places else place, labels_file=labels_file, mean=mean,
                         std=std, say=say, sidecars=tflites,
                         cpu_replicas=max(1, min(usable_cores(), len(data.paths)))) as opened:
             for note in opened.notices:  # where it runs, when not where asked
@@ -255,7 +257,7 @@ def file_task(path: Path) -> Optional[str]:
     meta = read_meta(path)
     if meta.task in names():
         return str(meta.task)
-    if getattr(meta, "ultralytics_task", None):
+    if meta.ultralytics_task:
         return None  # the model's own metadata decides when it opens
     try:
         parsed = load_model(path)

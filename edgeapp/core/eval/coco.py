@@ -48,7 +48,7 @@ def _ground_truth(gt: dict):
     return coco
 
 
-def evaluate(gt: dict, results: List[dict], iou_type: str = "bbox",
+def coco_evaluate(gt: dict, results: List[dict], iou_type: str = "bbox",
              image_ids: Optional[Sequence] = None) -> Optional[object]:
     """The accumulated COCOeval of `results` against `gt` on `image_ids` (default: all), or
     None when there is no result at all (pycocotools cannot load an empty list)."""
@@ -70,7 +70,7 @@ def evaluate(gt: dict, results: List[dict], iou_type: str = "bbox",
 def box_metrics(gt: dict, results: List[dict], image_ids: Optional[Sequence] = None) -> dict:
     """map (AP at IoU 0.50:0.95), map50 and per_class AP50-95 by category name: pycocotools'
     stats[0], stats[1] and its precision array per category (-1: no ground truth, left out)."""
-    return box_summary(evaluate(gt, results, "bbox", image_ids), gt)
+    return box_summary(coco_evaluate(gt, results, "bbox", image_ids), gt)
 
 
 def box_summary(ev, gt: dict) -> dict:
@@ -84,7 +84,7 @@ def box_summary(ev, gt: dict) -> dict:
 
 def keypoint_metrics(gt: dict, results: List[dict], image_ids: Optional[Sequence] = None) -> dict:
     """oks_ap (AP at OKS 0.50:0.95) and oks_ap50: pycocotools' keypoint stats[0] and stats[1]."""
-    ev = evaluate(gt, results, "keypoints", image_ids)
+    ev = coco_evaluate(gt, results, "keypoints", image_ids)
     if ev is None:
         return {"oks_ap": 0.0, "oks_ap50": 0.0}
     return {"oks_ap": _stat(ev.stats[0]), "oks_ap50": _stat(ev.stats[1])}

@@ -182,7 +182,7 @@ class Track:
 
 
 @dataclass
-class Step:
+class TrackStep:
     """What one frame did: `ids[i]` is detection i's track id (None: not on a confirmed track),
     `smoothed[i]` its track's box after this frame (the Kalman filter's, steadier than the
     detection: paths are measured on it); tracks that started (were confirmed) and that ended
@@ -211,7 +211,7 @@ class ByteTracker:
         """Where each live track is now (corners), in `self.tracks` order."""
         return to_corners(self.mean)
 
-    def update(self, boxes: Sequence, scores: Sequence, classes: Sequence) -> Step:
+    def update(self, boxes: Sequence, scores: Sequence, classes: Sequence) -> TrackStep:
         """Match one frame's detections to the tracks; start and end tracks."""
         self.frame += 1
         boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
@@ -230,7 +230,7 @@ class ByteTracker:
         self._spawn(self._fresh(left_high, boxes, scores, sorted(owner)), boxes, scores,
                     classes, owner, started)
         ids = [owner[i].track_id if i in owner else None for i in range(len(scores))]
-        return Step(ids, started, ended,
+        return TrackStep(ids, started, ended,
                     [smoothed.get(i, tuple(boxes[i])) if ids[i] is not None else None
                      for i in range(len(scores))])
 
