@@ -117,7 +117,8 @@ class ClipSink:
             self._cond.notify()
 
     def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool = False,
-                 fps: Optional[float] = None, stats: Any = None, extras: Optional[dict] = None) -> None:
+                 fps: Optional[float] = None, stats: Any = None, extras: Optional[dict] = None,
+                 counting: Optional[tuple] = None) -> None:
         every = stats is not None and getattr(stats, "policy", "") == "every"
         with self._cond:
             while every and self._frames_queued >= QUEUE and self._encoder.is_alive():
@@ -126,7 +127,7 @@ class ClipSink:
                 self.stats["frames_skipped"] += 1
                 return
             self._frames_queued += 1
-            self._items.append(("frame", image, record, annotated, fps, extras or {}))
+            self._items.append(("frame", image, record, annotated, fps, extras or {}, counting))
             self._cond.notify()
 
     def wait_encoded(self, timeout: float = 10.0) -> bool:
@@ -172,14 +173,14 @@ class ClipSink:
         self._close_clip()
 
     def _encode(self, image: np.ndarray, record: dict, annotated: bool, fps: Optional[float],
-                extras: dict) -> Optional[Buffered]:
+                extras: dict, counting: Optional[tuple]) -> Optional[Buffered]:
         from edgeapp.hw.capture import cv2_module
 
         cv2 = cv2_module()
         if not annotated:  # drawn on a copy: the live view may draw on the frame too
             image = image.copy()
-            annotate_frame(self.kind, image, Result(record, extras), record.get("latency_ms"), fps,
-                           str(record.get("device", "")))
+            annotate_frame(self.kind, image, Result(record, extras, counting), record.get("latency_ms"),
+                           fps, str(record.get("device", "")))
         self._size = (image.shape[1], image.shape[0])
         ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, QUALITY])
         if not ok:

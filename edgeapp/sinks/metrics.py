@@ -59,7 +59,8 @@ class Metrics:
         self._busy: Dict[str, Deque[Tuple[float, float]]] = {}
 
     def on_frame(self, image: Any, record: dict, *, annotated: bool = False,
-                 fps: Optional[float] = None, stats: Any = None, extras: Optional[dict] = None) -> None:
+                 fps: Optional[float] = None, stats: Any = None, extras: Optional[dict] = None,
+                 counting: Optional[tuple] = None) -> None:
         latency = record.get("latency_ms")
         device = str(record.get("device", ""))
         if latency is not None:
