@@ -60,7 +60,7 @@ def _count(n: int) -> str:
 
 def verdict_line(result) -> str:
     """One line: the verdict and the shares on the TPU (used by `convert` too)."""
-    from edgeapp.core.check_report import VERDICT_TEXT
+    from edgeapp.core.edgetpu.check_report import VERDICT_TEXT
 
     s = result.summary
     line = (f"{VERDICT_TEXT[s['verdict']]}: {s['ops_tpu']}/{s['ops_total']} ops on the Edge TPU, "

@@ -106,7 +106,7 @@ VERDICTS = {"fully_mapped": "fully mapped to the Edge TPU",
 
 def render(report) -> str:
     r = report.result
-    from edgeapp.core.compiler_files import runtime_text
+    from edgeapp.core.edgetpu.compiler_files import runtime_text
 
     runs = "" if report.runs == "native" else f", run through {report.runs}"
     rows = [("verdict", VERDICTS[report.judgement.verdict]),

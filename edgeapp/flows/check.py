@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Tuple, Union
 
-from edgeapp.core.check_report import CheckResult, check_model
-from edgeapp.core.compiler_files import DEFAULT_PREDICTION, major
+from edgeapp.core.edgetpu.check_report import CheckResult, check_model
+from edgeapp.core.edgetpu.compiler_files import DEFAULT_PREDICTION, major
 from edgeapp.core.tflite.model import map_model_file, parse_model
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from edgeapp.core.compiler_files import parse_version, runtime_needed
-from edgeapp.core.compiler_output import (
+from edgeapp.core.edgetpu.compiler_files import parse_version, runtime_needed
+from edgeapp.core.edgetpu.compiler_output import (
     CompileResult,
     Judgement,
     apply_log,

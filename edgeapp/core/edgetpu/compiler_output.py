@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
-from edgeapp.core.edgetpu_rules import VERSION_WORKAROUND
+from edgeapp.core.edgetpu.rules import VERSION_WORKAROUND
 from edgeapp.core.units import format_bytes
 from edgeapp.errors import ExitCode
 
