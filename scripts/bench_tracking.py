@@ -87,13 +87,13 @@ def run_supervision(dets: list, fps: float = 30.0) -> list:
 
 
 def run_trackers(dets: list, fps: float = 30.0) -> list:
-    """Roboflow `trackers`' ByteTrack with the thresholds edgeapp's tracker has: boxes above
-    HIGH are matched first and start tracks. Its ids are -1 until a track is seen twice."""
+    """Roboflow `trackers`' ByteTrack as it comes (its own thresholds: boxes above 0.6 matched
+    first, above 0.7 start tracks; given edgeapp's 0.25 for both it switches ids five times as
+    often on these scenes). Its ids are -1 until a track is seen twice: those boxes are left out."""
     import supervision as sv
     from trackers import ByteTrackTracker
 
-    tracker = ByteTrackTracker(lost_track_buffer=30, frame_rate=fps,
-                               track_activation_threshold=HIGH, high_conf_det_threshold=HIGH)
+    tracker = ByteTrackTracker(lost_track_buffer=30, frame_rate=fps)
     frames = []
     for boxes, scores, classes in dets:
         d = sv.Detections(xyxy=boxes.astype(np.float32), confidence=scores.astype(np.float32),
