@@ -2,8 +2,9 @@
 
 The fleet is started the way docs/fleet.md tells users to: `dask scheduler` and `dask worker`
 processes (one declaring an `edgetpu` resource), as `python -m dask ...` of the Python running
-the tests (a venv's, activated or not: its `dask` may not be on PATH, or another's may be). Workers run without a nanny so that a SIGKILL
-really loses the worker, as a Pi pulled off the shelf would.
+the tests (a venv's, activated or not: its `dask` may not be on PATH, or another's may be).
+Workers run without a nanny so that a SIGKILL really loses the worker, as a Pi pulled off the
+shelf would.
 """
 
 import json
