@@ -68,7 +68,9 @@ def eval_command(
     ahead), with the task's evaluation settings (detection: every box above 0.001, up to 300
     per image). One table (or --format json): each model's metrics, the difference from the
     first, images/s, median latency and where it ran. An image that cannot be decoded is left
-    out of the metrics (said, counted) and the exit code is 3.
+    out of the metrics (said, counted) and the exit code is 3. `--predictions FILE` measures
+    predictions a run saved instead (made where no COCO evaluator installs, as a Coral Dev
+    Board).
     """
     shared.check_common({}, model=None, mean=mean, std=std, device=device, cpu_model=None,
                         labels=labels)

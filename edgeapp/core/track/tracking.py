@@ -11,7 +11,7 @@ Why our own and not `supervision`/`trackers`/`boxmot`: those need Python 3.10+ (
 Board has 3.7) and bring PyAV, matplotlib and requests (or torch) onto a Raspberry Pi; boxmot is
 AGPL. The assignment itself, the part a library does best, is SciPy's
 `linear_sum_assignment` (the `track` extra). scripts/bench_tracking.py scores this tracker
-against supervision's ByteTrack on the same detections with motmetrics.
+against Roboflow trackers' and supervision's ByteTrack on the same detections with motmetrics.
 
 Pure numpy over (N, 4) [x0, y0, x1, y1] boxes in pixels; the Kalman filter runs over all
 tracks at once, so 20 objects cost one batched update, not twenty.
