@@ -21,12 +21,10 @@ from edgeapp.core.edgetpu.ops import (
     resize_factor,
 )
 from edgeapp.core.edgetpu.rules import OpPrediction, predict
-from edgeapp.core.edgetpu.specs import ON_CHIP_CACHE_BYTES
+from edgeapp.core.edgetpu.specs import ON_CHIP_CACHE_BYTES, USABLE_CACHE_BYTES
 from edgeapp.core.tflite.model import Tensor, TfliteModel
 from edgeapp.core.units import format_bytes
 from edgeapp.errors import EdgeappError
-
-USABLE_CACHE_BYTES = int(6.9 * 1024 * 1024)  # below this parameters are reported cached in practice
 
 VERDICT_TEXT = {"fully_mapped": "fully mapped to the Edge TPU",
                 "partially_mapped": "partially mapped (some operations run on the CPU)",
