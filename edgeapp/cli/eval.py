@@ -61,6 +61,11 @@ def eval_command(
     cpu_kernels: shared.CpuKernelsOpt = shared.CpuKernels.fast,
     runtime: shared.RuntimeOpt = None,
     no_probe: shared.NoProbeOpt = False,
+    tiles: Annotated[Optional[str], typer.Option(
+        "--tiles", metavar="COLSxROWS[:OVERLAP]",
+        help="Detection: measure with the model run on overlapping windows of each image and "
+             "once on the whole, boxes merged (as `detect --tiles`), to see what it gains on "
+             "small objects.", show_default=False)] = None,
 ) -> None:
     """Measure models on labelled data: top-1/top-5, COCO mAP, mIoU or OKS AP, side by side.
 
@@ -77,14 +82,15 @@ def eval_command(
     place = shared.placement(ctx, device=device, runtime=runtime, threads=threads,
                              no_probe=no_probe, cpu_kernels=cpu_kernels)
     run_eval(models or [], place, data, images, labels, mean, std, fmt, save_predictions, plot,
-             workers, predictions=predictions or [])
+             workers, predictions=predictions or [],
+             task_options={"tiles": tiles} if tiles else None)
 
 
 def run_eval(models: List[str], place, data: Path, images: Optional[Path],
              labels: Optional[Path], mean: Optional[float], std: Optional[float], fmt: ReportFormat,
              save: Optional[Path], plot: Optional[Path], workers: Optional[int],
              published: Optional[dict] = None, predictions: Sequence[Path] = (),
-             progress: Any = shared.progress_bar) -> None:
+             progress: Any = shared.progress_bar, task_options: Optional[dict] = None) -> None:
     """The body of `eval` (and `models eval`, which adds what Coral `published`): `place`
     (flows.open_task.Placement) is where every model runs; `predictions`: saved predictions
     measured instead of models. Each model's predictions are written as it finishes; Ctrl-C
@@ -110,7 +116,7 @@ def run_eval(models: List[str], place, data: Path, images: Optional[Path],
             raise MissingDependency(missing())  # before any folder is made or model run
         _check_outputs(save, plot)
         results = _run_models(models, place, found, labels, mean, std, fmt, save, workers,
-                              measure, progress, published)
+                              measure, progress, published, task_options)
     if plot is not None:
         from edgeapp.sinks.eval_files import plot_eval
 
@@ -129,7 +135,7 @@ def run_eval(models: List[str], place, data: Path, images: Optional[Path],
 def _run_models(models: List[str], place, found, labels: Optional[Path], mean: Optional[float],
                 std: Optional[float], fmt: ReportFormat, save: Optional[Path],
                 workers: Optional[int], measure: bool, progress: Any,
-                published: Optional[dict]) -> list:
+                published: Optional[dict], task_options: Optional[dict]) -> list:
     """Every model measured in turn; each one's predictions written when it is done. Ctrl-C:
     the finished models' table, and what was kept."""
     from edgeapp.flows.evaluate import evaluate_models
@@ -148,7 +154,8 @@ def _run_models(models: List[str], place, found, labels: Optional[Path], mean: O
     try:
         evaluate_models([str(p) for p, _ in pairs], found, place, places=[pl for _, pl in pairs],
                         labels_file=labels, mean=mean, std=std, workers=decode_workers(workers),
-                        say=say, progress=progress, on_done=finished, measure=measure)
+                        say=say, progress=progress, on_done=finished, measure=measure,
+                        task_options=task_options)
     except KeyboardInterrupt:
         raise Interrupted(_kept(found, done, models, paths, fmt, published)) from None
     except Exception as e:  # noqa: BLE001 - only what Ctrl-C caused is turned into Interrupted

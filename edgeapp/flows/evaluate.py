@@ -55,14 +55,17 @@ def check_task(opened: OpenTask, data: EvalData) -> None:
 
 
 def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
-             advance: Optional[Callable[[], None]] = None, measure: bool = True) -> ModelEval:
+             advance: Optional[Callable[[], None]] = None,
+             task_options: Optional[dict] = None, measure: bool = True) -> ModelEval:
     """Run `opened` on every image of `data` and measure it: {"model", "runs_on", "task",
     "images", "failed", "images_per_s", "median_ms", "metrics", "notes"}. An image that fails to
-    decode is left out of the metric (and counted in "failed"). `measure=False`: predictions
-    only, "metrics" empty (no COCO evaluator here: they are measured elsewhere from the file)."""
+    decode is left out of the metric (and counted in "failed"). `task_options`: the task's own
+    options measured beside its evaluation settings (detection's `tiles`). `measure=False`:
+    predictions only, "metrics" empty (no COCO evaluator here: they are measured elsewhere from
+    the file)."""
     check_task(opened, data)
     kind = opened.task.kind
-    bound = BoundTask(kind, opened.model, kind.eval_options)
+    bound = BoundTask(kind, opened.model, {**kind.eval_options, **(task_options or {})})
     scorer = kind.scorer(data, opened.model.labels)
     if measure and scorer.coco_results:
         cocotools()  # the evaluator is here: exit 7 before the run, not after it
@@ -241,6 +244,7 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
                     labels_file: Any = None, mean: Optional[float] = None,
                     std: Optional[float] = None, workers: int = 2, say: Say = lambda _t: None,
                     places: Optional[Sequence[Placement]] = None, progress: Any = None,
+                    task_options: Optional[dict] = None,
                     on_done: Optional[Callable[[int, ModelEval], None]] = None,
                     measure: bool = True) -> List[ModelEval]:
     """Every model on the same data, in order; the first is the reference of each "delta".
@@ -261,7 +265,7 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
             bar = progress(len(data.paths), f"eval {Path(str(model)).name}") if progress else \
                 contextlib.nullcontext(None)
             with bar as advance:
-                result = evaluate(opened, data, workers, advance, measure)
+                result = evaluate(opened, data, workers, advance, task_options, measure)
         for line in result.errors:
             say(f"left out: {line}")
         for note in result.entry["notes"]:
