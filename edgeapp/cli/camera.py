@@ -191,6 +191,10 @@ TrackScoreOpt = Annotated[Optional[str], typer.Option(
          "scores is at least SCORE (e.g. median:0.6).", show_default=False)]
 SummaryOpt = Annotated[SummaryFormat, typer.Option(
     "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")]
+SummaryFileOpt = Annotated[Optional[Path], typer.Option(
+    "--summary-file", metavar="FILE", show_default=False,
+    help="Write the summary (in --summary's form) to FILE instead of stderr, apart from the "
+         "notices (its folder is made).")]
 
 
 ModelArg = Annotated[Path, typer.Argument(metavar="MODEL", show_default=False, help=(
@@ -223,6 +227,7 @@ class CameraOptions:
     task: Any = None  # --task: its choices are the tasks' names, made when the command is built
     labels: shared.LabelsOpt = None
     summary: SummaryOpt = SummaryFormat.text
+    summary_file: SummaryFileOpt = None
     mean: shared.MeanOpt = None
     std: shared.StdOpt = None
     device: shared.DeviceOpt = None
@@ -288,6 +293,8 @@ def camera(ctx: typer.Context, values: CameraOptions, settings: "CameraSettings"
     check_common(options, model=v.model, mean=v.mean, std=v.std, device=v.device, cpu_model=v.cpu_model,
                  labels=v.labels)
     _check_flags(ctx, settings)
+    if v.summary_file is not None and v.summary_file.is_dir():
+        raise UsageError(f"--summary-file {v.summary_file} is a folder")
     request = camera_request(settings, CLI_WORDS, model=v.model, task=choice_value(v.task),
                              place=v.placement(ctx), options=options, labels_file=v.labels,
                              mean=v.mean, std=v.std, records_stdout=None,
@@ -300,7 +307,7 @@ def camera(ctx: typer.Context, values: CameraOptions, settings: "CameraSettings"
         outcome = run.run()
     finally:
         restore()
-    _finish(outcome, v.summary)
+    _finish(outcome, v.summary, v.summary_file)
 
 
 def _check_flags(ctx: typer.Context, s: "CameraSettings") -> None:
@@ -330,16 +337,26 @@ def _check_flags(ctx: typer.Context, s: "CameraSettings") -> None:
         say("warning: --mqtt-debounce applies to --mqtt-mode events only")
 
 
-def _finish(outcome: "CameraOutcome", summary: SummaryFormat) -> None:
-    """Warnings, the summary (text or JSON, the last line on stderr) and the exit code."""
+def _finish(outcome: "CameraOutcome", summary: SummaryFormat, summary_file: Optional[Path] = None) -> None:
+    """Warnings, the summary (text or JSON, the last line on stderr, or `summary_file`) and
+    the exit code."""
     for warning in outcome.warnings:
         say(f"warning: {warning}")
     if outcome.error is not None:
         say(f"error: {outcome.error}")
     if choice_value(summary) == "json":
-        typer.echo(json.dumps(outcome.summary()), err=True)
+        text = json.dumps(outcome.summary())
     else:
-        say(outcome.stats.summary_line() + _outputs_line(outcome.outputs))
+        text = ("" if summary_file else "edgeapp: ") + outcome.stats.summary_line() + \
+            _outputs_line(outcome.outputs)
+    if summary_file is None:
+        typer.echo(text, err=True)
+    else:
+        try:
+            summary_file.parent.mkdir(parents=True, exist_ok=True)
+            summary_file.write_text(text + "\n", encoding="utf-8")
+        except OSError as e:
+            say(f"--summary-file {summary_file}: cannot write it ({e.strerror}); the summary: {text}")
     if outcome.interrupted:  # Ctrl-C: the summary, then 130 as every command
         raise typer.Exit(int(ExitCode.INTERRUPTED))
     if outcome.error is not None:

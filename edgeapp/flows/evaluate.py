@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, Optional, Sequence
 
+from edgeapp.core.eval.coco import cocotools
 from edgeapp.core.labels import read_labels
 from edgeapp.core.meta import read_meta
 from edgeapp.core.tflite.model import load_model
@@ -27,7 +28,7 @@ from edgeapp.flows.eval_data import EvalData, read_class_folders, read_csv, read
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
 from edgeapp.hw.hostinfo import usable_cores
 from edgeapp.tasks import guess_from, kind, names, task_for
-from edgeapp.tasks.base import BoundTask, Scorer, bind
+from edgeapp.tasks.base import BoundTask, Scorer, TaskKind, bind
 from edgeapp.tasks.model import ImageModel, input_spec
 
 if TYPE_CHECKING:
@@ -62,15 +63,19 @@ def check_task(opened: OpenTask, data: EvalData) -> None:
 
 def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
              advance: Optional[Callable[[], None]] = None,
-             task_options: Optional[dict] = None) -> ModelEval:
+             task_options: Optional[dict] = None, measure: bool = True) -> ModelEval:
     """Run `opened` on every image of `data` and measure it: {"model", "runs_on", "task",
     "images", "failed", "images_per_s", "median_ms", "metrics", "notes"}. An image that fails to
     decode is left out of the metric (and counted in "failed"). `task_options`: the task's own
-    options measured beside its evaluation settings (detection's `tiles`)."""
+    options measured beside its evaluation settings (detection's `tiles`). `measure=False`:
+    predictions only, "metrics" empty (no COCO evaluator here: they are measured elsewhere from
+    the file)."""
     check_task(opened, data)
     kind = opened.task.kind
     bound = BoundTask(kind, opened.model, {**kind.eval_options, **(task_options or {})})
     scorer = kind.scorer(data, opened.model.labels)
+    if measure and scorer.coco_results:
+        cocotools()  # the evaluator is here: exit 7 before the run, not after it
     done, errors, latencies = [], [], []
     start = time.perf_counter()
     for ran in iter_ran(data.paths, opened.runner, bound, workers):
@@ -87,8 +92,50 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
              "images": len(done), "failed": len(errors),
              "images_per_s": round(len(data.paths) / seconds, 2) if seconds > 0 else 0.0,
              "median_ms": round(statistics.median(latencies), 3) if latencies else None,
-             "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
+             "metrics": scorer.metrics(done) if measure else {}, "notes": list(scorer.notes)}
     return ModelEval(entry, scorer, errors)
+
+
+def needs_coco(data: EvalData) -> bool:
+    """Whether `data`'s metric is COCO's evaluation (detection, pose)."""
+    task = kind_for(data)
+    return task is not None and bool(task.scorer(data, None).coco_results)
+
+
+def kind_for(data: EvalData) -> Optional[TaskKind]:
+    """The task kind measured on `data` (the one whose `evaluates` is its kind)."""
+    return next((kind(n) for n in names() if kind(n).evaluates == data.kind), None)
+
+
+def score_saved(files: Sequence[Path], data: EvalData, labels_file: Optional[PathLike] = None) -> List[ModelEval]:
+    """Predictions files `eval --save-predictions` wrote (on a Coral Dev Board, say, where no
+    COCO evaluator installs), measured against `data` here as their run would have been: every
+    image of the data counts, an image without results is one where nothing was found."""
+    import json
+
+    task = kind_for(data)
+    out = []
+    for path in files:
+        try:
+            rows = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise UsageError(f"--predictions {path}: cannot read it ({e.strerror})") from None
+        except ValueError as e:
+            raise UsageError(f"--predictions {path}: not JSON ({e})") from None
+        labels = read_labels(labels_file) if labels_file else None
+        scorer = task.scorer(data, labels) if task is not None else None
+        if scorer is None or not scorer.coco_results:
+            raise UsageError(f"--predictions {path}: only detection and pose predictions (COCO "
+                             "results lists) are measured from a file")
+        scorer.load(rows, f"--predictions {path}")
+        cocotools()
+        done = list(range(len(data.paths)))
+        entry = {"model": str(path), "runs_on": "predictions file", "task": task.name,
+                 "images": len(done), "failed": 0, "images_per_s": None, "median_ms": None,
+                 "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
+        out.append(ModelEval(entry, scorer))
+    differences([r.entry for r in out])
+    return out
 
 
 def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
@@ -98,7 +145,10 @@ def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
     suffix = data.suffix.lower()
     if data.is_file():
         if suffix == ".json":
-            return eval_coco.read_coco(data, images)
+            found = eval_coco.read_coco(data, images)
+            if images is not None:
+                _images_under(found, images)
+            return found
         if suffix in (".yaml", ".yml"):
             return eval_coco.read_yolo_yaml(data)
         if suffix == ".csv":
@@ -115,6 +165,16 @@ def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
     if (data / "images").is_dir() and (data / "masks").is_dir():
         return read_masks(data)
     return read_class_folders(data)
+
+
+def _images_under(data: EvalData, images: Path) -> None:
+    """--images DIR: DIR joined with each image's file_name; none there is exit 2 before any
+    model opens (some missing: those are left out, exit 3, as without --images)."""
+    if any(Path(p).exists() for p in data.paths):
+        return
+    first = Path(data.paths[0])
+    raise UsageError(f"--images {images}: none of the {len(data.paths)} images of {data.source} "
+                     f"is there (each is DIR/<its file_name>: {first} not found)")
 
 
 def scalar_metrics(metrics: dict) -> Dict[str, float]:
@@ -186,9 +246,13 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
                     labels_file: Optional[PathLike] = None, mean: Optional[float] = None,
                     std: Optional[float] = None, workers: int = 2, say: Say = lambda _t: None,
                     places: Optional[Sequence[Placement]] = None, progress: Optional[Progress] = None,
-                    task_options: Optional[dict] = None) -> List[ModelEval]:
+                    task_options: Optional[dict] = None,
+                    on_done: Optional[Callable[[int, ModelEval], None]] = None,
+                    measure: bool = True) -> List[ModelEval]:
     """Every model on the same data, in order; the first is the reference of each "delta".
-    `progress(total, label)` gives a context manager yielding `advance` (cli.options.progress_bar)."""
+    `progress(total, label)` gives a context manager yielding `advance` (cli.options.progress_bar);
+    `on_done(n, result)` is called as each model finishes (its predictions written then, so a
+    run stopped later keeps them)."""
     import contextlib
 
     tflites = [m for m in models if str(m).endswith(".tflite")]
@@ -203,13 +267,15 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
             bar = progress(len(data.paths), f"eval {Path(str(model)).name}") if progress else \
                 contextlib.nullcontext(None)
             with bar as advance:
-                result = evaluate(opened, data, workers, advance, task_options)
+                result = evaluate(opened, data, workers, advance, task_options, measure)
         for line in result.errors:
             say(f"left out: {line}")
         for note in result.entry["notes"]:
             say(f"{Path(result.entry['model']).name}: {note}")
         out.append(result)
-    differences([r.entry for r in out])
+        differences([r.entry for r in out])
+        if on_done is not None:
+            on_done(n, result)
     return out
 
 

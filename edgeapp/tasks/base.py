@@ -352,6 +352,9 @@ class Scorer:
 
     notes: List[str]  # what to tell the user (classes the model does not know)
     plot: dict  # set by `metrics`: {"kind": ..., ...} for sinks/eval_plot.py
+    # predictions are a COCO results list and the metric is COCO's evaluation (the eval
+    # extra's faster-coco-eval or pycocotools); such results can be read back (`load`)
+    coco_results: ClassVar[Optional[str]] = None  # its result field: "bbox", "keypoints"
 
     def add(self, index: int, result: Result) -> None:
         raise NotImplementedError
@@ -361,6 +364,32 @@ class Scorer:
 
     def predictions(self) -> List[dict]:
         raise NotImplementedError
+
+    def load(self, rows: Any, source: str) -> None:
+        """Predictions saved by `eval --save-predictions` (a COCO results list in the data's
+        own image ids, elsewhere perhaps), read back as if this run had made them."""
+        if self.coco_results is None:
+            raise UsageError(f"{source}: only detection and pose predictions (COCO results "
+                             "lists) are measured from a file")
+        if not isinstance(rows, list):
+            raise UsageError(f"{source}: not a COCO results list (a JSON list of results)")
+        index = {image_id: n for n, image_id in enumerate(self.data.ids)}  # type: ignore[attr-defined]
+        results = []
+        for n, row in enumerate(rows):
+            where = f"{source}: result {n}"
+            if not isinstance(row, dict) or not all(k in row for k in (
+                    "image_id", "category_id", "score", self.coco_results)):
+                raise UsageError(f"{where}: needs image_id, category_id, score and "
+                                 f"{self.coco_results}")
+            if row["image_id"] not in index:
+                raise UsageError(f"{where}: image_id {row['image_id']!r} is not an image of the "
+                                 "data (the predictions of other data?)")
+            values = row[self.coco_results]
+            if not isinstance(values, list) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                raise UsageError(f"{where}: {self.coco_results} is not a list of numbers")
+            results.append(dict(row, image_id=index[row["image_id"]]))
+        self.results = results  # type: ignore[attr-defined]
 
 
 def prepare_image(source: ImageSource, spec: InputSpec, mode: str, resample: str = "lanczos",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from edgeapp.core.eval.coco import box_summary, coco_evaluate, cocotools, pr_curves
+from edgeapp.core.eval.coco import box_summary, coco_evaluate, pr_curves
 from edgeapp.core.eval.metrics import match_names
 from edgeapp.core.vision.box_filters import NAMES as FILTERS
 from edgeapp.core.vision.box_filters import BoxFilters, filter_boxes
@@ -320,9 +320,10 @@ class BoxScorer(Scorer):
     matched to the data's categories by name (Coral's SSD models number COCO's 90 with gaps,
     YOLO exports 80 contiguous ones), by index when the data has no names."""
 
+    coco_results = "bbox"
+
     def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
-        cocotools()  # the extra is installed (exit 7 before the run, not after it)
-        self.data = data
+        self.data, self.labels = data, labels
         self.to_data, unknown = match_names(labels if data.named else None, data.names)
         if labels and data.named and not self.to_data:
             raise InvalidModel(f"none of the data's classes ({', '.join(list(data.names.values())[:5])}"
@@ -341,10 +342,20 @@ class BoxScorer(Scorer):
                                               round(y1 - y0, 3)]})
 
     def metrics(self, done: List[int]) -> dict:
-        ev = coco_evaluate(self.data.coco, self.results, "bbox", done)
-        names = {c["id"]: c["name"] for c in self.data.coco["categories"]}
+        gt = self._named_truth()
+        ev = coco_evaluate(gt, self.results, "bbox", done)
+        names = {c["id"]: c["name"] for c in gt["categories"]}
         self.plot = {"kind": "pr", "curves": pr_curves(ev, names)}
-        return box_summary(ev, self.data.coco)
+        return box_summary(ev, gt)
+
+    def _named_truth(self) -> dict:
+        """The data's ground truth, its classes named by the model's labels (its sidecar's or
+        metadata's names) when the data has only numbers (YOLO labels without names)."""
+        if self.data.named or not self.labels:
+            return self.data.coco
+        by_cat = {cat: self.labels[i] for i, cat in self.to_data.items() if i in self.labels}
+        return dict(self.data.coco, categories=[dict(c, name=str(by_cat.get(c["id"], c["name"])))
+                                                for c in self.data.coco["categories"]])
 
     def predictions(self) -> List[dict]:
         """A COCO results list in the data's own image ids."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from edgeapp.core.eval.coco import cocotools, keypoint_metrics
+from edgeapp.core.eval.coco import keypoint_metrics
 from edgeapp.core.vision.overlay import draw_poses
 from edgeapp.core.vision.pose import (
     KEYPOINTS,
@@ -114,8 +114,9 @@ class PoseKind(TaskKind):
 class KeypointScorer(Scorer):
     """OKS AP and AP50 (pycocotools) of every pose, as COCO keypoint results."""
 
+    coco_results = "keypoints"
+
     def __init__(self, data: EvalData) -> None:
-        cocotools()
         self.data, self.notes, self.plot = data, [], {}
         cats = data.coco["categories"]
         self.category = next((c["id"] for c in cats if "keypoints" in c), cats[0]["id"])

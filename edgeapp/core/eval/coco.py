@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Dict, List, Optional, Sequence
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from edgeapp.errors import MissingDependency
 
 INSTALL = "pip install 'edgeapp[eval]'"
+OLDEST = (3, 9)  # the oldest Python the eval extra installs an evaluator on (pycocotools)
 
 
 def cocotools():
-    """(COCO, COCOeval) of faster-coco-eval, else pycocotools, or MissingDependency naming the
-    install line."""
+    """(COCO, COCOeval) of faster-coco-eval, else pycocotools, or MissingDependency saying
+    what to do here (`missing`)."""
     try:
         from faster_coco_eval import COCO
         from faster_coco_eval import COCOeval_faster as COCOeval
@@ -34,9 +36,30 @@ def cocotools():
             from pycocotools.coco import COCO
             from pycocotools.cocoeval import COCOeval
         except ImportError:
-            raise MissingDependency("detection and pose metrics need faster-coco-eval (or "
-                                    f"pycocotools): {INSTALL}") from None
+            raise MissingDependency(missing()) from None
     return COCO, COCOeval
+
+
+def available() -> bool:
+    """Whether COCO's evaluation can run here."""
+    try:
+        cocotools()
+    except MissingDependency:
+        return False
+    return True
+
+
+def missing(python: Tuple[int, int] = tuple(sys.version_info[:2])) -> str:  # type: ignore[assignment]
+    """Why detection and pose metrics cannot be computed here, and the way that works on this
+    `python`: the eval extra where it brings an evaluator; below 3.9 (the Coral Dev Board's
+    3.7) predictions saved here and measured on any machine that has one."""
+    if tuple(python) >= OLDEST:
+        return f"detection and pose metrics need faster-coco-eval (or pycocotools): {INSTALL}"
+    return ("detection and pose metrics need faster-coco-eval or pycocotools, which the eval "
+            f"extra installs only on Python {OLDEST[0]}.{OLDEST[1]}+ (this is "
+            f"{python[0]}.{python[1]}): add --save-predictions DIR here, then run `edgeapp eval "
+            "--predictions DIR/MODEL.json --data DATA` on a machine with Python "
+            f"{OLDEST[0]}.{OLDEST[1]}+ (docs/eval.md)")
 
 
 def _ground_truth(gt: dict):
