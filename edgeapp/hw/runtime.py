@@ -322,6 +322,11 @@ class EngineOptions:
     cpu_kernels: str = "fast"  # one of CPU_KERNELS
     performance: Optional[str] = None  # libedgetpu's Performance: low, medium, high, max
     usb_queue: Optional[int] = None  # libedgetpu's Usb.MaxBulkInQueueLength
+    # the engine in a worker process (hw/worker/): None = whenever an Edge TPU is used
+    isolate: Optional[bool] = None
+    invoke_timeout: Optional[float] = None  # seconds; None: p99 of the latencies x 10, >= 1 s
+    recover: str = "reset"  # how far the recovery ladder climbs (hw/recovery.RECOVER)
+    retry_tpu: float = 60.0  # seconds between tries of a lost Edge TPU while its CPU twin runs
 
 
 def open_engine(path: str | Path | TfliteModel, device: str = "auto",
@@ -352,6 +357,11 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto",
     spec = parse_device(device)
     model = path if isinstance(path, TfliteModel) else load_model(path)
     path = model.path if isinstance(path, TfliteModel) else path
+    if _isolated(o, spec, model):
+        from edgeapp.hw.worker.engine import open_isolated
+
+        return open_isolated(model, device, o, requested=str(path), trust_model=trust_model,
+                             twin=spec.kind == "auto" and model.is_edgetpu_compiled)
     rt = find_runtime(o.runtime)
     if spec.kind != "cpu" and model.is_edgetpu_compiled:
         spec, extra = tuned(spec, o.performance, o.usb_queue)
@@ -385,6 +395,21 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto",
     note = None if spec.kind == "cpu" else \
         f"running {Path(model.path).name} on CPU (not compiled for the Edge TPU)"
     return _cpu_engine(rt, model, threads, str(path), note, cpu_kernels, trust_model)
+
+
+def _isolated(options: EngineOptions, spec: DeviceSpec, model: TfliteModel) -> bool:
+    """Whether the engine runs in a worker process (--isolate/--no-isolate; by default whenever
+    an Edge TPU is used: asked for by name, or found by `auto` for a compiled model)."""
+    if options.isolate is not None:
+        return options.isolate
+    if spec.kind == "cpu" or not model.is_edgetpu_compiled:
+        return False
+    if spec.kind == "edgetpu":
+        return True
+    from edgeapp.hw.devices import list_edge_tpus
+    from edgeapp.hw.libedgetpu import edgetpu_library
+
+    return bool(list_edge_tpus(library=edgetpu_library()))
 
 
 def _load_twin(model: TfliteModel, cpu_model: Optional[str | Path]) -> TfliteModel:
