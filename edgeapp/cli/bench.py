@@ -12,6 +12,7 @@ from edgeapp.cli.options import (
     CpuKernels,
     CpuKernelsOpt,
     CpuModelOpt,
+    IsolateOpt,
     NoProbeOpt,
     PerformanceOpt,
     ReportFormat,
@@ -104,6 +105,7 @@ def bench_command(
     no_probe: NoProbeOpt = False,
     performance: PerformanceOpt = None,
     usb_queue: UsbQueueOpt = None,
+    isolate: IsolateOpt = None,
 ) -> None:
     """Benchmark a model: cold and warm latency, throughput, achieved TOPS, TOPS per watt.
 
@@ -124,7 +126,7 @@ def bench_command(
                         cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
                         probe=not no_probe, cpu_kernels=choice_value(cpu_kernels),
                         samples={} if plot is not None else None,
-                        performance=choice_value(performance), usb_queue=usb_queue)
+                        performance=choice_value(performance), usb_queue=usb_queue, isolate=isolate)
     progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
     if synthetic:
         doc = _run_synthetic(dev, threads, opts, progress)

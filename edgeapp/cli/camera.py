@@ -193,11 +193,17 @@ class CameraOptions:
     runtime: shared.RuntimeOpt = None
     no_probe: shared.NoProbeOpt = False
     performance: shared.PerformanceOpt = None
+    isolate: shared.IsolateOpt = None
+    invoke_timeout: shared.InvokeTimeoutOpt = None
+    recover: shared.RecoverOpt = shared.Recover.reset
+    retry_tpu: shared.RetryTpuOpt = 60.0
 
     def placement(self, ctx: typer.Context) -> "Placement":
         return shared.placement(ctx, device=self.device, cpu_model=self.cpu_model, runtime=self.runtime,
                                 threads=self.threads, no_probe=self.no_probe,
-                                cpu_kernels=self.cpu_kernels, performance=self.performance)
+                                cpu_kernels=self.cpu_kernels, performance=self.performance,
+                                isolate=self.isolate, invoke_timeout=self.invoke_timeout,
+                                recover=self.recover, retry_tpu=self.retry_tpu)
 
 
 def command() -> Any:
