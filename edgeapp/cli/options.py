@@ -15,7 +15,8 @@ from typing_extensions import Annotated
 from edgeapp.cli.download import resolve_name
 from edgeapp.core.limits import MAX_THREADS
 from edgeapp.errors import EdgeappError, UsageError, is_interrupt
-from edgeapp.hw.runtime import RECOVER, RUNTIMES, EngineOptions
+from edgeapp.hw.runtime import RUNTIMES, EngineOptions
+from edgeapp.hw.worker import RECOVER
 from edgeapp.sinks.records import Format, format_for_path
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from typing import List, Optional
 
 from edgeapp.hw.devices import USB_VENDORS, pci_cards, usb_accelerators, usb_address
 from edgeapp.hw.proc import log_command
-from edgeapp.hw.runtime import RECOVER
 from edgeapp.hw.sysroot import Root, under
+from edgeapp.hw.worker import RECOVER
 
 USBDEVFS_RESET = ord("U") << 8 | 20  # _IO('U', 20), linux/usbdevice_fs.h
 UDEV_RULE = "/etc/udev/rules.d/99-edgetpu-accelerator.rules"

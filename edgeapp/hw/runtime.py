@@ -50,9 +50,6 @@ _DISTRIBUTIONS = {"ai-edge-litert": ("ai-edge-litert",), "tflite-runtime": ("tfl
 # the builtin op resolver without default delegates, whose int8 rounding is TFLite's reference
 # rounding, as tflite-runtime and Coral's published CPU results have it (docs/choosing-a-device.md).
 CPU_KERNELS = ("fast", "reference")
-# How far the recovery ladder climbs for an engine in a worker (--recover; hw/recovery.py):
-# none, a new worker, + a USB reset or PCIe rescan, + a power cycle of the hub port, all.
-RECOVER = ("none", "restart", "reset", "power", "all")
 
 
 @dataclass(frozen=True)
@@ -328,7 +325,7 @@ class EngineOptions:
     # the engine in a worker process (hw/worker/): None = whenever an Edge TPU is used
     isolate: Optional[bool] = None
     invoke_timeout: Optional[float] = None  # seconds; None: p99 of the latencies x 10, >= 1 s
-    recover: str = "reset"  # how far the recovery ladder climbs (RECOVER)
+    recover: str = "reset"  # how far the recovery ladder climbs (hw/worker.RECOVER)
     retry_tpu: float = 60.0  # seconds between tries of a lost Edge TPU while its CPU twin runs
 
 

@@ -10,3 +10,7 @@ another thread of the same process, but a process can be ended and replaced.
   of a run that uses the same Edge TPU;
 - `events.py`: what an outage and each recovery tell (`engine_lost`, `engine_recovered`).
 """
+
+# How far the recovery ladder climbs (--recover; hw/recovery.py): none, a new worker, + a USB
+# reset or PCIe rescan, + a power cycle of the hub port, all.
+RECOVER = ("none", "restart", "reset", "power", "all")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections import namedtuple
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -20,10 +21,13 @@ import numpy as np
 from edgeapp.errors import InvalidModel
 from edgeapp.hw.worker.supervisor import Supervisor
 
+# hw/runtime.EngineOptions (not imported: hw/runtime opens the worker, not the other way)
+Options = Any
+
 if TYPE_CHECKING:
     from edgeapp.core.tflite.model import TfliteModel
-    from edgeapp.hw.runtime import EngineOptions
 
+RuntimeName = namedtuple("RuntimeName", "name version")  # the worker's runtime, as records name it
 _lock = threading.Lock()
 _shared: Dict[tuple, Tuple[Supervisor, int]] = {}  # key -> (supervisor, engines using it)
 
@@ -69,10 +73,8 @@ class IsolatedEngine:
 
     @property
     def runtime(self) -> Any:
-        from edgeapp.hw.runtime import Runtime
-
         name, version = self.supervisor.describe["runtime"]
-        return Runtime(name, version, None)
+        return RuntimeName(name, version)
 
     @property
     def pid(self) -> int:
@@ -127,7 +129,7 @@ def _release(key: Optional[tuple], supervisor: Supervisor) -> None:
     supervisor.close()
 
 
-def open_isolated(model: TfliteModel, device: str, options: EngineOptions, *, requested: str,
+def open_isolated(model: TfliteModel, device: str, options: Options, *, requested: str,
                   trust_model: bool = False, twin: bool = False, ops: Any = None) -> IsolatedEngine:
     """An engine for `model` on `device` in a worker: the run's one worker for that Edge TPU
     and model when there is one already, else a new one. `twin`: the CPU twin may take over

@@ -19,8 +19,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
 from typing import Any, List, Optional
 
-RUN, QUIT, DONE = b"r", b"q", b"k"
-ARGV_MARK = "edgeapp-worker"  # the worker's command line holds it: how an operator finds one
+from edgeapp.hw.worker.wire import ARGV_MARK, DONE, RUN
 
 
 def _die_with_parent() -> None:

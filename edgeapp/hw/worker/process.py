@@ -16,18 +16,18 @@ import subprocess
 import time
 from dataclasses import asdict
 from multiprocessing.reduction import recv_handle
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
 from edgeapp import errors
 from edgeapp.errors import DeviceFailed, EdgeappError, InvalidModel
 from edgeapp.hw.proc import isolated_python, log_command
-from edgeapp.hw.worker.main import ARGV_MARK, DONE, QUIT, RUN
 from edgeapp.hw.worker.shared import Region
+from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, RUN
 
-if TYPE_CHECKING:
-    from edgeapp.hw.runtime import EngineOptions
+# hw/runtime.EngineOptions (not imported: hw/runtime opens the worker, not the other way)
+Options = Any
 
 START_TIMEOUT_S = 120.0  # importing the runtime and opening the model (slow on a Pi Zero)
 CAUSES = ("hang", "crash", "error", "gone")
@@ -56,7 +56,7 @@ def _error(message: tuple) -> EdgeappError:
 class WorkerProcess:
     """A started worker owning one engine (`describe` says what it runs)."""
 
-    def __init__(self, model: str, device: str, options: EngineOptions, *,
+    def __init__(self, model: str, device: str, options: Options, *,
                  trust_model: bool = False, start_timeout: float = START_TIMEOUT_S) -> None:
         self.model, self.device = model, device
         parent, child = multiprocessing.Pipe(duplex=True)

@@ -22,10 +22,12 @@ from edgeapp.hw.worker.events import LOST, RECOVERED, EngineEvent
 from edgeapp.hw.worker.process import WorkerLost, WorkerProcess
 from edgeapp.hw.worker.watchdog import Deadline
 
+# hw/runtime.EngineOptions (not imported: hw/runtime opens the worker, not the other way)
+Options = Any
+
 if TYPE_CHECKING:
     import numpy as np
 
-    from edgeapp.hw.runtime import EngineOptions
 
 # After a step, how long the device may take to come back (USB re-enumeration, a power cycle's
 # boot, a rescan), tried every second.
@@ -38,7 +40,7 @@ Spawn = Callable[..., WorkerProcess]
 class Supervisor:
     """The worker of one (model, device), shared by every engine of the run that uses it."""
 
-    def __init__(self, model: str, device: str, options: EngineOptions, *, trust_model: bool = False,
+    def __init__(self, model: str, device: str, options: Options, *, trust_model: bool = False,
                  twin: bool = False, ops: Any = None, spawn: Spawn = WorkerProcess) -> None:
         self.model, self.options, self._spawn = model, options, spawn
         self.ops = ops if ops is not None else HardwareOps()
