@@ -139,8 +139,9 @@ ZoneOpt = Annotated[Optional[List[str]], typer.Option(
     show_default=False)]
 EventsOpt = Annotated[Optional[Path], typer.Option(
     "--events", metavar="FILE",
-    help="With --track: write one JSON line per event (track_started, track_ended, line_crossed, "
-         "zone_entered, zone_left) to FILE.", show_default=False)]
+    help="Write one JSON line per event to FILE: the engine's (engine_lost, engine_recovered) and, "
+         "with --track, the tracks' (track_started, track_ended, line_crossed, zone_entered, "
+         "zone_left).", show_default=False)]
 SummaryOpt = Annotated[SummaryFormat, typer.Option(
     "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")]
 
@@ -273,7 +274,7 @@ def _request(ctx: typer.Context, v: CameraOptions, options: dict) -> Any:
         record=v.record, max_frames=v.max_frames, duration=v.duration,
         drop_frames=v.drop_frames, reconnect=v.reconnect, records_format=v.fmt,
         records_output=v.output, records_stdout=None, live_view=view, mqtt=mqtt,
-        tracking=_tracking(v))
+        tracking=_tracking(v), events=v.events)
 
 
 def _tracking(v: CameraOptions) -> Any:
@@ -304,7 +305,7 @@ def _check_flags(ctx: typer.Context, v: CameraOptions) -> None:
     if v.output is not None and v.output.exists() and v.output.is_dir():
         raise UsageError(f"--output {v.output} is a folder")
     if not v.track:
-        for name, value in (("count_line", v.count_line), ("zone", v.zone), ("events", v.events)):
+        for name, value in (("count_line", v.count_line), ("zone", v.zone)):
             if value:
                 raise UsageError(f"--{name.replace('_', '-')} counts tracked objects: add --track")
     if v.events is not None and v.events.exists() and v.events.is_dir():
@@ -343,6 +344,10 @@ def _outputs_line(extra: dict) -> str:
         text += f"; live view: {v['viewers_total']} viewer(s), {v['frames_encoded']} frame(s) encoded"
     if "tracking" in extra:
         text += "; " + tracking_line(extra["tracking"])
+    if "engine" in extra:
+        e = extra["engine"]
+        text += (f"; engine lost {e['engine_lost']} time(s), recovered {e['engine_recovered']}, "
+                 f"{e['outage_seconds']:.1f} s without it, {e['frames_skipped']} frame(s) skipped")
     if "mqtt" in extra:
         m = extra["mqtt"]
         text += (f"; mqtt: {m['published']} published, {m['dropped']} dropped, "

@@ -14,11 +14,13 @@ from typing import Any, Callable, List, Optional
 from edgeapp.core.version import VERSION
 from edgeapp.core.zones import check_names
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
+from edgeapp.flows.camera.engine_watch import EngineWatch, EventsFile
 from edgeapp.flows.camera.loop import CameraStats, run_camera
 from edgeapp.flows.camera.tpu_health import TpuHealth
 from edgeapp.flows.camera.tracking import TrackStage, check_trackable, check_tracking_available
 from edgeapp.flows.open_task import Placement, open_task
 from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
+from edgeapp.hw.worker import events as engine_events
 from edgeapp.sinks.display import Display, has_display
 from edgeapp.sinks.ha_discovery import counting_discovery, discovery_messages
 from edgeapp.sinks.recorder import Recorder
@@ -79,6 +81,7 @@ class CameraRequest:
     mqtt: Optional[MqttSettings] = None
     on_record: Optional[Callable[[dict], None]] = None  # every frame's record, as it is made
     tracking: Any = None  # flows/camera/tracking.TrackingSettings: --track and its lines, zones, events
+    events: Optional[Path] = None  # --events: the engine's events (and, with --track, the tracks')
 
 
 @dataclass
@@ -111,6 +114,8 @@ class CameraRun:
         self.address = self.target = self.token = None
         self.cap = self.opened = self.live = self.publisher = self.writer = self.health = None
         self.tracker: Any = None
+        self.engine_watch: Any = None
+        self._events_file: Any = None
         self.output_error: List[EdgeappError] = []
         self._network()
         if request.tracking is not None:
@@ -150,12 +155,13 @@ class CameraRun:
             outputs = self._outputs(kind, cap.name)
             if self.publisher is not None and not cap.live:  # a file: every record to the broker
                 self.publisher.wait_settled(MQTT_SETTLE)
-            stats = run_camera(cap, opened.runner, drop=r.drop_frames, max_frames=r.max_frames,
-                               duration=r.duration, reconnect=ReconnectPolicy(timeout=r.reconnect),
-                               on_record=self._on_record if self.writer or r.on_record else None,
-                               display=window, recorder=recorder,
-                               stop_event=self.stop, on_notice=self.say, kind=kind,
-                               outputs=outputs, tracking=self.tracker)
+            with engine_events.listening(self.engine_watch, self.say):
+                stats = run_camera(cap, opened.runner, drop=r.drop_frames, max_frames=r.max_frames,
+                                   duration=r.duration, reconnect=ReconnectPolicy(timeout=r.reconnect),
+                                   on_record=self._on_record if self.writer or r.on_record else None,
+                                   display=window, recorder=recorder,
+                                   stop_event=self.stop, on_notice=self.say, kind=kind,
+                                   outputs=outputs, tracking=self.tracker)
         finally:
             self.close()
         return self._outcome(stats)
@@ -212,11 +218,22 @@ class CameraRun:
     def _outputs(self, kind: Any, source: str) -> list:
         if self.address is not None or self.target is not None:  # the Edge TPU's heat and clock
             self.health = TpuHealth(self.request.place.engine.performance).start()
+        self.engine_watch = EngineWatch(self._engine_events_writer())
         if self.address is not None:  # first: a port in use fails before anything connects
             self._live_view(kind, source)
         if self.target is not None:
             self._mqtt(kind)
-        return [o for o in (self.live, self.publisher, self.health) if o is not None]
+        return [o for o in (self.live, self.publisher, self.health, self.engine_watch) if o is not None]
+
+    def _engine_events_writer(self) -> Any:
+        """Where the engine's events go besides MQTT: --events (with --track, the same file as
+        the tracks' events)."""
+        if self.tracker is not None:
+            return self.tracker.write_events
+        if self.request.events is None:
+            return None
+        self._events_file = EventsFile(self.request.events)
+        return self._events_file.write
 
     def _live_view(self, kind: Any, source: str) -> None:
         from edgeapp.sinks.live_view import LiveView, announcement
@@ -228,7 +245,7 @@ class CameraRun:
                                                if self.publisher is not None else {}),
                                             **({"tracking": self.tracker.summary()}
                                                if self.tracker is not None else {}),
-                                            **self.health.stats()},
+                                            **self.health.stats(), **self.engine_watch.stats()},
                              info={"model": Path(engine.model_path).name, "task": kind.name,
                                    "device": engine.device, "device_note": note,
                                    "source": source}).start()
@@ -252,10 +269,11 @@ class CameraRun:
                                  debounce=settings.debounce, announce=announce,
                                  queue_size=settings.queue, on_notice=self.say).start()
         self.health.publish_to(self.publisher)
+        self.engine_watch.publish_to(self.publisher)
 
     def close(self) -> None:
         for part in (self.opened, self.live, self.publisher, self.writer, self.health, self.tracker,
-                     self.cap):
+                     self._events_file, self.cap):
             if part is not None:
                 part.close()
 
@@ -267,6 +285,8 @@ class CameraRun:
             outputs["mqtt"] = self.publisher.summary()
         if self.tracker is not None:
             outputs["tracking"] = self.tracker.summary()
+        if self.engine_watch is not None and self.engine_watch.tally.events:
+            outputs["engine"] = self.engine_watch.state()
         warnings = self._warnings(stats, outputs.get("mqtt"))
         return CameraOutcome(stats, self.opened.engine.model_path, self.opened.task.name, outputs,
                              warnings, self._error(stats, outputs.get("mqtt")))

@@ -127,7 +127,7 @@ class TrackStage:
             events.extend(self._move(tid, smooth, frame, t))
         for track in step.ended:
             events.extend(self._end(track, frame, t))
-        self._write(events)
+        self.write_events(events)
         return events
 
     def finish(self, frame: int, t: float) -> List[dict]:
@@ -135,7 +135,7 @@ class TrackStage:
         events: List[dict] = []
         for track in self.tracker.finish():
             events.extend(self._end(track, frame, t))
-        self._write(events)
+        self.write_events(events)
         return events
 
     def _start(self, track: Track, frame: int, t: float) -> dict:
@@ -219,7 +219,8 @@ class TrackStage:
                        "frames_seen": track.hits})
         return events
 
-    def _write(self, events: List[dict]) -> None:
+    def write_events(self, events: List[dict]) -> None:
+        """Append events to --events (the tracks' own, and the engine's: flows/camera/run.py)."""
         if self._events_file is None or not events:
             return
         try:

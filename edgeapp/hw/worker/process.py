@@ -21,7 +21,7 @@ from typing import Any, List, Optional
 import numpy as np
 
 from edgeapp import errors
-from edgeapp.errors import DeviceFailed, EdgeappError, InvalidModel
+from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InvalidModel
 from edgeapp.hw.proc import isolated_python, log_command
 from edgeapp.hw.worker.shared import Region
 from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, RUN
@@ -72,6 +72,9 @@ class WorkerProcess:
         self.region: Optional[Region] = None
         try:
             self.describe = self._handshake(start_timeout)
+        except WorkerLost as e:  # killed or stuck while it opened the model
+            self.end()
+            raise DeviceUnavailable(f"the worker for {device} did not start ({e.detail})") from None
         except BaseException:
             self.end()
             raise
