@@ -349,7 +349,7 @@ def test_a_segment_failing_stops_the_pipeline_or_hands_over(tpus, cli, segment_f
     assert r.exit_code == ExitCode.DEVICE_UNAVAILABLE
     assert "segment 2 on pci:0 failed, pipeline stopped" in r.stderr
     assert [x["path"] for x in records(r)] == [str(p) for p in images[:4]]
-    r = cli("classify", base, *images, "-f", "jsonl", "-d", "all,auto")
+    r = cli("classify", base, *images, "-f", "jsonl", "-d", "all,auto", *RUNNER_FAILOVER)
     assert r.exit_code == 0, r.stderr
     got = records(r)
     assert [x["path"] for x in got] == [str(p) for p in images]

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 RuntimeName = namedtuple("RuntimeName", "name version")  # the worker's runtime, as records name it
 _lock = threading.Lock()
+_opening = threading.Lock()  # held while a shared worker starts
 _shared: Dict[tuple, Tuple[Supervisor, int]] = {}  # key -> (supervisor, engines using it)
 
 
@@ -137,14 +138,16 @@ def open_isolated(model: TfliteModel, device: str, options: Options, *, requeste
     from dataclasses import astuple
 
     key = None if device == "cpu" else (os.path.realpath(model.path), device, astuple(options))
-    with _lock:
-        if key is not None and key in _shared:
-            sup, users = _shared[key]
-            if not sup.closed:
+    if key is None:
+        sup = Supervisor(model.path, device, options, trust_model=trust_model, twin=twin, ops=ops)
+        return IsolatedEngine(sup, model, requested, key)
+    with _opening:  # two pipelines opening at once: the second waits and shares the first's
+        with _lock:
+            if key in _shared and not _shared[key][0].closed:
+                sup, users = _shared[key]
                 _shared[key] = (sup, users + 1)
                 return IsolatedEngine(sup, model, requested, key)
-    sup = Supervisor(model.path, device, options, trust_model=trust_model, twin=twin, ops=ops)
-    with _lock:
-        if key is not None:
+        sup = Supervisor(model.path, device, options, trust_model=trust_model, twin=twin, ops=ops)
+        with _lock:
             _shared[key] = (sup, 1)
-    return IsolatedEngine(sup, model, requested, key)
+        return IsolatedEngine(sup, model, requested, key)
