@@ -124,7 +124,7 @@ class Soak:
 
         self.model, self.images, self.video, self.seconds = model, images, video, seconds
         self.rng, self.per_minute = rng, per_minute
-        self.place = Placement("auto", EngineOptions(retry_tpu=5.0, probe=False))
+        self.place = Placement("auto", EngineOptions(isolate=True, retry_tpu=5.0, probe=False))
         self.tally = Tally()
         self.batch, self.camera = Counter(), Counter()
         self.faults: dict = {f: 0 for f in FAULTS}

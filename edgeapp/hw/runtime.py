@@ -399,17 +399,17 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto",
 
 def _isolated(options: EngineOptions, spec: DeviceSpec, model: TfliteModel) -> bool:
     """Whether the engine runs in a worker process (--isolate/--no-isolate; by default whenever
-    an Edge TPU is used: asked for by name, or found by `auto` for a compiled model)."""
+    an Edge TPU is used: asked for by name, or, for `auto` and a compiled model, one the kernel
+    lists (sysfs: libedgetpu is left to the worker, which owns the device)."""
     if options.isolate is not None:
         return options.isolate
     if spec.kind == "cpu" or not model.is_edgetpu_compiled:
         return False
     if spec.kind == "edgetpu":
         return True
-    from edgeapp.hw.devices import list_edge_tpus
-    from edgeapp.hw.libedgetpu import edgetpu_library
+    from edgeapp.hw.devices import scan_sysfs
 
-    return bool(list_edge_tpus(library=edgetpu_library()))
+    return bool(scan_sysfs())
 
 
 def _load_twin(model: TfliteModel, cpu_model: Optional[str | Path]) -> TfliteModel:
