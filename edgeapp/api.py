@@ -25,12 +25,11 @@ flows.camera.run, tasks/), so results are identical. Errors are edgeapp.errors e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
-from edgeapp.core.zones import parse_line, parse_zone
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
-from edgeapp.flows.camera.tracking import TrackingSettings
+from edgeapp.flows.camera.request import API_WORDS, CameraSettings, camera_request, split_settings
 from edgeapp.flows.evaluate import differences, evaluate, read_data, report
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
 from edgeapp.hw.runtime import Engine, EngineOptions
@@ -108,44 +107,29 @@ class Model:
         return report(found, [result])
 
     def camera(self, source: Any = "0", *, task: Optional[str] = None,
-               on_record: Optional[Callable[[dict], None]] = None, display: bool = False,
-               record: Optional[PathLike] = None, output: Optional[PathLike] = None,
-               max_frames: Optional[int] = None, duration: Optional[float] = None,
-               drop_frames: Optional[bool] = None, reconnect: float = 10.0,
-               serve: Optional[str] = None, serve_token: Optional[str] = None,
-               mqtt: Optional[str] = None, mqtt_mode: str = "frames",
+               on_record: Optional[Callable[[dict], None]] = None,
                on_notice: Optional[Callable[[str], None]] = None, stop: Any = None,
-               track: bool = False, count_lines: Sequence[str] = (), zones: Sequence[str] = (),
-               events: Optional[PathLike] = None, **options: Any) -> Any:
+               **options: Any) -> Any:
         """Run `task` (default: the model's) on the frames of a camera (index), a video file or a
-        stream, as `edgeapp camera` does: every frame's record to `on_record`, and optionally a
-        window, a recording, a results file (`output`), the live view (`serve`: PORT or
-        HOST:PORT) and MQTT (`mqtt`: mqtt://host/prefix). Stops at the end of a file, after
-        `max_frames` or `duration`, or when the threading.Event `stop` is set. The model is
-        opened again for frames on the same devices. `track`: objects get a `track_id`, and
-        `count_lines` / `zones` (as `--count-line` / `--zone` write them) are counted, the
-        events written to `events` (JSON lines); the counts are in the outcome's `outputs`.
-        Returns the flows.camera.run.CameraOutcome (`stats`, `warnings`, `error`: None when the run
+        stream, as `edgeapp camera` does: every frame's record to `on_record`. `options` are the
+        camera's settings (flows.camera.request.CameraSettings: `edgeapp camera`'s flags as
+        keywords, e.g. `record`, `output`, `max_frames`, `duration`, `serve` (PORT or
+        HOST:PORT), `mqtt` (mqtt://host/prefix); `display` defaults to False here) and the
+        task's own options. Stops at the end of a file, after `max_frames` or `duration`, or
+        when the threading.Event `stop` is set. The model is opened again for frames on the
+        same devices. `track=True`: objects get a `track_id`, and `count_lines` / `zones` (as
+        `--count-line` / `--zone` write them) are counted, the events written to `events`
+        (JSON lines); the counts are in the outcome's `outputs`. Returns the
+        flows.camera.run.CameraOutcome (`stats`, `warnings`, `error`: None when the run
         succeeded)."""
-        from edgeapp.flows.camera.run import CameraRequest, CameraRun, LiveViewSettings, MqttSettings
+        from edgeapp.flows.camera.run import CameraRun
 
         name = task or self.task
-        _check_api_options(name, options)
-        tracking = None
-        if track:
-            tracking = TrackingSettings([parse_line(x) for x in count_lines],
-                                        [parse_zone(z) for z in zones],
-                                        Path(events) if events is not None else None)
-        elif count_lines or zones or events is not None:
-            raise UsageError("count_lines, zones and events count tracked objects: add track=True")
-        request = CameraRequest(
-            task=name, options=options, source=str(source), display=display,
-            record=Path(record) if record is not None else None,
-            records_output=Path(output) if output is not None else None,
-            max_frames=max_frames, duration=duration, drop_frames=drop_frames, reconnect=reconnect,
-            live_view=LiveViewSettings(serve, token=serve_token) if serve is not None else None,
-            mqtt=MqttSettings(mqtt, mqtt_mode) if mqtt is not None else None,
-            on_record=on_record, tracking=tracking, **self._reopen)
+        settings, task_options = split_settings(options)
+        _check_api_options(name, task_options)
+        request = camera_request(CameraSettings(**{"display": False, **settings, "source": source}),
+                                 API_WORDS, task=name, options=task_options, on_record=on_record,
+                                 **self._reopen)
         return CameraRun(request, on_notice, stop).run()
 
     def close(self) -> None:

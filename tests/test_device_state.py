@@ -13,7 +13,7 @@ import pytest
 from fake_roots import add_usb, dpkg_owns, hot_card
 from jsonl_records import records, without_device
 
-from edgeapp.core import clock, thermal
+from edgeapp.core.edgetpu import clock, thermal
 from edgeapp.core.stats import median
 from edgeapp.errors import ExitCode
 from edgeapp.hw.sysroot import sysroot
@@ -233,7 +233,8 @@ def test_a_pool_waits_for_its_lost_tpu_while_the_other_works(tpus, cli, compiled
     tpus("usb,usb", delay_ms=10)
     reference = records(cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0"))
     tpus("usb,usb", delay_ms=10, unplug="usb:1@2/0")  # back at the first attempt to open it
-    r = cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0,usb:1", "--reconnect", "30", *RUNNER_RECONNECT)
+    r = cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0,usb:1", "--reconnect", "30",
+            *RUNNER_RECONNECT)
     assert r.exit_code == 0, r.stderr
     got = records(r)
     assert without_device(got) == without_device(reference)

@@ -21,8 +21,9 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edgeapp.core.boxes import Fit
-from edgeapp.core.preprocess import decode_image, fit_pixels, load_image, quantize_input
+from edgeapp.core.vision.boxes import Fit
+from edgeapp.core.vision.preprocess import decode_image, fit_pixels, load_image, quantize_input
+from edgeapp.core.vision.tiles import run_each
 from edgeapp.errors import UsageError, WrongTask
 from edgeapp.tasks import guess_task, kind
 from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs, input_size, op_names, output_shapes
@@ -98,6 +99,8 @@ class Prepared:
     fit: Fit  # how the image went into the input tensor (to map results back)
     image: Any = None  # the decoded image when something draws on it (Pillow; BGR for frames)
     source: Any = None  # the path (or bytes) it came from
+    # --tiles: each window of the image (x0, y0, x1, y1) with how it went into its own tensor
+    tiles: Tuple[Tuple[Tuple[int, int, int, int], Fit], ...] = ()
 
 
 @dataclass
@@ -232,7 +235,7 @@ class TaskKind:
     def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
                       plan: Any = None) -> tuple[np.ndarray, Prepared]:
         """Fit a BGR camera frame into the input tensor (with OpenCV)."""
-        from edgeapp.core.frames import fit_frame
+        from edgeapp.core.vision.frames import fit_frame
 
         pixels, fit = fit_frame(frame, spec.size, spec.channels, options.get("resize", "stretch"))
         tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
@@ -334,7 +337,7 @@ class Scorer:
 def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanczos",
                   keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
     """Load one image (a JPEG at the scale the fit needs, unless --decode full), fit it
-    (core/preprocess.fit_pixels) and quantize it; results map onto the whole photo."""
+    (core/vision/preprocess.fit_pixels) and quantize it; results map onto the whole photo."""
     decoded = decode_image(source, spec.channels, spec.scaled_for, mode)
     pixels, fit = fit_pixels(decoded.image, spec.size, mode, resample)
     tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
@@ -400,13 +403,13 @@ class BoundTask:
     def run(self, image: Any) -> Result:
         """One image on this task's engine, in the caller's thread."""
         tensor, prepared = self.prepare(image)
-        return self.interpret(self.engine.run(tensor), prepared)
+        return self.interpret(run_each(self.engine.run, tensor), prepared)
 
     def run_frame(self, frame: np.ndarray) -> tuple[Result, float]:
         """One camera frame: (result, inference milliseconds)."""
         tensor, prepared = self.prepare_frame(frame)
         t0 = time.perf_counter()
-        outputs = self.engine.run(tensor)
+        outputs = run_each(self.engine.run, tensor)
         latency = (time.perf_counter() - t0) * 1000.0
         return self.interpret(outputs, prepared), latency
 
@@ -414,13 +417,13 @@ class BoundTask:
 def annotate_frame(kind: Optional[TaskKind], img: np.ndarray, result: Result,
                    latency_ms: Optional[float], fps: Optional[float], device: str) -> np.ndarray:
     """A camera frame's overlay: the task's drawing, then the status line."""
-    from edgeapp.core.overlay import draw_status
+    from edgeapp.core.vision.overlay import draw_status
 
     if kind is not None:
         kind.draw(img, result.fields, result.extras)
     counting = result.extras.get("counting")  # camera --track: flows/camera/tracking.py's snapshot
     if counting is not None:
-        from edgeapp.core.overlay import draw_counting
+        from edgeapp.core.vision.overlay import draw_counting
 
         draw_counting(img, *counting)
     return draw_status(img, latency_ms, fps, device)

@@ -8,9 +8,7 @@ engine was gone are the frames skipped by the outage.
 
 from __future__ import annotations
 
-import json
 import threading
-from pathlib import Path
 from typing import Any, Callable, List, Optional
 
 from edgeapp.hw.worker.events import LOST, RECOVERED, EngineEvent, Tally
@@ -73,23 +71,3 @@ class EngineWatch:
         """What /stats serves: {"engine": ...} once something happened, else {}."""
         return {"engine": self.state()} if self.tally.events else {}
 
-
-class EventsFile:
-    """--events without --track: the engine's events, one JSON line each."""
-
-    def __init__(self, path: Path) -> None:
-        from edgeapp.errors import EdgeappError
-
-        self.path = path
-        try:
-            self._file: Any = open(path, "w", encoding="utf-8")
-        except OSError as e:
-            raise EdgeappError(f"--events {path}: {e.strerror or e}") from None
-
-    def write(self, events: List[dict]) -> None:
-        for event in events:
-            self._file.write(json.dumps(event) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()

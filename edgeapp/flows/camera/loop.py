@@ -141,7 +141,7 @@ class _Loop:
         self.grabber: Any = None
         self.stats: Any = None
         self.last_index: Optional[int] = None  # the last frame processed
-        self.last_frame: Any = None  # (index, timestamp) of the last frame delivered
+        self.last_frame: Any = None  # (index, timestamp, source_ms) of the last frame delivered
 
     def run(self, drop, max_frames, duration, reconnect, queue_size, stop_event,
             on_notice) -> CameraStats:
@@ -207,9 +207,10 @@ class _Loop:
         events: list = []
         if sinks.tracking is not None:
             height, width = frame.image.shape[:2]
-            events = sinks.tracking.update(result.fields, frame.index, frame.timestamp, width, height)
+            events = sinks.tracking.update(result.fields, frame.index, frame.timestamp, width, height,
+                                           frame.source_ms)
             result.extras["counting"] = sinks.tracking.snapshot()
-            self.last_frame = (frame.index, frame.timestamp)
+            self.last_frame = (frame.index, frame.timestamp, frame.source_ms)
         if self.draw:
             annotate_frame(self.kind, frame.image, result, latency, self.fps_ema, ran.device)
         if sinks.recorder is not None:
