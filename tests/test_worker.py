@@ -7,6 +7,7 @@ taking over and handing back.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -264,3 +265,44 @@ def test_hardware_steps_act_on_the_device_found_under_the_root(tmp_path):
 def test_engine_of_a_runner_is_the_isolated_engine(photos):
     with open_task(MODEL, "classify", isolated()) as opened:
         assert type(engine_of(opened.runner.engine)).__name__ == "IsolatedEngine"
+
+
+def workers_of(parent: int) -> list:
+    """Pids of the worker processes `parent` started."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if b"edgeapp-worker" in cmdline and int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry))
+    return found
+
+
+def test_the_camera_command_tells_the_outage_in_its_events_and_summary(tmp_path):
+    """`edgeapp camera --isolate` on an endless stream: its worker killed from outside, the run
+    goes on; --events has the outage and the recovery, the summary counts them."""
+    from camera_proc import CameraProc, StreamServer
+
+    events_file = tmp_path / "events.jsonl"
+    with StreamServer(fps=20) as stream, CameraProc(
+            MODEL, "--source", stream.url, "--device", "cpu", "--isolate", "--no-display",
+            "--events", events_file, "--summary", "json", "-o", tmp_path / "frames.jsonl") as cam:
+        end = time.monotonic() + GUARD
+        frames = tmp_path / "frames.jsonl"
+        while not (frames.exists() and frames.read_text().count("\n") >= 3) and time.monotonic() < end:
+            time.sleep(0.1)  # running: the worker answers
+        os.kill(workers_of(cam.proc.pid)[0], signal.SIGKILL)
+        while "engine_recovered" not in (events_file.read_text() if events_file.exists() else "") \
+                and time.monotonic() < end:
+            time.sleep(0.1)
+        assert cam.stop() == 0, cam.stderr
+        summary = cam.summary()
+    told = [json.loads(line) for line in events_file.read_text().splitlines()]
+    assert [(e["event"], e["cause"], e["step"]) for e in told] == [
+        ("engine_lost", "crash", None), ("engine_recovered", "crash", "restart")]
+    assert summary["engine"]["engine_lost"] == 1 and summary["engine"]["engine_recovered"] == 1
+    assert summary["frames_processed"] > 0
