@@ -151,6 +151,27 @@ def test_engines_of_one_tpu_share_one_worker(standin_model, tpus):
     assert not workers_of_this_process()
 
 
+def test_a_worker_given_up_is_replaced_by_the_next_open(standin_model, tpus):
+    """What --reconnect does after --recover none: the model opened again on the device gets a
+    new worker, which the old engine's closing leaves alone."""
+    from edgeapp.errors import DeviceFailed
+    from edgeapp.hw.runtime import open_engine
+
+    tpus("usb")
+    first = open_engine(standin_model, "usb:0", EngineOptions(recover="none"))
+    x = np.zeros(first.input_shape, first.input_dtype)
+    os.kill(first.pid, signal.SIGKILL)
+    with pytest.raises(DeviceFailed, match="--recover none"):
+        first.run(x)
+    second = open_engine(standin_model, "usb:0", EngineOptions(recover="none"))
+    first.close()
+    try:
+        assert second.run(x) and workers_of_this_process() == [second.pid]
+    finally:
+        second.close()
+    assert not workers_of_this_process()
+
+
 # -- the ladder and the CPU twin on the stand-in Edge TPU ---------------------------------------
 
 @pytest.fixture(scope="module")

@@ -121,13 +121,13 @@ class IsolatedEngine:
 
 def _release(key: Optional[tuple], supervisor: Supervisor) -> None:
     with _lock:
-        if key is not None and key in _shared:
+        if key is not None and key in _shared and _shared[key][0] is supervisor:
             sup, users = _shared[key]
             if users > 1:
                 _shared[key] = (sup, users - 1)
                 return
             del _shared[key]
-    supervisor.close()
+    supervisor.close()  # the last user; or one given up and replaced (closed already)
 
 
 def open_isolated(model: TfliteModel, device: str, options: Options, *, requested: str,
@@ -147,6 +147,7 @@ def open_isolated(model: TfliteModel, device: str, options: Options, *, requeste
                 sup, users = _shared[key]
                 _shared[key] = (sup, users + 1)
                 return IsolatedEngine(sup, model, requested, key)
+            _shared.pop(key, None)  # a worker given up (closed): a new one
         sup = Supervisor(model.path, device, options, trust_model=trust_model, twin=twin, ops=ops)
         with _lock:
             _shared[key] = (sup, 1)

@@ -106,6 +106,7 @@ class Supervisor:
             events.emit(EngineEvent(LOST, device, "gone", step, time.monotonic() - start))
         if self.twin_allowed and not self.on_twin and self._reopen("cpu", SETTLE_S["restart"]) is None:
             self.on_twin, self._outage = True, (lost.cause, start)
+            self.deadline = Deadline(self.options.invoke_timeout)  # the CPU's latencies, not the TPU's
             self._retry_at = time.monotonic() + self.options.retry_tpu
             events.say(f"{device} did not come back: its CPU twin runs, {device} is tried again "
                        f"every {self.options.retry_tpu:g} s")
