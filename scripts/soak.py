@@ -14,7 +14,8 @@ Faults, each at a random time drawn from --seed, through the extension points on
           on the CPU twin, which hands back once the device answers (--retry-tpu 5)
 Printed, with p50/p99: results written, lost and duplicated (batch: per input of every pass;
 camera: per frame of every pass over the video) and results that differ from a clean run's;
-outages and recovery times by cause; RSS, open files and threads at the start and the end.
+outages and recovery times by cause (from the lost invoke's start: a hang's include its
+deadline), the slowest three; RSS, open files and threads at the start and the end.
 
 The Edge TPU is tests/standin.py's stand-in (built with the C compiler), the model the bundled
 digits model compiled-looking (its CPU twin the model itself): no hardware is needed, and what
@@ -238,6 +239,7 @@ class Soak:
                 "engine": self.tally.summary(),
                 "recovery_seconds": percentiles([e.seconds for e in recovered]),
                 "recovery_seconds_by_cause": {c: percentiles(v) for c, v in sorted(by_cause.items())},
+                "slowest": [e.as_dict() for e in sorted(recovered, key=lambda e: -e.seconds)[:3]],
                 "resources": {"start": start, "end": end}, "errors": self.errors}
 
 
@@ -256,6 +258,8 @@ def print_report(r: dict, minutes: float, seed: int) -> None:
     print(f"  recovery: p50 {p['p50']} s, p99 {p['p99']} s, max {p['max']} s")
     for cause, q in r["recovery_seconds_by_cause"].items():
         print(f"    {cause}: n {q['n']}, p50 {q['p50']} s, p99 {q['p99']} s, max {q['max']} s")
+    for e in r["slowest"]:
+        print(f"    slowest: {e['cause']} on {e['device']}, back by {e['step']} after {e['seconds']} s")
     s, t = r["resources"]["start"], r["resources"]["end"]
     print(f"  RSS {s['rss_mb']} -> {t['rss_mb']} MB, open files {s['open_files']} -> {t['open_files']}, "
           f"threads {s['threads']} -> {t['threads']}, workers {s['workers']} -> {t['workers']}")

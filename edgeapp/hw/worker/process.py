@@ -36,11 +36,12 @@ _MODEL_ERRORS = (InvalidModel, errors.UsageError, errors.MissingDependency)
 
 
 class WorkerLost(Exception):
-    """The worker stopped answering: `cause` is one of CAUSES."""
+    """The worker stopped answering: `cause` is one of CAUSES; `waited`, the seconds since the
+    call began (a hang: the deadline), part of the outage."""
 
-    def __init__(self, cause: str, detail: str) -> None:
+    def __init__(self, cause: str, detail: str, waited: float = 0.0) -> None:
         super().__init__(f"{cause}: {detail}")
-        self.cause, self.detail = cause, detail
+        self.cause, self.detail, self.waited = cause, detail, waited
 
 
 def _error(message: tuple) -> EdgeappError:
@@ -130,14 +131,18 @@ class WorkerProcess:
             self.conn.send_bytes(RUN)
         except (OSError, ValueError):
             raise WorkerLost("crash", f"worker {self.pid} {self._how()}") from None
-        answer = self._answer(deadline)
+        try:
+            answer = self._answer(deadline)
+        except WorkerLost as lost:
+            lost.waited = time.monotonic() - self._started
+            raise
         if answer != DONE:
             import pickle
 
             error = _error(pickle.loads(answer))
             if isinstance(error, _MODEL_ERRORS):
                 raise error
-            raise WorkerLost("error", str(error))
+            raise WorkerLost("error", str(error), time.monotonic() - self._started)
         return [np.array(view) for view in region.outputs]
 
     def end(self, graceful: bool = False) -> None:

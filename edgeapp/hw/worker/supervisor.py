@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 # After a step, how long the device may take to come back (USB re-enumeration, a power cycle's
 # boot, a rescan), tried every second.
 SETTLE_S = {"restart": 2.0, "reset": 6.0, "power": 12.0, "rescan": 6.0}
+# A new worker opening a device already checked and opened once (no probe, a trusted model):
+# longer than that is a worker stuck in its start.
+RESTART_TIMEOUT_S = 30.0
 TWIN, HAND_BACK = "cpu twin", "hand-back"
 
 Spawn = Callable[..., WorkerProcess]
@@ -83,9 +86,9 @@ class Supervisor:
     # -- the ladder ------------------------------------------------------------------------
 
     def _recover(self, lost: WorkerLost) -> None:
-        start, device = time.monotonic(), self.describe["name"]
+        start, device = time.monotonic() - lost.waited, self.describe["name"]  # since the invoke began
         self.worker.end()
-        events.emit(EngineEvent(LOST, device, lost.cause, None, 0.0))
+        events.emit(EngineEvent(LOST, device, lost.cause, None, lost.waited))
         if self.options.recover == "none":
             self.closed = True
             raise DeviceFailed(f"{device} lost ({lost.detail}); --recover none", self.home)
@@ -121,7 +124,8 @@ class Supervisor:
         options = replace(self.options, probe=False)
         while True:
             try:
-                self.worker = self._spawn(self.model, device, options, trust_model=True)
+                self.worker = self._spawn(self.model, device, options, trust_model=True,
+                                           start_timeout=RESTART_TIMEOUT_S)
                 self.describe = self.worker.describe
                 return None
             except (DeviceUnavailable, WorkerLost) as e:
@@ -136,7 +140,8 @@ class Supervisor:
         if time.monotonic() < self._retry_at:
             return
         try:
-            tpu = self._spawn(self.model, self.home, replace(self.options, probe=False), trust_model=True)
+            tpu = self._spawn(self.model, self.home, replace(self.options, probe=False), trust_model=True,
+                              start_timeout=RESTART_TIMEOUT_S)
         except (DeviceUnavailable, WorkerLost):
             self._retry_at = time.monotonic() + self.options.retry_tpu
             return
