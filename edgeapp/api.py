@@ -30,8 +30,9 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.camera.request import API_WORDS, CameraSettings, camera_request, split_settings
+from edgeapp.flows.cascade import Cascade
 from edgeapp.flows.evaluate import differences, evaluate, read_data, report
-from edgeapp.flows.open_task import OpenTask, Placement, open_task
+from edgeapp.flows.open_task import OpenTask, Placement, open_cascade, open_task
 from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.hw.worker import RECOVER
 from edgeapp.tasks import kind, names
@@ -48,6 +49,7 @@ class Model:
         self._opened = opened
         self._reopen = reopen or {}  # how it was opened: the camera opens it again for frames
         self._bound: dict = {}
+        self._cascades: dict = {}  # (then, on, then_every) -> flows.cascade.Cascade, opened once
 
     @property
     def engine(self) -> Engine:
@@ -86,16 +88,23 @@ class Model:
         """As `run`, with what the record does not hold (`extras`, e.g. a segmentation's class
         map at the image's size)."""
         bound = self._task(task, options)
-        tensor, prepared = bound.prepare(image)
+        cascade = self._cascade(bound)
+        tensor, prepared = bound.prepare(image, keep_image=cascade is not None)
         ((_, done),) = self._opened.runner.imap([(0, tensor)])
-        return bound.interpret(done.outputs, prepared)
+        result = bound.interpret(done.outputs, prepared)
+        if cascade is not None:
+            cascade.apply(result.fields, prepared.image)
+        return result
 
     def batch(self, paths: Iterable[PathLike], task: Optional[str] = None, workers: int = 2,
               **options: Any) -> Iterator[dict]:
         """One record per path, in order, decoding ahead on `workers` threads and running on
         every device the model was opened on; a bad image is a record with `error` set, not an
         exception."""
-        return iter_records(_strings(paths), self._opened.runner, self._task(task, options), workers)
+        bound = self._task(task, options)
+        cascade = self._cascade(bound)
+        return iter_records(_strings(paths), self._opened.runner, bound, workers,
+                            on_result=cascade.hook() if cascade is not None else None)
 
     def evaluate(self, data: PathLike, images: Optional[PathLike] = None, workers: int = 2) -> dict:
         """The model's metric on labelled `data` (class folders or a CSV, a COCO JSON or a YOLO
@@ -135,6 +144,8 @@ class Model:
 
     def close(self) -> None:
         self._opened.close()
+        for cascade in self._cascades.values():
+            cascade.close()
 
     def __enter__(self) -> "Model":
         return self
@@ -153,6 +164,18 @@ class Model:
 
     def __dir__(self) -> List[str]:
         return sorted(set(super().__dir__()) | set(names()) | {f"{n}_batch" for n in names()})
+
+    def _cascade(self, bound: BoundTask) -> Optional[Cascade]:
+        """The second model of `then=` (open_model's, else this call's), opened once."""
+        if not bound.options.get("then"):
+            return None
+        if bound is self._opened.task:
+            return self._opened.cascade
+        key = tuple(bound.options.get(k) for k in ("then", "on", "then_every"))
+        if key not in self._cascades:
+            self._cascades[key] = open_cascade(bound.options, self._reopen.get("place", Placement()),
+                                               lambda _text: None)
+        return self._cascades[key]
 
     def _task(self, task: Optional[str], options: dict) -> BoundTask:
         default = self._opened.task

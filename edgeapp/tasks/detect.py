@@ -99,6 +99,17 @@ class Detect(TaskKind):
                    "(IoU) are dropped (NMS).", min=0.0, max=1.0),
         TaskOption("max_det", MAX_DET, "YOLO: at most this many objects per image after NMS.",
                    min=1),
+        TaskOption("then", None, "A cascade: run a second model on the crop of each box, with its "
+                   "own preprocessing, and add its result to the box (classify: the box's "
+                   "`classes`, top-k as classify writes them): TASK:MODEL, e.g. "
+                   "classify:birds.tflite.", type=str, metavar="TASK:MODEL",
+                   default_text="no second model"),
+        TaskOption("on", None, "With --then: only boxes of these labels go to the second model "
+                   "(comma-separated, e.g. bird,cat).", type=str, metavar="LABEL[,LABEL]",
+                   default_text="every box"),
+        TaskOption("then_every", 15, "With --then and --track: a track's crop runs the second "
+                   "model again only after this many frames (or when its box has grown by half).",
+                   min=1, paths=("camera", "api")),
         TaskOption("tiles", None, "Small objects: run the model on COLS x ROWS overlapping windows "
                    "of each image or frame (OVERLAP a fraction of a window, default "
                    f"{DEFAULT_OVERLAP:g}) and once on the whole, then merge the boxes: "

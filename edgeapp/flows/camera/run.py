@@ -109,7 +109,7 @@ class CameraRun:
                                    on_record=self._on_record if self.writer or r.on_record else None,
                                    display=window, recorder=recorder,
                                    stop_event=self.stop, on_notice=self.say, kind=kind,
-                                   outputs=outputs, tracking=self.tracker)
+                                   outputs=outputs, tracking=self.tracker, cascade=opened.cascade)
         finally:
             self.close()
         return self._outcome(stats)
