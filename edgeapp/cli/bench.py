@@ -3,7 +3,7 @@
 import json
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -150,6 +150,11 @@ def bench_command(
             say(notice)
         doc = run_bench(str(model), dev, threads, opts, progress)
     _report(doc, fmt, output)
+    _plot(doc, opts, plot)
+
+
+def _plot(doc: dict, opts: Any, plot: Optional[Path]) -> None:
+    """--plot: the latencies kept while benchmarking, drawn."""
     if plot is not None:
         from edgeapp.sinks.plots import plot_bench
 
