@@ -18,7 +18,6 @@ import pytest
 from conftest import make_edgetpu_stand_in
 from media import CLASSES, make_images, make_video
 
-from edgeapp.execution.runner import engine_of
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.camera.loop import run_camera
 from edgeapp.flows.open_task import Placement, open_task
@@ -26,6 +25,7 @@ from edgeapp.hw.capture import OpenCVSource
 from edgeapp.hw.recovery import HardwareOps, NotApplicable, ladder, usb_place
 from edgeapp.hw.runtime import EngineOptions
 from edgeapp.hw.worker import events
+from edgeapp.hw.worker.engine import IsolatedEngine
 from edgeapp.hw.worker.events import LOST, RECOVERED, Tally
 
 MODEL = Path(__file__).resolve().parent.parent / "models" / "digits_int8.tflite"
@@ -285,7 +285,7 @@ def test_hardware_steps_act_on_the_device_found_under_the_root(tmp_path):
 
 def test_engine_of_a_runner_is_the_isolated_engine(photos):
     with open_task(MODEL, "classify", isolated()) as opened:
-        assert type(engine_of(opened.runner.engine)).__name__ == "IsolatedEngine"
+        assert isinstance(opened.runner.engine, IsolatedEngine)
 
 
 def workers_of(parent: int) -> list:

@@ -125,13 +125,12 @@ def bench_command(
     finite("--watts", watts)
     finite("--duration", duration)
     check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of counting --runs")
-    from edgeapp.flows.bench.run import BenchOptions, run_bench, save_peaks
+    from edgeapp.flows.bench.run import BenchOptions
 
     dev = _device(ctx, device, synthetic)
     _check(model, synthetic, plot, usb_queue)
     if plan is not None:
-        _run_plan(ctx, model, dev, plan, fmt, output, cpu_model, runtime, no_probe, cpu_kernels)
-        return
+        return _run_plan(ctx, model, dev, plan, fmt, output, cpu_model, runtime, no_probe, cpu_kernels)
     opts = BenchOptions(runs=runs, warmup=warmup, duration=duration, power_mode=choice_value(power_mode),
                         watts=watts, runtime=resolve_runtime(ctx, runtime),
                         cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
@@ -139,16 +138,8 @@ def bench_command(
                         samples={} if plot is not None else None,
                         performance=choice_value(performance), usb_queue=usb_queue, isolate=isolate)
     progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
-    if synthetic:
-        doc = _run_synthetic(dev, threads, opts, progress)
-        note = save_peaks(doc["results"])
-        if note:
-            doc.setdefault("notes", []).append(note)
-    else:
-        model, notice = resolve_model(model, dev)  # a Coral model's name: pulled when absent
-        if notice:
-            say(notice)
-        doc = run_bench(str(model), dev, threads, opts, progress)
+    doc = _run_synthetic(dev, threads, opts, progress) if synthetic else \
+        _run_model(model, dev, threads, opts, progress)
     _report(doc, fmt, output)
     _plot(doc, opts, plot)
 
@@ -160,6 +151,15 @@ def _plot(doc: dict, opts: Any, plot: Optional[Path]) -> None:
 
         plot_bench(doc, opts.samples or {}, plot)
         say(f"plot written to {plot}")
+
+
+def _run_model(model: Path, dev: str, threads: Optional[str], opts, progress) -> dict:
+    from edgeapp.flows.bench.run import run_bench
+
+    model, notice = resolve_model(model, dev)  # a Coral model's name: pulled when absent
+    if notice:
+        say(notice)
+    return run_bench(str(model), dev, threads, opts, progress)
 
 
 def _run_plan(ctx: typer.Context, model: Optional[Path], dev: str, plan: str, fmt, output: Optional[Path],
@@ -244,7 +244,7 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
     """The generated int8 model, compiled for the Edge TPU when one is asked for and there."""
     import tempfile
 
-    from edgeapp.flows.bench.run import run_bench
+    from edgeapp.flows.bench.run import run_bench, save_peaks
     from edgeapp.flows.bench.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
     from edgeapp.flows.bench.which_devices import plan_devices
 
@@ -265,6 +265,9 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
         doc = run_bench(str(path), dev, threads, opts, progress, no_tpu_reason=reason)
     doc["model"] = {"synthetic": True, "description": DEFAULT_SPEC.describe(),
                     "macs": DEFAULT_SPEC.macs, "parameter_bytes": DEFAULT_SPEC.parameter_bytes}
+    note = save_peaks(doc["results"])
+    if note:
+        doc.setdefault("notes", []).append(note)
     return doc
 
 

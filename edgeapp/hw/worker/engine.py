@@ -36,7 +36,7 @@ _shared: Dict[tuple, Tuple[Supervisor, int]] = {}  # key -> (supervisor, engines
 class IsolatedEngine:
     """An engine whose interpreter lives in a worker process (supervisor.py watches it)."""
 
-    interpreter = None  # nothing of the runtime lives here (execution/runner.engine_of)
+    interpreter = None  # nothing of the runtime lives here: it is the worker's
 
     def __init__(self, supervisor: Supervisor, model: TfliteModel, requested: str,
                  key: Optional[tuple]) -> None:
