@@ -38,6 +38,7 @@ from edgeapp.hw.runtime_errors import (
     numpy_mismatch_text,
     runtime_error_text,
 )
+from edgeapp.hw.worker import wants_worker
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
@@ -385,7 +386,7 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto",
     spec = parse_device(device)
     model = path if isinstance(path, TfliteModel) else load_model(path)
     path = model.path if isinstance(path, TfliteModel) else path
-    if _isolated(o, spec, model):
+    if wants_worker(o.isolate, spec.kind, model.is_edgetpu_compiled):
         from edgeapp.hw.worker.engine import open_isolated
 
         return open_isolated(model, device, o, requested=str(path), trust_model=trust_model,
@@ -423,21 +424,6 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto",
     note = None if spec.kind == "cpu" else \
         f"running {Path(model.path).name} on CPU (not compiled for the Edge TPU)"
     return _cpu_engine(rt, model, threads, str(path), note, cpu_kernels, trust_model)
-
-
-def _isolated(options: EngineOptions, spec: DeviceSpec, model: TfliteModel) -> bool:
-    """Whether the engine runs in a worker process (--isolate/--no-isolate; by default whenever
-    an Edge TPU is used: asked for by name, or, for `auto` and a compiled model, one the kernel
-    lists (sysfs: libedgetpu is left to the worker, which owns the device)."""
-    if options.isolate is not None:
-        return options.isolate
-    if spec.kind == "cpu" or not model.is_edgetpu_compiled:
-        return False
-    if spec.kind == "edgetpu":
-        return True
-    from edgeapp.hw.devices import scan_sysfs
-
-    return bool(scan_sysfs())
 
 
 def _load_twin(model: TfliteModel, cpu_model: Optional[str | Path]) -> TfliteModel:
