@@ -42,13 +42,13 @@ _listeners: List[tuple] = []
 _said: set = set()
 
 
-def emit(event: EngineEvent) -> None:
+def publish(event: EngineEvent) -> None:
     for on_event, _ in list(_listeners):
         if on_event is not None:
             on_event(event)
 
 
-def say(text: str, once: bool = False) -> None:
+def notify(text: str, once: bool = False) -> None:
     """A line for the user (a step that needs root); `once` per process."""
     with _lock:
         if once and text in _said:

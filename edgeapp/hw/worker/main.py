@@ -57,12 +57,12 @@ def serve(conn: Connection, model: str, device: str, options: dict, trust_model:
           parent: int) -> int:
     """Open the engine, hand over the region, then answer runs until `q` or the end."""
     from edgeapp.hw.runtime import EngineOptions, open_engine
-    from edgeapp.hw.worker.shared import Layout, new_region
+    from edgeapp.hw.worker.shared import RegionLayout, new_region
 
     try:
         opts = replace(EngineOptions(**options), isolate=False)
         engine = open_engine(model, device, opts, trust_model=trust_model)
-        layout = Layout.of(engine.inputs, engine.outputs)
+        layout = RegionLayout.of(engine.inputs, engine.outputs)
         region = new_region(layout)
     except BaseException as e:  # noqa: BLE001 - every failure is the parent's to word
         conn.send(error_message(e))

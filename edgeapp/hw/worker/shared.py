@@ -34,7 +34,7 @@ class Slot:
 
 
 @dataclass(frozen=True)
-class Layout:
+class RegionLayout:
     """Where each input and each output lives in the region."""
 
     inputs: Tuple[Slot, ...]
@@ -42,7 +42,7 @@ class Layout:
     size: int
 
     @classmethod
-    def of(cls, inputs: List[dict], outputs: List[dict]) -> "Layout":
+    def of(cls, inputs: List[dict], outputs: List[dict]) -> "RegionLayout":
         """The layout for a runtime's tensor details (each with shape and dtype)."""
         offset, slots = 0, []
         for detail in list(inputs) + list(outputs):
@@ -56,7 +56,7 @@ class Layout:
 class Region:
     """The mapped memory and numpy views of its slots."""
 
-    def __init__(self, fd: int, layout: Layout) -> None:
+    def __init__(self, fd: int, layout: RegionLayout) -> None:
         self.fd, self.layout = fd, layout
         self.map = mmap.mmap(fd, layout.size)
         self.inputs = [self._view(s) for s in layout.inputs]
@@ -77,7 +77,7 @@ class Region:
             pass
 
 
-def new_region(layout: Layout) -> Region:
+def new_region(layout: RegionLayout) -> Region:
     """A fresh region of `layout.size` bytes, already unlinked (RAM-backed where /dev/shm is)."""
     folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     handle = tempfile.TemporaryFile(dir=folder, prefix="edgeapp-worker-")

@@ -88,7 +88,7 @@ class Supervisor:
     def _recover(self, lost: WorkerLost) -> None:
         start, device = time.monotonic() - lost.waited, self.describe["name"]  # since the invoke began
         self.worker.end()
-        events.emit(EngineEvent(LOST, device, lost.cause, None, lost.waited))
+        events.publish(EngineEvent(LOST, device, lost.cause, None, lost.waited))
         if self.options.recover == "none":
             self.closed = True
             raise DeviceFailed(f"{device} lost ({lost.detail}); --recover none", self.home)
@@ -98,22 +98,22 @@ class Supervisor:
                 try:
                     self.ops.apply(step, target)
                 except NeedsRoot as e:
-                    events.say(f"cannot {step} {target}: {e}", once=True)
+                    events.notify(f"cannot {step} {target}: {e}", once=True)
                     continue
                 except NotApplicable:
                     continue
             reason = self._reopen(target, SETTLE_S[step])
             if reason is None:
-                events.emit(EngineEvent(RECOVERED, device, lost.cause, step, time.monotonic() - start))
+                events.publish(EngineEvent(RECOVERED, device, lost.cause, step, time.monotonic() - start))
                 return
-            events.emit(EngineEvent(LOST, device, "gone", step, time.monotonic() - start))
+            events.publish(EngineEvent(LOST, device, "gone", step, time.monotonic() - start))
         if self.twin_allowed and not self.on_twin and self._reopen("cpu", SETTLE_S["restart"]) is None:
             self.on_twin, self._outage = True, (lost.cause, start)
             self.deadline = Deadline(self.options.invoke_timeout)  # the CPU's latencies, not the TPU's
             self._retry_at = time.monotonic() + self.options.retry_tpu
-            events.say(f"{device} did not come back: its CPU twin runs, {device} is tried again "
+            events.notify(f"{device} did not come back: its CPU twin runs, {device} is tried again "
                        f"every {self.options.retry_tpu:g} s")
-            events.emit(EngineEvent(RECOVERED, device, lost.cause, TWIN, time.monotonic() - start))
+            events.publish(EngineEvent(RECOVERED, device, lost.cause, TWIN, time.monotonic() - start))
             return
         self.closed = True
         raise DeviceFailed(f"{device} lost ({lost.detail}) and not brought back", self.home)
@@ -149,7 +149,7 @@ class Supervisor:
         self.worker, self.describe, self.on_twin = tpu, tpu.describe, False
         self.deadline = Deadline(self.options.invoke_timeout)
         cause, start = self._outage or ("gone", time.monotonic())
-        events.emit(EngineEvent(RECOVERED, self.home, cause, HAND_BACK, time.monotonic() - start))
+        events.publish(EngineEvent(RECOVERED, self.home, cause, HAND_BACK, time.monotonic() - start))
 
     def close(self) -> None:
         with self.lock:
