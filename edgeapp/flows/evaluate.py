@@ -24,6 +24,7 @@ from edgeapp.flows import eval_coco
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.convert.float_engine import is_float_source, open_float
 from edgeapp.flows.eval_data import EvalData, read_class_folders, read_csv, read_masks
+from edgeapp.flows.eval_reading import file_kind
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
 from edgeapp.hw.hostinfo import usable_cores
 from edgeapp.tasks import guess_from, kind, names, task_for
@@ -89,8 +90,11 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
 
 def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
     """The labelled data `data` names (a file or a folder, the format found from it)."""
-    if not data.exists():
+    kind = file_kind(data)
+    if kind == "missing":
         raise UsageError(f"labelled data {data}: not found")
+    if kind not in ("", "a folder"):  # a FIFO or device would block the reader
+        raise UsageError(f"labelled data {data}: {kind}, not a file or folder")
     suffix = data.suffix.lower()
     if data.is_file():
         if suffix == ".json":
