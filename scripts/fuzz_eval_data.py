@@ -361,7 +361,7 @@ def mask_16bit_same(rng: random.Random, folder: Path) -> str:
     return "same"
 
 
-def nan_box(rng: random.Random) -> list:
+def nan_box() -> list:
     return [float("nan")] * 4
 
 
@@ -398,7 +398,8 @@ MUTATIONS: Dict[str, List[Callable]] = {
              coco_text(lambda t: t[: len(t) // 2].encode(), "truncated"),
              coco_text(lambda t: b"\xff\xfe" + t.encode("utf-16-le"), "UTF-16"),
              coco_text(lambda t: b"[" + t.encode() + b"]", "as a list"),
-             coco_text(lambda t: t.replace('"annotations": [', '"annotations": [], "x": [', 1).encode(), "no annotations"),
+             coco_text(lambda t: t.replace('"annotations": [', '"annotations": [], "x": [', 1).encode(),
+                       "no annotations"),
              byte_flips("instances.json"), special_file("images/*.png", "fifo"),
              special_file("images/*.png", "device"), pixel_bomb("images/*.png")],
     "labels": [yolo_line("7 0.5 0.5 0.1 0.1"), yolo_line("100000000 0.5 0.5 0.1 0.1"),
