@@ -99,7 +99,7 @@ def check_coco(doc: Any, source: str) -> dict:
         if not is_number(area) or area < 0:
             raise UsageError(f"{where}.area: expected a finite number >= 0, got {_show(area)}")
         crowd = a.get("iscrowd", 0)
-        if isinstance(crowd, bool) or not is_number(crowd) or crowd not in (0, 1):
+        if not (isinstance(crowd, bool) or is_number(crowd)) or crowd not in (0, 1):  # false/true too
             raise UsageError(f"{where}.iscrowd: expected 0 or 1, got {_show(crowd)}")
         ann = {"id": n + 1, "image_id": position[iid], "category_id": index[cid], "bbox": box,
                "area": float(area), "iscrowd": int(crowd)}
@@ -184,6 +184,8 @@ def _keypoints(a: dict, where: str) -> dict:
     if any(v not in (0, 1, 2) for v in kps[2::3]):
         raise UsageError(f"{where}.keypoints: a visibility v must be 0, 1 or 2")
     count = a.get("num_keypoints", sum(1 for v in kps[2::3] if v > 0))
+    if isinstance(count, float) and count.is_integer():
+        count = int(count)
     if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= len(kps) // 3:
         raise UsageError(f"{where}.num_keypoints: expected a count from 0 to {len(kps) // 3}, got "
                          f"{_show(count)}")
