@@ -172,6 +172,7 @@ LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".
     ("path: .\nval: images/val\nnames: !!python/object:os.system {}\n", "not a readable YAML file"),
     ("path: 5\nval: images/val\nnames: [a, b, c]\n", "path: expected a folder"),
     ("- a\n- b\n", "expected a mapping with names and val"),
+    ("path: .\nval: images/val\x1b\nnames: [a]\n", "not a readable YAML file (unacceptable character"),
 ])
 def test_data_yaml_is_read_within_limits(shapes, tmp_path, text, says):
     refused(yaml_set(shapes, tmp_path, text), says)

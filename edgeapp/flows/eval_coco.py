@@ -103,9 +103,10 @@ def read_yolo_yaml(path: Path) -> EvalData:
 
 
 def _listed_images(where: Path, yaml_path: Path) -> List[Path]:
-    if where.is_dir():
+    kind = file_kind(where)  # never is_dir(): a name too long raises there
+    if kind == "a folder":
         return image_files(where)
-    if where.suffix == ".txt" and file_kind(where) == "":
+    if where.suffix == ".txt" and kind == "":
         text = read_text(where)
         lines = [s.strip() for s in text.splitlines() if s.strip()]
         listed = [Path(p) if os.path.isabs(p) else where.parent / p for p in lines]

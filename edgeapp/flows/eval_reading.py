@@ -101,8 +101,9 @@ def load_yaml(path: PathLike) -> Any:
     except ImportError:
         raise MissingDependency("reading a data.yaml needs PyYAML: pip install 'edgeapp[eval]'") from None
     text = read_text(path, MAX_YAML_BYTES)
-    loader = _bounded_loader(yaml)(text)
+    loader = None
     try:
+        loader = _bounded_loader(yaml)(text)  # its reader refuses control characters here
         return loader.get_single_data()
     except yaml.YAMLError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -110,7 +111,8 @@ def load_yaml(path: PathLike) -> Any:
     except (RecursionError, ValueError, TypeError, OverflowError) as e:
         raise UsageError(f"labelled data {path}: not a readable YAML file ({e})") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 _LOADER: Any = None
