@@ -118,7 +118,10 @@ def nothing_to_measure(where: Path, why: str) -> UsageError:
 
 
 def read_class_folders(root: Path) -> EvalData:
-    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    try:
+        classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError as e:
+        raise UsageError(f"labelled data {root}: cannot list it ({e.strerror or e})") from None
     paths, truth = [], []
     for i, name in enumerate(classes):
         found = image_files(root / name)

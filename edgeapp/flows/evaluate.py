@@ -109,7 +109,10 @@ def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
                          "path,label or a folder")
     if images is not None:
         raise UsageError("--images is for a COCO JSON's images")
-    yamls = sorted(p for p in data.iterdir() if p.suffix.lower() in (".yaml", ".yml"))
+    try:
+        yamls = sorted(p for p in data.iterdir() if p.suffix.lower() in (".yaml", ".yml"))
+    except OSError as e:
+        raise UsageError(f"labelled data {data}: cannot list it ({e.strerror or e})") from None
     if len(yamls) == 1:  # a dataset's own definition (names, val) comes first
         return eval_coco.read_yolo_yaml(yamls[0])
     if (data / "images").is_dir() and (data / "labels").is_dir():
