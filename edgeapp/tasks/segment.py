@@ -10,7 +10,7 @@ and the batch goes on (exit code 3 at the end).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from edgeapp.core.eval.metrics import IGNORE, add_masks, segmentation_metrics
 from edgeapp.core.limits import MAX_CLASSES
@@ -20,7 +20,7 @@ from edgeapp.core.vision.segmentation import (
     class_shares,
     is_segmentation_output,
     mask_image_array,
-    to_original,
+    mask_to_original,
 )
 from edgeapp.errors import UsageError
 from edgeapp.tasks.base import (
@@ -35,6 +35,11 @@ from edgeapp.tasks.base import (
     item_name,
 )
 from edgeapp.tasks.model import output_quantization
+
+if TYPE_CHECKING:
+    from edgeapp.core.eval.data import EvalData
+    from edgeapp.hw.runtime import Engine
+    from edgeapp.tasks.base import ImageFolderLike
 
 EVENT_SHARE = 0.05  # events: a class counts as present from this share of the image
 
@@ -66,16 +71,16 @@ class Segment(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_segmentation_output(shapes[0], input_size)
 
-    def plan(self, engine: Any, options: dict) -> tuple:
+    def plan(self, engine: Engine, options: dict) -> tuple:
         if not self.claims_engine(engine):
             raise self.refuse(engine)
         return output_quantization(engine)
 
     def interpret(self, outputs, prepared: Prepared, plan: tuple, options: dict,
                   labels: Optional[dict]) -> Result:
-        full = to_original(class_map(outputs[0], *plan), prepared.fit)
-        shape = tuple(getattr(outputs[0], "shape", ()))  # class scores: the model's class count (2 for one channel)
-        count = (max(2, int(shape[-1])) if len(shape) == 4 else None)
+        full = mask_to_original(class_map(outputs[0], *plan), prepared.fit)
+        shape = tuple(getattr(outputs[0], "shape", ()))  # class scores: the model's class count
+        count = max(2, int(shape[-1])) if len(shape) == 4 else None  # (2 for one score channel)
         return Result({"classes": class_shares(full, labels), "mask": None},
                       {"mask": full, "class_count": count})
 
@@ -103,11 +108,11 @@ class Segment(TaskKind):
         """(classes present, class map at the image's size)."""
         return result.fields["classes"], result.extras["mask"]
 
-    def to_folder(self, option: TaskOption, folder: Any, path: str, result: Result) -> dict:
+    def to_folder(self, option: TaskOption, folder: ImageFolderLike, path: str, result: Result) -> dict:
         """--mask: the class map as a PNG of class ids; the record says where."""
         return {"mask": str(folder.write(path, mask_image_array(result.extras["mask"]), ".png"))}
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return MaskScorer(data, labels)
 
     def presence(self, fields: dict) -> Dict[Any, tuple]:
@@ -128,7 +133,7 @@ class MaskScorer(Scorer):
     data's labels.txt) is exit 2 naming the mask, checked by the mask's largest value, so no
     count is ever sized by what a mask holds."""
 
-    def __init__(self, data: Any, labels: Optional[dict]) -> None:
+    def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
         import numpy as np
 
         self.data, self.notes, self.plot = data, [], {}
