@@ -330,3 +330,28 @@ def test_a_fixed_seed_sample_of_the_data_fuzzer(seg, tmp_path):
     classes = json.loads(out.read_text())["summary"]["classes"]
     assert sum(classes.values()) == 60
     assert set(classes) <= {"ok", "exit 3"}, classes
+
+
+def test_string_category_ids_are_saved_as_given_and_read_back(cli, shapes, tmp_path):
+    """The evaluator sees the classes numbered 1..K; saved predictions keep the data's own
+    (string) ids, and `--predictions` maps them back to the same metric."""
+    def strings(doc):
+        for c in doc["categories"]:
+            c["id"] = f"cat-{c['id']}"
+        for a in doc["annotations"]:
+            a["category_id"] = f"cat-{a['category_id']}"
+    path = coco_with(shapes, tmp_path, strings)
+    first = cli("eval", V8, "--data", path, "--images", shapes["images"], "--no-probe", "--format", "json",
+                "--save-predictions", tmp_path / "preds")
+    assert first.exit_code == 0, first.stderr
+    saved = next((tmp_path / "preds").glob("*.json"))
+    assert {r["category_id"] for r in json.loads(saved.read_text())} <= {"cat-1", "cat-2", "cat-3"}
+    again = cli("eval", "--predictions", saved, "--data", path, "--images", shapes["images"], "--format", "json")
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout)["models"][0]["metrics"]["map"] == \
+        json.loads(first.stdout)["models"][0]["metrics"]["map"] > 0
+    rows = json.loads(saved.read_text())
+    rows[0]["category_id"] = 1  # the evaluator's own number is not the data's id
+    saved.write_text(json.dumps(rows))
+    wrong = cli("eval", "--predictions", saved, "--data", path, "--images", shapes["images"])
+    assert wrong.exit_code == ExitCode.USAGE and "category_id 1 is not a category of the data" in wrong.stderr
