@@ -95,6 +95,7 @@ def test_metrics_parse_and_follow_prometheus_names(scraped):
     events = fams["edgeapp_events"]
     assert _value(events, kind="line_crossed") >= 2 and _value(events, kind="track_started") >= 2
     assert _value(fams["edgeapp_alerts"], rule="cross") >= 2
+    assert _value(fams["edgeapp_engine_recoveries"]) == 0 and _value(fams["edgeapp_engine_lost"]) == 0
 
 
 def test_the_live_view_serves_them_too_behind_the_same_checks(scraped):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from edgeapp.errors import MissingDependency
 from edgeapp.sinks.live_http import Guard, GuardedHandler
@@ -39,11 +39,13 @@ def prometheus_module() -> Any:
 
 class Metrics:
     """One run's metrics (`source`: the camera's name; `health`: flows/camera/tpu_health's
-    TpuHealth, or None)."""
+    TpuHealth, or None; `engine`: the engine watch's state, with its `engine_lost` and
+    `engine_recovered` counts, or None)."""
 
-    def __init__(self, source: str, health: Any = None) -> None:
+    def __init__(self, source: str, health: Any = None,
+                 engine: Optional[Callable[[], Optional[dict]]] = None) -> None:
         pc = prometheus_module()
-        self.pc, self.source, self.health = pc, source, health
+        self.pc, self.source, self.health, self.engine = pc, source, health, engine
         self.registry = pc.CollectorRegistry()
         labels = ["source", "device"]
         self.inference = pc.Histogram("edgeapp_inference_seconds", "Time of one inference.", labels,
@@ -131,6 +133,19 @@ class _RunCollector:
             load.add_metric([src, device], value)
         yield load
         yield self._temperature()
+        yield from self._engine()
+
+    def _engine(self) -> Any:
+        """The engine's outages and recoveries (the self-healing worker's counts)."""
+        from prometheus_client.core import CounterMetricFamily
+
+        state = (self.m.engine() if self.m.engine is not None else None) or {}
+        for key, name, text in (("engine_lost", "edgeapp_engine_lost", "Times the engine was lost."),
+                                ("engine_recovered", "edgeapp_engine_recoveries",
+                                 "Times the engine was brought back.")):
+            family = CounterMetricFamily(name, text, labels=["source"])
+            family.add_metric([self.m.source], state.get(key, 0))
+            yield family
 
     def _temperature(self) -> Any:
         from prometheus_client.core import GaugeMetricFamily

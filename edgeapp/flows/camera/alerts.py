@@ -113,7 +113,8 @@ class AlertOutputs:
     def wants_health(self) -> bool:
         return self.settings.metrics is not None
 
-    def start(self, kind: Any, source: str, fps: float, health: Any = None) -> None:
+    def start(self, kind: Any, source: str, fps: float, health: Any = None,
+              engine: Optional[Callable[[], Optional[dict]]] = None) -> None:
         """The sinks, once the task, the source's name and frame rate are known."""
         s = self.settings
         if s.notify is not None:
@@ -129,7 +130,7 @@ class AlertOutputs:
         if s.metrics is not None:
             from edgeapp.sinks.metrics import Metrics, MetricsServer
 
-            self.metrics = Metrics(source, health)
+            self.metrics = Metrics(source, health, engine)
             self.server = MetricsServer(self.address, self.metrics, self.token)
             self.say(f"metrics on {self.server.url}")
 

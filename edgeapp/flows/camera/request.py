@@ -76,7 +76,7 @@ class CameraSettings:
 
 
 SETTING_NAMES = tuple(f.name for f in fields(CameraSettings))
-TRACKED = ("count_lines", "zones", "events", "track_score", "alerts", "rules")  # need `track`
+TRACKED = ("count_lines", "zones", "track_score", "alerts", "rules")  # need `track`
 
 
 def flag(name: str) -> str:

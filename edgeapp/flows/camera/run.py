@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 from edgeapp.core.version import VERSION
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
 from edgeapp.flows.camera.alerts import AlertOutputs
+from edgeapp.flows.camera.engine_watch import EngineWatch
 from edgeapp.flows.camera.loop import CameraStats, run_camera
 from edgeapp.flows.camera.request import CameraRequest
 from edgeapp.flows.camera.tpu_health import TpuHealth
 from edgeapp.flows.camera.tracking import TrackStage, check_trackable, check_tracking_available
 from edgeapp.flows.open_task import open_task
 from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
+from edgeapp.hw.worker import events as engine_events
 from edgeapp.sinks.display import Display, has_display
 from edgeapp.sinks.event_file import EventFile
 from edgeapp.sinks.ha_discovery import counting_discovery, discovery_messages
@@ -64,6 +66,7 @@ class CameraRun:
         self.cap = self.opened = self.live = self.publisher = self.writer = self.health = None
         self.events: Optional[EventFile] = None
         self.tracker: Any = None
+        self.engine_watch: Optional[EngineWatch] = None
         self.output_error: List[EdgeappError] = []
         self._events_lock = threading.Lock()  # the loop and the clips' writer both write events
         self._network()
@@ -93,8 +96,8 @@ class CameraRun:
             cap = self.cap = OpenCVSource(s.source, s.width, s.height)
             cap.open()  # a camera or file that cannot be opened fails before the model and the live view
             recorder = Recorder(str(s.record)) if s.record is not None else None
-            if r.tracking is not None and r.tracking.events is not None:  # before the model, too
-                self.events = EventFile(r.tracking.events)
+            if s.events is not None:  # before the model, too
+                self.events = EventFile(s.events)
             self.opened = opened = self._open()
             kind = opened.task.kind
             show = has_display() if s.display is None else s.display
@@ -108,12 +111,13 @@ class CameraRun:
             outputs = self._outputs(kind, cap.name)
             if self.publisher is not None and not cap.live:  # a file: every record to the broker
                 self.publisher.wait_settled(MQTT_SETTLE)
-            stats = run_camera(cap, opened.runner, drop=s.drop_frames, max_frames=s.max_frames,
-                               duration=s.duration, reconnect=ReconnectPolicy(timeout=s.reconnect),
-                               on_record=self._on_record if self.writer or r.on_record else None,
-                               display=window, recorder=recorder,
-                               stop_event=self.stop, on_notice=self.say, kind=kind,
-                               outputs=outputs, tracking=self.tracker, cascade=opened.cascade)
+            with engine_events.listening(self.engine_watch, self.say):
+                stats = run_camera(cap, opened.runner, drop=s.drop_frames, max_frames=s.max_frames,
+                                   duration=s.duration, reconnect=ReconnectPolicy(timeout=s.reconnect),
+                                   on_record=self._on_record if self.writer or r.on_record else None,
+                                   display=window, recorder=recorder,
+                                   stop_event=self.stop, on_notice=self.say, kind=kind,
+                                   outputs=outputs, tracking=self.tracker, cascade=opened.cascade)
         finally:
             self.close()
         return self._outcome(stats)
@@ -166,7 +170,8 @@ class CameraRun:
             self.health = TpuHealth(self.request.place.engine.performance).start()
         if self.events is not None:  # a clip that cannot be written: its event
             self.alerting.on_event = lambda e: self._write_events([e])
-        self.alerting.start(kind, cap.name, cap.fps or 30.0, self.health)
+        self.alerting.start(kind, cap.name, cap.fps or 30.0, self.health,
+                            lambda: self.engine_watch.state() if self.engine_watch is not None else None)
 
     def _on_record(self, record: dict) -> None:
         """A results file that cannot be written (a full disk) stops the run, with its summary."""
@@ -192,12 +197,14 @@ class CameraRun:
     def _outputs(self, kind: TaskKind, source: str) -> list:
         if (self.address is not None or self.target is not None) and self.health is None:
             self.health = TpuHealth(self.request.place.engine.performance).start()  # heat, clock
+        self.engine_watch = EngineWatch(self._write_events if self.events else None)
         if self.address is not None:  # first: a port in use fails before anything connects
             self._live_view(kind, source)
         if self.target is not None:
             self._mqtt(kind)
         more = self.alerting.outputs() if self.alerting is not None else []
-        return [o for o in (self.live, self.publisher, self.health) if o is not None] + more
+        return [o for o in (self.live, self.publisher, self.health, self.engine_watch)
+                if o is not None] + more
 
     def _live_view(self, kind: TaskKind, source: str) -> None:
         from edgeapp.sinks.live_view import LiveView, announcement
@@ -209,7 +216,7 @@ class CameraRun:
                                                if self.publisher is not None else {}),
                                             **({"tracking": self.tracker.summary()}
                                                if self.tracker is not None else {}),
-                                            **self.health.stats()},
+                                            **self.health.stats(), **self.engine_watch.stats()},
                              info={"model": Path(engine.model_path).name, "task": kind.name,
                                    "device": engine.device, "device_note": note,
                                    "source": source},
@@ -236,6 +243,7 @@ class CameraRun:
                                  debounce=settings.debounce, announce=announce,
                                  queue_size=settings.queue, on_notice=self.say).start()
         self.health.publish_to(self.publisher)
+        self.engine_watch.publish_to(self.publisher)
 
     def close(self) -> None:
         for part in (self.opened, self.live, self.publisher, self.writer, self.alerting, self.health,
@@ -253,6 +261,8 @@ class CameraRun:
             outputs["tracking"] = self.tracker.summary()
         if self.alerting is not None:
             outputs.update(self.alerting.summary())
+        if self.engine_watch is not None and self.engine_watch.tally.events:
+            outputs["engine"] = self.engine_watch.state()
         warnings = self._warnings(stats, outputs.get("mqtt"))
         warnings += self.alerting.warnings() if self.alerting is not None else []
         return CameraOutcome(stats, self.opened.engine.model_path, self.opened.task.name, outputs,
