@@ -36,7 +36,7 @@ from edgeapp.flows.convert.measures import TaskMetric
 from edgeapp.flows.convert.onnx import load_onnx, ort_session
 from edgeapp.flows.convert.onnx_graph import fixed_model
 from edgeapp.flows.convert.quantize import exported, quantize
-from edgeapp.flows.convert.report import layer_report
+from edgeapp.flows.convert.report import layer_report, mark_silent, silent_layers, silent_line
 from edgeapp.flows.convert.tune import tune
 from edgeapp.flows.evaluate import is_labelled_data, open_engine, read_data
 from edgeapp.tasks import guess_from, kind
@@ -143,6 +143,9 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             with _timed(times, "calibrate and quantize"), progress(len(calibration), "calibrating") as advance:
                 q = quantize(saved, calibration, job.output, job.io, progress=advance)
             report = _report_base(p, model, q, len(cal.x))
+            report["silent_layers"] = silent_layers(q.floored, model.layer_names)
+            for row in report["silent_layers"]:
+                say(silent_line(row))
             embedding = None if p.yolo is not None else _embedding_depth(p, q.model, cal)
             if embedding is not None:
                 report["embedding_depth"] = embedding
@@ -331,6 +334,7 @@ def _labels(p: Prepared, cal) -> Optional[dict]:
 def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, say: Say) -> dict:
     say(f"measuring each layer's quantization error on {min(len(calibration), 32)} image(s)")
     layers = layer_report(saved, calibration, q.model, q.flatbuffer, model.layer_names)
+    mark_silent(layers, silent_layers(q.floored, model.layer_names))
     out = report_path(p.job.output)
     doc = {"model": str(p.job.output), "source": str(p.job.model), "samples": min(len(calibration), 32),
            "layers": layers}
