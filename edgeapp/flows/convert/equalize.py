@@ -53,8 +53,9 @@ class Equalized:
     settings: dict
 
 
-def find_pairs(model: TfliteModel) -> list:
-    """Every producer -> homogeneous ops -> consumer chain of the model's main graph."""
+def find_pairs(model: TfliteModel, structural: bool = False) -> list:
+    """Every producer -> homogeneous ops -> consumer chain of the model's main graph; with
+    `structural`, of any model (an int8 one too: whether equalization may apply at all)."""
     readers: dict = {}
     for op in model.operators:
         for i in op.inputs:
@@ -62,20 +63,20 @@ def find_pairs(model: TfliteModel) -> list:
                 readers.setdefault(i, []).append(op)
     pairs = []
     for op in model.operators:
-        if _float_weights(op, model) and op.option("fused_activation_function") in LINEAR_ACTIVATIONS:
-            pair = _follow(op, model, readers)
+        if _float_weights(op, model, structural) and op.option("fused_activation_function") in LINEAR_ACTIVATIONS:
+            pair = _follow(op, model, readers, structural)
             if pair is not None:
                 pairs.append(pair)
     return pairs
 
 
-def _float_weights(op: Operator, model: TfliteModel) -> bool:
+def _float_weights(op: Operator, model: TfliteModel, structural: bool = False) -> bool:
     if op.op not in LINEAR or len(op.inputs) < 2 or len(op.outputs) != 1:
         return False
     w = model.tensors[op.inputs[1]]
     bias = model.tensors[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
-    return (w.is_constant and w.dtype == "float32"
-            and (bias is None or (bias.is_constant and bias.dtype == "float32")))
+    floats = structural or (w.dtype == "float32" and (bias is None or bias.dtype == "float32"))
+    return w.is_constant and (bias is None or bias.is_constant) and floats
 
 
 def _out_channels(op: Operator, model: TfliteModel) -> int:
@@ -90,7 +91,7 @@ def _reads_channels(op: Operator, model: TfliteModel, channels: int) -> bool:
     return shape[-1] == channels
 
 
-def _follow(producer: Operator, model: TfliteModel, readers: dict) -> Optional[Pair]:
+def _follow(producer: Operator, model: TfliteModel, readers: dict, structural: bool = False) -> Optional[Pair]:
     channels = _out_channels(producer, model)
     t = producer.outputs[0]
     chain, constants = [t], []
@@ -100,9 +101,9 @@ def _follow(producer: Operator, model: TfliteModel, readers: dict) -> Optional[P
         if t in outputs or len(users) != 1 or model.tensors[t].shape[-1:] != (channels,):
             return None
         op = users[0]
-        if op.op in LINEAR and _float_weights(op, model) and op.inputs[0] == t and t not in op.inputs[1:]:
+        if op.op in LINEAR and _float_weights(op, model, structural) and op.inputs[0] == t and t not in op.inputs[1:]:
             return Pair(producer, op, tuple(chain), tuple(constants)) if _reads_channels(op, model, channels) else None
-        added = _passes(op, t, model, channels)
+        added = _passes(op, t, model, channels, structural)
         if added is None or len(op.outputs) != 1:
             return None
         constants += added
@@ -110,7 +111,7 @@ def _follow(producer: Operator, model: TfliteModel, readers: dict) -> Optional[P
         chain.append(t)
 
 
-def _passes(op: Operator, t: int, model: TfliteModel, channels: int) -> Optional[list]:
+def _passes(op: Operator, t: int, model: TfliteModel, channels: int, structural: bool = False) -> Optional[list]:
     """The constants `op` adds to the channels when f(x / s) = f(x) / s for it, else None."""
     if op.op not in HOMOGENEOUS or op.inputs[0] != t:
         return None
@@ -121,7 +122,7 @@ def _passes(op: Operator, t: int, model: TfliteModel, channels: int) -> Optional
     if len(op.inputs) != 2 or op.option("fused_activation_function") not in LINEAR_ACTIVATIONS:
         return None
     c = model.tensors[op.inputs[1]]
-    if not c.is_constant or c.dtype != "float32" or c.shape[-1:] != (channels,):
+    if not c.is_constant or (c.dtype != "float32" and not structural) or c.shape[-1:] != (channels,):
         return None  # a constant the same for every channel cannot be scaled per channel
     return [c.index]
 

@@ -73,10 +73,10 @@ def _name(tensor) -> str:
 def interpreter(data: bytes, keep_all: bool = False):
     """TensorFlow's own interpreter (the one its quantization debugger uses), quietly."""
     tf = tensorflow()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), filtered_native_stderr():  # "INFO: Created ... XNNPACK delegate"
         warnings.simplefilter("ignore")  # its deprecation notice and the keep-all warning
         it = tf.lite.Interpreter(model_content=data, experimental_preserve_all_tensors=keep_all)
-    it.allocate_tensors()
+        it.allocate_tensors()
     return it
 
 
@@ -136,8 +136,8 @@ FLOORED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 
 
 def floor_ranges(calibrated: bytes) -> tuple:
-    """(calibrated bytes, [Floored]) of a calibrated model's bytes: each weighted op's output range made at least 255 steps of
-    one input step times its largest weight step (int8 steps: range / 255, |w| / 127), so the
+    """(calibrated bytes, [Floored]): each weighted op's output range made at least 255 steps
+    of one input step times its largest weight step (int8 steps: range / 255, |w| / 127), so the
     requantization multiplier stays at most 1. Only a range calibration never opened (a branch
     that stays at 0 on every image) is that narrow; the others are untouched."""
     from tensorflow.lite.tools import flatbuffer_utils
