@@ -19,6 +19,8 @@ Edge TPU compiler 16 runs):
   per-channel, 99.99th percentile   every activation range cut to the 99.99th percentile of |x|
                        (percentile calibration: the box branch's rare large logits saturate)
   per-tensor, 99.99th percentile    the same with per-tensor weights
+  per-channel, box branch at the 99.99th percentile   only the tensors the box output alone
+                       depends on (the DFL logits' branch) clipped; the class branch as calibrated
 Run in the edgeapp venv with the onnx and eval extras (about 1-2 minutes per fixture on 2 cores):
 
     python scripts/bench_yolo_per_channel.py [--fixtures yolov8 yolo11 yolov5u] [--samples 64] [--json out.json]
@@ -32,6 +34,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +46,7 @@ ONNX = {"yolov8": "yolov8_shapes_256.onnx", "yolo11": "yolo11_shapes_256.onnx", 
 PERCENTILE = 99.99
 
 
-def variants(calibrated, images, io: str) -> dict:
+def variants(calibrated, images, io: str, classes: int) -> dict:
     """name -> int8 flatbuffer, all from the one calibrated model (`images`: what the real
     ranges and percentiles are measured on)."""
     from edgeapp.flows.convert import requantize as rq
@@ -56,7 +59,33 @@ def variants(calibrated, images, io: str) -> dict:
     clipped, _ = rq.with_ranges(calibrated, PERCENTILE, ratio=1.0)
     out[f"per-channel, {PERCENTILE}th percentile"] = rq.requantize(clipped, io)
     out[f"per-tensor, {PERCENTILE}th percentile"] = rq.requantize(clipped, io, per_channel=False)
+    box = box_branch(calibrated, classes)
+    only_box = replace(calibrated, stats={i: st for i, st in calibrated.stats.items() if i in box})
+    box_clipped, _ = rq.with_ranges(only_box, PERCENTILE, ratio=1.0)
+    out[f"per-channel, box branch at the {PERCENTILE}th percentile"] = rq.requantize(box_clipped, io)
     return out
+
+
+def box_branch(calibrated, classes: int) -> set:
+    """Tensor indices only the box output (DFL logits) depends on, not the class scores (the
+    output whose last axis is the class count)."""
+    from edgeapp.core.tflite.model import parse_model
+
+    m = parse_model(calibrated.data, "calibrated")
+    index = {t.name: t.index for t in m.tensors}
+
+    def ancestors(name: str) -> set:
+        seen, todo = set(), [name]
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo += calibrated.producers.get(n, [])
+        return seen
+
+    outs = sorted(m.outputs[:2], key=lambda i: m.tensors[i].shape[-1] == classes)
+    boxes, scores = (m.tensors[i].name for i in outs)
+    return {index[n] for n in ancestors(boxes) - ancestors(scores) if n in index}
 
 
 def bench(name: str, samples: int, say) -> list:
@@ -85,7 +114,7 @@ def bench(name: str, samples: int, say) -> list:
                 calibrated = rq.calibrate(saved, calibration, job.io)
                 say(f"{name}: float model and calibration on {len(calibration)} images in "
                     f"{time.perf_counter() - started:.0f} s")
-                for variant, data in variants(calibrated, calibration[:100], job.io).items():
+                for variant, data in variants(calibrated, calibration[:100], job.io, p.yolo.nc).items():
                     data, _ = older_equivalents(data)
                     path = Path(tmp) / "variant.tflite"
                     path.write_bytes(data)

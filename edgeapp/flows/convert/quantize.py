@@ -25,7 +25,8 @@ from edgeapp.core.check_report import check_model
 from edgeapp.core.tflite.model import TfliteModel, parse_model
 from edgeapp.core.tflite.patch import older_equivalents
 from edgeapp.errors import ConvertError
-from edgeapp.flows.convert.base import FloatModel, first_line, tensorflow
+from edgeapp.flows.convert import requantize as rq
+from edgeapp.flows.convert.base import FloatModel, first_line
 from edgeapp.flows.convert.data import write_atomic
 from edgeapp.hw.native_stderr import filtered_native_stderr
 
@@ -53,34 +54,11 @@ def exported(model: FloatModel) -> Iterator[str]:
         yield tmp
 
 
-def make_converter(saved_model: str, calibration: np.ndarray, io_type: Optional[str],
-                   progress: Optional[Callable[[], None]] = None):
-    """TensorFlow Lite's converter set up for full-integer int8 (io_type None: float I/O, as
-    the quantization debugger wants it)."""
-    tf = tensorflow()
-
-    def samples():
-        for i in range(len(calibration)):
-            yield [calibration[i:i + 1]]
-            if progress is not None:
-                progress()
-
-    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = samples
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    if io_type is not None:
-        dtypes = {"uint8": tf.uint8, "int8": tf.int8, "float32": tf.float32}
-        converter.inference_input_type = dtypes[io_type]
-        converter.inference_output_type = dtypes[io_type]
-    return converter
-
-
 def quantize(saved_model: str, calibration: np.ndarray, out: Path, io_type: str = "uint8",
              progress: Optional[Callable[[], None]] = None) -> Quantized:
     """Full-integer post-training quantization; `out` is written only when the result is fully
     int8 (through a temporary file and a rename), after `check` has read it."""
-    converter = make_converter(saved_model, calibration, io_type, progress)
+    converter = rq.make_converter(saved_model, calibration, io_type, progress)
     try:
         with filtered_native_stderr():
             flatbuffer = converter.convert()
@@ -90,8 +68,6 @@ def quantize(saved_model: str, calibration: np.ndarray, out: Path, io_type: str 
         raise ConvertError(f"TFLite converter failed: {first_line(e)}") from None
     floored: list = []
     if finer_than_products(parse_model(flatbuffer, str(out))):
-        from edgeapp.flows.convert import requantize as rq
-
         floored_data, floored = rq.floor_ranges(rq.calibrate(saved_model, calibration, io_type).data)
         flatbuffer = rq.requantize(floored_data, io_type)
     flatbuffer, swapped = older_equivalents(flatbuffer)

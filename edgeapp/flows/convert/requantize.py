@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from edgeapp.core.quant_tune import RangeStats
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert.base import first_line, tensorflow
-from edgeapp.flows.convert.quantize import make_converter
 from edgeapp.hw.native_stderr import filtered_native_stderr
 
 
@@ -37,6 +36,29 @@ class Calibrated:
     op_outputs: list = field(default_factory=list)  # output tensor name of every op, in order
     producers: dict = field(default_factory=dict)  # op output name -> the op outputs it reads
     stats: dict = field(default_factory=dict)  # tensor index -> RangeStats (measure_ranges)
+
+
+def make_converter(saved_model: str, calibration: np.ndarray, io_type: Optional[str],
+                   progress: Optional[Callable[[], None]] = None):
+    """TensorFlow Lite's converter set up for full-integer int8 (io_type None: float I/O, as
+    the quantization debugger wants it)."""
+    tf = tensorflow()
+
+    def samples():
+        for i in range(len(calibration)):
+            yield [calibration[i:i + 1]]
+            if progress is not None:
+                progress()
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = samples
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    if io_type is not None:
+        dtypes = {"uint8": tf.uint8, "int8": tf.int8, "float32": tf.float32}
+        converter.inference_input_type = dtypes[io_type]
+        converter.inference_output_type = dtypes[io_type]
+    return converter
 
 
 def calibrate(saved_model: str, calibration: np.ndarray, io: str) -> Calibrated:

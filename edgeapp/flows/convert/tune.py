@@ -1,6 +1,10 @@
-"""`convert --max-drop X`: when plain int8 loses more than X points of the task metric on
-held-out images, try the fixes cheapest first and keep the first that meets the budget with
-the most work on the Edge TPU.
+"""Equalization as part of every conversion, and `convert --max-drop X`: when the written int8
+model loses more than X points of the task metric on held-out images, try the fixes cheapest
+first and keep the first that meets the budget with at least `--min-tpu` of the MACs on the
+Edge TPU (a float tail under that floor is listed as a trade, not kept: exit 14).
+
+Equalization runs by default (`Tuning.equalize`) when the plain model has two linear layers it
+may rescale across: measured like every trial, written when it measures better than plain.
 
 The trials, each on top of the best one so far (a fix that does not help is not kept):
   per-channel weights   dense layers' weights per channel, when they were per tensor;
