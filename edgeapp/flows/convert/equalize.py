@@ -31,6 +31,7 @@ LINEAR = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 HOMOGENEOUS = ("RELU", "LEAKY_RELU", "MAX_POOL_2D", "AVERAGE_POOL_2D", "PAD", "ADD")
 LINEAR_ACTIVATIONS = (0, 1)  # a fused NONE or RELU: f(x / s) = f(x) / s; RELU6 is not
 SCORE_SAMPLES = 32  # calibration images each candidate's output error is measured on
+GATE_SAMPLES = 32  # calibration images `worth_trying` calibrates and measures on
 
 
 @dataclass(frozen=True)
@@ -176,11 +177,10 @@ def rescaled(data: bytes, model: TfliteModel, pairs: list, scales: list, stats: 
         raise ConvertError(f"cannot rescale: {e}") from None
 
 
-def equalize(source: bytes, calibration: np.ndarray, io: str, samples: int) -> Equalized:
-    """The rescaling with the least output error, quantized. `source`: the calibrated float
-    model (the other tensors keep its recorded ranges); `samples`: calibration images the
-    channel ranges are measured on. ConvertError when no pair has a range its outlier channels
-    set."""
+def wide_pairs(source: bytes, calibration: np.ndarray, samples: int) -> tuple:
+    """(model, pairs, their channel ranges, channel stats) of the pairs whose range a few
+    channels set, measured on `samples` calibration images of the calibrated float model
+    `source`; ConvertError (why) when there is none."""
     model = parse_model(source, "calibrated")
     pairs = find_pairs(model)
     if not pairs:
@@ -191,7 +191,27 @@ def equalize(source: bytes, calibration: np.ndarray, io: str, samples: int) -> E
     if not wide:
         raise ConvertError(f"no range between two linear layers is {eq.OUTLIER_RATIO:g}x what "
                            f"{eq.TARGET_PERCENTILE:g}% of its channels need")
-    pairs, ranges = [pairs[i] for i in wide], [ranges[i] for i in wide]
+    return model, [pairs[i] for i in wide], [ranges[i] for i in wide], stats
+
+
+def worth_trying(saved_model: str, calibration: np.ndarray, io: str) -> Optional[str]:
+    """None when equalization may help this model, else why not: a calibration on a few images
+    (a fraction of the full one's time) shows whether any range between two linear layers is
+    set by a few channels. Most models have none, and then pay no full second calibration."""
+    try:
+        few = rq.calibrate(saved_model, calibration[:GATE_SAMPLES], io)
+        wide_pairs(few.data, calibration, GATE_SAMPLES)
+    except ConvertError as e:
+        return str(e)
+    return None
+
+
+def equalize(source: bytes, calibration: np.ndarray, io: str, samples: int) -> Equalized:
+    """The rescaling with the least output error, quantized. `source`: the calibrated float
+    model (the other tensors keep its recorded ranges); `samples`: calibration images the
+    channel ranges are measured on. ConvertError when no pair has a range its outlier channels
+    set."""
+    model, pairs, ranges, stats = wide_pairs(source, calibration, samples)
     x = calibration[:SCORE_SAMPLES]
     want = rq.run_float(source, x)  # recorded ranges do not change the float function
     best = None

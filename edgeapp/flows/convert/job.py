@@ -163,7 +163,8 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             report["silent_layers"] = silent
             if equalized is not None:
                 report["equalization"] = equalized
-                say(equalization_line(equalized))
+                if "plain" in equalized:  # measured (a model it cannot help is not talked about)
+                    say(equalization_line(equalized))
             if embedding is not None:
                 report["embedding_depth"] = embedding
             with _timed(times, "agreement on held-out images"):

@@ -41,7 +41,7 @@ from edgeapp.errors import ConvertError, EdgeappError
 from edgeapp.flows.convert import requantize as rq
 from edgeapp.flows.convert.bias import correct_biases
 from edgeapp.flows.convert.data import Dataset, load_dataset, normalize, write_atomic
-from edgeapp.flows.convert.equalize import equalize, find_pairs
+from edgeapp.flows.convert.equalize import equalize, find_pairs, worth_trying
 from edgeapp.flows.convert.quantize import non_integer_ops
 
 Say = Callable[[str], None]
@@ -169,8 +169,11 @@ class Tuning:
         measures better than plain. None when the model has no such pair (nothing was run)."""
         if not find_pairs(self.plain.model, structural=True):
             return None
-        trials = self._started()
         started = time.monotonic()
+        why = worth_trying(self.saved, self.calibration, self.p.job.io)
+        if why is not None:
+            return {"kept": False, "why": why, "seconds": round(time.monotonic() - started, 2)}
+        trials = self._started()
         try:
             _equalization(trials, self._calibrated(), self.p, self.cal, self.plain, self.say)
         except ConvertError as e:
