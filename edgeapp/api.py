@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
-from edgeapp.core.zones import parse_line, parse_zone
+from edgeapp.core.track.zones import parse_line, parse_zone
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.camera.tracking import TrackingSettings

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from edgeapp.core.boxes import ResizeMode  # noqa: E402
-from edgeapp.core.frames import fit_frame, resize_frame  # noqa: E402
-from edgeapp.core.preprocess import quantize_input  # noqa: E402
+from edgeapp.core.vision.boxes import ResizeMode  # noqa: E402
+from edgeapp.core.vision.frames import fit_frame, resize_frame  # noqa: E402
+from edgeapp.core.vision.preprocess import quantize_input  # noqa: E402
 from edgeapp.hw.capture import cv2_module  # noqa: E402
 from edgeapp.tasks import kind  # noqa: E402
 from edgeapp.tasks.base import Result, annotate_frame  # noqa: E402

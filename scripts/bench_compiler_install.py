@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from edgeapp.core.compiler_files import PINNED  # noqa: E402
+from edgeapp.core.edgetpu.compiler_files import PINNED  # noqa: E402
 from edgeapp.core.registry import digests  # noqa: E402
 from edgeapp.hw.download import Reporter, download  # noqa: E402
 

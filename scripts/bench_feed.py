@@ -64,7 +64,7 @@ def make_jpegs(folder: Path, count: int) -> list:
 
 def decode_ms(paths: list, fast: bool, size=(224, 224)) -> float:
     """Mean single-thread cost of preparing one image (decode, resize, quantize), in ms."""
-    from edgeapp.core.preprocess import prepare_image
+    from edgeapp.core.vision.preprocess import prepare_image
 
     for p in paths[:5]:
         prepare_image(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
@@ -80,7 +80,7 @@ def parallel_decode_ips(paths: list, fast: bool, threads: int, size=(224, 224)) 
     cores ÷ one-thread-cost formula assumes away)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from edgeapp.core.preprocess import prepare_image
+    from edgeapp.core.vision.preprocess import prepare_image
 
     def one(p):
         return prepare_image(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
@@ -122,7 +122,7 @@ def classify_rate(model: Path, folder: Path, env: dict, *args: str) -> float:
 def top1_agreement(model: Path, paths: list) -> tuple[float, float, float]:
     """(share of images whose top-1 class is the same with full and reduced-scale decoding,
     mean |Δ top-1 score| where the class agrees, full-decode top-1 score median)."""
-    from edgeapp.core.preprocess import prepare_image
+    from edgeapp.core.vision.preprocess import prepare_image
     from edgeapp.hw.runtime import open_engine
 
     engine = open_engine(model, "cpu", probe=False)

@@ -80,7 +80,7 @@ def tflite_logits(model: Path, x: np.ndarray) -> np.ndarray:
 
 
 def scores(ref: np.ndarray, got: np.ndarray, labels=None) -> dict:
-    from edgeapp.core.quant_metrics import cosine_per_sample, sqnr_db
+    from edgeapp.core.quant.metrics import cosine_per_sample, sqnr_db
 
     cos = cosine_per_sample(ref, got)
     agree = float(np.mean(ref.argmax(1) == got.argmax(1)))

@@ -90,8 +90,8 @@ def p90(values: list) -> float:
 
 
 def training(repeat: int) -> dict:
-    from edgeapp.core.learn import imprint, train_softmax
-    from edgeapp.core.learn_eval import stratified_split
+    from edgeapp.core.learn.holdout import stratified_split
+    from edgeapp.core.learn.train import imprint, train_softmax
 
     rng = np.random.default_rng(0)
     centres = rng.random((10, 1024)) * 2
@@ -115,8 +115,8 @@ def training(repeat: int) -> dict:
 
 
 def writing(model: Path, repeat: int) -> dict:
-    from edgeapp.core.head import head_tensors, logit_range
-    from edgeapp.core.learn import imprint
+    from edgeapp.core.learn.head import head_tensors, logit_range
+    from edgeapp.core.learn.train import imprint
     from edgeapp.core.tflite.append import append_operators
     from edgeapp.core.tflite.model import parse_model
 

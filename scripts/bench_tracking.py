@@ -53,7 +53,7 @@ def detections(scene, detector: Path = DETECTOR) -> list:
 def run_edgeapp(dets: list, **settings) -> tuple:
     """(tracked boxes per frame, the same with each track's first, unconfirmed box added in
     the frame it was seen: what flows/camera/tracking.py counts lines from)."""
-    from edgeapp.core.tracking import ByteTracker, TrackerSettings
+    from edgeapp.core.track.tracking import ByteTracker, TrackerSettings
 
     tracker = ByteTracker(TrackerSettings(high=HIGH, low=LOW, **settings))
     frames, for_lines = [], []
@@ -101,7 +101,7 @@ def score(scene, frames: list) -> dict:
 
 def line_counts(scene, frames: list) -> tuple:
     """(truth, tracked) counts of objects crossing x = width / 2 each way, once per object."""
-    from edgeapp.core.zones import Line, centre, crossing, side
+    from edgeapp.core.track.zones import Line, centre, crossing, side
 
     line = Line("mid", ((scene.width / 2, 0.0), (scene.width / 2, float(scene.height))))
 
@@ -124,7 +124,7 @@ def line_counts(scene, frames: list) -> tuple:
 
 
 def cost(objects: int = 20, frames: int = 300) -> dict:
-    from edgeapp.core.tracking import ByteTracker
+    from edgeapp.core.track.tracking import ByteTracker
 
     rng = np.random.default_rng(1)
     tracker = ByteTracker()

@@ -4,7 +4,7 @@ quantized the same way, scored by COCO mAP on a labelled held-out set, and mappe
 
 Variants (all calibrated on the same photos, letterboxed as `detect` letterboxes them, with
 edgeapp's quantization; the score of each is pycocotools' mAP50-95 / mAP50 on the held-out
-images, detections decoded and NMS'd by core/yolo.py with Ultralytics' val settings: conf
+images, detections decoded and NMS'd by core/vision/yolo.py with Ultralytics' val settings: conf
 0.001, IoU 0.7, 300 boxes):
   * float: the ONNX file on ONNX Runtime;
   * split: what `edgeapp convert` writes: the graph cut before the decode, two int8 outputs
@@ -39,9 +39,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from edgeapp.core import yolo  # noqa: E402
-from edgeapp.core.boxes import to_original_array  # noqa: E402
-from edgeapp.core.classify import dequantize  # noqa: E402
+from edgeapp.core.vision import yolo  # noqa: E402
+from edgeapp.core.vision.boxes import to_original_array  # noqa: E402
+from edgeapp.core.vision.classify import dequantize  # noqa: E402
 
 EVAL_CONF = 0.001
 
@@ -183,7 +183,7 @@ def float_runner(path: Path):
 
 
 def tflite_runner(path: Path):
-    from edgeapp.core.preprocess import quantize_input
+    from edgeapp.core.vision.preprocess import quantize_input
     from edgeapp.hw.runtime import open_engine
 
     e = open_engine(path, "cpu")
@@ -222,7 +222,7 @@ def evaluate(kind: str, run, val: Path, size: tuple, names: dict) -> dict:
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
-    from edgeapp.core.preprocess import load_image
+    from edgeapp.core.vision.preprocess import load_image
 
     gt = COCO(str(val / "instances_val.json"))
     by_name = {c["name"]: c["id"] for c in gt.dataset["categories"]}

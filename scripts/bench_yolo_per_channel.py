@@ -109,7 +109,7 @@ def box_branch(calibrated, classes: int) -> set:
 
 def bench(name: str, samples: int, say) -> list:
     """The rows of one fixture: float, then each variant."""
-    from edgeapp.core.check_report import check_model
+    from edgeapp.core.edgetpu.check_report import check_model
     from edgeapp.core.tflite.model import parse_model
     from edgeapp.core.tflite.patch import older_equivalents
     from edgeapp.flows.convert import job as convert_job

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Host cost of YOLO post-processing per frame: edgeapp's core/yolo.py against Ultralytics' own
+"""Host cost of YOLO post-processing per frame: edgeapp's core/vision/yolo.py against Ultralytics' own
 postprocess (dequantize, non_max_suppression, scale_boxes) on the same int8 outputs, in one run.
 
 Runs where both are importable (the fixture venv of scripts/build_yolo_fixtures.py):
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeapp.core import yolo
-from edgeapp.core.boxes import letterbox_fit
+from edgeapp.core.vision import yolo
+from edgeapp.core.vision.boxes import letterbox_fit
 
 os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp())  # Ultralytics writes settings there
 os.environ.setdefault("YOLO_OFFLINE", "1")

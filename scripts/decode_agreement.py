@@ -13,7 +13,7 @@ resolution, re-encoded at quality 90) of the photos given: more samples of real 
 content than the few photos at hand, though not independent of them. Models default to
 Coral's MobileNet V2 and MobileNet v1 0.25/128 in ../shared/coral.
 
-`--yardsticks` adds, on the same photos and straight through core/preprocess (no API), how
+`--yardsticks` adds, on the same photos and straight through core/vision/preprocess (no API), how
 top-1 moves under two other changes of preprocessing, to read the figure against: a full decode
 resized with BICUBIC instead of LANCZOS (how sensitive the photos are to any change of
 resampling), and a scaled decode that keeps at least twice the input's pixels (one DCT scale
@@ -70,7 +70,7 @@ def top1(model: Path, paths: List[str], decode: str) -> List[tuple]:
 
 def reduced(model: Path, paths: List[str]) -> int:
     """How many of the photos the scaled decode actually decodes at a reduced scale."""
-    from edgeapp.core.preprocess import decode_image
+    from edgeapp.core.vision.preprocess import decode_image
     from edgeapp.hw.runtime import open_engine
 
     shape = open_engine(model, "cpu").input_shape
@@ -90,7 +90,7 @@ def agreement(model: Path, paths: List[str]) -> dict:
 def yardsticks(model: Path, paths: List[str]) -> dict:
     from PIL import Image
 
-    from edgeapp.core.preprocess import fit_pixels, load_image, quantize_input
+    from edgeapp.core.vision.preprocess import fit_pixels, load_image, quantize_input
     from edgeapp.hw.runtime import open_engine
 
     engine = open_engine(model, "cpu")

@@ -99,7 +99,7 @@ def embeddings(model: Path, folder: Path, cache_root: Path) -> tuple:
 
 
 def curve(x: np.ndarray, y: np.ndarray, repeats: int) -> dict:
-    from edgeapp.core.learn import head_scores, imprint, train_softmax
+    from edgeapp.core.learn.train import head_scores, imprint, train_softmax
 
     k = int(y.max()) + 1
     test = np.concatenate([np.flatnonzero(y == c)[:TEST_PER_CLASS] for c in range(k)])

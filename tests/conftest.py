@@ -175,7 +175,8 @@ def tflite_schema():
     return module
 
 
-def make_edgetpu_stand_in(cpu_model: Path, out: Path, custom_code: str = "edgetpu-custom-op") -> Path:
+def make_edgetpu_stand_in(cpu_model: Path, out: Path, custom_code: str = "edgetpu-custom-op",
+                          custom_options: bytes = b"compiled-for-edgetpu") -> Path:
     """A valid TFLite file shaped like edgetpu_compiler's output: one `edgetpu-custom-op` node
     (or another custom op, `custom_code`) from the CPU model's input to its output (written with the
     TFLite flatbuffers schema)."""
@@ -192,7 +193,7 @@ def make_edgetpu_stand_in(cpu_model: Path, out: Path, custom_code: str = "edgetp
     op = schema.OperatorT()
     op.opcodeIndex = 0
     op.inputs, op.outputs = list(sg.inputs), list(sg.outputs)
-    op.customOptions = list(b"compiled-for-edgetpu")  # opaque blob, as the real op has
+    op.customOptions = list(custom_options)  # opaque blob, as the real op has (edgetpu_package)
     m.operatorCodes = [code]
     sg.operators = [op]
     m.metadata, m.signatureDefs = None, None
@@ -200,6 +201,55 @@ def make_edgetpu_stand_in(cpu_model: Path, out: Path, custom_code: str = "edgetp
     b.Finish(m.Pack(b), file_identifier=b"TFL3")
     out.write_bytes(b.Output())
     return out
+
+
+def edgetpu_package(executables, min_runtime: int = 14) -> bytes:
+    """An edgetpu-custom-op's options in the compiler's own layout (libedgetpu's
+    tflite/custom_op_data.cc and executable/executable.fbs): a FlexBuffers map whose "4" is a
+    Package (DWN1) of a MultiExecutable of Executables, each (type, parameter bytes, caching
+    token): 0 stand-alone, 1 parameter caching, 2 execution only."""
+    import flatbuffers
+    from flatbuffers import flexbuffers
+
+    def finish(b, root, ident=None):
+        b.Finish(root, file_identifier=ident)
+        return bytes(b.Output())
+
+    blobs = []
+    for kind, n, token in executables:
+        b = flatbuffers.Builder(64)
+        params = b.CreateByteVector(bytes(n))
+        b.StartObject(17)
+        b.PrependUOffsetTRelativeSlot(6, params, 0)
+        b.PrependUint64Slot(14, token, 0)
+        b.PrependInt16Slot(13, kind, 0)
+        blobs.append(finish(b, b.EndObject()))
+    b = flatbuffers.Builder(64)
+    strings = [b.CreateByteVector(x) for x in blobs]
+    b.StartVector(4, len(strings), 4)
+    for x in reversed(strings):
+        b.PrependUOffsetTRelative(x)
+    vec = b.EndVector()
+    b.StartObject(1)
+    b.PrependUOffsetTRelativeSlot(0, vec, 0)
+    multi = finish(b, b.EndObject())
+    b = flatbuffers.Builder(64)
+    inner = b.CreateByteVector(multi)
+    b.StartObject(7)
+    b.PrependUOffsetTRelativeSlot(1, inner, 0)
+    b.PrependInt32Slot(0, min_runtime, 0)
+    package = finish(b, b.EndObject(), b"DWN1")
+    fb = flexbuffers.Builder()
+    with fb.Map():
+        fb.Int("1", 0)
+        fb.Key("4")
+        fb.Blob(package)
+        fb.Int("5", -1)
+        fb.Key("6")
+        fb.TypedVectorFromElements([18], element_type=flexbuffers.Type.INT)
+        fb.Key("7")
+        fb.VectorFromElements([])
+    return bytes(fb.Finish())
 
 
 @pytest.fixture(scope="session")

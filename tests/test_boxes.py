@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from edgeapp.core.boxes import (
+from edgeapp.core.vision.boxes import (
     BBox,
     Fit,
     ResizeMode,

@@ -22,8 +22,8 @@ import pytest
 from conftest import ROOT
 from media import colour_frame, make_video
 
-from edgeapp.core.boxes import ResizeMode
-from edgeapp.core.frames import fit_frame
+from edgeapp.core.vision.boxes import ResizeMode
+from edgeapp.core.vision.frames import fit_frame
 from edgeapp.errors import ExitCode
 from edgeapp.flows.camera.loop import CameraStats, run_camera
 from edgeapp.hw.capture import FrameGrabber, OpenCVSource, ReconnectPolicy, parse_source
@@ -494,7 +494,7 @@ def test_stats_summary_has_the_documented_fields():
 
 
 def test_overlay_draws_boxes_label_and_status():
-    from edgeapp.core.overlay import color_for
+    from edgeapp.core.vision.overlay import color_for
     from edgeapp.tasks import kind
     from edgeapp.tasks.base import Result, annotate_frame
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import tflite_schema
 
-from edgeapp.core import check_report as CR
-from edgeapp.core import edgetpu_rules as R
+from edgeapp.core.edgetpu import check_report as CR
+from edgeapp.core.edgetpu import rules as R
 from edgeapp.core.tflite.model import Operator, Quantization, Tensor, TfliteModel, load_model
 from edgeapp.errors import ExitCode
 

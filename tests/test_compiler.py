@@ -18,7 +18,7 @@ import pytest
 from compiler_fixtures import DIGITS, FIX
 from conftest import ROOT
 
-from edgeapp.core import compiler_output as CO
+from edgeapp.core.edgetpu import compiler_output as CO
 from edgeapp.core.naming import compiler_outputs
 from edgeapp.errors import ExitCode, MissingDependency
 from edgeapp.hw import compiler as C

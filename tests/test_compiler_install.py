@@ -22,7 +22,7 @@ from pathlib import Path
 import compiler_standin as standin
 import pytest
 
-from edgeapp.core import compiler_files as CF
+from edgeapp.core.edgetpu import compiler_files as CF
 from edgeapp.core.registry import git_blob_sha1
 from edgeapp.errors import ExitCode
 from edgeapp.hw.compiler_host import Runner, binfmt_x86_64, choose_runner

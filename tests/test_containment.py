@@ -262,8 +262,8 @@ def test_check_counts_ops_of_a_damaged_operator_without_an_internal_error(tmp_pa
 def test_nan_boxes_scores_classes_and_count_are_no_objects():
     import numpy as np
 
-    from edgeapp.core.boxes import stretch_fit
-    from edgeapp.core.detect import OutputInfo, find_layout, get_objects
+    from edgeapp.core.vision.boxes import stretch_fit
+    from edgeapp.core.vision.detect import OutputInfo, find_layout, get_objects
 
     nan = float("nan")
     layout = find_layout([OutputInfo(0, "t0", (1, 3)), OutputInfo(1, "t1", (1, 3, 4)),

@@ -70,7 +70,7 @@ def test_other_graphs_are_left_as_they_are(tmp_path):
 def test_yolo11_fixture_gives_the_same_outputs_on_real_images():
     """The trained YOLO11 export (Ultralytics 8.4), its one C2PSA block rewritten: the same boxes
     and scores on held-out images, letterboxed as `detect` feeds them."""
-    from edgeapp.core.yolo import letterbox
+    from edgeapp.core.vision.yolo import letterbox
 
     model = fixed(FIX / "yolo11_shapes_256.onnx")
     rewritten, found = rewrite_attention(model)

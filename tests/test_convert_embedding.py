@@ -54,7 +54,7 @@ def test_an_embedding_output_is_measured_by_agreement_only(cut_and_converted):
 
 
 def test_the_sidecar_records_an_embedding_without_labels(cut_and_converted):
-    from edgeapp.core.embedding import embedding_output
+    from edgeapp.core.learn.embedding import embedding_output
 
     path = cut_and_converted["path"]
     meta = read_meta(path)
@@ -79,7 +79,7 @@ def test_retrain_takes_it_and_classify_says_it_is_one(cut_and_converted, tiny_da
 
 
 def test_a_classifier_is_no_embedding(converted):
-    from edgeapp.core.embedding import embedding_output
+    from edgeapp.core.learn.embedding import embedding_output
 
     assert embedding_output(load_model(converted["path"])) is None
     assert read_meta(converted["path"]).task == "classify"

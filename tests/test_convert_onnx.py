@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT
 from media import write_color_folders
 
-from edgeapp.core.edgetpu_rules import MAX_KNOWN_VERSION
+from edgeapp.core.edgetpu.rules import MAX_KNOWN_VERSION
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import ExitCode
 
@@ -82,7 +82,7 @@ def ort_outputs(onnx_file: Path, images: list) -> np.ndarray:
 
 def tflite_outputs(model: Path, images: list) -> np.ndarray:
     """The int8 model run as classify runs it, dequantized."""
-    from edgeapp.core.preprocess import load_image, quantize_input
+    from edgeapp.core.vision.preprocess import load_image, quantize_input
     from edgeapp.hw.runtime import open_engine
 
     engine = open_engine(model, "cpu")

@@ -1,6 +1,6 @@
 """Ultralytics YOLO ONNX exports recognised and cut before their decode, and other detectors
 refused, before TensorFlow loads: stand-in exports built with onnx.helper (tests/yolo_onnx_models.py)
-run through ONNX Runtime and edgeapp's own decoder (core/yolo.py).
+run through ONNX Runtime and edgeapp's own decoder (core/vision/yolo.py).
 """
 
 import os
@@ -13,7 +13,7 @@ import pytest
 import yolo_onnx_models as standin
 from conftest import ROOT
 
-from edgeapp.core import yolo
+from edgeapp.core.vision import yolo
 from edgeapp.errors import ConvertError, ExitCode, InvalidModel
 
 onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[dev]'")
@@ -32,7 +32,7 @@ def head_of(path: Path):
 @pytest.mark.parametrize("joined", [False, True], ids=["8.4-apart", "8.3-joined"])
 @pytest.mark.parametrize("nc", [1, 3, 64])
 def test_head_found_and_cut_decodes_as_the_export_does(tmp_path, joined, nc):
-    """The cut graph's two outputs, decoded on the CPU by core/yolo.py (the `dfl` layout), give
+    """The cut graph's two outputs, decoded on the CPU by core/vision/yolo.py (the `dfl` layout), give
     the boxes and scores the whole export computes itself, on every anchor."""
     path = standin.ultralytics_like(tmp_path / "m.onnx", size=64, nc=nc, joined=joined, seed=nc)
     fixed, head = head_of(path)

@@ -25,7 +25,7 @@ import pytest
 from conftest import SHARED, default_runtime
 from PIL import Image
 
-from edgeapp.core import check_report as CR
+from edgeapp.core.edgetpu import check_report as CR
 from edgeapp.core.tflite.model import load_model
 
 pytestmark = pytest.mark.shared
@@ -77,7 +77,7 @@ def edgeapp_json(cli, *args) -> list[dict]:
 
 
 def keypoints_normalized(rec: dict, size) -> dict[int, tuple[float, float, float]]:
-    from edgeapp.core.pose import KEYPOINTS
+    from edgeapp.core.vision.pose import KEYPOINTS
 
     w, h = size
     return {KEYPOINTS.index(k["name"]): (k["score"], k["x"] / w, k["y"] / h)
@@ -97,7 +97,7 @@ def close_keypoints(got: dict, want: dict, threshold: float = 0.4, tol: float = 
 
 
 def test_movenet_matches_libcoral_test_procedure(cli):
-    from edgeapp.core.preprocess import resize_bilinear
+    from edgeapp.core.vision.preprocess import resize_bilinear
 
     it = reference_interpreter(MOVENET)
     recs = edgeapp_json(cli, "pose", MOVENET, *IMAGES, "--threshold", "0")

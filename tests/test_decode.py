@@ -1,4 +1,4 @@
-"""JPEGs decoded at the scale the model needs (core/preprocess.decode_image, --decode): never
+"""JPEGs decoded at the scale the model needs (core/vision/preprocess.decode_image, --decode): never
 below the pixels the fit takes, EXIF turns included; other formats and small JPEGs decoded as
 a full decode does; results on the whole photo; calibration decodes as inference does."""
 
@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from edgeapp import tasks
-from edgeapp.core.boxes import make_fit
-from edgeapp.core.preprocess import dct_scale, decode_image, fit_pixels, load_image, needed_size
+from edgeapp.core.vision.boxes import make_fit
+from edgeapp.core.vision.preprocess import dct_scale, decode_image, fit_pixels, load_image, needed_size
 from edgeapp.errors import UsageError
 
 

@@ -1,7 +1,7 @@
 """The bundled digits model (models/digits_int8.tflite) and its report: the report says which
 TensorFlow and CPU built it, and there (or when it does not say) `scripts/build_default_model.py`
-rebuilds the very same model and numbers (the build is deterministic per TensorFlow build and
-CPU architecture; others give other, equally stable, numbers)."""
+rebuilds the very same model and numbers (the build is deterministic per TensorFlow build, CPU
+architecture and widest vector extension; others give other, equally stable, numbers)."""
 
 import json
 import os
@@ -11,6 +11,8 @@ import sys
 
 import pytest
 from conftest import ROOT
+
+from edgeapp.hw.hostinfo import cpu_vector_isa
 
 MODEL = ROOT / "models" / "digits_int8.tflite"
 REPORT = json.loads((ROOT / "models" / "digits_int8.report.json").read_text())
@@ -22,7 +24,7 @@ SHAPES_CHECK = ROOT / "models" / "retrain_check"
 def test_the_report_says_what_built_it():
     built = REPORT.get("built_with")
     assert built, "the report must say which TensorFlow and CPU made these numbers"
-    assert {"tensorflow", "keras", "numpy", "python", "machine"} <= set(built)
+    assert {"tensorflow", "keras", "numpy", "python", "machine", "cpu_vector_isa"} <= set(built)
 
 
 def test_the_build_reproduces_the_committed_model(tmp_path):
@@ -33,7 +35,7 @@ def test_the_build_reproduces_the_committed_model(tmp_path):
         pytest.skip("pip install 'edgeapp[convert]' (TensorFlow) to rebuild the model")
     tf_version = probe.stdout.strip().splitlines()[-1]
     built = REPORT.get("built_with")
-    here = {"tensorflow": tf_version, "machine": platform.machine()}
+    here = {"tensorflow": tf_version, "machine": platform.machine(), "cpu_vector_isa": cpu_vector_isa()}
     if built and {k: built.get(k) for k in here} != here:
         pytest.skip(f"the model was built with {built}; here {here} gives other, equally stable, numbers")
     out = tmp_path / "models"
@@ -78,7 +80,7 @@ def test_the_build_extra_is_declared_and_the_readme_names_it():
 
 
 def test_the_shipped_extractor_is_recorded_as_one(cli):
-    from edgeapp.core.embedding import embedding_output
+    from edgeapp.core.learn.embedding import embedding_output
     from edgeapp.core.meta import read_meta
     from edgeapp.core.tflite.model import load_model
 
@@ -104,3 +106,19 @@ def test_retrain_runs_offline_on_what_ships(cli, tmp_path):
     assert len(records) == len(list(SHAPES_CHECK.glob("*.png"))) >= len(classes)
     right = [rec for rec in records if rec["classes"][0]["label"] == rec["path"].rsplit("/", 1)[1].split("_")[0]]
     assert len(right) >= 0.7 * len(records), records
+
+
+@pytest.mark.parametrize("flags, isa", [
+    ("flags\t\t: fpu sse4_2 avx fma avx2 avx512f avx512bw", "avx512"),
+    ("flags\t\t: fpu sse4_2 avx fma avx2", "avx2"),  # the AVX2 CPU whose build gave 0.9721, not 0.9749
+    ("flags\t\t: fpu sse4_2", "sse4.2"),
+    ("Features\t: fp asimd evtstrm crc32", "asimd"),  # a Raspberry Pi 4/5
+    ("processor\t: 0", None),
+])
+def test_the_build_records_which_vector_extension_its_kernels_ran_on(tmp_path, flags, isa):
+    """The rebuild is compared only on a CPU with the same widest vector extension: TensorFlow
+    picks its kernels (and their float rounding) by it, so an AVX2 machine with the very same
+    versions trains another, equally stable, model."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text(f"processor\t: 0\n{flags}\n\nprocessor\t: 1\n{flags}\n")
+    assert cpu_vector_isa(tmp_path) == isa

@@ -15,8 +15,8 @@ import detection_models as dm
 import numpy as np
 import pytest
 
-from edgeapp.core.boxes import BBox, letterbox_fit, stretch_fit
-from edgeapp.core.detect import OutputInfo, engine_layout, find_layout, get_objects
+from edgeapp.core.vision.boxes import BBox, letterbox_fit, stretch_fit
+from edgeapp.core.vision.detect import OutputInfo, engine_layout, find_layout, get_objects
 from edgeapp.errors import ExitCode, InvalidModel
 
 RED, GREEN, BLUE = 0, 1, 2  # class ids of the test models (and RGB channels)

@@ -13,7 +13,7 @@ import pytest
 from fake_roots import add_usb, dpkg_owns, hot_card
 from jsonl_records import records, without_device
 
-from edgeapp.core import clock, thermal
+from edgeapp.core.edgetpu import clock, thermal
 from edgeapp.core.stats import median
 from edgeapp.errors import ExitCode
 from edgeapp.hw.sysroot import sysroot

@@ -1,4 +1,4 @@
-"""Equalization's maths (core/equalize.py) on a small numpy network in TFLite's weight layouts:
+"""Equalization's maths (core/quant/equalize.py) on a small numpy network in TFLite's weight layouts:
 conv -> ReLU -> a constant added (one pixel of one channel 60x the others) -> max pool -> a
 consumer. Rescaled, the float outputs stay the same and the activation's range shrinks to what
 the other channels need."""
@@ -6,7 +6,7 @@ the other channels need."""
 import numpy as np
 import pytest
 
-from edgeapp.core import equalize as eq
+from edgeapp.core.quant import equalize as eq
 from edgeapp.core.tflite.patch import set_min_max
 
 

@@ -210,7 +210,7 @@ def test_segmentation_against_scikit_learn(cli, ps_models, tmp_path):
 
 
 def test_pose_oks_against_pycocotools(cli, ps_models, tmp_path):
-    from edgeapp.core.pose import KEYPOINTS
+    from edgeapp.core.vision.pose import KEYPOINTS
 
     folder = tmp_path / "pose"
     folder.mkdir()
@@ -395,7 +395,7 @@ def test_a_compiled_model_without_an_edge_tpu_is_measured_on_its_cpu_twin(cli, c
 def test_numpy_metrics_match_scikit_learn_on_random_predictions():
     from sklearn.metrics import accuracy_score, confusion_matrix, jaccard_score, top_k_accuracy_score
 
-    from edgeapp.core.eval_metrics import add_masks, classification_metrics, segmentation_metrics
+    from edgeapp.core.eval.metrics import add_masks, classification_metrics, segmentation_metrics
 
     rng = np.random.default_rng(0)
     scores = rng.random((300, 12))
@@ -418,7 +418,7 @@ def test_numpy_metrics_match_scikit_learn_on_random_predictions():
 
 
 def test_names_match_coral_style_gapped_labels():
-    from edgeapp.core.eval_metrics import match_names
+    from edgeapp.core.eval.metrics import match_names
 
     model = {0: "person", 2: "car", 17: "Dog", 90: "toothbrush"}  # Coral's numbering
     data = {1: "person", 3: "car", 18: "dog"}  # COCO's category ids

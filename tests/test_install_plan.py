@@ -13,8 +13,8 @@ import sys
 import pytest
 from fake_roots import fake_system
 
-from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES
-from edgeapp.core.pairing import UNKNOWN, WORKS
+from edgeapp.core.install.pairing import UNKNOWN, WORKS
+from edgeapp.core.install.plan import DISABLE_CORAL_SOURCES
 from edgeapp.flows.doctor.install import install_plan
 from edgeapp.hw.osinfo import read_platform
 

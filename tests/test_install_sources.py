@@ -14,7 +14,7 @@ import pytest
 from doctor_checks import by_name, env_for
 from fake_roots import fake_system, pi5, write_file
 
-from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES
+from edgeapp.core.install.plan import DISABLE_CORAL_SOURCES
 from edgeapp.flows.doctor.install import OK, WARN, install_plan, pycoral_check, run_checks
 
 DEAD = re.compile(r"packages\.cloud\.google\.com|coral-edgetpu-stable|apt repositor|apt-key|"

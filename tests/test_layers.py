@@ -209,6 +209,35 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+def core_room(name: str) -> str:
+    """The room of a core module: its topic package (core/vision/, core/quant/, ...), or "flat"
+    for the shared facts directly in core/ (naming, limits, labels, meta, units, ...)."""
+    parts = name.split(".")
+    if len(parts) > 3 or (len(parts) == 3 and (PKG / "core" / parts[2]).is_dir()):
+        return parts[2]
+    return "flat"
+
+
+def test_core_rooms_import_down_and_never_in_a_circle():
+    """core/ is split by topic: the flat modules are the base every room may read, so they
+    import no room; the rooms' imports of each other form no circle."""
+    full = graph(by_name=False)
+    rooms = {}
+    for mod, deps in full.items():
+        if layer(mod) != "core":
+            continue
+        for dep in deps:
+            if layer(dep) == "core" and dep != "edgeapp.core" and core_room(dep) != core_room(mod):
+                rooms.setdefault(core_room(mod), set()).add(core_room(dep))
+    assert not rooms.get("flat", set()) - {"flat"}, f"flat core modules import rooms: {rooms['flat']}"
+
+    def reaches(start, goal, seen=()):
+        return any(r == goal or (r not in seen and reaches(r, goal, seen + (r,))) for r in rooms.get(start, ()))
+
+    circles = sorted(r for r in rooms if reaches(r, r))
+    assert not circles, f"core rooms in a circle: {circles} ({rooms})"
+
+
 @pytest.mark.parametrize("forbidden", ["ctypes"])
 def test_only_hw_loads_native_libraries(forbidden):
     users = [module_name(p) for p in PKG.rglob("*.py")

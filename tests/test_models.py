@@ -427,9 +427,9 @@ def test_coral_ssd_labels_match_the_class_ids_the_model_emits(cli, coral_env):
     coco_labels.txt has 90 lines with "n/a" in the gaps, so line N is id N (pycoral: cat = 16)."""
     from flatbuffers import flexbuffers
 
-    from edgeapp.core.detect import POSTPROCESS_OP, OutputInfo, find_layout
     from edgeapp.core.labels import read_labels
     from edgeapp.core.tflite.model import load_model
+    from edgeapp.core.vision.detect import POSTPROCESS_OP, OutputInfo, find_layout
 
     schema = tflite_schema()
     r = cli("models", "pull", "ssd_mobilenet_v2_coco_pipeline4", "-f", "json")
@@ -454,8 +454,8 @@ def test_coral_raw_models_get_their_pixels_unchanged(cli, coral_env):
     and unquantized (MoveNet) uint8 inputs alike."""
     import numpy as np
 
-    from edgeapp.core.preprocess import quantize_input
     from edgeapp.core.tflite.model import load_model
+    from edgeapp.core.vision.preprocess import quantize_input
 
     r = cli("models", "pull", "--cpu-only", "movenet_lightning", "deeplabv3_dm05_pascal", "-f", "json")
     assert r.exit_code == 0, r.stderr

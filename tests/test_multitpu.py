@@ -16,7 +16,7 @@ from jsonl_records import records, without_device
 from media import CLASSES
 from standin import write_segments
 
-from edgeapp.core.pipeline_segments import check_chain, find_segment_files
+from edgeapp.core.edgetpu.pipeline_segments import check_chain, find_segment_files
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceUnavailable, ExitCode, InvalidModel, UsageError
 from edgeapp.execution.parallel import DevicePool

@@ -7,7 +7,7 @@ import pytest
 from conftest import SHARED
 from media import SIZE
 
-from edgeapp.core.opcount import count_ops, macs_per_op
+from edgeapp.core.edgetpu.opcount import count_ops, macs_per_op
 from edgeapp.core.tflite.model import load_model, parse_model
 from edgeapp.core.tflite.writer import ModelWriter
 from edgeapp.flows.bench.synthetic import SyntheticSpec, build_synthetic

@@ -35,7 +35,7 @@ def test_the_label_scales_with_the_image(cli, tiny_model, tmp_path):
 
 
 def test_text_scale_is_proportional_with_a_floor():
-    from edgeapp.core.overlay import text_scale
+    from edgeapp.core.vision.overlay import text_scale
 
     assert text_scale((720, 1280, 3)) == pytest.approx(2 * text_scale((360, 640, 3)))
     assert text_scale((1280, 720)) == text_scale((720, 1280))  # the shorter side decides

@@ -1,4 +1,4 @@
-"""The pairing table (core/pairing.py): identifying a libedgetpu build, the decision over every
+"""The pairing table (core/install/pairing.py): identifying a libedgetpu build, the decision over every
 row, and the refusal of a known-crash pair before any probe child runs.
 
 The end-to-end tests build small stand-in Edge TPU libraries with the C compiler (as
@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, default_runtime
 
-from edgeapp.core.install_plan import plan_for
-from edgeapp.core.pairing import (
+from edgeapp.core.install.pairing import (
     ANY,
     COMMUNITY,
     CRASH,
@@ -37,6 +36,7 @@ from edgeapp.core.pairing import (
     identify,
     version_tuple,
 )
+from edgeapp.core.install.plan import plan_for
 from edgeapp.hw.osinfo import read_platform
 from edgeapp.hw.verdicts import Pair, Verdict, VerdictCache
 

@@ -14,9 +14,9 @@ import pytest
 from conftest import make_edgetpu_stand_in
 from PIL import Image
 
-from edgeapp.core.boxes import stretch_fit
-from edgeapp.core.pose import KEYPOINTS, posenet_poses
-from edgeapp.core.preprocess import resize_bilinear
+from edgeapp.core.vision.boxes import stretch_fit
+from edgeapp.core.vision.pose import KEYPOINTS, posenet_poses
+from edgeapp.core.vision.preprocess import resize_bilinear
 from edgeapp.errors import ExitCode
 
 TOL = 0.02  # normalized: the model's uint8 output steps are ~0.004

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from edgeapp.core.edgetpu_specs import NOMINAL_WATTS
+from edgeapp.core.edgetpu.specs import NOMINAL_WATTS
 from edgeapp.hw import hostinfo, power
 
 # `vcgencmd pmic_read_adc` as printed by a Raspberry Pi 5 Model B under load (Raspberry Pi OS

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from edgeapp.core.classify import Class, dequantize, get_classes_from_scores, get_scores
 from edgeapp.core.labels import parse_labels
-from edgeapp.core.preprocess import input_affine, load_image, prepare_image, quantize_input
+from edgeapp.core.vision.classify import Class, dequantize, get_classes_from_scores, get_scores
+from edgeapp.core.vision.preprocess import input_affine, load_image, prepare_image, quantize_input
 from edgeapp.errors import InputError
 
 

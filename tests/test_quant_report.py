@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from edgeapp.core.quant_metrics import align, class_agreement, compare_outputs, cosine_per_sample, sqnr_db, top_k
-from edgeapp.core.quant_report import (
+from edgeapp.core.quant.metrics import align, class_agreement, compare_outputs, cosine_per_sample, sqnr_db, top_k
+from edgeapp.core.quant.report import (
     LayerAccumulator,
     attribute_shared_ranges,
     channel_range_ratio,
@@ -134,7 +134,7 @@ def test_keras_conversion_report(tiny_keras, tiny_data, tmp_path):
 
 def test_top_k_breaks_ties_as_classify_does():
     """An accuracy convert reports is the one `classify` gets: tied scores rank alike."""
-    from edgeapp.core.classify import get_classes_from_scores
+    from edgeapp.core.vision.classify import get_classes_from_scores
 
     rng = np.random.default_rng(0)
     scores = rng.integers(0, 4, size=(500, 6)).astype(np.float32)  # quantized scores tie often
@@ -145,7 +145,7 @@ def test_top_k_breaks_ties_as_classify_does():
 def test_a_range_set_by_one_outlier_is_clipped_at_the_percentile():
     """--max-drop's clip: 3 spikes at 400 among 300,000 values in 0..7 set the calibrated range;
     the 99.99th percentile cuts it back to ~7. A range without outliers is left alone."""
-    from edgeapp.core.quant_tune import RangeStats
+    from edgeapp.core.quant.tune import RangeStats
 
     rng = np.random.default_rng(2)
     spiked, plain = RangeStats(0.0, 400.0), RangeStats(0.0, 7.0)
@@ -162,7 +162,7 @@ def test_a_range_set_by_one_outlier_is_clipped_at_the_percentile():
 
 
 def test_a_range_recorded_wider_than_the_values_is_re_measured():
-    from edgeapp.core.quant_tune import RangeStats
+    from edgeapp.core.quant.tune import RangeStats
 
     stats = RangeStats(-1.0, 400.0)  # the calibrator's record; the values only reach 0..7
     stats.add(np.linspace(0, 7, 1000))
@@ -175,7 +175,7 @@ def test_a_range_recorded_wider_than_the_values_is_re_measured():
     ({"agreement": None, "outputs": [{"cosine": 0.99}, {"cosine": 0.95}]}, "output cosine", 0.05),
 ])
 def test_the_loss_is_in_the_task_metric(detail, metric, drop):
-    from edgeapp.core.quant_tune import drop_of, meets, metric_of
+    from edgeapp.core.quant.tune import drop_of, meets, metric_of
 
     name, ref, got = metric_of(detail)
     assert name == metric and drop_of(ref, got) == pytest.approx(drop)
@@ -183,7 +183,7 @@ def test_the_loss_is_in_the_task_metric(detail, metric, drop):
 
 
 def test_with_labelled_data_the_loss_is_in_evals_main_metric():
-    from edgeapp.core.quant_tune import box_metric_of, drop_of, task_metric_of
+    from edgeapp.core.quant.tune import box_metric_of, drop_of, task_metric_of
 
     ref = {"map": 0.83, "map50": 0.98, "per_class": {}}
     got = {"map": 0.81, "map50": 0.99, "per_class": {}}
@@ -197,7 +197,7 @@ def test_with_labelled_data_the_loss_is_in_evals_main_metric():
 
 
 def test_the_kept_trial_loses_least_then_keeps_most_on_the_edge_tpu():
-    from edgeapp.core.quant_tune import best_of, tail_cuts
+    from edgeapp.core.quant.tune import best_of, tail_cuts
 
     trials = [{"trial": "plain", "order": 0, "drop": 0.02, "macs_tpu_share": 1.0},
               {"trial": "clip", "order": 1, "drop": 0.004, "macs_tpu_share": 1.0},
@@ -209,7 +209,7 @@ def test_the_kept_trial_loses_least_then_keeps_most_on_the_edge_tpu():
 
 
 def test_bias_correction_takes_the_mean_error_off_each_channel():
-    from edgeapp.core.quant_tune import bias_shift
+    from edgeapp.core.quant.tune import bias_shift
 
     f = np.zeros((4, 5, 5, 3))
     q = f + np.array([0.5, -0.25, 0.0])  # channel errors, scale 0.125 per int32 step
@@ -217,7 +217,7 @@ def test_bias_correction_takes_the_mean_error_off_each_channel():
 
 
 def test_constants_are_replaced_in_place_and_shared_buffers_refused(tiny_model):
-    from edgeapp.core.edgetpu_ops import constant_reader
+    from edgeapp.core.edgetpu.ops import constant_reader
     from edgeapp.core.tflite.model import parse_model
     from edgeapp.core.tflite.patch import replace_constants
 
@@ -248,6 +248,6 @@ def test_harm_at_the_output_ranks_before_the_layers_own_error():
     ("PartitionedCall:0", None, None),
 ])
 def test_layers_are_named_by_their_keras_layer(tensor, weights, name):
-    from edgeapp.core.quant_report import source_name
+    from edgeapp.core.quant.report import source_name
 
     assert source_name(tensor, weights) == name

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, default_runtime
 
-from edgeapp.core.install_plan import plan_for
-from edgeapp.core.pairing import CRASH, GOOGLE, GOOGLE_16_LABEL, WORKS, decide, identify
+from edgeapp.core.install.pairing import CRASH, GOOGLE, GOOGLE_16_LABEL, WORKS, decide, identify
+from edgeapp.core.install.plan import plan_for
 from edgeapp.hw import libedgetpu
 from edgeapp.hw.osinfo import read_platform
 from edgeapp.hw.verdicts import VerdictCache

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeapp.core.learn import (
+from edgeapp.core.learn.holdout import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
+from edgeapp.core.learn.train import (
     IMPRINT_SCALE,
     SgdOptions,
     dense,
@@ -17,7 +18,6 @@ from edgeapp.core.learn import (
     softmax,
     train_softmax,
 )
-from edgeapp.core.learn_eval import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
 from edgeapp.errors import UsageError
 
 
@@ -122,7 +122,7 @@ def test_early_stopping_keeps_the_best_validation_epoch():
     fit = train_softmax(x, y, 3, xv, yv, opts)
     assert fit.epochs < opts.epochs and fit.epochs == fit.best_epoch + opts.patience
     assert min(fit.val_loss) == fit.val_loss[fit.best_epoch - 1]
-    from edgeapp.core.learn import cross_entropy
+    from edgeapp.core.learn.train import cross_entropy
     assert cross_entropy(dense(l2_normalize(xv), fit.weights, fit.bias), yv) == \
         pytest.approx(fit.val_loss[fit.best_epoch - 1])
 

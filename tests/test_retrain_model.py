@@ -13,9 +13,9 @@ from conftest import SHARED, make_edgetpu_stand_in, tflite_schema
 from media import color_pixels
 from retrain_models import keras_extractor, writer_extractor, writer_model
 
-from edgeapp.core.embedding import require_extractor
-from edgeapp.core.head import NORM_SCALE, SCORE_SCALE, head_tensors, logit_range
-from edgeapp.core.learn import dense, imprint, l2_normalize, softmax, train_softmax
+from edgeapp.core.learn.embedding import require_extractor
+from edgeapp.core.learn.head import NORM_SCALE, SCORE_SCALE, head_tensors, logit_range
+from edgeapp.core.learn.train import dense, imprint, l2_normalize, softmax, train_softmax
 from edgeapp.core.tflite.append import NewOperator, NewTensor, append_operators
 from edgeapp.core.tflite.model import load_model, parse_model
 from edgeapp.errors import InvalidModel
@@ -213,7 +213,7 @@ def test_written_head_computes_what_numpy_does(request, base, method, tmp_path):
 
 def stored(path: Path, name: str) -> np.ndarray:
     """The dequantized constant retrain/<name> as the file stores it."""
-    from edgeapp.core.edgetpu_rules import constant_reader
+    from edgeapp.core.edgetpu.rules import constant_reader
 
     data = path.read_bytes()
     t = next(t for t in parse_model(data).tensors if t.name == f"retrain/{name}")
@@ -237,7 +237,7 @@ def same_tensor(a, b) -> bool:
 def test_appending_keeps_every_part_of_the_base(uint8_extractor, tmp_path):
     """The converter's output (signature, metadata, description, buffers): everything the base
     had is still there, the constants byte for byte; the signature names the new output."""
-    from edgeapp.core.edgetpu_rules import constant_reader
+    from edgeapp.core.edgetpu.rules import constant_reader
 
     old_data = uint8_extractor.read_bytes()
     old = parse_model(old_data)

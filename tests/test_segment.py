@@ -14,8 +14,8 @@ import pytest
 from media import make_video
 from PIL import Image
 
-from edgeapp.core.boxes import letterbox_fit, stretch_fit
-from edgeapp.core.segmentation import class_map, colorize, pascal_palette, to_original
+from edgeapp.core.vision.boxes import letterbox_fit, stretch_fit
+from edgeapp.core.vision.segmentation import class_map, colorize, pascal_palette, to_original
 from edgeapp.errors import ExitCode
 
 cv2 = pytest.importorskip("cv2")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
+from edgeapp.core.edgetpu.specs import ON_CHIP_CACHE_BYTES
 from edgeapp.core.tflite.model import load_model
 from edgeapp.core.tflite.writer import ModelWriter, conv_layer, dense_layer, int8_input
 from edgeapp.flows.bench.synthetic import DEFAULT_SPEC, SyntheticSpec, build_synthetic, write_synthetic

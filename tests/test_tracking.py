@@ -13,8 +13,8 @@ from cli_run import edgeapp, error_lines
 from conftest import ROOT
 from shapes_video import crossing_scene
 
-from edgeapp.core.tracking import ByteTracker, TrackerSettings, iou_matrix
-from edgeapp.core.zones import Line, crossing, inside, parse_line, parse_zone, side
+from edgeapp.core.track.tracking import ByteTracker, TrackerSettings, iou_matrix
+from edgeapp.core.track.zones import Line, crossing, inside, parse_line, parse_zone, side
 from edgeapp.errors import UsageError
 
 pytest.importorskip("scipy")

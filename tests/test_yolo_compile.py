@@ -1,4 +1,4 @@
-"""What edgetpu_compiler says to YOLO users, and what edgeapp makes of it (core/compiler_output).
+"""What edgetpu_compiler says to YOLO users, and what edgeapp makes of it (core/edgetpu/compiler_output).
 
 The samples are the compiler's lines as users posted them for YOLO exports (google-coral/edgetpu
 #449, #601, libedgetpu #71, ultralytics/hub #1136), trimmed to the lines that matter.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeapp.core import compiler_output as CO
+from edgeapp.core.edgetpu import compiler_output as CO
 from edgeapp.errors import ExitCode
 
 LARGE_ACTIVATIONS = """\

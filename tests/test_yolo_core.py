@@ -1,11 +1,11 @@
-"""YOLO post-processing (core/yolo.py) against Ultralytics' own results on real exports.
+"""YOLO post-processing (core/vision/yolo.py) against Ultralytics' own results on real exports.
 
 The fixtures under tests/fixtures/yolo/ were made once by scripts/build_yolo_fixtures.py in a
 separate environment: small YOLOv8/YOLO11/YOLOv5u nets trained on generated shapes, exported by
 Ultralytics (format="edgetpu" up to the compiler), the split-DFL and classic-YOLOv5 layouts made
 from the same nets, and for each model and held-out image the detections of Ultralytics' own
 NMS and scale_boxes on the interpreter's outputs (input quantized by round to nearest). Here the
-same files run in edgeapp's runtime and are decoded by core/yolo.py; the two must agree.
+same files run in edgeapp's runtime and are decoded by core/vision/yolo.py; the two must agree.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 from yolo_reference import assert_same_detections
 
-from edgeapp.core import yolo
-from edgeapp.core.boxes import letterbox_fit
-from edgeapp.core.classify import dequantize
 from edgeapp.core.meta import metadata_names, ultralytics_metadata
+from edgeapp.core.vision import yolo
+from edgeapp.core.vision.boxes import letterbox_fit
+from edgeapp.core.vision.classify import dequantize
 from edgeapp.errors import InvalidModel, UsageError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "yolo"

@@ -146,7 +146,7 @@ def bench_command(
 
 def _check(model: Optional[Path], synthetic: bool, plot: Optional[Path], usb_queue: Optional[int]) -> None:
     """Contradictions and impossible values, before any work."""
-    from edgeapp.core.clock import check_usb_queue
+    from edgeapp.core.edgetpu.clock import check_usb_queue
 
     if plot is not None:
         from edgeapp.sinks.plots import check_plot_target

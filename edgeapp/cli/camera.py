@@ -274,7 +274,7 @@ def _tracking(v: CameraOptions) -> Any:
     """--track's settings: its lines and zones parsed (a usage error names the flag)."""
     if not v.track:
         return None
-    from edgeapp.core.zones import parse_line, parse_zone
+    from edgeapp.core.track.zones import parse_line, parse_zone
     from edgeapp.flows.camera.tracking import TrackingSettings
 
     return TrackingSettings(lines=[parse_line(x) for x in v.count_line or ()],

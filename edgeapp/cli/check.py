@@ -18,9 +18,11 @@ CompilerVersion = choices("CompilerVersion", ["14", "16"])
 
 @app.command("check")
 def check_command(
-    model: Annotated[Path, typer.Argument(help="A .tflite model (the CPU model you would compile), or a "
-                                               "Coral model's name (`edgeapp models list`).",
-                                          show_default=False)],
+    models: Annotated[List[Path], typer.Argument(
+        metavar="MODEL...", help="A .tflite model (the CPU model you would compile), or a Coral model's "
+                                 "name (`edgeapp models list`); several: how they share one Edge TPU's "
+                                 "parameter cache compiled together, in this order (or, compiled "
+                                 "models, whether they were).", show_default=False)],
     fmt: ReportFormatOpt = ReportFormat.table,
     compiler_version: Annotated[Optional[CompilerVersion], typer.Option(
         "--compiler-version", help="Predict for this compiler: 14 (Google's GitHub files; emits "
@@ -30,21 +32,50 @@ def check_command(
 ) -> None:
     """Predict which operations the Edge TPU compiler will map, from the model file alone.
 
-    Works on any OS, without edgetpu_compiler. Says which compiler version it predicts for.
-    Exit code 0 when the whole model is predicted to run on the Edge TPU, 8 when part or none
-    of it is (see the reasons and advice).
+    Works on any OS, without edgetpu_compiler. Says which compiler version it predicts for,
+    and how many parameter bytes stay cached on the chip (on-chip) or are streamed on every
+    inference (off-chip). With several models: their shares of one Edge TPU's cache when
+    compiled together (`edgeapp compile A B`), in the order given; for compiled models, read
+    from the files, and whether they were compiled together. Exit code 0 when every model is
+    predicted to run wholly on the Edge TPU, 8 when part or none of one is (see the reasons and
+    advice).
     """
-    from edgeapp.flows.check import check_file, predicted_compiler
+    from edgeapp.flows.check import check_files, predicted_compiler
 
     version, why = predicted_compiler(int(compiler_version.value) if compiler_version else None)
-    result = check_file(resolve_model(model, "cpu")[0], version)  # a Coral model's name: its CPU model
-    result.summary["compiler_version_why"] = why
+    # a Coral model's name: its CPU model
+    checked = check_files([resolve_model(m, "cpu")[0] for m in models], version)
+    for result in checked.results:
+        result.summary["compiler_version_why"] = why
     if fmt == ReportFormat.json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
+        typer.echo(json.dumps(checked.to_json(), indent=2))
     else:
-        typer.echo(render(result))
-    if not result.fully_mapped:
+        typer.echo("\n\n".join(render(r) for r in checked.results))
+        if len(checked.results) > 1:
+            typer.echo("\n" + render_one_tpu(checked))
+    if not checked.fully_mapped:
         raise typer.Exit(int(ExitCode.NOT_MAPPABLE))
+
+
+def _bytes(n) -> str:
+    return "?" if n is None else format_bytes(n)
+
+
+def render_one_tpu(checked) -> str:
+    """The models side by side: where each one's parameters go on one Edge TPU."""
+    together = {True: "compiled together: their parameters stay cached side by side",
+                False: "compiled apart: each evicts the others' parameters when it runs; "
+                       "compile them in one `edgeapp compile A B` call",
+                None: "compiled together in this order (predicted): the first takes the cache it needs"}
+    rows = [("model", "parameters", "on-chip", "off-chip", "mapping")]
+    for r in checked.results:
+        s = r.summary
+        rows.append((Path(r.model).name, s["parameters"], _bytes(s["on_chip_bytes"]),
+                     _bytes(s["off_chip_bytes"]), s["verdict"].replace("_", " ")))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = [f"one Edge TPU: {together[checked.together]}"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
 
 
 def _pct(x) -> str:
@@ -60,7 +91,7 @@ def _count(n: int) -> str:
 
 def verdict_line(result) -> str:
     """One line: the verdict and the shares on the TPU (used by `convert` too)."""
-    from edgeapp.core.check_report import VERDICT_TEXT
+    from edgeapp.core.edgetpu.check_report import VERDICT_TEXT
 
     s = result.summary
     line = (f"{VERDICT_TEXT[s['verdict']]}: {s['ops_tpu']}/{s['ops_total']} ops on the Edge TPU, "
@@ -106,6 +137,10 @@ def render(result) -> str:
                  f"({_pct(s['macs_tpu_share'])})")
     lines.append(f"parameters  {format_bytes(s['parameter_bytes_tpu'])} on the Edge TPU of ~8 MiB on-chip "
                  f"cache ({format_bytes(s['parameter_bytes'])} in the file)")
+    if s.get("on_chip_bytes") is not None:
+        lines.append(f"cache       {format_bytes(s['on_chip_bytes'])} on-chip, "
+                     f"{format_bytes(s['off_chip_bytes'])} off-chip (streamed every inference), "
+                     f"{'read from the compiled file' if s['parameters'] == 'read' else 'predicted'}")
     lines.append(f"input       {_io_text(s['inputs'])}")
     lines.append(f"output      {_io_text(s['outputs'])}")
     for w in s["warnings"]:

@@ -2,7 +2,7 @@
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -22,8 +22,11 @@ CompilerOpt = Annotated[Optional[str], typer.Option(
 
 @app.command("compile")
 def compile_command(
-    model: Annotated[Path, typer.Argument(help="A full-integer .tflite model (from `edgeapp convert`).",
-                                          show_default=False)],
+    models: Annotated[List[Path], typer.Argument(
+        metavar="MODEL...", help="A full-integer .tflite model (from `edgeapp convert`); several are "
+                                 "co-compiled in one call, so one Edge TPU keeps all their parameters "
+                                 "cached (the first ones given get the cache first).",
+        show_default=False)],
     out_dir: Annotated[Optional[Path], typer.Option(
         "--out-dir", "-o", help="Folder for X_edgetpu.tflite and X_edgetpu.log (default: beside "
                                 "the model).", show_default=False)] = None,
@@ -48,7 +51,8 @@ def compile_command(
     fmt: ReportFormatOpt = ReportFormat.table,
     compiler: CompilerOpt = None,
 ) -> None:
-    """Compile MODEL for the Edge TPU with Google's edgetpu_compiler.
+    """Compile MODEL for the Edge TPU with Google's edgetpu_compiler; several models are
+    co-compiled in one call (their parameters stay cached together on one Edge TPU).
 
     The compiler is an x86-64 Linux program: edgeapp runs it natively there, through QEMU
     user-mode emulation on ARM Linux, in a linux/amd64 Docker container on macOS; `edgeapp
@@ -61,11 +65,13 @@ def compile_command(
 
     if search_step is not None and not search_delegate:
         raise UsageError("--delegate-search-step goes with --search-delegate")
+    model = models[0]
     try:
-        with elapsed_spinner(f"compiling {model.name}"):
+        with elapsed_spinner(f"compiling {', '.join(m.name for m in models)}"):
             report = compile_file(model, out_dir=out_dir, segments=segments, min_runtime=min_runtime,
                                   timeout=timeout, search_delegate=search_delegate,
-                                  search_step=search_step, compiler=compiler, log=say)
+                                  search_step=search_step, compiler=compiler, cocompile=models[1:],
+                                  log=say)
     except EdgeappError as e:
         if fmt is ReportFormat.json:  # scripts read stdout: an error object, then the exit code
             typer.echo(json.dumps({"model": str(model), "error": str(e),
@@ -104,9 +110,13 @@ VERDICTS = {"fully_mapped": "fully mapped to the Edge TPU",
             "failed": "compilation failed"}
 
 
+def _size(n) -> str:
+    return "?" if n is None else format_bytes(n)
+
+
 def render(report) -> str:
     r = report.result
-    from edgeapp.core.compiler_files import runtime_text
+    from edgeapp.core.edgetpu.compiler_files import runtime_text
 
     runs = "" if report.runs == "native" else f", run through {report.runs}"
     rows = [("verdict", VERDICTS[report.judgement.verdict]),
@@ -133,6 +143,11 @@ def render(report) -> str:
         rows.append(("operations", f"{r.ops_tpu if r.ops_tpu is not None else '?'} of {r.total_ops} "
                                    f"on the Edge TPU, {r.ops_cpu if r.ops_cpu is not None else '?'} "
                                    "on the CPU"))
+    for m in report.models:  # co-compiled: where each one's parameters went
+        how = {"read": "read from the compiled file", "printed": "as the compiler printed"}.get(m["parameters"], "")
+        rows.append((f"  {Path(m['model']).name}",
+                     f"{_size(m['on_chip_bytes'])} on-chip, {_size(m['off_chip_bytes'])} off-chip"
+                     + (f" ({how})" if how else "")))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
     if r.operators:

@@ -32,7 +32,7 @@ def devices_command(
     if fmt is ReportFormat.json:
         typer.echo(json.dumps({"devices": states}, indent=2))
     else:
-        from edgeapp.core.thermal import state_text
+        from edgeapp.core.edgetpu.thermal import state_text
 
         for s in states:
             details = state_text(s)

@@ -216,7 +216,7 @@ def resolved(model: Path, place: "Placement") -> Tuple[Path, "Placement"]:
     A segment set's base name is left to the pipeline."""
     from dataclasses import replace
 
-    from edgeapp.core.pipeline_segments import find_segment_files
+    from edgeapp.core.edgetpu.pipeline_segments import find_segment_files
 
     if model.exists() or find_segment_files(model) is not None:
         return model, place

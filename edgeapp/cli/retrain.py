@@ -102,7 +102,7 @@ def retrain_command(
 
 def _options(method: Method, val: float, epochs: int, lr: float, l2: float, seed: int):
     """The retrain options, checked before anything is opened."""
-    from edgeapp.core.learn import SgdOptions
+    from edgeapp.core.learn.train import SgdOptions
     from edgeapp.flows.retrain import RetrainOptions
 
     finite("--lr", lr)

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from edgeapp.core.edgetpu.pipeline_segments import check_chain, set_label
 from edgeapp.core.naming import segment_source
-from edgeapp.core.pipeline_segments import check_chain, set_label
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InvalidModel, UsageError
 from edgeapp.execution.runner import Done, Notice, Runner, SingleRunner, invoke

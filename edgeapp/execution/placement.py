@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from edgeapp.core.pipeline_segments import find_segment_files
+from edgeapp.core.edgetpu.pipeline_segments import find_segment_files
 from edgeapp.errors import DeviceUnavailable
 from edgeapp.execution.parallel import CpuPool, DevicePool
 from edgeapp.execution.pipeline import open_pipeline

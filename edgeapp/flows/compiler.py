@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional, Tuple
 
-from edgeapp.core import compiler_files as CF
+from edgeapp.core.edgetpu import compiler_files as CF
 from edgeapp.errors import EdgeappError, MissingDependency
 from edgeapp.hw import compiler_install as CI
 from edgeapp.hw.compiler import COMPILER_NAME, Compiler, find_compiler, read_version

@@ -186,7 +186,7 @@ def label_path(image: Path) -> Path:
 
 
 def _yolo(source: Path, fmt: str, images: List[Path], names: Dict[int, str]) -> EvalData:
-    from edgeapp.core.preprocess import image_size
+    from edgeapp.core.vision.preprocess import image_size
 
     gt_images, anns, ids = [], [], []
     seen: set = set()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
-from edgeapp.core.pipeline_segments import find_segment_files
+from edgeapp.core.edgetpu.pipeline_segments import find_segment_files
 from edgeapp.core.tflite.model import load_model, map_model_file
 from edgeapp.errors import InvalidModel
 from edgeapp.execution.placement import Notices, open_runner

@@ -4,9 +4,9 @@ extractor in; one .tflite classifier (and its sidecar) out, without TensorFlow.
 1. the images' embeddings, through the same batch pipeline as `classify` (decoding ahead on
    every core, the extractor on the Edge TPU or the CPU, bad images reported and skipped),
    except those already in the embedding cache;
-2. a content-hash stratified split, a head trained on the training part (core/learn.py) and
+2. a content-hash stratified split, a head trained on the training part (core/learn/train.py) and
    scored on the held-out part;
-3. the head written after the extractor (core/head.py, core/tflite/append.py): for a compiled
+3. the head written after the extractor (core/learn/head.py, core/tflite/append.py): for a compiled
    extractor, X_edgetpu.tflite and, when the extractor's CPU twin is there, X.tflite beside it
    (the retrained twin, which the CPU fallback runs), plus the sidecar X.json (labels: the
    class folder names; the extractor's preprocessing).
@@ -22,10 +22,10 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from edgeapp.core.embedding import require_extractor
-from edgeapp.core.head import head_tensors, logit_range
-from edgeapp.core.learn import SgdOptions, head_scores, imprint, train_softmax
-from edgeapp.core.learn_eval import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
+from edgeapp.core.learn.embedding import require_extractor
+from edgeapp.core.learn.head import head_tensors, logit_range
+from edgeapp.core.learn.holdout import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
+from edgeapp.core.learn.train import SgdOptions, head_scores, imprint, train_softmax
 from edgeapp.core.meta import ModelMeta, read_meta, write_sidecar
 from edgeapp.core.naming import EDGETPU_SUFFIX, cpu_twin_path, edgetpu_twin_path, sidecar_path
 from edgeapp.core.registry import file_sha256

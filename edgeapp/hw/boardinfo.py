@@ -1,7 +1,7 @@
 """The board and kernel under the sysroot, as far as the Edge TPU cares: Raspberry Pi model and
 config.txt, the running kernel, its page size and modules, containers and their USB device
 nodes. Every read goes through hw/sysroot.py, so doctor's tests build fake trees; what the
-contents mean is core/linux_setup.py.
+contents mean is core/install/linux_setup.py.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional, Tuple
 
-from edgeapp.core.linux_setup import module_names, page_size_kib
+from edgeapp.core.install.linux_setup import module_names, page_size_kib
 from edgeapp.hw.sysroot import Root, is_real, read_at, read_text, under
 
 BOOT_CONFIGS = ("/boot/firmware/config.txt", "/boot/config.txt")  # Bookworm and later, then older

@@ -18,10 +18,10 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
-from edgeapp.core.compiler_files import parse_version, runtime_needed
-from edgeapp.core.compiler_output import (
+from edgeapp.core.edgetpu.compiler_files import parse_version, runtime_needed
+from edgeapp.core.edgetpu.compiler_output import (
     CompileResult,
     Judgement,
     apply_log,
@@ -29,8 +29,10 @@ from edgeapp.core.compiler_output import (
     parse_stdout,
     timeout_failure,
 )
+from edgeapp.core.edgetpu.package import parameter_use
 from edgeapp.core.naming import compiler_outputs
-from edgeapp.errors import MissingDependency, UsageError
+from edgeapp.core.tflite.model import map_model_file
+from edgeapp.errors import InvalidModel, MissingDependency, UsageError
 from edgeapp.hw.compiler_host import (
     EMULATION_TIMEOUT_FACTOR,
     Bundle,
@@ -153,8 +155,10 @@ def read_version(compiler: Compiler, env: Optional[Mapping[str, str]] = None,
 def build_argv(compiler: str, model: str | Path, out_dir: str | Path, *,
                segments: Optional[int] = None, min_runtime: Optional[int] = None,
                timeout: Optional[float] = None, search_delegate: bool = False,
-               search_step: Optional[int] = None, show_operations: bool = True) -> list[str]:
-    """The compiler's command line, as a list (it is never run through a shell)."""
+               search_step: Optional[int] = None, show_operations: bool = True,
+               cocompile: Sequence[str | Path] = ()) -> list[str]:
+    """The compiler's command line, as a list (it is never run through a shell); `cocompile`:
+    models compiled in the same call after `model`, so their parameters are cached together."""
     argv = [compiler, "--out_dir", str(out_dir)]
     if show_operations:
         argv.append("--show_operations")
@@ -168,7 +172,7 @@ def build_argv(compiler: str, model: str | Path, out_dir: str | Path, *,
         argv.append("--search_delegate")
         if search_step:  # Ultralytics' YOLO export passes 30
             argv += ["--delegate_search_step", str(int(search_step))]
-    argv.append(str(model))
+    argv += [str(m) for m in (model, *cocompile)]
     return argv
 
 
@@ -238,6 +242,9 @@ class CompileReport:
     min_runtime: Optional[int] = None
 
     recorded_version: Optional[str] = None  # what `compiler install` read, if it installed it
+    # co-compiled: each model's {"model", "output", "on_chip_bytes", "off_chip_bytes",
+    # "caching_token", "parameters": "read" (from the compiled file) | "printed" (stdout)}
+    models: list = field(default_factory=list)
 
     @property
     def compiler_version(self) -> Optional[str]:
@@ -258,7 +265,8 @@ class CompileReport:
                 "cpu_model": self.cpu_model, "verdict": self.judgement.verdict,
                 "exit_code": self.judgement.exit_code, "errors": self.judgement.errors,
                 "warnings": self.judgement.warnings, "result": self.result.to_json(),
-                "stdout": self.stdout, "stderr": self.stderr, "logs": self.logs}
+                "stdout": self.stdout, "stderr": self.stderr, "logs": self.logs,
+                **({"models": self.models} if self.models else {})}
 
 
 def default_timeout(runner: Runner) -> float:
@@ -269,9 +277,10 @@ def default_timeout(runner: Runner) -> float:
 def compile_model(model: str | Path, compiler: Compiler | str, out_dir: Optional[str | Path] = None, *,
                   segments: Optional[int] = None, min_runtime: Optional[int] = None,
                   timeout: Optional[float] = None, search_delegate: bool = False,
-                  search_step: Optional[int] = None,
+                  search_step: Optional[int] = None, cocompile: Sequence[str | Path] = (),
                   log: Optional[Callable[[str], None]] = None) -> CompileReport:
-    """Run the compiler on `model` (already validated), parse and judge what it did.
+    """Run the compiler on `model` (already validated), parse and judge what it did; with
+    `cocompile`, on `model` and those in one call, so their parameters are cached together.
 
     Writes X_edgetpu.tflite and X_edgetpu.log into `out_dir` (default: beside the model) and
     keeps the CPU twin X.tflite beside them (copied, with its sidecar .json, when `out_dir` is
@@ -283,19 +292,23 @@ def compile_model(model: str | Path, compiler: Compiler | str, out_dir: Optional
     runner = compiler.runner()
     timeout = default_timeout(runner) if timeout is None else timeout
     model = Path(model)
+    together = [Path(m) for m in cocompile]
     out = Path(out_dir) if out_dir is not None else model.parent
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out} is a file; pass a folder for the compiled model")
     out.mkdir(parents=True, exist_ok=True)
     args = build_argv(compiler.path, model, out, segments=segments, min_runtime=min_runtime,
-                      timeout=timeout, search_delegate=search_delegate, search_step=search_step)[1:]
+                      timeout=timeout, search_delegate=search_delegate, search_step=search_step,
+                      cocompile=together)[1:]
+    paths = {str(m) for m in (model, *together)} | {str(out)}
     if runner.mode == "docker":  # the container sees the same absolute paths
-        args = [os.path.abspath(a) if a in (str(model), str(out)) else a for a in args]
-    argv = command(runner, compiler.bundle, args, folders=(str(model.parent), str(out))) \
+        args = [os.path.abspath(a) if a in paths else a for a in args]
+    folders = tuple(dict.fromkeys([str(m.parent) for m in (model, *together)] + [str(out)]))
+    argv = command(runner, compiler.bundle, args, folders=folders) \
         if compiler.bundle is not None else [compiler.path, *args]
     if log is not None:
         log("running: " + " ".join(shlex.quote(a) for a in argv))
-    pairs = compiler_outputs(model, out, segments)
+    pairs = [pair for m in (model, *together) for pair in compiler_outputs(m, out, segments)]
     before = {p: _stamp(p) for pair in pairs for p in pair}  # files of an earlier run do not count
     ran = run(argv, timeout)
     text = ran.stdout + ("\n" + ran.stderr if ran.stderr else "")
@@ -317,12 +330,39 @@ def compile_model(model: str | Path, compiler: Compiler | str, out_dir: Optional
     missing = [o["model"] for o in outputs if not o["exists"]] if result.compiled else []
     judgement = judge(result, ran.returncode, missing, printed=bool(text.strip()))
     twin = _keep_twin(model, out) if not missing and result.compiled else None
+    if twin is not None:
+        for other in together:
+            _keep_twin(other, out)
+    models = cocompiled_models([model, *together], pairs, result) if together else []
     return CompileReport(model=str(model), compiler=compiler.path, command=argv,
                          returncode=ran.returncode, seconds=ran.seconds, timed_out=ran.timed_out,
                          out_dir=str(out), outputs=outputs, cpu_model=twin, result=result,
                          judgement=judgement, stdout=ran.stdout, stderr=ran.stderr, logs=logs,
                          runs=runner.mode, source=compiler.source, min_runtime=min_runtime,
-                         recorded_version=compiler.version)
+                         recorded_version=compiler.version, models=models)
+
+
+def cocompiled_models(models: list, pairs: list, result: CompileResult) -> list:
+    """Each co-compiled model's parameters: as its compiled file records them (its Edge TPU
+    package), else as the compiler printed them (its block of stdout, in the order given)."""
+    blocks = result.segments if len(result.segments) == len(models) else [None] * len(models)
+    out = []
+    for m, (compiled, _log), block in zip(models, pairs, blocks):
+        entry = {"model": str(m), "output": str(compiled), "on_chip_bytes": None,
+                 "off_chip_bytes": None, "caching_token": None, "parameters": None}
+        try:
+            use = parameter_use(map_model_file(compiled), str(compiled)) if compiled.is_file() else None
+        except (InvalidModel, OSError):
+            use = None
+        if use is not None:
+            entry.update(on_chip_bytes=use.on_chip_bytes, off_chip_bytes=use.off_chip_bytes,
+                         caching_token=use.to_json()["caching_tokens"][0] if use.caching_tokens else None,
+                         parameters="read")
+        elif block is not None:
+            entry.update(on_chip_bytes=block.on_chip_used_bytes, off_chip_bytes=block.off_chip_bytes,
+                         parameters="printed")
+        out.append(entry)
+    return out
 
 
 def _stamp(path: Path) -> Optional[tuple]:

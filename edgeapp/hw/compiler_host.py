@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Mapping, Optional, Sequence, Tuple
 
-from edgeapp.core.compiler_files import BIN, BINARY, LOADER
+from edgeapp.core.edgetpu.compiler_files import BIN, BINARY, LOADER
 from edgeapp.errors import MissingDependency, UsageError
 from edgeapp.hw.sysroot import Root, sysroot, under
 
@@ -151,7 +151,7 @@ def _emulator(env: Mapping[str, str], root: Root) -> Optional[Runner]:
 
 def qemu_missing(machine: str, root: Root = None) -> str:
     """The error for ARM Linux without an x86-64 emulator: what to install on this system."""
-    from edgeapp.core.install_plan import qemu_install_line
+    from edgeapp.core.install.plan import qemu_install_line
     from edgeapp.hw.osinfo import read_platform
 
     line = qemu_install_line(read_platform(sysroot(root)))

@@ -1,6 +1,6 @@
 """Installing Google's Edge TPU compiler into the user's data folder, one folder per version.
 
-Two sources: Google's own files (core/compiler_files.py: fetched by exact commit with the
+Two sources: Google's own files (core/edgetpu/compiler_files.py: fetched by exact commit with the
 resumable downloader, each verified against its pinned git blob id; one mismatch removes the
 whole download), or what the user already has (`--from`: Coral's edgetpu-compiler_*.deb read as
 an `ar` archive + tar in Python, its .tar.gz, or an unpacked folder). Whatever the source, the
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, List, Mapping, Optional, Tuple
 from urllib.parse import quote
 
-from edgeapp.core import compiler_files as CF
+from edgeapp.core.edgetpu import compiler_files as CF
 from edgeapp.core.registry import digests, file_sha256
 from edgeapp.core.userdirs import data_dir
 from edgeapp.errors import MissingDependency, UsageError, VerificationError

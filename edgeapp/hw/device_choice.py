@@ -143,7 +143,7 @@ def tuned(spec: DeviceSpec, performance: Optional[str] = None, usb_queue: Option
     The device becomes indexed (libedgetpu ignores options otherwise). `max` on a USB
     Accelerator driven by the std build is refused with one line naming libedgetpu1-max: that
     build would drop it to `high` without a word."""
-    from edgeapp.core.clock import PERFORMANCE_LEVELS, check_usb_queue, delegate_options, refusal
+    from edgeapp.core.edgetpu.clock import PERFORMANCE_LEVELS, check_usb_queue, delegate_options, refusal
 
     if performance is None and usb_queue is None:
         return spec, {}

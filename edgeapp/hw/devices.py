@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from edgeapp.core.thermal import is_sensor_fault
+from edgeapp.core.edgetpu.thermal import is_sensor_fault
 from edgeapp.hw.libedgetpu import list_devices, open_library
 from edgeapp.hw.sysroot import Root, read_text, under
 
@@ -68,7 +68,7 @@ def apex_nodes(root: Root = None) -> list[str]:
 
 def apex_temperature(root: Root, node: str) -> Optional[float]:
     """Die temperature in °C from /sys/class/apex/apex_N/temp (millidegrees), if readable and
-    not the sensor-fault reading (core/thermal.py)."""
+    not the sensor-fault reading (core/edgetpu/thermal.py)."""
     temp = apex_thermal(root, node).get("temp")
     return None if is_sensor_fault(temp) else temp
 

@@ -42,6 +42,27 @@ def cpu_model(root: Root = None) -> Optional[str]:
                                       else platform.processor() or None)
 
 
+# The widest vector extension first: TensorFlow's and TFLite's kernels pick their code path
+# (and so their float rounding) by it at run time, so a float training or a calibration is
+# reproducible only on CPUs that report the same one.
+_VECTOR_ISAS = (("avx512", ("avx512f",)), ("avx2", ("avx2", "fma")), ("avx", ("avx",)),
+                ("sse4.2", ("sse4_2",)), ("sve", ("sve",)), ("asimd", ("asimd",)), ("neon", ("neon",)))
+
+
+def cpu_vector_isa(root: Root = None) -> Optional[str]:
+    """The widest SIMD extension /proc/cpuinfo lists (`avx512`, `avx2`, ... on x86-64,
+    `sve`/`asimd`/`neon` on ARM), or None when it lists none."""
+    flags = set()
+    for line in (_read(sysroot(root) / "proc/cpuinfo") or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower() in ("flags", "features"):
+            flags.update(value.split())
+    for name, needs in _VECTOR_ISAS:
+        if all(n in flags for n in needs):
+            return name
+    return None
+
+
 def cpu_count(root: Root = None) -> Optional[int]:
     """Logical CPUs listed in /proc/cpuinfo (falls back to os.cpu_count())."""
     text = _read(sysroot(root) / "proc/cpuinfo")

@@ -3,7 +3,7 @@
 Which file (EDGEAPP_EDGETPU_LIB or the OS's name), where the loader would find it (without
 loading it), opening it, its C API (`edgetpu_version`,
 `edgetpu_list_devices`), which Debian package installed it, why it does not load, and whether
-its build is known to crash under a TFLite runtime (core/pairing.py). Loading the library is
+its build is known to crash under a TFLite runtime (core/install/pairing.py). Loading the library is
 safe: none of this touches a TFLite runtime, which is where a mismatched build crashes.
 """
 
@@ -144,7 +144,7 @@ def dpkg_owner(path: str, root=None) -> Optional[Tuple[str, str]]:
     packages named like *edgetpu* are searched. /lib and /usr/lib count as one (merged /usr).
     `root` None: the sysroot (hw/sysroot.py).
     """
-    from edgeapp.core.debian import installed_version, parse_dpkg_status
+    from edgeapp.core.install.debian import installed_version, parse_dpkg_status
 
     base = sysroot(root) / "var/lib/dpkg"
     info = base / "info"
@@ -175,15 +175,15 @@ def _unmerged(path: str) -> str:
 
 def identify_build(lib: ctypes.CDLL, path: str, root=None):
     """core.pairing.Build of the opened library: its Debian package, else its build label."""
-    from edgeapp.core.pairing import identify
+    from edgeapp.core.install.pairing import identify
 
     return identify(dpkg_owner(path, root), build_label(lib))
 
 
 def clock_mode(library: str, root=None) -> Tuple[Optional[str], str]:
-    """(`std`, `max` or None, how we know) of the Edge TPU library `library` (core/clock.py):
+    """(`std`, `max` or None, how we know) of the Edge TPU library `library` (core/edgetpu/clock.py):
     its Debian package under the sysroot, else its folder, else its build label."""
-    from edgeapp.core.clock import build_mode
+    from edgeapp.core.edgetpu.clock import build_mode
 
     try:
         lib, path = open_library(library)
@@ -196,12 +196,12 @@ def clock_mode(library: str, root=None) -> Tuple[Optional[str], str]:
 def known_crash(lib: ctypes.CDLL, path: str, runtime: str, runtime_version: str,
                 root=None) -> Optional[str]:
     """One line naming both versions and this platform's fix when the pair is known to crash, else None."""
-    from edgeapp.core.pairing import CRASH, decide
+    from edgeapp.core.install.pairing import CRASH, decide
 
     decision = decide(identify_build(lib, path, root), runtime, runtime_version)
     if decision.verdict != CRASH:
         return None
-    from edgeapp.core.install_plan import plan_for
+    from edgeapp.core.install.plan import plan_for
     from edgeapp.hw.osinfo import read_platform
 
     return f"{decision.summary()}; fix: {plan_for(read_platform(sysroot(root))).fix}"

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from edgeapp.core.debian import native_architecture, parse_dpkg_status
-from edgeapp.core.install_plan import Platform, debian_arch
+from edgeapp.core.install.debian import native_architecture, parse_dpkg_status
+from edgeapp.core.install.plan import Platform, debian_arch
 from edgeapp.hw.sysroot import under
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from edgeapp.core.edgetpu_specs import NOMINAL_WATTS, PEAK_TOPS
+from edgeapp.core.edgetpu.specs import NOMINAL_WATTS, PEAK_TOPS
 from edgeapp.hw.sysroot import Root, sysroot
 
 POWER_MODES = ("auto", "rapl", "hwmon", "vcgencmd", "none")

@@ -200,12 +200,12 @@ def _probe_delegate(runtime: Any, spec: Any, model_path: str, load_delegate: Cal
 def known_crash(library: str, label: Optional[str], runtime: Any, root: str = "/") -> Optional[str]:
     """The pairing table's one line when this build (its Debian package, else `label`) is known to
     crash under `runtime`, with this platform's fix; else None."""
-    from edgeapp.core.pairing import CRASH, decide, identify
+    from edgeapp.core.install.pairing import CRASH, decide, identify
 
     decision = decide(identify(dpkg_owner(library, root), label), runtime.name, runtime.version)
     if decision.verdict != CRASH:
         return None
-    from edgeapp.core.install_plan import plan_for
+    from edgeapp.core.install.plan import plan_for
     from edgeapp.hw.osinfo import read_platform
 
     return f"{decision.summary()}; fix: {plan_for(read_platform(root)).fix}"

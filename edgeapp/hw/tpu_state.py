@@ -2,16 +2,16 @@
 device the link and firmware state of a USB Accelerator or the heat and clock of a PCIe card.
 
 `devices`, `doctor`, `bench` and the camera's live view and MQTT all ask here; the meaning of
-what is read (trip points, the sensor-fault reading, std vs max) is core/thermal.py and
-core/clock.py. Everything is read under the sysroot (hw/sysroot.py).
+what is read (trip points, the sensor-fault reading, std vs max) is core/edgetpu/thermal.py and
+core/edgetpu/clock.py. Everything is read under the sysroot (hw/sysroot.py).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from edgeapp.core.clock import clock_at, usb_level
-from edgeapp.core.thermal import pcie_state, state_warnings
+from edgeapp.core.edgetpu.clock import clock_at, usb_level
+from edgeapp.core.edgetpu.thermal import pcie_state, state_warnings
 from edgeapp.hw.devices import USB_STATES, EdgeTpu, apex_thermal, list_edge_tpus
 from edgeapp.hw.hostinfo import usb_link
 from edgeapp.hw.libedgetpu import clock_mode, edgetpu_library

@@ -21,8 +21,8 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edgeapp.core.boxes import Fit
-from edgeapp.core.preprocess import decode_image, fit_pixels, load_image, quantize_input
+from edgeapp.core.vision.boxes import Fit
+from edgeapp.core.vision.preprocess import decode_image, fit_pixels, load_image, quantize_input
 from edgeapp.errors import UsageError, WrongTask
 from edgeapp.tasks import guess_task, kind
 from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs, input_size, op_names, output_shapes
@@ -232,7 +232,7 @@ class TaskKind:
     def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
                       plan: Any = None) -> tuple[np.ndarray, Prepared]:
         """Fit a BGR camera frame into the input tensor (with OpenCV)."""
-        from edgeapp.core.frames import fit_frame
+        from edgeapp.core.vision.frames import fit_frame
 
         pixels, fit = fit_frame(frame, spec.size, spec.channels, options.get("resize", "stretch"))
         tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
@@ -334,7 +334,7 @@ class Scorer:
 def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanczos",
                   keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
     """Load one image (a JPEG at the scale the fit needs, unless --decode full), fit it
-    (core/preprocess.fit_pixels) and quantize it; results map onto the whole photo."""
+    (core/vision/preprocess.fit_pixels) and quantize it; results map onto the whole photo."""
     decoded = decode_image(source, spec.channels, spec.scaled_for, mode)
     pixels, fit = fit_pixels(decoded.image, spec.size, mode, resample)
     tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
@@ -414,13 +414,13 @@ class BoundTask:
 def annotate_frame(kind: Optional[TaskKind], img: np.ndarray, result: Result,
                    latency_ms: Optional[float], fps: Optional[float], device: str) -> np.ndarray:
     """A camera frame's overlay: the task's drawing, then the status line."""
-    from edgeapp.core.overlay import draw_status
+    from edgeapp.core.vision.overlay import draw_status
 
     if kind is not None:
         kind.draw(img, result.fields, result.extras)
     counting = result.extras.get("counting")  # camera --track: flows/camera/tracking.py's snapshot
     if counting is not None:
-        from edgeapp.core.overlay import draw_counting
+        from edgeapp.core.vision.overlay import draw_counting
 
         draw_counting(img, *counting)
     return draw_status(img, latency_ms, fps, device)

@@ -11,14 +11,14 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from edgeapp.core.classify import (
+from edgeapp.core.learn.embedding import EMBED_TASK, embedding_note
+from edgeapp.core.vision.classify import (
     class_fields,
     get_classes_from_scores,
     get_scores,
     is_score_vector,
     label_count_warning,
 )
-from edgeapp.core.embedding import EMBED_TASK, embedding_note
 from edgeapp.errors import UsageError
 from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskOption, event_name
 from edgeapp.tasks.model import ImageModel, output_quantization, output_shapes
@@ -75,7 +75,7 @@ class Classify(TaskKind):
         return ClassScorer(data, labels)
 
     def draw(self, img, fields: dict, extras: dict) -> None:
-        from edgeapp.core.overlay import draw_classes
+        from edgeapp.core.vision.overlay import draw_classes
 
         draw_classes(img, fields["classes"])
 
@@ -99,7 +99,7 @@ class ClassScorer(Scorer):
     name (without labels: the data's sorted class order)."""
 
     def __init__(self, data: Any, labels: Optional[dict]) -> None:
-        from edgeapp.core.eval_metrics import match_names
+        from edgeapp.core.eval.metrics import match_names
 
         self.data, self.labels = data, labels
         to_data, unknown = match_names(labels, data.names)
@@ -119,7 +119,7 @@ class ClassScorer(Scorer):
         self.scores[index] = classes
 
     def metrics(self, done: List[int]) -> dict:
-        from edgeapp.core.eval_metrics import classification_metrics, confusion
+        from edgeapp.core.eval.metrics import classification_metrics, confusion
 
         names = self.labels or {i: str(n) for i, n in self.data.names.items()}
         truth = [self.truth[i] for i in done]

@@ -15,12 +15,12 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from edgeapp.core.coco_eval import box_summary, cocotools, evaluate, pr_curves
-from edgeapp.core.detect import engine_layout, get_objects, object_fields
-from edgeapp.core.eval_metrics import match_names
-from edgeapp.core.overlay import draw_objects
-from edgeapp.core.preprocess import decode_image
-from edgeapp.core.yolo import (
+from edgeapp.core.eval.coco import box_summary, cocotools, evaluate, pr_curves
+from edgeapp.core.eval.metrics import match_names
+from edgeapp.core.vision.detect import engine_layout, get_objects, object_fields
+from edgeapp.core.vision.overlay import draw_objects
+from edgeapp.core.vision.preprocess import decode_image
+from edgeapp.core.vision.yolo import (
     CONF,
     IOU,
     LAYOUTS,
@@ -69,10 +69,10 @@ class Detect(TaskKind):
 
     Two families of models, told apart by their outputs (or named with the `decoder` option):
     - ssd: models ending in TFLite's detection post-process op (SSD MobileNet, EfficientDet-Lite),
-      four outputs that core/detect.py recognises and reads; images stretched (or letterboxed)
+      four outputs that core/vision/detect.py recognises and reads; images stretched (or letterboxed)
       with LANCZOS, as Coral's examples do;
     - yolov8, yolov5, dfl: YOLO exports (Ultralytics v8/11/v5u, classic v5, split DFL), decoded
-      and NMS'd on the host by core/yolo.py exactly as Ultralytics' predictor does, on images
+      and NMS'd on the host by core/vision/yolo.py exactly as Ultralytics' predictor does, on images
       letterboxed as Ultralytics letterboxes them (grey 114, centred, linear resize).
     """
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from edgeapp.core.labels import read_labels
 from edgeapp.core.meta import ModelMeta, read_meta
-from edgeapp.core.preprocess import CORAL_MEAN, CORAL_STD, DECODES
+from edgeapp.core.vision.preprocess import CORAL_MEAN, CORAL_STD, DECODES
 from edgeapp.errors import InvalidModel, UsageError
 
 
@@ -30,7 +30,7 @@ class InputSpec:
     mean: float
     std: float
     decode: Optional[str] = None  # JPEGs "scaled" to what the input needs, or "full"
-    # (core/preprocess.py); None: neither the flag nor the sidecar says, the task decides
+    # (core/vision/preprocess.py); None: neither the flag nor the sidecar says, the task decides
     normalization_given: bool = True  # mean/std from the flags or the model's metadata
 
     @property
@@ -39,7 +39,7 @@ class InputSpec:
 
     @property
     def scaled_for(self) -> Optional[tuple[int, int]]:
-        """What core/preprocess.decode_image decodes JPEGs for: the input size, or None (whole)."""
+        """What core/vision/preprocess.decode_image decodes JPEGs for: the input size, or None (whole)."""
         return self.size if self.decode == "scaled" else None
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from edgeapp.core.coco_eval import cocotools, keypoint_metrics
-from edgeapp.core.overlay import draw_poses
-from edgeapp.core.pose import (
+from edgeapp.core.eval.coco import cocotools, keypoint_metrics
+from edgeapp.core.vision.overlay import draw_poses
+from edgeapp.core.vision.pose import (
     KEYPOINTS,
     POSENET_OP,
     is_pose_output,

@@ -12,9 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from edgeapp.core.eval_metrics import IGNORE, add_masks, segmentation_metrics
-from edgeapp.core.overlay import draw_classes, draw_mask
-from edgeapp.core.segmentation import class_map, class_shares, is_segmentation_output, mask_image_array, to_original
+from edgeapp.core.eval.metrics import IGNORE, add_masks, segmentation_metrics
+from edgeapp.core.vision.overlay import draw_classes, draw_mask
+from edgeapp.core.vision.segmentation import (
+    class_map,
+    class_shares,
+    is_segmentation_output,
+    mask_image_array,
+    to_original,
+)
 from edgeapp.errors import UsageError
 from edgeapp.tasks.base import (
     RESIZE,

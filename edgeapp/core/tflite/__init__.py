@@ -1,1 +1,2 @@
-"""The TFLite flatbuffer format: schema enums and option fields (schema.py), reader (model.py), writer."""
+"""The TFLite flatbuffer format: schema enums and option fields (schema.py), reader (model.py),
+writer."""

@@ -17,9 +17,9 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from edgeapp.core import stats
-from edgeapp.core.edgetpu_specs import PEAK_TOPS
+from edgeapp.core.edgetpu.opcount import OpCount, count_ops
+from edgeapp.core.edgetpu.specs import PEAK_TOPS
 from edgeapp.core.naming import cpu_twin_path
-from edgeapp.core.opcount import OpCount, count_ops
 from edgeapp.core.tflite.model import TfliteModel, load_model
 from edgeapp.core.units import counted
 from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthetic is kept there
@@ -45,7 +45,7 @@ class BenchOptions:
     seed: int = 0
     extra_notes: list[str] = field(default_factory=list)
     samples: Optional[dict] = None  # label -> latencies (ms), kept for --plot when a dict
-    performance: Optional[str] = None  # libedgetpu's Performance (core/clock.py)
+    performance: Optional[str] = None  # libedgetpu's Performance (core/edgetpu/clock.py)
     usb_queue: Optional[int] = None  # libedgetpu's Usb.MaxBulkInQueueLength
 
 

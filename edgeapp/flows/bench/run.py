@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Optional
 
 from edgeapp.core import stats
+from edgeapp.core.edgetpu.pipeline_segments import find_segment_files, set_label
 from edgeapp.core.limits import MAX_THREADS
 from edgeapp.core.naming import edgetpu_twin_path, segment_source
-from edgeapp.core.pipeline_segments import find_segment_files, set_label
 from edgeapp.core.tflite.model import TfliteModel, load_model
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.flows.bench.one_device import (  # noqa: F401 - importers of the benchmark find them here

@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from edgeapp.core import stats
-from edgeapp.core.pipeline_segments import check_chain, set_label
+from edgeapp.core.edgetpu.pipeline_segments import check_chain, set_label
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceUnavailable
 from edgeapp.execution.parallel import DevicePool

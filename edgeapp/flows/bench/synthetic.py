@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
+from edgeapp.core.edgetpu.specs import ON_CHIP_CACHE_BYTES
 from edgeapp.core.naming import edgetpu_twin_path
 from edgeapp.core.tflite.writer import ModelWriter, conv_layer, dense_layer, int8_input
 from edgeapp.errors import CompileError, MissingDependency

@@ -2,7 +2,7 @@
 and, over a `--duration` run, whether the warm latency drifted up (throttling).
 
 The Edge TPU's state comes from hw/tpu_state.py (clock mode of the libedgetpu build, a PCIe
-card's temperature and trip points); the meaning of drift and trip points from core/thermal.py.
+card's temperature and trip points); the meaning of drift and trip points from core/edgetpu/thermal.py.
 TOPS and TOPS/W are only comparable at a known clock: the result says which one it ran at.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from edgeapp.core import thermal
+from edgeapp.core.edgetpu import thermal
 from edgeapp.core.stats import median
 from edgeapp.hw.tpu_state import state_of
 

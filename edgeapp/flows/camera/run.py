@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
+from edgeapp.core.track.zones import check_names
 from edgeapp.core.version import VERSION
-from edgeapp.core.zones import check_names
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
 from edgeapp.flows.camera.loop import CameraStats, run_camera
 from edgeapp.flows.camera.tpu_health import TpuHealth

@@ -4,7 +4,7 @@ discovery of a temperature sensor where the device has one).
 
 A frame output (flows/camera/loop.FrameOutput): `on_frame` only notes each frame's inference
 latency; a thread reads the devices' state (hw/tpu_state.py) every `interval` seconds and
-publishes it. Throttling, as bench defines it (core/thermal.py): the driver has lowered the
+publishes it. Throttling, as bench defines it (core/edgetpu/thermal.py): the driver has lowered the
 clock (past trip point 0), or the latency of the last frames is more than 15% above that of
 the first ones.
 """
@@ -15,7 +15,7 @@ import collections
 import threading
 from typing import Any, Callable, Optional
 
-from edgeapp.core import thermal
+from edgeapp.core.edgetpu import thermal
 from edgeapp.core.stats import median
 from edgeapp.hw.tpu_state import state_of
 

@@ -1,8 +1,8 @@
 """`camera --track`: identities, line counts and zone times over a detection run's frames.
 
 One `TrackStage` per run sits between the task's result and the sinks (flows/camera/loop.py):
-it gives each object of the record a `track_id` (core/tracking.py, ByteTrack), decides which
-tracks crossed a counting line or entered or left a zone (core/zones.py), and turns that into
+it gives each object of the record a `track_id` (core/track/tracking.py, ByteTrack), decides which
+tracks crossed a counting line or entered or left a zone (core/track/zones.py), and turns that into
 events: `track_started`, `track_ended` (duration, path length), `line_crossed` (line,
 direction), `zone_entered`, `zone_left` (zone, seconds inside). Counts go into the run's summary,
 the overlay, the live view and MQTT; events into `--events FILE` (JSON lines) and MQTT.
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from edgeapp.core.tracking import ByteTracker, Track, TrackerSettings
-from edgeapp.core.zones import Line, Zone, centre, check_inside, crossing, inside, side
+from edgeapp.core.track.tracking import ByteTracker, Track, TrackerSettings
+from edgeapp.core.track.zones import Line, Zone, centre, check_inside, crossing, inside, side
 from edgeapp.errors import EdgeappError, MissingDependency, WrongTask
 
 LOW = 0.1  # ByteTrack's floor: boxes down to this keep a track alive, never start one
@@ -234,7 +234,7 @@ class TrackStage:
         return {tid: list(s.trail) for tid, s in self.states.items()}
 
     def snapshot(self) -> tuple:
-        """What the overlay draws for this frame (core/overlay.draw_counting's arguments): the
+        """What the overlay draws for this frame (core/vision/overlay.draw_counting's arguments): the
         lines, zones, counts and trails as they are now, copied (drawn later, in another thread)."""
         return (self.lines, self.zones, json.loads(json.dumps(self.counts)), self.trails())
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeapp.core.edgetpu_ops import constant_reader
-from edgeapp.core.quant_tune import bias_shift
+from edgeapp.core.edgetpu.ops import constant_reader
+from edgeapp.core.quant.tune import bias_shift
 from edgeapp.core.tflite.model import parse_model
 from edgeapp.core.tflite.patch import replace_constants
 from edgeapp.flows.convert.requantize import interpreter

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from edgeapp.core.preprocess import fit_pixels, load_image
+from edgeapp.core.vision.preprocess import fit_pixels, load_image
 from edgeapp.errors import InputError, UsageError
 from edgeapp.flows.inputs import expand_inputs
 
@@ -104,7 +104,7 @@ def load_dataset(found: Sources, size: tuple[int, int], channels: int, limit: Op
 def calibration_pixels(path: str, size: tuple[int, int], channels: int, decode: str,
                        fit: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> np.ndarray:
     """One image as the model sees it at inference (classify, stretched): the same decode,
-    the same resize: core/preprocess.fit_pixels; or `fit` (detect's YOLO letterbox). uint8
+    the same resize: core/vision/preprocess.fit_pixels; or `fit` (detect's YOLO letterbox). uint8
     (H, W, C)."""
     img = load_image(path, channels, size if decode == "scaled" else None)
     if fit is not None:

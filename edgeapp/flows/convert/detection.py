@@ -4,7 +4,7 @@ agreement in detection terms, and the sidecar entry that lets `detect` read the 
 Agreement without labelled data: the float original (ONNX Runtime running the user's whole
 export, Ultralytics' own decode included) finds boxes on held-out images; those boxes stand in
 as ground truth for the int8 model, decoded on the CPU as `detect` decodes it; COCO mAP50-95
-and mAP50 (core/coco_eval, as `eval` computes them) say how much of the float model's
+and mAP50 (core/eval/coco, as `eval` computes them) say how much of the float model's
 detections the int8 one keeps.
 """
 
@@ -15,9 +15,9 @@ from typing import Optional
 
 import numpy as np
 
-from edgeapp.core.coco_eval import box_metrics
-from edgeapp.core.preprocess import quantize_input
-from edgeapp.core.yolo import (
+from edgeapp.core.eval.coco import box_metrics
+from edgeapp.core.vision.preprocess import quantize_input
+from edgeapp.core.vision.yolo import (
     CONF,
     IOU,
     MAX_DET,
@@ -40,7 +40,7 @@ EVAL_CONF = 0.001  # the score floor of a mAP evaluation (Ultralytics' val uses 
 
 def letterboxer(size: tuple[int, int]):
     """Decoded pixels -> the model's input pixels, letterboxed exactly as `detect` does it
-    (core/yolo.letterbox: Ultralytics' LetterBox(auto=False), grey 114)."""
+    (core/vision/yolo.letterbox: Ultralytics' LetterBox(auto=False), grey 114)."""
 
     def fit(pixels: np.ndarray) -> np.ndarray:
         return letterbox(pixels if pixels.ndim == 3 else pixels[:, :, None], size)[0]
@@ -55,7 +55,7 @@ def sidecar_entry(head: YoloHead, width: int, height: int) -> dict:
              "input_size": [width, height], "strides": list(head.strides),
              "letterbox": {"pad_value": PAD_VALUE, "centered": True, "auto": False},
              "exported_by": " ".join(str(meta[k]) for k in ("author", "version") if meta.get(k)) or None,
-             "decode": "on the CPU: DFL softmax, anchors and strides, sigmoid (core/yolo.py)"}
+             "decode": "on the CPU: DFL softmax, anchors and strides, sigmoid (core/vision/yolo.py)"}
     if head.rewrites:  # what the int8 graph computes differently from the export (same function)
         entry["rewritten_for_edgetpu"] = [f"attention {r}" for r in head.rewrites]
     return entry
@@ -106,7 +106,7 @@ def _nms(found) -> list:
 
 def coco_map(truth: list, found: list, classes: int) -> Optional[dict]:
     """COCO box mAP50-95 and mAP50 of `found` against `truth` (per image lists of (score,
-    class, xyxy); truth's scores ignored), by `eval`'s own evaluator (core/coco_eval); None
+    class, xyxy); truth's scores ignored), by `eval`'s own evaluator (core/eval/coco); None
     without its library or without truth."""
     anns, dets = [], []
     for image, (t, f) in enumerate(zip(truth, found)):

@@ -1,10 +1,10 @@
-"""Equalization on the calibrated float flatbuffer: a `--max-drop` trial (maths: core/equalize.py).
+"""Equalization on the calibrated float flatbuffer: a `--max-drop` trial (maths: core/quant/equalize.py).
 
 Applied where every source format meets, the calibrated float TFLite model (its weights are
 float there, its tensors carry the ranges the quantizer reads), so Keras and ONNX sources get
 the same: find the pairs of linear layers (CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED) joined
 only by positive-homogeneous ops, each intermediate tensor read by the next op alone; measure
-each channel's range on the chain's tensors; where one channel sets a range (core/equalize:
+each channel's range on the chain's tensors; where one channel sets a range (core/quant/equalize:
 over 4x what 90% of the channels need), rescale the producer's output channels, the constants
 added on the way and the consumer's input channels. The chain's recorded ranges are then set
 to what the rescaled values take (each channel's measured range divided by its scale), so the
@@ -20,8 +20,8 @@ from typing import Optional
 
 import numpy as np
 
-from edgeapp.core import equalize as eq
-from edgeapp.core.edgetpu_ops import constant_reader
+from edgeapp.core.edgetpu.ops import constant_reader
+from edgeapp.core.quant import equalize as eq
 from edgeapp.core.tflite.model import Operator, TfliteModel, parse_model
 from edgeapp.core.tflite.patch import replace_constants, set_min_max
 from edgeapp.errors import ConvertError

@@ -5,7 +5,7 @@ the float original through the same task code (preprocessing, decoding, metric) 
 ONNX runs on ONNX Runtime from the file itself (an NCHW input gets the NHWC image transposed);
 Keras through convert's own loader (flows/convert/keras.py). An Ultralytics YOLO ONNX export
 gives its boxes in input pixels where its TFLite export gives them normalized: they are
-normalized here, so the one YOLO decoder (core/yolo.py) reads both. Its metadata (class names,
+normalized here, so the one YOLO decoder (core/vision/yolo.py) reads both. Its metadata (class names,
 pixels / 255, its task) is read from the ONNX file's metadata_props.
 """
 

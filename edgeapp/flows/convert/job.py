@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from edgeapp.core.embedding import EMBED_TASK, embedding_output
+from edgeapp.core.learn.embedding import EMBED_TASK, embedding_output
 from edgeapp.core.meta import ModelMeta, write_sidecar
 from edgeapp.core.naming import convert_log_path, report_path, report_plot_path
 from edgeapp.core.tflite.model import load_model
@@ -245,7 +245,7 @@ def _report_base(p: Prepared, model: FloatModel, q, samples: int) -> dict:
 
 
 def _embedding_depth(p: Prepared, tflite, cal) -> Optional[int]:
-    """D when the written model is an embedding extractor (core/embedding.py), whose outputs are
+    """D when the written model is an embedding extractor (core/learn/embedding.py), whose outputs are
     features, not class scores: no top-1 against the class folders, no labels for them."""
     names = p.job.labels or p.job.val_labels
     count = len(names) if names else (len(cal.class_names) if cal.class_names else None)

@@ -21,10 +21,10 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
-from edgeapp.core.coco_eval import cocotools
+from edgeapp.core.eval.coco import cocotools
 from edgeapp.core.meta import write_sidecar
 from edgeapp.core.naming import sidecar_path
-from edgeapp.core.quant_tune import box_metric_of, metric_of, task_metric_of
+from edgeapp.core.quant.tune import box_metric_of, metric_of, task_metric_of
 from edgeapp.errors import ConvertError, MissingDependency, UsageError
 from edgeapp.flows.convert.agreement import measure
 from edgeapp.flows.convert.base import FloatModel

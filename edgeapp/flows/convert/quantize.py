@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from edgeapp.core.check_report import check_model
+from edgeapp.core.edgetpu.check_report import check_model
 from edgeapp.core.tflite.model import TfliteModel, parse_model
 from edgeapp.core.tflite.patch import older_equivalents
 from edgeapp.errors import ConvertError

@@ -17,8 +17,8 @@ from typing import Optional
 
 import numpy as np
 
-from edgeapp.core.edgetpu_ops import constant_reader
-from edgeapp.core.quant_report import (
+from edgeapp.core.edgetpu.ops import constant_reader
+from edgeapp.core.quant.report import (
     LayerAccumulator,
     attribute_shared_ranges,
     channel_range_ratio,

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from edgeapp.core.quant_tune import RangeStats
+from edgeapp.core.quant.tune import RangeStats
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert.base import first_line, tensorflow
 from edgeapp.hw.native_stderr import filtered_native_stderr

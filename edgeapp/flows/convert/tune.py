@@ -33,8 +33,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from edgeapp.core.check_report import check_model
-from edgeapp.core.quant_tune import best_of, drop_of, improves, mapped, meets, output_sqnr, tail_cuts, tpu_floor
+from edgeapp.core.edgetpu.check_report import check_model
+from edgeapp.core.quant.tune import best_of, drop_of, improves, mapped, meets, output_sqnr, tail_cuts, tpu_floor
 from edgeapp.core.tflite.model import parse_model
 from edgeapp.core.tflite.patch import older_equivalents
 from edgeapp.errors import ConvertError, EdgeappError

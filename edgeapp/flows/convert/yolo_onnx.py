@@ -9,7 +9,7 @@ The cut keeps everything up to those Convs; their outputs, flattened and joined 
 in TensorFlow (`join_levels`), become the int8 model's two: DFL box logits (1, N, 64) and class
 logits (1, N, nc), each quantized with its own scale. The decode (softmax
 over the bins, anchors, strides, sigmoid), which in one int8 output would share a scale between
-pixel coordinates and 0..1 scores, runs on the CPU in float (core/yolo.py, the `dfl` layout).
+pixel coordinates and 0..1 scores, runs on the CPU in float (core/vision/yolo.py, the `dfl` layout).
 Other detectors (classic YOLOv5, end-to-end exports, NonMaxSuppression in the graph) are
 refused, saying what is converted.
 """

@@ -14,14 +14,14 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Mapping, Optional
 
-from edgeapp.core.linux_setup import (
+from edgeapp.core.edgetpu.thermal import thermal_summary
+from edgeapp.core.install.linux_setup import (
     PI5_4K_KERNEL_LINE,
     gasket_fix,
     missing_pcie_lines,
     rule_vendors,
     usb_rule,
 )
-from edgeapp.core.thermal import thermal_summary
 from edgeapp.hw.boardinfo import (
     boot_config,
     container,

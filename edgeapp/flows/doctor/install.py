@@ -1,5 +1,5 @@
 """`edgeapp doctor`: what is installed, what is plugged in, the one-sentence fix for each gap, and
-the plan (core/install_plan.py): the commands that give this platform a working runtime pair.
+the plan (core/install/plan.py): the commands that give this platform a working runtime pair.
 
 Every check reads files under `root` and tools on the PATH of `env`, so tests run it against
 fake system trees. Python packages are looked up without importing them (a TFLite runtime is
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from edgeapp.core.compat import metadata
-from edgeapp.core.debian import parse_os_release
-from edgeapp.core.install_plan import DISABLE_CORAL_SOURCES, Plan, plan_for
-from edgeapp.core.pairing import CRASH, UNIDENTIFIED, WORKS, Build, decide, identify
+from edgeapp.core.install.debian import parse_os_release
+from edgeapp.core.install.pairing import CRASH, UNIDENTIFIED, WORKS, Build, decide, identify
+from edgeapp.core.install.plan import DISABLE_CORAL_SOURCES, Plan, plan_for
 from edgeapp.core.userdirs import cache_dir
 from edgeapp.errors import EdgeappError, MissingDependency
 from edgeapp.flows.doctor.devices import FAIL, OK, WARN, Check, device_checks

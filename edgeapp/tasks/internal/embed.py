@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from edgeapp.core.classify import dequantize
+from edgeapp.core.vision.classify import dequantize
 from edgeapp.errors import InvalidModel
 from edgeapp.tasks.base import Prepared, Result, TaskKind
 from edgeapp.tasks.model import output_quantization

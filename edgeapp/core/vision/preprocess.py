@@ -16,7 +16,7 @@ from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
-from edgeapp.core.boxes import make_fit
+from edgeapp.core.vision.boxes import make_fit
 from edgeapp.errors import InputError, UsageError
 
 ImageSource = Union[str, Path, bytes, Any]  # also a Pillow image or an HxW(xC) uint8 array

@@ -11,8 +11,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from edgeapp.core.pose import skeleton_lines
-from edgeapp.core.segmentation import colorize
+from edgeapp.core.vision.pose import skeleton_lines
+from edgeapp.core.vision.segmentation import colorize
 
 # Labels are drawn at a size proportional to the image: text about 2.5% of its shorter side
 # high (OpenCV's Hershey font is 22 px high at scale 1), never below a legible 0.4. A fixed
@@ -88,7 +88,7 @@ def draw_objects(img: np.ndarray, objects: Sequence[dict]) -> np.ndarray:
 def draw_counting(img: np.ndarray, lines: Sequence, zones: Sequence, counts: dict,
                   trails: dict) -> np.ndarray:
     """camera --track: each track's recent path, the counting lines with their in/out counts,
-    the zones with how many objects are in each now (core/zones.py Line, Zone in pixels)."""
+    the zones with how many objects are in each now (core/track/zones.py Line, Zone in pixels)."""
     import cv2
 
     thin = _stroke(img, 1)

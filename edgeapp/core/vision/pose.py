@@ -16,8 +16,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from edgeapp.core.boxes import BBox, Fit, to_original
-from edgeapp.core.classify import dequantize
+from edgeapp.core.vision.boxes import BBox, Fit, to_original
+from edgeapp.core.vision.classify import dequantize
 
 KEYPOINTS = ("nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder",
              "right_shoulder", "left_elbow", "right_elbow", "left_wrist", "right_wrist", "left_hip",

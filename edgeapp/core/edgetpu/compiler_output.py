@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
-from edgeapp.core.edgetpu_rules import VERSION_WORKAROUND
+from edgeapp.core.edgetpu.rules import VERSION_WORKAROUND
 from edgeapp.core.units import format_bytes
 from edgeapp.errors import ExitCode
 
@@ -136,15 +136,16 @@ def parse_stdout(text: str) -> CompileResult:
     """Everything the compiler's stdout (+stderr) says, as a `CompileResult`.
 
     Each compiled model gets a block of lines (from "Model compiled successfully" or "Input
-    model:"); with --num_segments there is one block per segment: the top-level fields then
-    hold the sums and `segments` the blocks. With --search_delegate the last attempt counts.
+    model:"); with --num_segments there is one block per segment, and with several models
+    (co-compiled: "Models compiled successfully") one per model, in the order given: the
+    top-level fields then hold the sums and `segments` the blocks. With --search_delegate the last attempt counts.
     """
     result = CompileResult()
     blocks: list[CompileResult] = []
     current: Optional[CompileResult] = None
     for raw in text.splitlines():
         line = raw.strip()
-        if line.startswith("Model compiled successfully"):
+        if line.startswith(("Model compiled successfully", "Models compiled successfully")):
             result.compiled = True
             current = CompileResult()
             blocks.append(current)

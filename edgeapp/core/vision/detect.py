@@ -20,8 +20,8 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from edgeapp.core.boxes import BBox, Fit, to_original
-from edgeapp.core.classify import dequantize
+from edgeapp.core.vision.boxes import BBox, Fit, to_original
+from edgeapp.core.vision.classify import dequantize
 from edgeapp.errors import InvalidModel
 
 POSTPROCESS_OP = "TFLite_Detection_PostProcess"

@@ -1,6 +1,6 @@
 """Fitting a camera frame (a BGR array from OpenCV) into a model input: pure, with OpenCV.
 
-The file path does the same with Pillow (core/preprocess.py); frames stay in OpenCV, which is
+The file path does the same with Pillow (core/vision/preprocess.py); frames stay in OpenCV, which is
 what the camera already decoded them with, and is faster for a frame every few milliseconds.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeapp.core.boxes import Fit, ResizeMode, make_fit
+from edgeapp.core.vision.boxes import Fit, ResizeMode, make_fit
 
 
 def resize_frame(frame: np.ndarray, size: tuple[int, int]) -> np.ndarray:

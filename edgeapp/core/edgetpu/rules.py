@@ -50,9 +50,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from edgeapp.core.edgetpu.opcount import macs_per_op
+
 # The per-operator rules, re-exported: importers (check_report, compiler_output, the tests) read
 # the whole prediction here.
-from edgeapp.core.edgetpu_ops import (
+from edgeapp.core.edgetpu.ops import (
     ACTIVATION_NAMES,
     COMPILER_VERSION,
     EIGHT_BIT_TYPES,
@@ -71,7 +73,6 @@ from edgeapp.core.edgetpu_ops import (
     op_problems,
     resize_factor,
 )
-from edgeapp.core.opcount import macs_per_op
 from edgeapp.core.tflite.model import Tensor, TfliteModel
 
 __all__ = [

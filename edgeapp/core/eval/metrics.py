@@ -2,7 +2,7 @@
 classifier, mIoU, pixel accuracy and per-class IoU of a segmenter, and matching a data set's
 class names to a model's labels.
 
-Detection mAP and pose OKS AP are COCO's own evaluation (core/coco_eval.py, pycocotools).
+Detection mAP and pose OKS AP are COCO's own evaluation (core/eval/coco.py, pycocotools).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Routes, by platform (Coral's package source is gone: no plan names it):
   (feranick/libedgetpu GitHub releases) for the codename and architecture, plus the runtime from
   PyPI: ai-edge-litert (x86-64, arm64, Python >= 3.10), tflite-runtime 2.14.0 on 32-bit ARM (no
   ai-edge-litert wheel), and on Python <= 3.9 (Debian bullseye) the newest tflite-runtime wheel
-  that installs there, paired through core/pairing.py's table (unknown pairs are probed).
+  that installs there, paired through core/install/pairing.py's table (unknown pairs are probed).
 - macOS, Windows, other Linux: no published working pair; the plan says so and what remains.
 docs/install-sources.md says how each file named here is known to exist.
 """
@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Tuple
 
-from edgeapp.core.debian import parse_os_release
-from edgeapp.core.pairing import COMMUNITY, GOOGLE, GOOGLE_16_TF, Build, decide
+from edgeapp.core.install.debian import parse_os_release
+from edgeapp.core.install.pairing import COMMUNITY, GOOGLE, GOOGLE_16_TF, Build, decide
 
 COMMUNITY_REPO = "https://github.com/feranick/libedgetpu"
 COMMUNITY_RELEASES = COMMUNITY_REPO + "/releases"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from edgeapp.core.clock import MAX_CLOCK_MHZ
+from edgeapp.core.edgetpu.clock import MAX_CLOCK_MHZ
 
 DEFAULT_TRIPS_C = (85.0, 90.0, 95.0)
 SENSOR_FAULT_BELOW_C = -40.0  # below the Edge TPU's storage range: a broken reading

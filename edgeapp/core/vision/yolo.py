@@ -26,10 +26,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from edgeapp.core.boxes import BBox, Fit, letterbox_fit, to_original_array
-from edgeapp.core.classify import dequantize
-from edgeapp.core.detect import Object
-from edgeapp.core.preprocess import quantize_input
+from edgeapp.core.vision.boxes import BBox, Fit, letterbox_fit, to_original_array
+from edgeapp.core.vision.classify import dequantize
+from edgeapp.core.vision.detect import Object
+from edgeapp.core.vision.preprocess import quantize_input
 from edgeapp.errors import InvalidModel, UsageError
 
 LAYOUTS = ("yolov8", "yolov5", "dfl")

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from edgeapp.core.learn import dense, l2_normalize
+from edgeapp.core.learn.train import dense, l2_normalize
 from edgeapp.core.tflite.append import NewOperator, NewTensor
 from edgeapp.core.tflite.model import TfliteModel
 

@@ -37,7 +37,7 @@ def cosine_per_sample(reference: np.ndarray, test: np.ndarray) -> np.ndarray:
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k highest scores per sample, best first; a tie goes to the higher index,
-    as `classify` ranks classes (core/classify.get_classes_from_scores), so an accuracy measured
+    as `classify` ranks classes (core/vision/classify.get_classes_from_scores), so an accuracy measured
     here is the one `classify` gets on the same images."""
     s = np.asarray(scores).reshape(len(scores), -1)
     k = min(k, s.shape[1])

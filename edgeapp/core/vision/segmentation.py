@@ -13,8 +13,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from edgeapp.core.boxes import Fit
-from edgeapp.core.classify import dequantize
+from edgeapp.core.vision.boxes import Fit
+from edgeapp.core.vision.classify import dequantize
 
 
 def is_segmentation_output(shape: Sequence[int], input_size: Optional[Sequence[int]] = None) -> bool:

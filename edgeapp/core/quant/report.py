@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from edgeapp.core.quant_metrics import rounded
+from edgeapp.core.quant.metrics import rounded
 
 BINS = 4096  # histogram of |x| over [0, calibrated extent]: percentiles to 1/4096 of the range
 OUTLIER_RATIO = 4.0  # max / 99.99th percentile above this: 2 of int8's 8 bits spent on outliers

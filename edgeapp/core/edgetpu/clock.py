@@ -7,7 +7,7 @@ divider 0..3: 500, 250, 125, 62.5 MHz). Coral ships two builds of the library: `
 (libedgetpu1-max, the "direct" build) runs a USB Accelerator at `Max`; `std` (libedgetpu1-std,
 built with THROTTLE_EDGE_TPU, the "throttled" build) caps USB at `High` and quietly drops a
 `Max` request to `High` (tflite/edgetpu_driver_wrapper.cc). PCIe cards are not capped by the
-build; their driver lowers the clock with temperature instead (core/thermal.py).
+build; their driver lowers the clock with temperature instead (core/edgetpu/thermal.py).
 Pure data and functions: hw/ reads the package database and the library.
 """
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from edgeapp.core.compiler_output import suggest_imgsz
-from edgeapp.core.edgetpu_ops import (
+from edgeapp.core.edgetpu.compiler_output import suggest_imgsz
+from edgeapp.core.edgetpu.ops import (
     EIGHT_BIT_TYPES,
     OP_HINTS,
     RESIZE_MAX_FACTOR,
@@ -20,13 +20,11 @@ from edgeapp.core.edgetpu_ops import (
     constant_reader,
     resize_factor,
 )
-from edgeapp.core.edgetpu_rules import OpPrediction, predict
-from edgeapp.core.edgetpu_specs import ON_CHIP_CACHE_BYTES
+from edgeapp.core.edgetpu.rules import OpPrediction, predict
+from edgeapp.core.edgetpu.specs import ON_CHIP_CACHE_BYTES, USABLE_CACHE_BYTES
 from edgeapp.core.tflite.model import Tensor, TfliteModel
 from edgeapp.core.units import format_bytes
 from edgeapp.errors import EdgeappError
-
-USABLE_CACHE_BYTES = int(6.9 * 1024 * 1024)  # below this parameters are reported cached in practice
 
 VERDICT_TEXT = {"fully_mapped": "fully mapped to the Edge TPU",
                 "partially_mapped": "partially mapped (some operations run on the CPU)",
@@ -150,7 +148,7 @@ SSD_POSTPROCESS = "TFLite_Detection_PostProcess"
 def detection_head(model: TfliteModel, preds: list[OpPrediction], s: dict) -> Optional[dict]:
     """The CPU part after the Edge TPU when it is a recognised detection head's decode, else None.
 
-    Recognised: a YOLO export (its output layout, core/yolo) or an SSD (the
+    Recognised: a YOLO export (its output layout, core/vision/yolo) or an SSD (the
     TFLite_Detection_PostProcess operator on the CPU), whose CPU operators after the Edge TPU
     part do almost none of the work (HEAD_MAC_SHARE). That part is what every
     such export leaves to the CPU on purpose (box decode, softmax over DFL bins, transposes,
@@ -276,8 +274,8 @@ def _cut_advice(preds: list[OpPrediction]) -> list[str]:
 
 
 def _yolo_layout(model: TfliteModel):
-    """The YOLO output layout of `model` (core/yolo), or None when it is no YOLO export."""
-    from edgeapp.core.yolo import find_yolo_layout
+    """The YOLO output layout of `model` (core/vision/yolo), or None when it is no YOLO export."""
+    from edgeapp.core.vision.yolo import find_yolo_layout
 
     shape = model.input_tensors[0].shape if len(model.input_tensors) == 1 else ()
     if len(shape) != 4:
@@ -326,7 +324,7 @@ def _ssd_advice(head: dict) -> str:
 def _segmentation_advice(model: TfliteModel, preds: list[OpPrediction]) -> Optional[str]:
     """For a segmentation model: what to leave to `edgeapp segment` (the argmax and the final
     upscale to the image size run there, on the CPU)."""
-    from edgeapp.core.segmentation import is_segmentation_output
+    from edgeapp.core.vision.segmentation import is_segmentation_output
 
     shapes = [t.shape for t in model.output_tensors]
     if len(shapes) != 1 or not is_segmentation_output(shapes[0]):

@@ -1,0 +1,2 @@
+"""Metrics over labelled data, pure: top-k, confusion, mIoU (numpy) and COCO's own evaluation (mAP,
+OKS AP)."""

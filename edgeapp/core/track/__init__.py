@@ -1,0 +1,2 @@
+"""Tracking over a camera run's boxes, pure: ByteTrack (Kalman filter, assignment) and the counting
+lines and zones users draw."""
