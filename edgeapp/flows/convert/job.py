@@ -155,8 +155,9 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             tuning = Tuning(p, saved, cal, calibration, q, lambda: _trial_measure(
                 p, model, cal, task, embedding is None, say), say, fit=_fit(p))
             stack.callback(tuning.close)
-            with _timed(times, "equalization"):
-                equalized = tuning.equalize()
+            equalized = tuning.equalize()
+            if equalized is not None:
+                times["equalization"] = equalized["seconds"]
             if tuning.written != "plain":
                 q = replace(q, model=load_model(job.output), flatbuffer=job.output.read_bytes())
             report = _report_base(p, model, q, len(cal.x))
