@@ -25,14 +25,14 @@ flows.camera.run, tasks/), so results are identical. Errors are edgeapp.errors e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
-from edgeapp.core.track.zones import parse_line, parse_zone
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
-from edgeapp.flows.camera.tracking import TrackingSettings
+from edgeapp.flows.camera.request import API_WORDS, CameraSettings, camera_request, split_settings
+from edgeapp.flows.cascade import Cascade
 from edgeapp.flows.evaluate import differences, evaluate, read_data, report
-from edgeapp.flows.open_task import OpenTask, Placement, open_task
+from edgeapp.flows.open_task import OpenTask, Placement, open_cascade, open_task
 from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.tasks import kind, names
 from edgeapp.tasks.base import BoundTask, Result
@@ -48,6 +48,7 @@ class Model:
         self._opened = opened
         self._reopen = reopen or {}  # how it was opened: the camera opens it again for frames
         self._bound: dict = {}
+        self._cascades: dict = {}  # (then, on, then_every) -> flows.cascade.Cascade, opened once
 
     @property
     def engine(self) -> Engine:
@@ -86,16 +87,23 @@ class Model:
         """As `run`, with what the record does not hold (`extras`, e.g. a segmentation's class
         map at the image's size)."""
         bound = self._task(task, options)
-        tensor, prepared = bound.prepare(image)
+        cascade = self._cascade(bound)
+        tensor, prepared = bound.prepare(image, keep_image=cascade is not None)
         ((_, done),) = self._opened.runner.imap([(0, tensor)])
-        return bound.interpret(done.outputs, prepared)
+        result = bound.interpret(done.outputs, prepared)
+        if cascade is not None:
+            cascade.apply(result.fields, prepared.image)
+        return result
 
     def batch(self, paths: Iterable[PathLike], task: Optional[str] = None, workers: int = 2,
               **options: Any) -> Iterator[dict]:
         """One record per path, in order, decoding ahead on `workers` threads and running on
         every device the model was opened on; a bad image is a record with `error` set, not an
         exception."""
-        return iter_records(_strings(paths), self._opened.runner, self._task(task, options), workers)
+        bound = self._task(task, options)
+        cascade = self._cascade(bound)
+        return iter_records(_strings(paths), self._opened.runner, bound, workers,
+                            on_result=cascade.hook() if cascade is not None else None)
 
     def evaluate(self, data: PathLike, images: Optional[PathLike] = None, workers: int = 2) -> dict:
         """The model's metric on labelled `data` (class folders or a CSV, a COCO JSON or a YOLO
@@ -108,48 +116,35 @@ class Model:
         return report(found, [result])
 
     def camera(self, source: Any = "0", *, task: Optional[str] = None,
-               on_record: Optional[Callable[[dict], None]] = None, display: bool = False,
-               record: Optional[PathLike] = None, output: Optional[PathLike] = None,
-               max_frames: Optional[int] = None, duration: Optional[float] = None,
-               drop_frames: Optional[bool] = None, reconnect: float = 10.0,
-               serve: Optional[str] = None, serve_token: Optional[str] = None,
-               mqtt: Optional[str] = None, mqtt_mode: str = "frames",
+               on_record: Optional[Callable[[dict], None]] = None,
                on_notice: Optional[Callable[[str], None]] = None, stop: Any = None,
-               track: bool = False, count_lines: Sequence[str] = (), zones: Sequence[str] = (),
-               events: Optional[PathLike] = None, **options: Any) -> Any:
+               **options: Any) -> Any:
         """Run `task` (default: the model's) on the frames of a camera (index), a video file or a
-        stream, as `edgeapp camera` does: every frame's record to `on_record`, and optionally a
-        window, a recording, a results file (`output`), the live view (`serve`: PORT or
-        HOST:PORT) and MQTT (`mqtt`: mqtt://host/prefix). Stops at the end of a file, after
-        `max_frames` or `duration`, or when the threading.Event `stop` is set. The model is
-        opened again for frames on the same devices. `track`: objects get a `track_id`, and
-        `count_lines` / `zones` (as `--count-line` / `--zone` write them) are counted, the
-        events written to `events` (JSON lines); the counts are in the outcome's `outputs`.
-        Returns the flows.camera.run.CameraOutcome (`stats`, `warnings`, `error`: None when the run
+        stream, as `edgeapp camera` does: every frame's record to `on_record`. `options` are the
+        camera's settings (flows.camera.request.CameraSettings: `edgeapp camera`'s flags as
+        keywords, e.g. `record`, `output`, `max_frames`, `duration`, `serve` (PORT or
+        HOST:PORT), `mqtt` (mqtt://host/prefix); `display` defaults to False here) and the
+        task's own options. Stops at the end of a file, after `max_frames` or `duration`, or
+        when the threading.Event `stop` is set. The model is opened again for frames on the
+        same devices. `track=True`: objects get a `track_id`, and `count_lines` / `zones` (as
+        `--count-line` / `--zone` write them) are counted, the events written to `events`
+        (JSON lines); the counts are in the outcome's `outputs`. Returns the
+        flows.camera.run.CameraOutcome (`stats`, `warnings`, `error`: None when the run
         succeeded)."""
-        from edgeapp.flows.camera.run import CameraRequest, CameraRun, LiveViewSettings, MqttSettings
+        from edgeapp.flows.camera.run import CameraRun
 
         name = task or self.task
-        _check_api_options(name, options)
-        tracking = None
-        if track:
-            tracking = TrackingSettings([parse_line(x) for x in count_lines],
-                                        [parse_zone(z) for z in zones],
-                                        Path(events) if events is not None else None)
-        elif count_lines or zones or events is not None:
-            raise UsageError("count_lines, zones and events count tracked objects: add track=True")
-        request = CameraRequest(
-            task=name, options=options, source=str(source), display=display,
-            record=Path(record) if record is not None else None,
-            records_output=Path(output) if output is not None else None,
-            max_frames=max_frames, duration=duration, drop_frames=drop_frames, reconnect=reconnect,
-            live_view=LiveViewSettings(serve, token=serve_token) if serve is not None else None,
-            mqtt=MqttSettings(mqtt, mqtt_mode) if mqtt is not None else None,
-            on_record=on_record, tracking=tracking, **self._reopen)
+        settings, task_options = split_settings(options)
+        _check_api_options(name, task_options)
+        request = camera_request(CameraSettings(**{"display": False, **settings, "source": source}),
+                                 API_WORDS, task=name, options=task_options, on_record=on_record,
+                                 **self._reopen)
         return CameraRun(request, on_notice, stop).run()
 
     def close(self) -> None:
         self._opened.close()
+        for cascade in self._cascades.values():
+            cascade.close()
 
     def __enter__(self) -> "Model":
         return self
@@ -168,6 +163,18 @@ class Model:
 
     def __dir__(self) -> List[str]:
         return sorted(set(super().__dir__()) | set(names()) | {f"{n}_batch" for n in names()})
+
+    def _cascade(self, bound: BoundTask) -> Optional[Cascade]:
+        """The second model of `then=` (open_model's, else this call's), opened once."""
+        if not bound.options.get("then"):
+            return None
+        if bound is self._opened.task:
+            return self._opened.cascade
+        key = tuple(bound.options.get(k) for k in ("then", "on", "then_every"))
+        if key not in self._cascades:
+            self._cascades[key] = open_cascade(bound.options, self._reopen.get("place", Placement()),
+                                               lambda _text: None)
+        return self._cascades[key]
 
     def _task(self, task: Optional[str], options: dict) -> BoundTask:
         default = self._opened.task

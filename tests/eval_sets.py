@@ -63,6 +63,50 @@ def shapes_set(root: Path, count: int = 12, seed: int = 5, sizes=((256, 256), (3
             "root": root}
 
 
+def small_shapes_set(root: Path, count: int = 6, seed: int = 9, size: tuple = (1024, 768),
+                     side: tuple = (44, 56), most: int = 6) -> dict:
+    """Small objects: shapes 44-56 px on a 1024x768 image (a 256-pixel detector sees them at a
+    quarter of that, below the smallest it learnt), written as an Ultralytics dataset:
+    {"yaml", "images", "truth"}."""
+    import cv2
+
+    build = _builder()
+    rng = np.random.default_rng(seed)
+    w, h = size
+    images, labels = root / "images" / "val", root / "labels" / "val"
+    images.mkdir(parents=True)
+    labels.mkdir(parents=True)
+    truth = {}
+    for i in range(count):
+        img = build._background(rng, w, h, 4.0)
+        boxes: list = []
+        while len(boxes) < most:
+            s = int(rng.integers(side[0], side[1] + 1))
+            x1, y1 = int(rng.integers(0, w - s)), int(rng.integers(0, h - s))
+            if any(build._iou((x1, y1, x1 + s, y1 + s), b[1:]) > 0.0 for b in boxes):
+                continue
+            cls = int(rng.integers(0, 3))
+            col = build._colour(rng, img[y1 + s // 2, x1 + s // 2].astype(int))
+            if cls == 0:
+                cv2.circle(img, (x1 + s // 2, y1 + s // 2), s // 2, col, -1, cv2.LINE_AA)
+                s = 2 * (s // 2)
+            elif cls == 1:
+                cv2.rectangle(img, (x1, y1), (x1 + s - 1, y1 + s - 1), col, -1)
+            else:
+                pts = np.array([[x1 + s // 2, y1], [x1, y1 + s - 1], [x1 + s - 1, y1 + s - 1]], np.int32)
+                cv2.fillPoly(img, [pts], col, cv2.LINE_AA)
+            boxes.append((cls, float(x1), float(y1), float(x1 + s), float(y1 + s)))
+        name = f"{i:04d}.png"
+        cv2.imwrite(str(images / name), img[:, :, ::-1])
+        (labels / f"{i:04d}.txt").write_text("".join(
+            f"{c} {(a + b) / 2 / w:.6f} {(y + z) / 2 / h:.6f} {(b - a) / w:.6f} {(z - y) / h:.6f}\n"
+            for c, a, y, b, z in boxes))
+        truth[name] = boxes
+    (root / "data.yaml").write_text(f"path: {root}\nval: images/val\nnames:\n"
+                                    + "".join(f"  {k}: {v}\n" for k, v in NAMES.items()))
+    return {"yaml": root / "data.yaml", "images": images, "truth": truth}
+
+
 def masks_set(root: Path, count: int = 4, size: int = 40) -> Path:
     """images/ and masks/ for the stand-in segmenter: quadrants of red, green, blue, black with
     their class ids (1, 2, 3, 0), a band of 255 (ignore) across the middle."""

@@ -25,6 +25,7 @@ from edgeapp.errors import ExitCode, UsageError
 from edgeapp.sinks.records import Format
 
 if TYPE_CHECKING:
+    from edgeapp.flows.camera.request import CameraSettings
     from edgeapp.flows.open_task import Placement
 
 SUMMARY = "Run a model on live frames: overlay, headless JSON lines, recording, summary."
@@ -149,40 +150,27 @@ ModelArg = Annotated[Path, typer.Argument(metavar="MODEL", show_default=False, h
     "A model of any task, or its *_edgetpu.tflite build, or a Coral model's name."))]
 
 
+# Each camera setting's flag (flows/camera/request.CameraSettings has the setting, its default
+# and what it means to the run; a new setting's flag goes here).
+FLAGS = {"source": SourceOpt, "width": WidthOpt, "height": HeightOpt, "display": DisplayOpt,
+         "record": RecordOpt, "max_frames": MaxFramesOpt, "duration": DurationOpt, "format": FormatOpt,
+         "output": OutputOpt, "drop_frames": DropOpt, "reconnect": ReconnectOpt, "serve": ServeOpt,
+         "serve_fps": ServeFpsOpt, "serve_token": ServeTokenOpt, "serve_token_file": ServeTokenFileOpt,
+         "mqtt": MqttOpt, "mqtt_mode": MqttModeOpt, "mqtt_debounce": DebounceOpt,
+         "mqtt_queue": MqttQueueOpt, "mqtt_discovery": MqttDiscoveryOpt, "track": TrackOpt,
+         "count_lines": CountLineOpt, "zones": ZoneOpt, "events": EventsOpt}
+
+
 @dataclass
 class CameraOptions:
-    """What `edgeapp camera` was given, built once from its parameters. Each field is one
-    parameter in help order (its annotation declares the flag): MODEL, --task, the fields up to
-    --labels, then the tasks' camera options (cli/task_commands.camera_parameters), then the
-    rest. To add an option, add a field and read it as `values.<name>`."""
+    """What `edgeapp camera` was given besides the camera's settings: the model, how it opens,
+    and how the outcome is rendered. Each field is one parameter (its annotation declares the
+    flag). Help order: MODEL, --task, the settings up to --output, --labels, the tasks' camera
+    options (cli/task_commands.camera_parameters), the other settings, then these fields."""
 
     model: ModelArg
     task: Any = None  # --task: its choices are the tasks' names, made when the command is built
-    source: SourceOpt = "0"
-    width: WidthOpt = None
-    height: HeightOpt = None
-    display: DisplayOpt = None
-    record: RecordOpt = None
-    max_frames: MaxFramesOpt = None
-    duration: DurationOpt = None
-    fmt: FormatOpt = None
-    output: OutputOpt = None
     labels: shared.LabelsOpt = None
-    drop_frames: DropOpt = None
-    reconnect: ReconnectOpt = 10.0
-    serve: ServeOpt = None
-    serve_fps: ServeFpsOpt = 10.0
-    serve_token: ServeTokenOpt = None
-    serve_token_file: ServeTokenFileOpt = None
-    mqtt: MqttOpt = None
-    mqtt_mode: MqttModeOpt = MqttMode.frames
-    mqtt_debounce: DebounceOpt = 1.0
-    mqtt_queue: MqttQueueOpt = 100
-    mqtt_discovery: MqttDiscoveryOpt = True
-    track: TrackOpt = False
-    count_line: CountLineOpt = None
-    zone: ZoneOpt = None
-    events: EventsOpt = None
     summary: SummaryOpt = SummaryFormat.text
     mean: shared.MeanOpt = None
     std: shared.StdOpt = None
@@ -203,23 +191,32 @@ class CameraOptions:
 def command() -> Any:
     """The `camera` command, with every task's camera options."""
     from edgeapp.cli.task_commands import build_command, camera_parameters, given_options
+    from edgeapp.flows.camera.request import CameraSettings
 
     def param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                  annotation=annotation)
 
+    def default(f: Any) -> Any:
+        if f.default is MISSING:
+            return inspect.Parameter.empty
+        return None if f.default == () else f.default  # a repeatable flag not given: None
+
     task_params, task_options = camera_parameters()
-    own = [param(f.name, _task_option() if f.name == "task" else f.type,
-                 inspect.Parameter.empty if f.default is MISSING else f.default)
-           for f in fields(CameraOptions)]
-    at = [p.name for p in own].index("labels") + 1
-    signature = [param("ctx", typer.Context, inspect.Parameter.empty)] + own[:at] + task_params + own[at:]
-    names = {f.name for f in fields(CameraOptions)}
+    mine = {f.name: param(f.name, _task_option() if f.name == "task" else f.type, default(f))
+            for f in fields(CameraOptions)}
+    settings = [param(f.name, FLAGS[f.name], default(f)) for f in fields(CameraSettings)]
+    at = [p.name for p in settings].index("output") + 1
+    signature = ([param("ctx", typer.Context, inspect.Parameter.empty), mine["model"], mine["task"]]
+                 + settings[:at] + [mine["labels"]] + task_params + settings[at:]
+                 + [p for name, p in mine.items() if name not in ("model", "task", "labels")])
+    setting_names = {f.name for f in fields(CameraSettings)}
 
     def run(ctx: typer.Context, **values: Any) -> None:
-        settings, _ = given_options(task_options, values)
-        camera(ctx, CameraOptions(**{k: v for k, v in values.items() if k in names}),
-               {k: v for k, v in settings.items() if v is not None})
+        task_settings, _ = given_options(task_options, values)
+        camera(ctx, CameraOptions(**{k: v for k, v in values.items() if k in mine}),
+               CameraSettings(**{k: v for k, v in values.items() if k in setting_names}),
+               {k: v for k, v in task_settings.items() if v is not None})
 
     return build_command(signature, run, "camera", HELP)
 
@@ -231,16 +228,22 @@ def _task_option() -> Any:
         show_default=False)]
 
 
-def camera(ctx: typer.Context, values: CameraOptions, options: dict) -> None:
+def camera(ctx: typer.Context, values: CameraOptions, settings: "CameraSettings", options: dict) -> None:
     """Parse, run the flow, render the outcome."""
+    from edgeapp.flows.camera.request import CLI_WORDS, camera_request
     from edgeapp.flows.camera.run import CameraRun
 
     v = values
     check_common(options, model=v.model, mean=v.mean, std=v.std, device=v.device, cpu_model=v.cpu_model,
                  labels=v.labels)
-    _check_flags(ctx, v)
+    _check_flags(ctx, settings)
+    request = camera_request(settings, CLI_WORDS, model=v.model, task=choice_value(v.task),
+                             place=v.placement(ctx), options=options, labels_file=v.labels,
+                             mean=v.mean, std=v.std, records_stdout=None,
+                             show_token=sys.stderr.isatty())
+    request.model, request.place = resolved(request.model, request.place)  # once it can run
     stop = threading.Event()
-    run = CameraRun(_request(ctx, v, options), say, stop)
+    run = CameraRun(request, say, stop)
     restore = _on_sigterm(stop)
     try:
         outcome = run.run()
@@ -249,68 +252,25 @@ def camera(ctx: typer.Context, values: CameraOptions, options: dict) -> None:
     _finish(outcome, v.summary)
 
 
-def _request(ctx: typer.Context, v: CameraOptions, options: dict) -> Any:
-    from edgeapp.flows.camera.run import CameraRequest, LiveViewSettings, MqttSettings
-
-    view = mqtt = None
-    if v.serve is not None:
-        view = LiveViewSettings(v.serve, v.serve_fps, v.serve_token, v.serve_token_file,
-                                show_token=sys.stderr.isatty())
-    if v.mqtt is not None:
-        mqtt = MqttSettings(v.mqtt, choice_value(v.mqtt_mode), v.mqtt_debounce, v.mqtt_queue,
-                            v.mqtt_discovery)
-    model, place = resolved(v.model, v.placement(ctx))
-    return CameraRequest(
-        model=model, task=choice_value(v.task), place=place, options=options,
-        labels_file=v.labels, mean=v.mean, std=v.std, source=v.source,
-        width=v.width, height=v.height, display=v.display,
-        record=v.record, max_frames=v.max_frames, duration=v.duration,
-        drop_frames=v.drop_frames, reconnect=v.reconnect, records_format=v.fmt,
-        records_output=v.output, records_stdout=None, live_view=view, mqtt=mqtt,
-        tracking=_tracking(v))
-
-
-def _tracking(v: CameraOptions) -> Any:
-    """--track's settings: its lines and zones parsed (a usage error names the flag)."""
-    if not v.track:
-        return None
-    from edgeapp.core.track.zones import parse_line, parse_zone
-    from edgeapp.flows.camera.tracking import TrackingSettings
-
-    return TrackingSettings(lines=[parse_line(x) for x in v.count_line or ()],
-                            zones=[parse_zone(z) for z in v.zone or ()], events=v.events)
-
-
-def _check_flags(ctx: typer.Context, v: CameraOptions) -> None:
-    """Contradictions: a usage error when nothing could run, a warning for an option with no
-    effect."""
+def _check_flags(ctx: typer.Context, s: "CameraSettings") -> None:
+    """What only a command line can get wrong (Typer reads nan and inf as floats; a window
+    without a display), and a warning for an option with no effect. The rest of what cannot run
+    is the request builder's (flows/camera/request.py), for the API too."""
     from edgeapp.sinks.display import has_display
 
-    finite("--serve-fps", v.serve_fps)
-    finite("--mqtt-debounce", v.mqtt_debounce)
-    finite("--duration", v.duration)
-    if v.duration is not None and v.duration <= 0:
-        raise UsageError(f"--duration {v.duration:g} stops before the first frame: give seconds "
-                         "above 0, or leave it out" +
-                         (" (--max-frames stops on its own)" if v.max_frames else ""))
-    if v.display and not has_display():
+    finite("--serve-fps", s.serve_fps)
+    finite("--mqtt-debounce", s.mqtt_debounce)
+    finite("--duration", s.duration)
+    if s.display and not has_display():
         raise UsageError("--display: there is no display here (DISPLAY is not set); use --no-display")
-    if v.output is not None and v.output.exists() and v.output.is_dir():
-        raise UsageError(f"--output {v.output} is a folder")
-    if not v.track:
-        for name, value in (("count_line", v.count_line), ("zone", v.zone), ("events", v.events)):
-            if value:
-                raise UsageError(f"--{name.replace('_', '-')} counts tracked objects: add --track")
-    if v.events is not None and v.events.exists() and v.events.is_dir():
-        raise UsageError(f"--events {v.events} is a folder")
-    unused = {"serve": (v.serve, ("serve_fps", "serve_token", "serve_token_file")),
-              "mqtt": (v.mqtt, ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery"))}
+    unused = {"serve": (s.serve, ("serve_fps", "serve_token", "serve_token_file")),
+              "mqtt": (s.mqtt, ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery"))}
     for parent, (value, names) in unused.items():
         if value is None:
             for name in names:
                 if given(ctx, name):
                     say(f"warning: --{name.replace('_', '-')} has no effect without --{parent}")
-    if v.mqtt is not None and choice_value(v.mqtt_mode) == "frames" and given(ctx, "mqtt_debounce"):
+    if s.mqtt is not None and choice_value(s.mqtt_mode) == "frames" and given(ctx, "mqtt_debounce"):
         say("warning: --mqtt-debounce applies to --mqtt-mode events only")
 
 

@@ -53,6 +53,11 @@ def eval_command(
     cpu_kernels: shared.CpuKernelsOpt = shared.CpuKernels.fast,
     runtime: shared.RuntimeOpt = None,
     no_probe: shared.NoProbeOpt = False,
+    tiles: Annotated[Optional[str], typer.Option(
+        "--tiles", metavar="COLSxROWS[:OVERLAP]",
+        help="Detection: measure with the model run on overlapping windows of each image and "
+             "once on the whole, boxes merged (as `detect --tiles`), to see what it gains on "
+             "small objects.", show_default=False)] = None,
 ) -> None:
     """Measure models on labelled data: top-1/top-5, COCO mAP, mIoU or OKS AP, side by side.
 
@@ -66,13 +71,14 @@ def eval_command(
                         labels=labels)
     place = shared.placement(ctx, device=device, runtime=runtime, threads=threads,
                              no_probe=no_probe, cpu_kernels=cpu_kernels)
-    run_eval(models, place, data, images, labels, mean, std, fmt, save_predictions, plot, workers)
+    run_eval(models, place, data, images, labels, mean, std, fmt, save_predictions, plot, workers,
+             task_options={"tiles": tiles} if tiles else None)
 
 
 def run_eval(models: List[str], place, data: Path, images: Optional[Path],
              labels: Optional[Path], mean: Optional[float], std: Optional[float], fmt: ReportFormat,
              save: Optional[Path], plot: Optional[Path], workers: Optional[int],
-             published: Optional[dict] = None) -> None:
+             published: Optional[dict] = None, task_options: Optional[dict] = None) -> None:
     """The body of `eval` (and `models eval`, which adds what Coral `published`): `place`
     (flows.open_task.Placement) is where every model runs."""
     from edgeapp.flows.evaluate import evaluate_models, read_data, refuse_unknown, report
@@ -88,7 +94,7 @@ def run_eval(models: List[str], place, data: Path, images: Optional[Path],
     results = evaluate_models(
         [str(p) for p, _ in pairs], found, place, places=[pl for _, pl in pairs],
         labels_file=labels, mean=mean, std=std, workers=decode_workers(workers), say=say,
-        progress=shared.progress_bar)
+        progress=shared.progress_bar, task_options=task_options)
     _write_outputs(found, models, results, save, plot)
     doc = report(found, results)
     if published:

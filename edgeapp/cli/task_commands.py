@@ -322,7 +322,7 @@ def _locally(ctx: typer.Context, task: str, v: ImageOptions, options: dict, path
         with writer, resumable(writer, v.output), progress_bar(len(paths), task) as advance:
             workers = decode_workers(v.workers) if len(paths) > 1 else 0  # one image: no thread
             stats = run_batch(paths, opened.runner, opened.task, writer, workers=workers,
-                              progress=advance, on_result=hook)
+                              progress=advance, on_result=opened.with_cascade(hook))
         return stats, opened.where
 
 

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar, Union
 
+from edgeapp.core.vision.tiles import run_each
 from edgeapp.errors import DeviceFailed, InputError
 from edgeapp.execution.reconnect import Reconnect
 
@@ -45,7 +46,9 @@ class Raised:
 
 
 def invoke(engine, payload):
-    return engine.run(payload)
+    """The model run on one payload: one input tensor, or the windows of one image (Tiles), each
+    in turn on the same engine, their outputs handed back as a list."""
+    return run_each(engine.run, payload)
 
 
 def engine_of(member):

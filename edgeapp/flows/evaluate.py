@@ -55,13 +55,15 @@ def check_task(opened: OpenTask, data: EvalData) -> None:
 
 
 def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
-             advance: Optional[Callable[[], None]] = None) -> ModelEval:
+             advance: Optional[Callable[[], None]] = None,
+             task_options: Optional[dict] = None) -> ModelEval:
     """Run `opened` on every image of `data` and measure it: {"model", "runs_on", "task",
     "images", "failed", "images_per_s", "median_ms", "metrics", "notes"}. An image that fails to
-    decode is left out of the metric (and counted in "failed")."""
+    decode is left out of the metric (and counted in "failed"). `task_options`: the task's own
+    options measured beside its evaluation settings (detection's `tiles`)."""
     check_task(opened, data)
     kind = opened.task.kind
-    bound = BoundTask(kind, opened.model, kind.eval_options)
+    bound = BoundTask(kind, opened.model, {**kind.eval_options, **(task_options or {})})
     scorer = kind.scorer(data, opened.model.labels)
     at = {"i": 0}
 
@@ -189,8 +191,8 @@ def source_candidates(entry: str, sidecar: Path) -> list:
 def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Placement(), *,
                     labels_file: Any = None, mean: Optional[float] = None,
                     std: Optional[float] = None, workers: int = 2, say: Say = lambda _t: None,
-                    places: Optional[Sequence[Placement]] = None, progress: Any = None
-                    ) -> List[ModelEval]:
+                    places: Optional[Sequence[Placement]] = None, progress: Any = None,
+                    task_options: Optional[dict] = None) -> List[ModelEval]:
     """Every model on the same data, in order; the first is the reference of each "delta".
     `progress(total, label)` gives a context manager yielding `advance` (cli.options.progress_bar)."""
     import contextlib
@@ -207,7 +209,7 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
             bar = progress(len(data.paths), f"eval {Path(str(model)).name}") if progress else \
                 contextlib.nullcontext(None)
             with bar as advance:
-                result = evaluate(opened, data, workers, advance)
+                result = evaluate(opened, data, workers, advance, task_options)
         for line in result.errors:
             say(f"left out: {line}")
         for note in result.entry["notes"]:

@@ -18,6 +18,7 @@ from edgeapp.core.tflite.model import load_model, map_model_file
 from edgeapp.errors import InvalidModel
 from edgeapp.execution.placement import Notices, open_runner
 from edgeapp.execution.runner import Runner
+from edgeapp.flows.cascade import Cascade, parse_on, parse_then
 from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.tasks import kind, names, task_for
 from edgeapp.tasks.base import BoundTask, bind
@@ -36,6 +37,7 @@ class OpenTask:
     model: ImageModel
     task: BoundTask
     notices: List[str] = field(default_factory=list)
+    cascade: Optional[Cascade] = None  # --then: the second model, run on the crops of the boxes
 
     @property
     def engine(self) -> Engine:
@@ -48,6 +50,13 @@ class OpenTask:
 
     def close(self) -> None:
         self.runner.close()
+        if self.cascade is not None:
+            self.cascade.close()
+
+    def with_cascade(self, hook: Optional[Callable] = None) -> Optional[Callable]:
+        """A batch's per-image hook: the cascade's second model on the crops first (when there
+        is one), then `hook` (--annotate draws what both found)."""
+        return self.cascade.hook(hook) if self.cascade is not None else hook
 
     def __enter__(self) -> "OpenTask":
         return self
@@ -111,11 +120,21 @@ def open_task(model: Any, task: Optional[str] = None, place: Placement = Placeme
             takes = kind(name).defaults
             options = {k: v for k, v in (options or {}).items() if k in takes}
         bound = holder["task"] = bind(name, loaded, options)
+        cascade = open_cascade(bound.options, place, notices) if bound.options.get("then") else None
     except BaseException:
         runner.close()
         raise
     notices.opening, notices.later = False, on_notice
-    return OpenTask(runner, loaded, bound, notices.kept)
+    return OpenTask(runner, loaded, bound, notices.kept, cascade)
+
+
+def open_cascade(options: dict, place: Placement, notices: Notice) -> Cascade:
+    """The second model of `--then TASK:MODEL`, opened where the first runs."""
+    task, model = parse_then(options["then"])
+    second = open_task(model, task, place, on_notice=notices)
+    for note in second.notices:
+        notices(f"--then: {note}")
+    return Cascade(second, parse_on(options.get("on")), options.get("then_every") or 15)
 
 
 def _resolve_quietly(path: Path, device: str) -> tuple:

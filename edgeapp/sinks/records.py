@@ -42,16 +42,21 @@ def format_for_path(path: Path) -> Optional[Format]:
 
 BATCH_FIELDS = ("path",), ("device", "model", "latency_ms", "error")  # around the task's columns
 FRAME_FIELDS = ("frame", "timestamp", "source_ms"), ("device", "latency_ms", "frame_ms")
+TRACK_ID = "track_id"  # each tracked item's id (flows/camera/tracking.py), a row's column
 
 
 class Layout:
     """How one task's records read as CSV rows and table lines (batches, or camera frames)."""
 
-    def __init__(self, kind: Any, frames: bool = False) -> None:
+    def __init__(self, kind: Any, frames: bool = False, tracked: bool = False) -> None:
+        """`tracked`: camera --track, whose objects carry a `track_id` column (after `rank`)."""
         self.kind, self.frames = kind, frames
         before, after = FRAME_FIELDS if frames else BATCH_FIELDS
         self._base = before + after
-        self.columns = list(before) + [c for c in kind.columns if c not in self._base] + list(after)
+        own = [c for c in kind.columns if c not in self._base]
+        if tracked:
+            own.insert(own.index("rank") + 1 if "rank" in own else 0, TRACK_ID)
+        self.columns = list(before) + own + list(after)
 
     def rows(self, record: dict) -> list[dict]:
         base = {k: record.get(k) for k in self._base}
@@ -195,7 +200,7 @@ class RecordWriter:
         data = _bytes(text)
         try:
             if self._fd is not None:
-                _write_whole(self._fd, data)
+                write_whole(self._fd, data)
             elif hasattr(self._stream, "buffer"):
                 self._stream.flush()
                 self._stream.buffer.write(data)
@@ -242,7 +247,7 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
-def _write_whole(fd: int, data: bytes) -> None:
+def write_whole(fd: int, data: bytes) -> None:
     """Append `data` whole or not at all: a write that fails part-way (disk full, file size
     limit) is cut back to where it started, so the file never ends inside a record."""
     start = os.lseek(fd, 0, os.SEEK_END)
@@ -265,7 +270,7 @@ def append_line(path: Path, line: str) -> None:
     make_parent_folder(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # novermin: int flags, not a union type
     try:
-        _write_whole(fd, line.encode("utf-8"))
+        write_whole(fd, line.encode("utf-8"))
     finally:
         os.close(fd)
 
@@ -351,7 +356,7 @@ def trim_partial_line(path: Path) -> None:
 
 # A write to a regular file that a kill cuts short stops at a page boundary of the file (the
 # kernel copies page by page and checks for a fatal signal between pages; a failing write is
-# cut back by _write_whole). Pages are 4 KiB or a multiple of it.
+# cut back by write_whole). Pages are 4 KiB or a multiple of it.
 TORN_WRITE_BOUNDARY = 4096
 
 

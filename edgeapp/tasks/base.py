@@ -23,6 +23,7 @@ import numpy as np
 
 from edgeapp.core.vision.boxes import Fit
 from edgeapp.core.vision.preprocess import decode_image, fit_pixels, load_image, quantize_input
+from edgeapp.core.vision.tiles import run_each
 from edgeapp.errors import UsageError, WrongTask
 from edgeapp.tasks import guess_task, kind
 from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs, input_size, op_names, output_shapes
@@ -98,6 +99,8 @@ class Prepared:
     fit: Fit  # how the image went into the input tensor (to map results back)
     image: Any = None  # the decoded image when something draws on it (Pillow; BGR for frames)
     source: Any = None  # the path (or bytes) it came from
+    # --tiles: each window of the image (x0, y0, x1, y1) with how it went into its own tensor
+    tiles: Tuple[Tuple[Tuple[int, int, int, int], Fit], ...] = ()
 
 
 @dataclass
@@ -400,13 +403,13 @@ class BoundTask:
     def run(self, image: Any) -> Result:
         """One image on this task's engine, in the caller's thread."""
         tensor, prepared = self.prepare(image)
-        return self.interpret(self.engine.run(tensor), prepared)
+        return self.interpret(run_each(self.engine.run, tensor), prepared)
 
     def run_frame(self, frame: np.ndarray) -> tuple[Result, float]:
         """One camera frame: (result, inference milliseconds)."""
         tensor, prepared = self.prepare_frame(frame)
         t0 = time.perf_counter()
-        outputs = self.engine.run(tensor)
+        outputs = run_each(self.engine.run, tensor)
         latency = (time.perf_counter() - t0) * 1000.0
         return self.interpret(outputs, prepared), latency
 

@@ -17,9 +17,11 @@ import numpy as np
 
 from edgeapp.core.eval.coco import box_summary, cocotools, evaluate, pr_curves
 from edgeapp.core.eval.metrics import match_names
-from edgeapp.core.vision.detect import engine_layout, get_objects, object_fields
+from edgeapp.core.vision.boxes import translate
+from edgeapp.core.vision.detect import Object, engine_layout, get_objects, object_fields
 from edgeapp.core.vision.overlay import draw_objects
 from edgeapp.core.vision.preprocess import decode_image
+from edgeapp.core.vision.tiles import DEFAULT_OVERLAP, Tiles, merge, parse_tiles, windows
 from edgeapp.core.vision.yolo import (
     CONF,
     IOU,
@@ -33,7 +35,7 @@ from edgeapp.core.vision.yolo import (
     letterbox_tensor,
     output_quantization,
 )
-from edgeapp.errors import InvalidModel
+from edgeapp.errors import InvalidModel, UsageError
 from edgeapp.tasks.base import (
     RESIZE,
     Entity,
@@ -97,6 +99,22 @@ class Detect(TaskKind):
                    "(IoU) are dropped (NMS).", min=0.0, max=1.0),
         TaskOption("max_det", MAX_DET, "YOLO: at most this many objects per image after NMS.",
                    min=1),
+        TaskOption("then", None, "A cascade: run a second model on the crop of each box, with its "
+                   "own preprocessing, and add its result to the box (classify: the box's "
+                   "`classes`, top-k as classify writes them): TASK:MODEL, e.g. "
+                   "classify:birds.tflite.", type=str, metavar="TASK:MODEL",
+                   default_text="no second model"),
+        TaskOption("on", None, "With --then: only boxes of these labels go to the second model "
+                   "(comma-separated, e.g. bird,cat).", type=str, metavar="LABEL[,LABEL]",
+                   default_text="every box"),
+        TaskOption("then_every", 15, "With --then and --track: a track's crop runs the second "
+                   "model again only after this many frames (or when its box has grown by half).",
+                   min=1, paths=("camera", "api")),
+        TaskOption("tiles", None, "Small objects: run the model on COLS x ROWS overlapping windows "
+                   "of each image or frame (OVERLAP a fraction of a window, default "
+                   f"{DEFAULT_OVERLAP:g}) and once on the whole, then merge the boxes: "
+                   "COLSxROWS[:OVERLAP], e.g. 2x2 (5 inferences per image).", type=str,
+                   metavar="COLSxROWS[:OVERLAP]", default_text="the whole frame only"),
         TaskOption("track_low", None, "With --track: boxes down to this score keep a track alive "
                    "(ByteTrack's second round); only boxes above --threshold start tracks and are "
                    "shown.", type=float, min=0.0, max=1.0, paths=("camera", "api"),
@@ -146,8 +164,24 @@ class Detect(TaskKind):
                 raise self.refuse(engine) from None
             raise
 
+    def settle(self, given: Optional[dict] = None) -> dict:
+        options = super().settle(given)
+        if options.get("tiles") is not None:
+            try:
+                parse_tiles(options["tiles"])
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+        return options
+
     def prepare(self, source: Any, spec: InputSpec, options: dict, plan: Any = None,
                 keep_image: bool = False) -> tuple:
+        if options.get("tiles"):  # the whole photo, cut into windows
+            decoded = decode_image(source, spec.channels, None, "letterbox")
+            pixels = np.asarray(decoded.image, dtype=np.uint8)
+            tensors, prepared = self._tiles(pixels[:, :, ::-1] if pixels.ndim == 3 else pixels,
+                                            spec, options, plan)
+            image = kept_image(decoded, source, spec) if keep_image else None
+            return tensors, Prepared(prepared.fit, image, source, prepared.tiles)
         if plan is None or plan.decoder == "ssd":
             return super().prepare(source, spec, options, plan, keep_image)
         decoded = decode_image(source, spec.channels, spec.scaled_for, "letterbox")
@@ -155,8 +189,22 @@ class Detect(TaskKind):
         return tensor, Prepared(decoded.fit_of_photo(fit),
                                 kept_image(decoded, source, spec) if keep_image else None, source)
 
+    def _tiles(self, frame: np.ndarray, spec: InputSpec, options: dict, plan: Any) -> tuple:
+        """Each window of a BGR (or grey) frame fitted into its own input tensor."""
+        h, w = frame.shape[:2]
+        tensors, tiles = [], []
+        for window in windows(w, h, parse_tiles(options["tiles"])):
+            x0, y0, x1, y1 = window
+            crop = np.ascontiguousarray(frame[y0:y1, x0:x1])
+            tensor, prepared = self.prepare_frame(crop, spec, {**options, "tiles": None}, plan)
+            tensors.append(tensor)
+            tiles.append((window, prepared.fit))
+        return Tiles(tuple(tensors)), Prepared(tiles[-1][1], tiles=tuple(tiles))
+
     def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
                       plan: Any = None) -> tuple:
+        if options.get("tiles"):
+            return self._tiles(frame, spec, options, plan)
         if plan is None or plan.decoder == "ssd":
             return super().prepare_frame(frame, spec, options, plan)
         import cv2
@@ -171,16 +219,26 @@ class Detect(TaskKind):
 
     def interpret(self, outputs, prepared: Prepared, plan: Plan, options: dict,
                   labels: Optional[dict]) -> Result:
-        if plan.decoder == "ssd":
-            objects = get_objects(outputs, plan.layout, prepared.fit, plan.quantization,
-                                  plan.floor, options["top_k"])
+        if prepared.tiles:  # one set of outputs per window: boxes into the image, then merged
+            found = [Object(o.id, o.score, translate(o.bbox, window[0], window[1]))
+                     for out, (window, fit) in zip(outputs, prepared.tiles)
+                     for o in self._objects(out, fit, plan, options, None)]
+            keep = merge(np.array([o.bbox.as_list() for o in found]).reshape(-1, 4),
+                         np.array([o.score for o in found]), np.array([o.id for o in found]),
+                         max_det=options["max_det"])
+            objects = [found[i] for i in keep.tolist()][:options["top_k"]]
         else:
-            objects = get_yolo_objects(outputs, plan.quantization, plan.layout, prepared.fit,
-                                       plan.floor, options["iou"], options["max_det"])
-            if options["top_k"] is not None:
-                objects = objects[:options["top_k"]]
+            objects = self._objects(outputs, prepared.fit, plan, options, options["top_k"])
         return Result({"objects": object_fields(objects, labels)},
                       {"boxes": [o.bbox.as_list() for o in objects]})  # unrounded, for eval
+
+    @staticmethod
+    def _objects(outputs, fit, plan: Plan, options: dict, top_k: Optional[int]) -> list:
+        if plan.decoder == "ssd":
+            return get_objects(outputs, plan.layout, fit, plan.quantization, plan.floor, top_k)
+        objects = get_yolo_objects(outputs, plan.quantization, plan.layout, fit, plan.floor,
+                                   options["iou"], options["max_det"])
+        return objects[:top_k] if top_k is not None else objects
 
     def track_threshold(self, plan: Plan) -> float:
         return plan.threshold
@@ -190,7 +248,8 @@ class Detect(TaskKind):
         for r, o in enumerate(fields["objects"], 1):
             x0, y0, x1, y1 = o["bbox"]
             rows.append({"rank": r, "id": o["id"], "label": o["label"], "score": o["score"],
-                         "xmin": x0, "ymin": y0, "xmax": x1, "ymax": y1})
+                         "xmin": x0, "ymin": y0, "xmax": x1, "ymax": y1,
+                         **({"track_id": o["track_id"]} if "track_id" in o else {})})  # camera --track
         return rows
 
     def item_text(self, item: dict) -> str:

@@ -72,7 +72,8 @@ def _name(item: dict) -> str:
 
 
 def draw_objects(img: np.ndarray, objects: Sequence[dict]) -> np.ndarray:
-    """Boxes with `label score` for object records ({"id", "label", "score", "bbox"})."""
+    """Boxes with `label score` for object records ({"id", "label", "score", "bbox"}), and the
+    top class a cascade's classifier gave the box's crop (`classes`)."""
     import cv2
 
     for o in objects:
@@ -81,7 +82,9 @@ def draw_objects(img: np.ndarray, objects: Sequence[dict]) -> np.ndarray:
         cv2.rectangle(img, (x0, y0), (x1, y1), color, _stroke(img))
         tid = o.get("track_id")
         tag = f"#{tid} " if tid is not None else ""
-        _text(img, f"{tag}{_name(o)} {o['score']:.2f}", (x0, y0 - 2), (0, 0, 0), bg=color)
+        then = (o.get("classes") or [None])[0]  # a cascade's classifier named the crop
+        more = f": {_name(then)}" if then else ""
+        _text(img, f"{tag}{_name(o)} {o['score']:.2f}{more}", (x0, y0 - 2), (0, 0, 0), bg=color)
     return img
 
 

@@ -97,6 +97,7 @@ class Sinks:
     outputs: Sequence[FrameOutput] = ()  # live view, MQTT
     overlay: bool = True  # draw the results on the frames shown and recorded
     tracking: Any = None  # flows/camera/tracking.TrackStage: track ids, lines, zones, events
+    cascade: Any = None  # flows/cascade.Cascade: a second model on the boxes' crops (--then)
 
 
 def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
@@ -107,7 +108,7 @@ def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
                stop_event: Optional[threading.Event] = None,
                on_notice: Optional[Callable[[str], None]] = None,
                outputs: Sequence[FrameOutput] = (), kind: Optional[TaskKind] = None,
-               tracking: Any = None) -> CameraStats:
+               tracking: Any = None, cascade: Any = None) -> CameraStats:
     """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
 
     `runner`: the frames' runner (execution/placement.open_runner with frames=True, as
@@ -121,8 +122,11 @@ def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
     recording. `kind` draws the overlay. `tracking`
     (flows/camera/tracking.TrackStage) gives objects their track ids before anything sees the record;
     its events go to the outputs that take them (`on_events`), the last ones when the run ends.
+    `cascade` (flows/cascade.Cascade) runs its second model on the boxes' crops of the frame,
+    after tracking (a track's crop is not run again on every frame) and before drawing.
     """
-    loop = _Loop(source, runner, kind, Sinks(on_record, display, recorder, outputs, overlay, tracking))
+    loop = _Loop(source, runner, kind, Sinks(on_record, display, recorder, outputs, overlay, tracking,
+                                             cascade))
     return loop.run(drop, max_frames, duration, reconnect, queue_size, stop_event, on_notice)
 
 
@@ -141,7 +145,7 @@ class _Loop:
         self.grabber: Any = None
         self.stats: Any = None
         self.last_index: Optional[int] = None  # the last frame processed
-        self.last_frame: Any = None  # (index, timestamp) of the last frame delivered
+        self.last_frame: Any = None  # (index, timestamp, source_ms) of the last frame delivered
 
     def run(self, drop, max_frames, duration, reconnect, queue_size, stop_event,
             on_notice) -> CameraStats:
@@ -207,9 +211,12 @@ class _Loop:
         events: list = []
         if sinks.tracking is not None:
             height, width = frame.image.shape[:2]
-            events = sinks.tracking.update(result.fields, frame.index, frame.timestamp, width, height)
+            events = sinks.tracking.update(result.fields, frame.index, frame.timestamp, width, height,
+                                           frame.source_ms)
             result.extras["counting"] = sinks.tracking.snapshot()
-            self.last_frame = (frame.index, frame.timestamp)
+            self.last_frame = (frame.index, frame.timestamp, frame.source_ms)
+        if sinks.cascade is not None:
+            sinks.cascade.apply(result.fields, frame.image, frame.index)
         if self.draw:
             annotate_frame(self.kind, frame.image, result, latency, self.fps_ema, ran.device)
         if sinks.recorder is not None:

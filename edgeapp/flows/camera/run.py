@@ -7,78 +7,26 @@ statistics, warnings and the error that decides the exit code.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
-from edgeapp.core.track.zones import check_names
 from edgeapp.core.version import VERSION
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
 from edgeapp.flows.camera.loop import CameraStats, run_camera
+from edgeapp.flows.camera.request import CameraRequest
 from edgeapp.flows.camera.tpu_health import TpuHealth
 from edgeapp.flows.camera.tracking import TrackStage, check_trackable, check_tracking_available
-from edgeapp.flows.open_task import Placement, open_task
+from edgeapp.flows.open_task import open_task
 from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
 from edgeapp.sinks.display import Display, has_display
+from edgeapp.sinks.event_file import EventFile
 from edgeapp.sinks.ha_discovery import counting_discovery, discovery_messages
 from edgeapp.sinks.recorder import Recorder
 from edgeapp.sinks.records import Format, Layout
 
 MQTT_SETTLE = 10.0  # seconds a file's run waits for the broker's first answer before its frames
 Notice = Callable[[str], None]
-
-
-@dataclass
-class LiveViewSettings:
-    """--serve: the address as users write it (PORT, HOST or HOST:PORT), viewers' frame rate,
-    the token (or the file holding it); `show_token`: print the URL with its token (only to a
-    terminal: a log or the journal must not get it)."""
-
-    serve: str
-    fps: float = 10.0
-    token: Optional[str] = None
-    token_file: Optional[Path] = None
-    show_token: bool = False
-
-
-@dataclass
-class MqttSettings:
-    """--mqtt: mqtt://[user:pass@]host[:port]/prefix, frames or events, and their knobs."""
-
-    url: str
-    mode: str = "frames"
-    debounce: float = 1.0
-    queue: int = 100
-    discovery: bool = True
-
-
-@dataclass
-class CameraRequest:
-    """What one camera run is asked to do (plain values: the CLI and the API fill it alike)."""
-
-    model: Any
-    task: Optional[str] = None  # None: the model's own
-    place: Placement = field(default_factory=Placement)
-    options: dict = field(default_factory=dict)  # the task's options (None: its default)
-    labels_file: Any = None
-    mean: Optional[float] = None
-    std: Optional[float] = None
-    source: str = "0"
-    width: Optional[int] = None
-    height: Optional[int] = None
-    display: Optional[bool] = False  # None: when there is a display
-    record: Optional[Path] = None
-    max_frames: Optional[int] = None
-    duration: Optional[float] = None
-    drop_frames: Optional[bool] = None  # None: on for cameras and streams, off for files
-    reconnect: float = 10.0
-    records_format: Any = None  # sinks.records.Format; None: JSON lines
-    records_output: Optional[Path] = None
-    records_stdout: Optional[bool] = False  # None: when nothing else shows the results
-    live_view: Optional[LiveViewSettings] = None
-    mqtt: Optional[MqttSettings] = None
-    on_record: Optional[Callable[[dict], None]] = None  # every frame's record, as it is made
-    tracking: Any = None  # flows/camera/tracking.TrackingSettings: --track and its lines, zones, events
 
 
 @dataclass
@@ -110,11 +58,11 @@ class CameraRun:
         self.stop = stop or threading.Event()
         self.address = self.target = self.token = None
         self.cap = self.opened = self.live = self.publisher = self.writer = self.health = None
+        self.events: Optional[EventFile] = None
         self.tracker: Any = None
         self.output_error: List[EdgeappError] = []
         self._network()
         if request.tracking is not None:
-            check_names(request.tracking.lines, request.tracking.zones)
             check_tracking_available()  # missing: exit 7 with the install line, before the model
 
     def _network(self) -> None:
@@ -133,15 +81,17 @@ class CameraRun:
             paho_module()  # missing: exit 7 with the install line, before opening anything
 
     def run(self) -> CameraOutcome:
-        r = self.request
+        r, s = self.request, self.request.settings
         try:
-            cap = self.cap = OpenCVSource(r.source, r.width, r.height)
+            cap = self.cap = OpenCVSource(s.source, s.width, s.height)
             cap.open()  # a camera or file that cannot be opened fails before the model and the live view
-            recorder = Recorder(str(r.record)) if r.record is not None else None
+            recorder = Recorder(str(s.record)) if s.record is not None else None
+            if r.tracking is not None and r.tracking.events is not None:  # before the model, too
+                self.events = EventFile(r.tracking.events)
             self.opened = opened = self._open()
             kind = opened.task.kind
-            show = has_display() if r.display is None else r.display
-            if (r.width or r.height) and not cap.live:
+            show = has_display() if s.display is None else s.display
+            if (s.width or s.height) and not cap.live:
                 self.say("--width/--height ask a camera for a capture size; a file's frames keep "
                          "their size")
             window = Display(f"edgeapp {Path(opened.engine.model_path).name}") if show else None
@@ -150,12 +100,12 @@ class CameraRun:
             outputs = self._outputs(kind, cap.name)
             if self.publisher is not None and not cap.live:  # a file: every record to the broker
                 self.publisher.wait_settled(MQTT_SETTLE)
-            stats = run_camera(cap, opened.runner, drop=r.drop_frames, max_frames=r.max_frames,
-                               duration=r.duration, reconnect=ReconnectPolicy(timeout=r.reconnect),
+            stats = run_camera(cap, opened.runner, drop=s.drop_frames, max_frames=s.max_frames,
+                               duration=s.duration, reconnect=ReconnectPolicy(timeout=s.reconnect),
                                on_record=self._on_record if self.writer or r.on_record else None,
                                display=window, recorder=recorder,
                                stop_event=self.stop, on_notice=self.say, kind=kind,
-                               outputs=outputs, tracking=self.tracker)
+                               outputs=outputs, tracking=self.tracker, cascade=opened.cascade)
         finally:
             self.close()
         return self._outcome(stats)
@@ -182,9 +132,9 @@ class CameraRun:
         if to_stdout is None:  # the CLI's rule: records unless a window or a sink shows them
             networked = self.address is not None or self.target is not None
             to_stdout = not show and not (networked and r.records_format is None)
-        if r.records_output is not None or to_stdout:
-            self.writer = Layout(kind, frames=True).writer(r.records_format or Format.jsonl,
-                                                           r.records_output)
+        if r.settings.output is not None or to_stdout:
+            layout = Layout(kind, frames=True, tracked=r.tracking is not None)
+            self.writer = layout.writer(r.records_format or Format.jsonl, r.settings.output)
 
     def _tracking(self, kind: Any) -> None:
         """--track: the stage that follows the objects, at the task's display threshold."""
@@ -195,16 +145,25 @@ class CameraRun:
         labels = self.opened.model.labels or {}
         high = kind.track_threshold(self.opened.task.plan)
         self.tracker = TrackStage(settings, high, kind.tracks,
-                                  labels=lambda i: str(labels.get(int(i), i)))
+                                  labels=lambda i: str(labels.get(int(i), i)),
+                                  write_events=self._write_events if self.events else None)
 
     def _on_record(self, record: dict) -> None:
         """A results file that cannot be written (a full disk) stops the run, with its summary."""
         if self.request.on_record is not None:
             self.request.on_record(record)
-        if self.writer is None or self.output_error:
+        if self.writer is not None:
+            self._output(self.writer.write, record)
+
+    def _write_events(self, events: List[dict]) -> None:
+        """The --events file, as the records: a write error stops the run, with its summary."""
+        self._output(self.events.write, events)
+
+    def _output(self, write: Callable[[Any], None], what: Any) -> None:
+        if self.output_error:
             return
         try:
-            self.writer.write(record)
+            write(what)
         except EdgeappError as e:
             self.output_error.append(e)
             self.stop.set()
@@ -255,7 +214,7 @@ class CameraRun:
 
     def close(self) -> None:
         for part in (self.opened, self.live, self.publisher, self.writer, self.health, self.tracker,
-                     self.cap):
+                     self.events, self.cap):
             if part is not None:
                 part.close()
 
@@ -299,7 +258,7 @@ class CameraRun:
             why = f" (last: {stats.reopen_error})" if stats.reopen_error else ""
             return DeviceUnavailable(f"{cap.name}: camera/stream lost; no frames after "
                                      f"{stats.reconnect_attempts} reconnect attempt(s) in "
-                                     f"{r.reconnect:g} s{why}")
+                                     f"{r.settings.reconnect:g} s{why}")
         if mqtt is not None and mqtt["dropped"] and not cap.live:  # a file: every result counts
             return InputError(f"mqtt: {mqtt['dropped']} of {mqtt['dropped'] + mqtt['published']} "
                               f"message(s) for {cap.name} were not delivered to {mqtt['url']}")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from edgeapp.core.track.tracking import ByteTracker, Track, TrackerSettings
 from edgeapp.core.track.zones import Line, Zone, centre, check_inside, crossing, inside, side
-from edgeapp.errors import EdgeappError, MissingDependency, WrongTask
+from edgeapp.errors import MissingDependency, WrongTask
 
 LOW = 0.1  # ByteTrack's floor: boxes down to this keep a track alive, never start one
 TRAIL = 30  # centres kept per track for the overlay's trail
@@ -68,11 +68,30 @@ class _State:
     zones: Dict[str, float] = field(default_factory=dict)  # zone -> entered at (s)
 
 
+@dataclass(frozen=True)
+class _Clock:
+    """One frame's times: `t` the wall clock at capture, `source_ms` a file's own time."""
+
+    frame: int
+    t: float
+    source_ms: Optional[float] = None
+
+    @property
+    def seconds(self) -> float:
+        """What durations and dwell are measured in: the file's time, else the wall clock."""
+        return self.source_ms / 1000.0 if self.source_ms is not None else self.t
+
+    def fields(self) -> dict:
+        return {"frame": self.frame, "timestamp": round(self.t, 3), "source_ms": self.source_ms}
+
+
 class TrackStage:
     """Tracks, lines and zones for one stream of frames."""
 
     def __init__(self, settings: TrackingSettings, high: float, field: str = "objects",
-                 labels: Optional[Callable[[int], str]] = None) -> None:
+                 labels: Optional[Callable[[int], str]] = None,
+                 write_events: Optional[Callable[[List[dict]], None]] = None) -> None:
+        """`write_events` gets each frame's events (the --events file, opened by the run)."""
         self.settings, self.high, self.field = settings, high, field
         self.tracker = ByteTracker(TrackerSettings(high=high, low=min(LOW, high),
                                                    lost_frames=settings.lost_frames))
@@ -83,12 +102,7 @@ class TrackStage:
         self.size: Optional[tuple] = None
         self.counts = self._empty_counts(settings)
         self.frames = 0
-        self._events_file: Any = None
-        if settings.events is not None:
-            try:
-                self._events_file = open(settings.events, "w", encoding="utf-8")
-            except OSError as e:
-                raise EdgeappError(f"--events {settings.events}: {e.strerror or e}") from None
+        self.write_events = write_events
 
     @staticmethod
     def _empty_counts(settings: TrackingSettings) -> dict:
@@ -104,9 +118,14 @@ class TrackStage:
         self.lines = [x.at(width, height) for x in self.settings.lines]
         self.zones = [z.at(width, height) for z in self.settings.zones]
 
-    def update(self, fields: dict, frame: int, t: float, width: int, height: int) -> List[dict]:
+    def update(self, fields: dict, frame: int, t: float, width: int, height: int,
+               source_ms: Optional[float] = None) -> List[dict]:
         """Track this frame's objects (the record's `objects` get `track_id`; boxes below the
-        display threshold stay only where they carry a track); the events of this frame."""
+        display threshold stay only where they carry a track); the events of this frame. `t` is
+        the wall clock at capture (the events' `timestamp`); `source_ms`, a video file's own
+        time of the frame, which times durations and dwell when given (a file is processed
+        faster or slower than it plays), else `t` does (a live source)."""
+        clock = _Clock(frame, t, source_ms)
         if self.size is None:
             self._place(width, height)
         self.frames += 1
@@ -122,43 +141,45 @@ class TrackStage:
                 moved.append((tid, smooth))
         fields[self.field] = kept
         for track in step.started:
-            events.append(self._start(track, frame, t))
+            events.append(self._start(track, clock))
         for tid, smooth in moved:
-            events.extend(self._move(tid, smooth, frame, t))
+            events.extend(self._move(tid, smooth, clock))
         for track in step.ended:
-            events.extend(self._end(track, frame, t))
+            events.extend(self._end(track, clock))
         self._write(events)
         return events
 
-    def finish(self, frame: int, t: float) -> List[dict]:
-        """The stream ended: every track still alive ends (and leaves its zones)."""
+    def finish(self, frame: int, t: float, source_ms: Optional[float] = None) -> List[dict]:
+        """The stream ended (after frame `frame`, as `update` was told it): every track still
+        alive ends (and leaves its zones)."""
         events: List[dict] = []
+        clock = _Clock(frame, t, source_ms)
         for track in self.tracker.finish():
-            events.extend(self._end(track, frame, t))
+            events.extend(self._end(track, clock))
         self._write(events)
         return events
 
-    def _start(self, track: Track, frame: int, t: float) -> dict:
+    def _start(self, track: Track, clock: "_Clock") -> dict:
         label = self.label_of(track.class_id)
-        state = self.states[track.track_id] = _State(label, t, t, frame, frame)
+        state = self.states[track.track_id] = _State(label, clock.seconds, clock.seconds, clock.frame,
+                                                     clock.frame)
         if track.first_box is not None:  # seen before it was confirmed: the side it came from
             for line in self.lines:
                 first = side(centre(track.first_box), line)
                 if first:
                     state.sides[line.name] = first
         self.counts["tracks"] += 1
-        return {"event": "track_started", "frame": frame, "timestamp": round(t, 3),
-                "track_id": track.track_id, "label": label}
+        return {"event": "track_started", **clock.fields(), "track_id": track.track_id, "label": label}
 
-    def _move(self, tid: int, box: tuple, frame: int, t: float) -> List[dict]:
+    def _move(self, tid: int, box: tuple, clock: "_Clock") -> List[dict]:
         """A track seen in this frame, at `box` (its smoothed box): path, lines, zones."""
         state = self.states[tid]
         point = centre(box)
         if state.last_point is not None:
             state.path += math.hypot(point[0] - state.last_point[0], point[1] - state.last_point[1])
-        state.last_point, state.last_t, state.last_frame = point, t, frame
+        state.last_point, state.last_t, state.last_frame = point, clock.seconds, clock.frame
         state.trail.append((int(round(point[0])), int(round(point[1]))))
-        base = {"frame": frame, "timestamp": round(t, 3), "track_id": tid, "label": state.label}
+        base = {**clock.fields(), "track_id": tid, "label": state.label}
         events = []
         for line in self.lines:
             now = side(point, line)
@@ -173,7 +194,7 @@ class TrackStage:
             events.append({"event": "line_crossed", **base, "line": line.name,
                            "direction": direction})
         for zone in self.zones:
-            events.extend(self._zone(zone, state, inside(point, zone.points), base, t))
+            events.extend(self._zone(zone, state, inside(point, zone.points), base, clock.seconds))
         return events
 
     def _zone(self, zone: Zone, state: _State, now_inside: bool, base: dict, t: float) -> list:
@@ -198,12 +219,11 @@ class TrackStage:
         per = counts["by_label"].setdefault(label, {})
         per[key] = per.get(key, 0) + 1
 
-    def _end(self, track: Track, frame: int, t: float) -> List[dict]:
+    def _end(self, track: Track, clock: "_Clock") -> List[dict]:
         state = self.states.pop(track.track_id, None)
         if state is None:
             return []
-        base = {"frame": frame, "timestamp": round(t, 3), "track_id": track.track_id,
-                "label": state.label}
+        base = {**clock.fields(), "track_id": track.track_id, "label": state.label}
         events = []
         for name in sorted(state.zones):  # a track that ends inside a zone leaves it
             entered = state.zones.pop(name)
@@ -220,14 +240,8 @@ class TrackStage:
         return events
 
     def _write(self, events: List[dict]) -> None:
-        if self._events_file is None or not events:
-            return
-        try:
-            for ev in events:
-                self._events_file.write(json.dumps(ev) + "\n")
-            self._events_file.flush()
-        except OSError as e:
-            raise EdgeappError(f"--events {self.settings.events}: {e.strerror or e}") from None
+        if self.write_events is not None and events:
+            self.write_events(events)
 
     def trails(self) -> Dict[int, List[tuple]]:
         """Each live track's recent centres, for the overlay."""
@@ -243,6 +257,4 @@ class TrackStage:
                 "zones": {k: {kk: vv for kk, vv in v.items()} for k, v in self.counts["zones"].items()}}
 
     def close(self) -> None:
-        if self._events_file is not None:
-            self._events_file.close()
-            self._events_file = None
+        """Nothing of its own to close (the run closes the events file)."""
