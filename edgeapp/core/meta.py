@@ -134,4 +134,3 @@ def metadata_names(meta: dict) -> Optional[dict[int, str]]:
         return {int(k): str(v) for k, v in names.items()} or None
     except (TypeError, ValueError):
         return None
-
