@@ -25,7 +25,7 @@ flows.camera.run, tasks/), so results are identical. Errors are edgeapp.errors e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Union
 
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
@@ -34,8 +34,14 @@ from edgeapp.flows.cascade import Cascade
 from edgeapp.flows.evaluate import differences, evaluate, read_data, report
 from edgeapp.flows.open_task import OpenTask, Placement, open_cascade, open_task
 from edgeapp.hw.runtime import Engine, EngineOptions
+from edgeapp.hw.worker import RECOVER
 from edgeapp.tasks import kind, names
 from edgeapp.tasks.base import BoundTask, Result
+
+if TYPE_CHECKING:
+    import threading
+
+    from edgeapp.core.vision.preprocess import ImageSource
 
 PathLike = Union[str, Path]
 
@@ -78,12 +84,12 @@ class Model:
         """The task it runs when none is named: the one asked at open, else the model's own."""
         return self._opened.task.name
 
-    def run(self, image: Any, task: Optional[str] = None, **options: Any) -> dict:
+    def run(self, image: ImageSource, task: Optional[str] = None, **options: Any) -> dict:
         """One image (a path, bytes, a Pillow image or a uint8 array) through `task` (default:
         the model's): the record's task fields, e.g. {"objects": [...]}."""
         return self.result(image, task, **options).fields
 
-    def result(self, image: Any, task: Optional[str] = None, **options: Any) -> Result:
+    def result(self, image: ImageSource, task: Optional[str] = None, **options: Any) -> Result:
         """As `run`, with what the record does not hold (`extras`, e.g. a segmentation's class
         map at the image's size)."""
         bound = self._task(task, options)
@@ -115,9 +121,9 @@ class Model:
         differences([result.entry])
         return report(found, [result])
 
-    def camera(self, source: Any = "0", *, task: Optional[str] = None,
+    def camera(self, source: Union[str, int, Path] = "0", *, task: Optional[str] = None,
                on_record: Optional[Callable[[dict], None]] = None,
-               on_notice: Optional[Callable[[str], None]] = None, stop: Any = None,
+               on_notice: Optional[Callable[[str], None]] = None, stop: Optional[threading.Event] = None,
                **options: Any) -> Any:
         """Run `task` (default: the model's) on the frames of a camera (index), a video file or a
         stream, as `edgeapp camera` does: every frame's record to `on_record`. `options` are the
@@ -205,7 +211,7 @@ def _options_doc(task: str) -> str:
 
 
 def _image_method(model: Model, task: str) -> Callable[..., Any]:
-    def method(image: Any, **options: Any) -> Any:
+    def method(image: ImageSource, **options: Any) -> Any:
         return kind(task).api_value(model.result(image, task, **options))
 
     method.__name__ = task
@@ -229,7 +235,9 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
                std: Optional[float] = None, cpu_model: Optional[PathLike] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
                decode: Optional[str] = None, cpu_kernels: str = "fast",
-               performance: Optional[str] = None, **options: Any) -> Model:
+               performance: Optional[str] = None, isolate: Optional[bool] = None,
+               invoke_timeout: Optional[float] = None, recover: str = "reset",
+               retry_tpu: float = 60.0, **options: Any) -> Model:
     """Open an image model as the CLI does: validated, on the Edge TPU when usable (`auto`),
     else on the CPU (a compiled model's CPU twin); `device` may also list several Edge TPUs
     (`usb:0,usb:1`) or say `all`. Labels and normalization come from the arguments, else the
@@ -240,9 +248,13 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
     (low, medium, high, max) is libedgetpu's clock setting for the Edge TPU. `decode` ("scaled"
     or "full", as --decode; default: what the model was calibrated with, else the task's own:
     full for classify, scaled for detect, pose and segment) is how JPEG files and bytes are
-    decoded."""
+    decoded. `isolate`, `invoke_timeout`, `recover` and `retry_tpu` are the worker process,
+    its watchdog and its recovery ladder (docs/recovery.md), as --isolate and the others say."""
+    if recover not in RECOVER:
+        raise UsageError(f"recover={recover!r}: choose one of {', '.join(RECOVER)}")
     engine = EngineOptions(str(cpu_model) if cpu_model else None, runtime, threads,
-                           cpu_kernels=cpu_kernels, performance=performance)
+                           cpu_kernels=cpu_kernels, performance=performance, isolate=isolate,
+                           invoke_timeout=invoke_timeout, recover=recover, retry_tpu=retry_tpu)
     place = Placement(device, engine)
     if task is not None:
         _check_api_options(task, options)

@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import ROOT
 
-from edgeapp.core.capacity import FrameCosts, StreamGroup, max_fps, parse_plan, predict
+from edgeapp.core.capacity import FrameCosts, StreamGroup, max_fps, parse_plan, predict_plan
 
 DETECTOR = ROOT / "models" / "shapes_yolov8_int8.tflite"
 
@@ -28,20 +28,20 @@ COSTS = {(1920, 1080): FrameCosts(decode_ms=20.0, host_ms=2.0, infer_ms=10.0),
 
 
 def test_the_busiest_part_bounds_the_plan_and_streams_share_fairly():
-    fits = predict(parse_plan("2x1080p@10"), COSTS, cores=4)
+    fits = predict_plan(parse_plan("2x1080p@10"), COSTS, cores=4)
     assert fits.fits and fits.bound == "device" and fits.load == pytest.approx(0.24)  # 20 frames x 12 ms
     assert fits.fps == (10.0,)
-    over = predict(parse_plan("4x1080p@30,2x720p@30"), COSTS, cores=4)
+    over = predict_plan(parse_plan("4x1080p@30,2x720p@30"), COSTS, cores=4)
     # decode 4*30*20 + 2*30*8 = 2880 ms/s over 4 cores = 0.72; device 120*12 + 60*11 = 2100 ms/s = 2.1
     assert not over.fits and over.bound == "device" and over.load == pytest.approx(2.1)
     assert over.fps == pytest.approx((30 / 2.1, 30 / 2.1))  # every stream the same share
-    decode_bound = predict(parse_plan("8x1080p@5"), COSTS, cores=1, devices=4)
+    decode_bound = predict_plan(parse_plan("8x1080p@5"), COSTS, cores=1, devices=4)
     assert decode_bound.bound in ("decode", "cpu") and decode_bound.loads["decode"] == pytest.approx(0.8)
 
 
 def test_on_the_cpu_the_inferences_are_cpu_work_too():
-    tpu = predict(parse_plan("2x720p@20"), COSTS, cores=2)
-    cpu = predict(parse_plan("2x720p@20"), COSTS, cores=2, on_cpu=True)
+    tpu = predict_plan(parse_plan("2x720p@20"), COSTS, cores=2)
+    cpu = predict_plan(parse_plan("2x720p@20"), COSTS, cores=2, on_cpu=True)
     assert cpu.loads["cpu"] == pytest.approx(tpu.loads["cpu"] + 40 * 10 / 1000 / 2)
     assert max_fps(COSTS[(1280, 720)], cores=2) == pytest.approx(1000 / 11)
 
@@ -56,7 +56,7 @@ def test_bench_plan_measures_each_resolution_and_predicts(cli):
     # the prediction is the arithmetic of what was measured
     costs = {tuple(int(v) for v in k.split("x")): FrameCosts(c["decode_ms"], c["host_ms"], c["infer_ms"])
              for k, c in doc["costs"].items()}
-    again = predict(parse_plan("2x720p@5,1x480p@10"), costs, doc["cores"], on_cpu=True)
+    again = predict_plan(parse_plan("2x720p@5,1x480p@10"), costs, doc["cores"], on_cpu=True)
     assert doc["prediction"]["bound"] == again.bound
     assert doc["prediction"]["load"] == pytest.approx(again.load, abs=1e-3)
     assert [g["predicted_fps"] <= g["fps"] for g in doc["plan"]] == [True, True]

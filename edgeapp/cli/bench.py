@@ -3,7 +3,7 @@
 import json
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -12,6 +12,7 @@ from edgeapp.cli.options import (
     CpuKernels,
     CpuKernelsOpt,
     CpuModelOpt,
+    IsolateOpt,
     NoProbeOpt,
     PerformanceOpt,
     ReportFormat,
@@ -111,6 +112,7 @@ def bench_command(
     no_probe: NoProbeOpt = False,
     performance: PerformanceOpt = None,
     usb_queue: UsbQueueOpt = None,
+    isolate: IsolateOpt = None,
     plan: PlanOpt = None,
 ) -> None:
     """Benchmark a model: cold and warm latency, throughput, achieved TOPS, TOPS per watt.
@@ -123,36 +125,41 @@ def bench_command(
     finite("--watts", watts)
     finite("--duration", duration)
     check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of counting --runs")
-    from edgeapp.flows.bench.run import BenchOptions, run_bench, save_peaks
+    from edgeapp.flows.bench.run import BenchOptions
 
     dev = _device(ctx, device, synthetic)
     _check(model, synthetic, plot, usb_queue)
     if plan is not None:
-        _run_plan(ctx, model, dev, plan, fmt, output, cpu_model, runtime, no_probe, cpu_kernels)
-        return
+        return _run_plan(ctx, model, dev, plan, fmt, output, cpu_model, runtime, no_probe, cpu_kernels)
     opts = BenchOptions(runs=runs, warmup=warmup, duration=duration, power_mode=choice_value(power_mode),
                         watts=watts, runtime=resolve_runtime(ctx, runtime),
                         cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
                         probe=not no_probe, cpu_kernels=choice_value(cpu_kernels),
                         samples={} if plot is not None else None,
-                        performance=choice_value(performance), usb_queue=usb_queue)
+                        performance=choice_value(performance), usb_queue=usb_queue, isolate=isolate)
     progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
-    if synthetic:
-        doc = _run_synthetic(dev, threads, opts, progress)
-        note = save_peaks(doc["results"])
-        if note:
-            doc.setdefault("notes", []).append(note)
-    else:
-        model, notice = resolve_model(model, dev)  # a Coral model's name: pulled when absent
-        if notice:
-            say(notice)
-        doc = run_bench(str(model), dev, threads, opts, progress)
+    doc = _run_synthetic(dev, threads, opts, progress) if synthetic else \
+        _run_model(model, dev, threads, opts, progress)
     _report(doc, fmt, output)
+    _plot(doc, opts, plot)
+
+
+def _plot(doc: dict, opts: Any, plot: Optional[Path]) -> None:
+    """--plot: the latencies kept while benchmarking, drawn."""
     if plot is not None:
         from edgeapp.sinks.plots import plot_bench
 
         plot_bench(doc, opts.samples or {}, plot)
         say(f"plot written to {plot}")
+
+
+def _run_model(model: Path, dev: str, threads: Optional[str], opts, progress) -> dict:
+    from edgeapp.flows.bench.run import run_bench
+
+    model, notice = resolve_model(model, dev)  # a Coral model's name: pulled when absent
+    if notice:
+        say(notice)
+    return run_bench(str(model), dev, threads, opts, progress)
 
 
 def _run_plan(ctx: typer.Context, model: Optional[Path], dev: str, plan: str, fmt, output: Optional[Path],
@@ -237,7 +244,7 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
     """The generated int8 model, compiled for the Edge TPU when one is asked for and there."""
     import tempfile
 
-    from edgeapp.flows.bench.run import run_bench
+    from edgeapp.flows.bench.run import run_bench, save_peaks
     from edgeapp.flows.bench.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
     from edgeapp.flows.bench.which_devices import plan_devices
 
@@ -258,6 +265,9 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
         doc = run_bench(str(path), dev, threads, opts, progress, no_tpu_reason=reason)
     doc["model"] = {"synthetic": True, "description": DEFAULT_SPEC.describe(),
                     "macs": DEFAULT_SPEC.macs, "parameter_bytes": DEFAULT_SPEC.parameter_bytes}
+    note = save_peaks(doc["results"])
+    if note:
+        doc.setdefault("notes", []).append(note)
     return doc
 
 

@@ -37,6 +37,8 @@ from edgeapp.cli.options import (
     FastDecodeOpt,
     FormatOpt,
     InputsArg,
+    InvokeTimeoutOpt,
+    IsolateOpt,
     LabelsOpt,
     MeanOpt,
     ModelArg,
@@ -44,7 +46,10 @@ from edgeapp.cli.options import (
     OutputOpt,
     OverwriteOpt,
     PerformanceOpt,
+    Recover,
+    RecoverOpt,
     ResumeOpt,
+    RetryTpuOpt,
     RuntimeOpt,
     ShipBytesOpt,
     StdOpt,
@@ -69,7 +74,7 @@ from edgeapp.sinks.records import Layout, check_output
 
 if TYPE_CHECKING:
     from edgeapp.flows.open_task import Placement
-    from edgeapp.tasks.base import Prepared, Result, TaskKind
+    from edgeapp.tasks.base import Prepared, Result, TaskKind, TaskOption
 
     Hook = Callable[[str, Prepared, Result], Optional[dict]]  # what a batch calls per image
 
@@ -106,6 +111,10 @@ class ImageOptions:
     no_probe: NoProbeOpt = False
     performance: PerformanceOpt = None
     tpu_reconnect: TpuReconnectOpt = 0.0
+    isolate: IsolateOpt = None
+    invoke_timeout: InvokeTimeoutOpt = None
+    recover: RecoverOpt = Recover.reset
+    retry_tpu: RetryTpuOpt = 60.0
     cluster: ClusterOpt = None
     ship_bytes: ShipBytesOpt = False
     chunk_size: ChunkSizeOpt = 16
@@ -118,7 +127,9 @@ class ImageOptions:
     def placement(self, ctx: typer.Context) -> "Placement":
         return placement(ctx, device=self.device, cpu_model=self.cpu_model, runtime=self.runtime,
                          threads=self.threads, no_probe=self.no_probe, cpu_kernels=self.cpu_kernels,
-                         performance=self.performance, reconnect=self.tpu_reconnect)
+                         performance=self.performance, reconnect=self.tpu_reconnect,
+                         isolate=self.isolate, invoke_timeout=self.invoke_timeout,
+                         recover=self.recover, retry_tpu=self.retry_tpu)
 
 
 _choice_types: Dict[Tuple[str, Tuple[str, ...]], type] = {}
@@ -129,7 +140,7 @@ def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
                              annotation=annotation)
 
 
-def choice_type(option: Any) -> type:
+def choice_type(option: "TaskOption") -> type:
     """The str Enum Typer shows and checks for an option's choices (one per option)."""
     key = (option.name, tuple(option.choices))
     if key not in _choice_types:
@@ -138,7 +149,7 @@ def choice_type(option: Any) -> type:
     return _choice_types[key]
 
 
-def option_parameter(option: Any, default: Any = inspect.Parameter.empty, help_text: Optional[str] = None,
+def option_parameter(option: "TaskOption", default: Any = inspect.Parameter.empty, help_text: Optional[str] = None,
                      ) -> inspect.Parameter:
     """A TaskOption as a Typer option parameter (`default`: another default, e.g. None for the
     camera, where each task keeps its own)."""
@@ -220,7 +231,7 @@ def camera_parameters() -> Tuple[List[inspect.Parameter], List[Any]]:
     return params, options
 
 
-def _default_words(option: Any) -> str:
+def _default_words(option: "TaskOption") -> str:
     if option.default is None:
         return option.default_text or "none"
     return str(option.default)
@@ -234,7 +245,7 @@ class Folders:
     """The image folders a run writes into, checked before any work: --annotate, and a task's
     own (TaskOption.folder, e.g. segment's --mask); their files are never taken as inputs."""
 
-    def __init__(self, annotate: Optional[Path], extra: Optional[Dict[Any, Optional[Path]]] = None) -> None:
+    def __init__(self, annotate: Optional[Path], extra: Optional[Dict["TaskOption", Optional[Path]]] = None) -> None:
         from edgeapp.sinks.image_folder import ImageFolder
 
         self.annotate = ImageFolder(annotate) if annotate is not None else None
@@ -274,7 +285,7 @@ class Folders:
 
 
 def run_images(ctx: typer.Context, kind: "TaskKind", values: ImageOptions, options: dict, *,
-               folders: Optional[Dict[Any, Optional[Path]]] = None) -> None:
+               folders: Optional[Dict["TaskOption", Optional[Path]]] = None) -> None:
     """Run the task `kind` with `options` (its own, as plain values) over the command's inputs,
     as its shared `values` say. `folders` {TaskOption: folder}: the task's own output folders given.
     """
@@ -322,7 +333,7 @@ def _locally(ctx: typer.Context, task: str, v: ImageOptions, options: dict, path
         with writer, resumable(writer, v.output), progress_bar(len(paths), task) as advance:
             workers = decode_workers(v.workers) if len(paths) > 1 else 0  # one image: no thread
             stats = run_batch(paths, opened.runner, opened.task, writer, workers=workers,
-                              progress=advance, on_result=opened.with_cascade(hook))
+                              progress=advance, on_result=opened.with_cascade(hook), on_notice=say)
         return stats, opened.where
 
 
@@ -342,7 +353,7 @@ def _on_cluster(ctx: typer.Context, kind: "TaskKind", v: ImageOptions, options: 
     return stats, f"the cluster {v.cluster}"
 
 
-def _writer(layout: Any, fmt, v: ImageOptions, models: tuple):
+def _writer(layout: Layout, fmt, v: ImageOptions, models: tuple):
     """The results (stdout or --output): --resume appends only to results of `models` (the
     paths this run's records name; a compiled model and its CPU twin count as one)."""
     from edgeapp.flows.batch import check_resumed_model

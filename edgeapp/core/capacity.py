@@ -94,7 +94,7 @@ class Prediction:
                 "fps": [round(f, 2) for f in self.fps]}
 
 
-def predict(groups: Sequence[StreamGroup], costs: Dict[Tuple[int, int], FrameCosts], cores: int,
+def predict_plan(groups: Sequence[StreamGroup], costs: Dict[Tuple[int, int], FrameCosts], cores: int,
             devices: int = 1, on_cpu: bool = False) -> Prediction:
     """The plan's load on this machine: `costs` per resolution, `cores` CPU cores, `devices`
     Edge TPUs (each with its own thread) or the CPU (`on_cpu`: inferences are CPU work too)."""

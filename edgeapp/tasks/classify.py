@@ -7,7 +7,7 @@ MODEL: a classification .tflite model (uint8, int8 or float input). Results stre
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 
@@ -22,6 +22,11 @@ from edgeapp.core.vision.classify import (
 from edgeapp.errors import UsageError
 from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskOption, event_name
 from edgeapp.tasks.model import ImageModel, output_quantization, output_shapes
+
+if TYPE_CHECKING:
+    from edgeapp.core.eval.data import EvalData
+    from edgeapp.core.naming import PathLike
+    from edgeapp.hw.runtime import Engine
 
 
 class Classify(TaskKind):
@@ -48,12 +53,12 @@ class Classify(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_score_vector(shapes[0])
 
-    def plan(self, engine: Any, options: dict) -> tuple:
+    def plan(self, engine: Engine, options: dict) -> tuple:
         if not self.claims_engine(engine):
             raise self.refuse(engine)
         return output_quantization(engine)
 
-    def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:
+    def warnings(self, model: ImageModel, labels_file: Optional[PathLike] = None) -> List[str]:
         """An embedding extractor (its values are features, not class scores); labels that do
         not fit the class vector."""
         source = f"--labels {labels_file}" if labels_file else "the model's labels"
@@ -71,7 +76,7 @@ class Classify(TaskKind):
         classes = get_classes_from_scores(scores, options["top_k"], options["threshold"])
         return Result({"classes": class_fields(classes, labels)})
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return ClassScorer(data, labels)
 
     def draw(self, img, fields: dict, extras: dict) -> None:
@@ -98,7 +103,7 @@ class ClassScorer(Scorer):
     """top1, top5 and per-class accuracy; the data's classes matched to the model's labels by
     name (without labels: the data's sorted class order)."""
 
-    def __init__(self, data: Any, labels: Optional[dict]) -> None:
+    def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
         from edgeapp.core.eval.metrics import match_names
 
         self.data, self.labels = data, labels
@@ -108,8 +113,12 @@ class ClassScorer(Scorer):
                              "...) is among the model's labels")
         to_model = {k: i for i, k in to_data.items()}
         self.truth = [to_model.get(k, -1) for k in data.truth]  # -1: a class the model lacks
-        self.notes = [f"the model has no class {', '.join(unknown)}: its images count as "
-                      "misses"] if unknown else []
+        share = data.truth_share([k for k in data.names if k not in to_model])
+        if unknown and share >= 1.0:
+            raise UsageError(f"labelled data {data.source}: nothing to measure: every image is of a "
+                             f"class the model does not have ({', '.join(unknown[:5])})")
+        self.notes = [f"the model has no class {', '.join(unknown)} ({share:.1%} of the images): "
+                      "its images count as misses"] if unknown else []
         self.ranked: Dict[int, List[int]] = {}
         self.scores: Dict[int, List[dict]] = {}
 
@@ -124,6 +133,11 @@ class ClassScorer(Scorer):
         names = self.labels or {i: str(n) for i, n in self.data.names.items()}
         truth = [self.truth[i] for i in done]
         out = classification_metrics(truth, [self.ranked[i] for i in done], names)
+        if any(t < 0 for t in truth) and any(t >= 0 for t in truth):  # without the classes it lacks
+            known = [n for n, t in enumerate(truth) if t >= 0]
+            mine = classification_metrics([truth[n] for n in known],
+                                          [self.ranked[done[n]] for n in known], names)
+            out["top1_model_classes"], out["top5_model_classes"] = mine["top1"], mine["top5"]
         ids = sorted(names)
         size = max(ids) + 1 if ids else 0
         first = [self.ranked[i][0] if self.ranked[i] else -1 for i in done]

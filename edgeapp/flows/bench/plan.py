@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from edgeapp.core.capacity import FrameCosts, StreamGroup, max_fps, predict, resolutions
+from edgeapp.core.capacity import FrameCosts, StreamGroup, max_fps, predict_plan, resolutions
 from edgeapp.flows.open_task import Placement, open_task
 from edgeapp.hw.hostinfo import usable_cores
 
@@ -75,7 +75,7 @@ def run_plan(model: str, groups: List[StreamGroup], place: Placement = Placement
                 progress(f"measuring {size[0]}x{size[1]} frames")
             costs[size], p90s[size] = measure_costs(task, size, frames)
         notes = list(opened.notices)
-    prediction = predict(groups, costs, cores, devices=1, on_cpu=on_cpu)
+    prediction = predict_plan(groups, costs, cores, devices=1, on_cpu=on_cpu)
     return {"model": str(model), "device": where, "task": task.name, "cores": cores,
             "plan": [{"streams": g.count, "width": g.width, "height": g.height, "fps": g.fps,
                       "predicted_fps": round(f, 2)} for g, f in zip(groups, prediction.fps)],

@@ -35,7 +35,7 @@ GATE_SAMPLES = 32  # calibration images `worth_trying` calibrates and measures o
 
 
 @dataclass(frozen=True)
-class Pair:
+class LayerPair:
     """Two linear layers the rescaling may pass between."""
 
     producer: Operator
@@ -92,7 +92,7 @@ def _reads_channels(op: Operator, model: TfliteModel, channels: int) -> bool:
     return shape[-1] == channels
 
 
-def _follow(producer: Operator, model: TfliteModel, readers: dict, structural: bool = False) -> Optional[Pair]:
+def _follow(producer: Operator, model: TfliteModel, readers: dict, structural: bool = False) -> Optional[LayerPair]:
     channels = _out_channels(producer, model)
     t = producer.outputs[0]
     chain, constants = [t], []
@@ -103,7 +103,8 @@ def _follow(producer: Operator, model: TfliteModel, readers: dict, structural: b
             return None
         op = users[0]
         if op.op in LINEAR and _float_weights(op, model, structural) and op.inputs[0] == t and t not in op.inputs[1:]:
-            return Pair(producer, op, tuple(chain), tuple(constants)) if _reads_channels(op, model, channels) else None
+            return LayerPair(producer, op, tuple(chain), tuple(constants)) \
+                if _reads_channels(op, model, channels) else None
         added = _passes(op, t, model, channels, structural)
         if added is None or len(op.outputs) != 1:
             return None

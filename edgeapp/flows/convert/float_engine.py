@@ -22,13 +22,13 @@ from edgeapp.errors import InvalidModel, MissingDependency
 from edgeapp.flows.convert import source_format
 from edgeapp.flows.convert.base import first_line
 from edgeapp.flows.convert.keras import load_keras
+from edgeapp.hw.runtime import Engine
 
 
-class FloatEngine:
-    """What the runners and tasks ask of an engine (hw/runtime.Engine's face), over a float
-    model's predict function."""
+class FloatEngine(Engine):
+    """What the runners and tasks ask of an engine (hw/runtime.Engine), over a float model's
+    predict function."""
 
-    interpreter = None  # execution/runner.engine_of tells an engine by this attribute
     device = "cpu"
     notice: Optional[str] = None
     cpu_kernels = "float"
@@ -40,7 +40,7 @@ class FloatEngine:
         self.name = f"float on {runtime}"
         self.runtime = runtime
         self.model_path = self.requested_model = str(path)
-        self.model = SimpleNamespace(path=str(path), operators=[])
+        self.model = SimpleNamespace(path=str(path), operators=[])  # type: ignore[assignment]
         self.inputs = [{"index": 0, "shape": np.array(input_shape), "dtype": np.float32,
                         "quantization": (0.0, 0)}]
         self.input = self.inputs[0]

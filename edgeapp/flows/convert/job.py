@@ -22,7 +22,7 @@ from edgeapp.flows.convert.agreement import measure, truth_labels
 from edgeapp.flows.convert.base import FloatModel, Progress, no_progress
 from edgeapp.flows.convert.data import (
     Sources,
-    check_output,
+    check_model_output,
     find_sources,
     load_dataset,
     make_output_folder,
@@ -39,7 +39,7 @@ from edgeapp.flows.convert.onnx_graph import fixed_model
 from edgeapp.flows.convert.quantize import exported, quantize
 from edgeapp.flows.convert.report import layer_report, mark_silent, silent_layers, silent_line
 from edgeapp.flows.convert.tune import Tuning, equalization_line
-from edgeapp.flows.evaluate import is_labelled_data, open_engine, read_data
+from edgeapp.flows.evaluate import bind_float, is_labelled_data, read_data
 from edgeapp.tasks import guess_from, kind
 
 Say = Callable[[str], None]
@@ -89,7 +89,7 @@ def prepare(job: ConvertJob) -> Prepared:
     """Paths, the model's format, and for ONNX the whole graph check: all before TensorFlow."""
     if job.output.suffix.lower() != ".tflite":
         raise UsageError(f"--output {job.output}: use a .tflite file name")
-    check_output(job.output)
+    check_model_output(job.output)
     fmt = source_format(job.model)
     found = find_sources(job.calibration, "--calibration")
     held, labelled = _eval_sources(job.eval_dir)
@@ -326,7 +326,7 @@ def _task_metric(p: Prepared, model: FloatModel, cal, embedding: Optional[int], 
     engine = engine_for(job.model, model, meta)
     engine.close = lambda: None  # the float model is closed once, by `run`
     with _timed(p.times, "--eval: the float model on labelled data"):
-        return TaskMetric(open_engine(engine, meta, labels, job.mean, job.std), p.eval_data,
+        return TaskMetric(bind_float(engine, meta, labels, job.mean, job.std), p.eval_data,
                           _int8_meta(p, written))
 
 
