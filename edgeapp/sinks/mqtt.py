@@ -367,7 +367,7 @@ class MqttOut:
 
     # -- paho callbacks (paho's thread; the argument lists differ between paho 1 and 2) -----------
 
-    def _on_connect(self, client: MqttClient, userdata: Any, flags: Any, rc: Any, *props: Any) -> None:
+    def _on_connect(self, client: MqttClient, userdata: object, flags: object, rc: object, *props: object) -> None:
         code = int(getattr(rc, "value", rc))
         if code != 0:
             self._settled.set()
@@ -395,7 +395,7 @@ class MqttOut:
         for topic, payload in self.announce:
             client.publish(topic, payload, qos=1, retain=True)
 
-    def _on_disconnect(self, client: MqttClient, userdata: Any, *args: Any) -> None:
+    def _on_disconnect(self, client: MqttClient, userdata: object, *args: object) -> None:
         rc = args[1] if len(args) >= 2 else args[0]  # paho 2: (flags, rc, props); paho 1: (rc,)
         with self._lock:
             was, self.connected = self.connected, False
@@ -406,7 +406,7 @@ class MqttOut:
                            f"(every {RECONNECT_MIN}-{RECONNECT_MAX} s) and dropping the oldest "
                            f"results beyond {self.queue_size}")
 
-    def _on_connect_fail(self, client: MqttClient, userdata: Any) -> None:
+    def _on_connect_fail(self, client: MqttClient, userdata: object) -> None:
         self.last_error = "cannot reach the broker"
         self._settled.set()
         if not self._outage_noted and not self._closing:

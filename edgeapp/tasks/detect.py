@@ -181,7 +181,7 @@ class Detect(TaskKind):
                 raise UsageError(str(e)) from None
         return options
 
-    def prepare(self, source: ImageSource, spec: InputSpec, options: dict, plan: Any = None,
+    def prepare(self, source: ImageSource, spec: InputSpec, options: dict, plan: Optional[DetectPlan] = None,
                 keep_image: bool = False) -> tuple:
         if options.get("tiles"):  # the whole photo, cut into windows
             decoded = decode_image(source, spec.channels, None, "letterbox")
@@ -197,7 +197,7 @@ class Detect(TaskKind):
         return tensor, Prepared(decoded.fit_of_photo(fit),
                                 kept_image(decoded, source, spec) if keep_image else None, source)
 
-    def _tiles(self, frame: np.ndarray, spec: InputSpec, options: dict, plan: Any) -> tuple:
+    def _tiles(self, frame: np.ndarray, spec: InputSpec, options: dict, plan: Optional[DetectPlan]) -> tuple:
         """Each window of a BGR (or grey) frame fitted into its own input tensor."""
         h, w = frame.shape[:2]
         tensors, tiles = [], []
@@ -210,7 +210,7 @@ class Detect(TaskKind):
         return Tiles(tuple(tensors)), Prepared(tiles[-1][1], tiles=tuple(tiles))
 
     def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
-                      plan: Any = None) -> tuple:
+                      plan: Optional[DetectPlan] = None) -> tuple:
         if options.get("tiles"):
             return self._tiles(frame, spec, options, plan)
         if plan is None or plan.decoder == "ssd":
