@@ -241,6 +241,20 @@ def test_unnamed_classes_come_from_the_model_not_the_largest_id(cli, shapes, tmp
         assert "Traceback" not in r.stderr
 
 
+def test_a_model_without_labels_counts_its_classes_from_its_outputs(cli, shapes, tmp_path):
+    """Neither the data nor the model names its classes (a YOLO export copied without its
+    sidecar): the class count comes from the model's outputs, so a label's class 7 for a
+    3-class model is still exit 2, never an eighth class."""
+    bare = tmp_path / "bare.tflite"  # classic YOLOv5, no names in its metadata, no sidecar
+    bare.write_bytes((V8.parent / "yolov5_classic_256.tflite").read_bytes())
+    folder = yolo_folder(shapes, tmp_path / "data", classes=None)
+    with (folder / "labels" / "0002.txt").open("a") as f:
+        f.write("7 0.5 0.5 0.1 0.1\n")
+    r = cli("eval", bare, "--data", folder, "--no-probe")
+    assert r.exit_code == ExitCode.USAGE, r.stderr
+    assert "class 7 is out of range (the model has 3 classes: 0..2)" in r.stderr, r.stderr
+
+
 def png_bomb(path: Path, width: int = 20000, height: int = 20000) -> None:
     """A PNG whose header claims width x height: Pillow's decompression-bomb check fires."""
     def chunk(kind: bytes, data: bytes) -> bytes:

@@ -75,7 +75,10 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
     check_task(opened, data)
     kind = opened.task.kind
     bound = BoundTask(kind, opened.model, {**kind.eval_options, **(task_options or {})})
-    scorer = kind.scorer(data, opened.model.labels)
+    labels = opened.model.labels
+    if labels is None and kind.class_count(bound.plan):  # unnamed classes, as many as the outputs hold
+        labels = {i: str(i) for i in range(kind.class_count(bound.plan))}
+    scorer = kind.scorer(data, labels)
     if measure and scorer.coco_results:
         cocotools()  # the evaluator is here: exit 7 before the run, not after it
     done, errors, latencies = [], [], []

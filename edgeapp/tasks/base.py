@@ -323,6 +323,11 @@ class TaskKind:
         the kind `evaluates` names), with the model's `labels`."""
         raise UsageError(f"{self.name} has no metric: eval cannot measure it")
 
+    def class_count(self, plan: Any) -> Optional[int]:
+        """How many classes the model's outputs hold, when they say it (None: they do not); what
+        eval checks unnamed data's class ids against when the model has no labels."""
+        return None
+
     def track_threshold(self, plan: Any) -> float:
         """camera --track: the score a box needs to start a track and be shown (the task runs
         down to `track_low` so that weaker boxes can keep tracks alive)."""

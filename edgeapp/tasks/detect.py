@@ -291,6 +291,10 @@ class Detect(TaskKind):
     def draw(self, img, fields: dict, extras: dict) -> None:
         draw_objects(img, fields["objects"])
 
+    def class_count(self, plan: DetectPlan) -> Optional[int]:
+        """A YOLO export's class count is its outputs' (an SSD's post-process op hides it)."""
+        return None if plan.decoder == "ssd" else plan.layout.classes
+
     def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return BoxScorer(data, labels)
 
