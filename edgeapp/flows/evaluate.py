@@ -22,9 +22,9 @@ from edgeapp.errors import EdgeappError, InvalidModel, UsageError, WrongTask
 from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows import eval_coco
 from edgeapp.flows.batch import iter_records
-from edgeapp.flows.convert.float_engine import is_float_source, open_float
 from edgeapp.flows.eval_data import EvalData, read_class_folders, read_csv, read_masks
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
+from edgeapp.flows.sources.float_engine import is_float_source, open_float
 from edgeapp.hw.hostinfo import usable_cores
 from edgeapp.tasks import guess_from, kind, names, task_for
 from edgeapp.tasks.base import BoundTask, Scorer, bind
@@ -154,7 +154,7 @@ def _open_float(path: Path, labels_file: Any, mean: Optional[float], std: Option
 
 def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[float] = None,
                 std: Optional[float] = None) -> OpenTask:
-    """A float engine (flows/convert/float_engine.py) bound to its task as `classify` binds a
+    """A float engine (flows/sources/float_engine.py) bound to its task as `classify` binds a
     .tflite: the task from `meta` or the outputs, the input fitted as the int8 model's is."""
     try:
         model = ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std))

@@ -97,6 +97,13 @@ def noun_for(shapes: Any, ops: Any = ()) -> Optional[str]:
     return kind(found).noun if found is not None else None
 
 
+def for_ultralytics(ultralytics_task: Optional[str]) -> Optional[str]:
+    """The task whose `ultralytics_task` is the one Ultralytics' metadata names, or None."""
+    if ultralytics_task is None:
+        return None
+    return next((n for n in names() if kind(n).ultralytics_task == ultralytics_task), None)
+
+
 def task_for(engine: Any, meta: Any = None) -> str:
     """The task to run a model as when the user did not say: its metadata's (an edgeapp sidecar's
     task, or the task whose `ultralytics_task` an Ultralytics export names), else its outputs'."""
@@ -104,11 +111,9 @@ def task_for(engine: Any, meta: Any = None) -> str:
 
     if meta is not None and meta.task in names():
         return str(meta.task)
-    ultralytics = getattr(meta, "ultralytics_task", None)
+    ultralytics = for_ultralytics(getattr(meta, "ultralytics_task", None))
     if ultralytics is not None:
-        for name in names():
-            if kind(name).ultralytics_task == ultralytics:
-                return name
+        return ultralytics
     found = guess_task(engine)
     if found is None:
         raise InvalidModel(f"{engine.model_path}: outputs {describe_outputs(engine)} are not those "

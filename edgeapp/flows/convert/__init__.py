@@ -1,6 +1,5 @@
 """Any model to a full-integer int8 TFLite model: one flow, one converter per source format.
 
-  keras.py       .keras / .h5 / SavedModel  -> FloatModel (Keras runs the float original)
   onnx_graph.py  .onnx read and checked before TensorFlow loads (inputs, ops, memory)
   onnx.py        .onnx -> onnx2tf's float NHWC graph -> FloatModel (ONNX Runtime runs the original)
   yolo_onnx.py   Ultralytics YOLO exports found in the graph and cut before their decode
@@ -11,32 +10,8 @@
   job.py         the steps in order, for the CLI and the Python API
   data.py        images and paths, checked before TensorFlow loads
 
-TensorFlow, onnx, onnx2tf and ONNX Runtime are imported only in this package, and only inside
-functions: `edgeapp --help` and `classify` never pay for them.
+The float models themselves (which format a path is, Keras, the TensorFlow import, a float
+source as an engine) are flows/sources/, which `eval` shares. TensorFlow, onnx, onnx2tf and ONNX
+Runtime are imported only in these two packages, and only inside functions: `edgeapp --help` and
+`classify` never pay for them.
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-
-from edgeapp.errors import InvalidModel
-
-ONNX_SUFFIXES = (".onnx",)
-KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
-TORCH_SUFFIXES = (".pt", ".pth", ".pt2", ".torchscript")
-
-
-def source_format(path: Path) -> str:
-    """"onnx" or "keras" (a file or a SavedModel folder), by name, before anything is loaded;
-    a missing model is exit 4, as for every other command."""
-    if not path.exists():
-        raise InvalidModel(f"model not found: {path}")
-    suffix = path.suffix.lower()
-    if path.is_dir() or suffix in KERAS_SUFFIXES:
-        return "keras"
-    if suffix in ONNX_SUFFIXES:
-        return "onnx"
-    if suffix in TORCH_SUFFIXES:
-        raise InvalidModel(f"{path}: a PyTorch file; export it to ONNX first (torch.onnx.export, "
-                           "see docs/onnx-and-pytorch.md), then convert the .onnx")
-    raise InvalidModel(f"{path}: expected a .keras, .h5 or .onnx file or a SavedModel folder")

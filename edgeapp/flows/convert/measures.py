@@ -27,10 +27,10 @@ from edgeapp.core.naming import sidecar_path
 from edgeapp.core.quant.tune import box_metric_of, metric_of, task_metric_of
 from edgeapp.errors import ConvertError, MissingDependency, UsageError
 from edgeapp.flows.convert.agreement import measure
-from edgeapp.flows.convert.base import FloatModel
 from edgeapp.flows.convert.data import Dataset, normalize
 from edgeapp.flows.evaluate import compared, evaluate, scalar_metrics
 from edgeapp.flows.open_task import Placement, open_task
+from edgeapp.flows.sources.base import FloatModel
 
 Say = Callable[[str], None]
 

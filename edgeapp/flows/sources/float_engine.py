@@ -3,7 +3,7 @@ batch pipeline runs like a .tflite: one NHWC float image in, its outputs out, so
 the float original through the same task code (preprocessing, decoding, metric) as its int8.
 
 ONNX runs on ONNX Runtime from the file itself (an NCHW input gets the NHWC image transposed);
-Keras through convert's own loader (flows/convert/keras.py). An Ultralytics YOLO ONNX export
+Keras through the shared loader (flows/sources/keras.py). An Ultralytics YOLO ONNX export
 gives its boxes in input pixels where its TFLite export gives them normalized: they are
 normalized here, so the one YOLO decoder (core/vision/yolo.py) reads both. Its metadata (class names,
 pixels / 255, its task) is read from the ONNX file's metadata_props.
@@ -19,9 +19,9 @@ import numpy as np
 
 from edgeapp.core.meta import ModelMeta, metadata_names
 from edgeapp.errors import InvalidModel, MissingDependency
-from edgeapp.flows.convert import source_format
-from edgeapp.flows.convert.base import first_line
-from edgeapp.flows.convert.keras import load_keras
+from edgeapp.flows.sources import source_format
+from edgeapp.flows.sources.base import first_line
+from edgeapp.flows.sources.keras import load_keras
 
 
 class FloatEngine:
@@ -71,7 +71,7 @@ def _keras(path: Path) -> FloatEngine:
 
 
 def engine_for(path: Path, model: Any, meta: ModelMeta) -> FloatEngine:
-    """An engine over a loaded flows/convert FloatModel (what `convert --eval` measures);
+    """An engine over a loaded flows/sources FloatModel (what `convert --eval` measures);
     `meta` says its labels, normalization and, for an Ultralytics export, its task."""
     h, w, c = model.input_shape
     outs = [tuple(o.shape) for o in model.predict(np.zeros((1, h, w, c), np.float32))]
