@@ -176,10 +176,15 @@ def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> t
         size = (w, h, c)
     with _timed(p.times, "load the calibration images"):
         cal = load_dataset(p.calibration, size[:2], size[2], job.calibration_size, say=say,
-                           decode=job.decode, fit=source.fit())
+                           decode=job.decode, fit=_fit(p))
     if model is None:
         model = load(normalize(cal, job.mean, job.std))
     return model, cal
+
+
+def _fit(p: Prepared):
+    """How images become inputs besides classify's resize (a YOLO export's letterbox), or None."""
+    return p.source.fit()
 
 
 def _report_base(p: Prepared, model: FloatModel, q, samples: int) -> dict:
@@ -205,7 +210,7 @@ def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
     job = p.job
     h, w, c = model.input_shape
     if p.held_out is not None:
-        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say, decode=job.decode, fit=p.source.fit())
+        data = load_dataset(p.held_out, (w, h), c, None, seed=1, say=say, decode=job.decode, fit=_fit(p))
         from_eval = job.eval_dir is not None and p.held_out.source == job.eval_dir
         source = f"--eval {job.eval_dir}" if from_eval else "held-out calibration images"
     else:
@@ -216,10 +221,16 @@ def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
 def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
     data, source, labels = _held_out(p, model, cal, say)
     found = measure(p.job.output, model, data, p.job.mean, p.job.std, source, labels, class_scores)
-    boxes = p.source.boxes(data, p.job.mean, p.job.std, source, say)
+    boxes = _box_agreement(p, data, source, say)
     if boxes is not None:
         found["detection"] = boxes(p.job.output)
     return found
+
+
+def _box_agreement(p: Prepared, data, source: str, say: Say):
+    """The source's box agreement on `data` (a detector's: the float export's boxes found once),
+    or None for a model without boxes."""
+    return p.source.boxes(data, p.job.mean, p.job.std, source, say)
 
 
 def _max_drop(p: Prepared, model: FloatModel, saved: str, cal, calibration, q, report: dict, task,
@@ -230,13 +241,13 @@ def _max_drop(p: Prepared, model: FloatModel, saved: str, cal, calibration, q, r
     measure = task
     if measure is None:
         data, source, labels = _held_out(p, model, cal, say)
-        boxes = p.source.boxes(data, p.job.mean, p.job.std, source, say)
+        boxes = _box_agreement(p, data, source, say)
         if boxes is not None:
             measure = measures.boxes(boxes, say)
         if measure is None:
             measure = measures.Agreement(model, data, p.job.mean, p.job.std, source, labels, class_scores)
     say(f"--max-drop {p.job.max_drop:g}: each trial measured in {measure.what} on {measure.source}")
-    report["max_drop"] = tuned = tune(p, saved, cal, calibration, q, measure, say, fit=p.source.fit())
+    report["max_drop"] = tuned = tune(p, saved, cal, calibration, q, measure, say, fit=_fit(p))
     if tuned["chosen"] not in (None, "plain"):
         kept = load_model(p.job.output)
         report.update(size_bytes=kept.size, ops=dict(Counter(op.op for op in kept.operators).most_common()),

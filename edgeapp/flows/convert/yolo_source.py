@@ -14,10 +14,9 @@ from edgeapp.flows.convert.onnx import ort_session
 from edgeapp.flows.convert.onnx_graph import OnnxInput, fixed_model
 from edgeapp.flows.convert.onnx_source import OnnxSource
 from edgeapp.flows.convert.yolo_onnx import YoloHead, cut_head
+from edgeapp.flows.sources.float_engine import ULTRALYTICS_DETECT
 from edgeapp.flows.sources.source import Fit, Say
 from edgeapp.tasks import for_ultralytics
-
-ULTRALYTICS_TASK = "detect"  # what Ultralytics' metadata calls the exports this module converts
 
 
 class YoloOnnxSource(OnnxSource):
@@ -29,7 +28,7 @@ class YoloOnnxSource(OnnxSource):
 
     @property
     def task(self) -> Optional[str]:
-        return for_ultralytics(ULTRALYTICS_TASK)
+        return for_ultralytics(ULTRALYTICS_DETECT)
 
     def describe(self, say: Say) -> None:
         say(f"an Ultralytics YOLO detection export ({self.yolo.nc} classes, strides "

@@ -23,6 +23,8 @@ from edgeapp.flows.sources import source_format
 from edgeapp.flows.sources.base import first_line
 from edgeapp.flows.sources.keras import load_keras
 
+ULTRALYTICS_DETECT = "detect"  # Ultralytics' metadata name ('task') of its detection exports
+
 
 class FloatEngine:
     """What the runners and tasks ask of an engine (hw/runtime.Engine's face), over a float
@@ -134,7 +136,7 @@ def meta_from_props(props: dict) -> ModelMeta:
 
 def _yolo_box_scale(meta: ModelMeta, outs: List[tuple], size: tuple) -> Optional[np.ndarray]:
     """(w, h, w, h) to divide an Ultralytics detection export's box rows by, or None."""
-    if meta.ultralytics_task != "detect" or len(outs) != 1 or len(outs[0]) != 3:
+    if meta.ultralytics_task != ULTRALYTICS_DETECT or len(outs) != 1 or len(outs[0]) != 3:
         return None
     w, h = size
     scale = np.ones((outs[0][1], 1), np.float32)  # rows: cx, cy, w, h, then class scores
