@@ -25,7 +25,7 @@ flows.camera.run, tasks/), so results are identical. Errors are edgeapp.errors e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Union
 
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
@@ -36,6 +36,11 @@ from edgeapp.flows.open_task import OpenTask, Placement, open_cascade, open_task
 from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.tasks import kind, names
 from edgeapp.tasks.base import BoundTask, Result
+
+if TYPE_CHECKING:
+    import threading
+
+    from edgeapp.core.vision.preprocess import ImageSource
 
 PathLike = Union[str, Path]
 
@@ -78,12 +83,12 @@ class Model:
         """The task it runs when none is named: the one asked at open, else the model's own."""
         return self._opened.task.name
 
-    def run(self, image: Any, task: Optional[str] = None, **options: Any) -> dict:
+    def run(self, image: ImageSource, task: Optional[str] = None, **options: Any) -> dict:
         """One image (a path, bytes, a Pillow image or a uint8 array) through `task` (default:
         the model's): the record's task fields, e.g. {"objects": [...]}."""
         return self.result(image, task, **options).fields
 
-    def result(self, image: Any, task: Optional[str] = None, **options: Any) -> Result:
+    def result(self, image: ImageSource, task: Optional[str] = None, **options: Any) -> Result:
         """As `run`, with what the record does not hold (`extras`, e.g. a segmentation's class
         map at the image's size)."""
         bound = self._task(task, options)
@@ -115,9 +120,9 @@ class Model:
         differences([result.entry])
         return report(found, [result])
 
-    def camera(self, source: Any = "0", *, task: Optional[str] = None,
+    def camera(self, source: Union[str, int, Path] = "0", *, task: Optional[str] = None,
                on_record: Optional[Callable[[dict], None]] = None,
-               on_notice: Optional[Callable[[str], None]] = None, stop: Any = None,
+               on_notice: Optional[Callable[[str], None]] = None, stop: Optional[threading.Event] = None,
                **options: Any) -> Any:
         """Run `task` (default: the model's) on the frames of a camera (index), a video file or a
         stream, as `edgeapp camera` does: every frame's record to `on_record`. `options` are the
@@ -205,7 +210,7 @@ def _options_doc(task: str) -> str:
 
 
 def _image_method(model: Model, task: str) -> Callable[..., Any]:
-    def method(image: Any, **options: Any) -> Any:
+    def method(image: ImageSource, **options: Any) -> Any:
         return kind(task).api_value(model.result(image, task, **options))
 
     method.__name__ = task

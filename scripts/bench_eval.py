@@ -108,11 +108,11 @@ def run_command(model: Path, paths: list, out: Path) -> float:
 
 
 def run_eval(model: Path, data) -> float:
-    from edgeapp.flows.evaluate import evaluate, open_model
+    from edgeapp.flows.evaluate import evaluate, open_for_eval
     from edgeapp.flows.open_task import Placement
     from edgeapp.hw.hostinfo import decode_workers, usable_cores
 
-    with open_model(str(model), Placement("auto"), cpu_replicas=usable_cores()) as opened:
+    with open_for_eval(str(model), Placement("auto"), cpu_replicas=usable_cores()) as opened:
         start = time.perf_counter()
         evaluate(opened, data, decode_workers(None))
         return len(data.paths) / (time.perf_counter() - start)

@@ -64,13 +64,13 @@ def make_jpegs(folder: Path, count: int) -> list:
 
 def decode_ms(paths: list, fast: bool, size=(224, 224)) -> float:
     """Mean single-thread cost of preparing one image (decode, resize, quantize), in ms."""
-    from edgeapp.core.vision.preprocess import prepare_image
+    from edgeapp.core.vision.preprocess import load_input_tensor
 
     for p in paths[:5]:
-        prepare_image(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
+        load_input_tensor(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
     t0 = time.perf_counter()
     for p in paths:
-        prepare_image(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
+        load_input_tensor(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
     return (time.perf_counter() - t0) * 1000.0 / len(paths)
 
 
@@ -80,10 +80,10 @@ def parallel_decode_ips(paths: list, fast: bool, threads: int, size=(224, 224)) 
     cores ÷ one-thread-cost formula assumes away)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from edgeapp.core.vision.preprocess import prepare_image
+    from edgeapp.core.vision.preprocess import load_input_tensor
 
     def one(p):
-        return prepare_image(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
+        return load_input_tensor(p, size, 3, np.uint8, 0.0078125, 128, decode="scaled" if fast else "full")
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, paths[:threads * 2]))
@@ -122,7 +122,7 @@ def classify_rate(model: Path, folder: Path, env: dict, *args: str) -> float:
 def top1_agreement(model: Path, paths: list) -> tuple[float, float, float]:
     """(share of images whose top-1 class is the same with full and reduced-scale decoding,
     mean |Δ top-1 score| where the class agrees, full-decode top-1 score median)."""
-    from edgeapp.core.vision.preprocess import prepare_image
+    from edgeapp.core.vision.preprocess import load_input_tensor
     from edgeapp.hw.runtime import open_engine
 
     engine = open_engine(model, "cpu", probe=False)
@@ -131,7 +131,8 @@ def top1_agreement(model: Path, paths: list) -> tuple[float, float, float]:
     for p in paths:
         outs = []
         for fast in (False, True):
-            x = prepare_image(p, (224, 224), 3, engine.input_dtype, scale, zero, decode="scaled" if fast else "full")
+            x = load_input_tensor(p, (224, 224), 3, engine.input_dtype, scale, zero,
+                                  decode="scaled" if fast else "full")
             outs.append(engine.run(x)[0].reshape(-1).astype(np.int32))
         a, b = int(np.argmax(outs[0])), int(np.argmax(outs[1]))
         scores.append(outs[0][a])

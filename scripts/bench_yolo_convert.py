@@ -188,7 +188,7 @@ def tflite_runner(path: Path):
 
     e = open_engine(path, "cpu")
     scale, zero = e.input_quantization
-    quant = yolo.output_quantization(e)
+    quant = yolo.output_quantizations(e)
 
     def run(pixels: np.ndarray) -> tuple:
         return e.run(quantize_input(pixels, e.input_dtype, scale, zero, 0.0, 255.0)[None]), quant

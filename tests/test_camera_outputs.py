@@ -4,6 +4,7 @@ count), said at the end; a broker that never answered is named."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import cv2
@@ -65,3 +66,16 @@ def test_a_file_whose_results_all_reached_the_broker_succeeds(cli, tiny_model, v
     finally:
         sub.close()
         broker.kill()
+
+
+def test_the_json_summary_goes_to_its_own_file_apart_from_the_notices(cli, tiny_model, video, tmp_path):
+    """--summary json on stderr shares it with every notice: --summary-file gives it a file
+    that holds the one JSON object and nothing else."""
+    out = tmp_path / "runs" / "summary.json"
+    r = cli("camera", tiny_model, "--source", video, "--no-display", "-f", "jsonl", "--summary", "json",
+            "--summary-file", out)
+    assert r.exit_code == 0, r.stderr
+    summary = json.loads(out.read_text())
+    assert summary["frames_processed"] == 6 and summary["stop"] == "end of stream"
+    assert not any(line.startswith("{") for line in r.stderr.splitlines())
+    assert len(r.stdout.splitlines()) == 6  # the records stay on stdout

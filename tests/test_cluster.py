@@ -1,8 +1,10 @@
 """classify/detect --cluster on a real Dask scheduler and worker processes, on 127.0.0.1 only.
 
 The fleet is started the way docs/fleet.md tells users to: `dask scheduler` and `dask worker`
-processes (one declaring an `edgetpu` resource). Workers run without a nanny so that a SIGKILL
-really loses the worker, as a Pi pulled off the shelf would.
+processes (one declaring an `edgetpu` resource), as `python -m dask ...` of the Python running
+the tests (a venv's, activated or not: its `dask` may not be on PATH, or another's may be).
+Workers run without a nanny so that a SIGKILL really loses the worker, as a Pi pulled off the
+shelf would.
 """
 
 import json
@@ -30,8 +32,9 @@ class Fleet:
         self.procs = []
         self.tpu_env = tpu_env  # the environment of workers declaring a resource (stand-in TPUs)
         sched_file = tmp / "scheduler.json"
-        self.scheduler = self._start(["dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                      "--no-dashboard", "--scheduler-file", str(sched_file)], "scheduler")
+        self.scheduler = self._start([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1",
+                                      "--port", "0", "--no-dashboard", "--scheduler-file",
+                                      str(sched_file)], "scheduler")
         deadline = time.monotonic() + 60
         while not sched_file.exists() or not sched_file.read_text().strip():
             assert time.monotonic() < deadline, "dask scheduler did not start"
@@ -49,8 +52,8 @@ class Fleet:
         return p
 
     def add_worker(self, resources=None):
-        argv = ["dask", "worker", self.address, "--nworkers", "1", "--nthreads", "1", "--no-nanny",
-                "--no-dashboard", "--host", "127.0.0.1"]
+        argv = [sys.executable, "-m", "dask", "worker", self.address, "--nworkers", "1",
+                "--nthreads", "1", "--no-nanny", "--no-dashboard", "--host", "127.0.0.1"]
         if resources:
             argv += ["--resources", resources]
         return self._start(argv, "worker", self.tpu_env if resources else None)

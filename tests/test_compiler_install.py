@@ -25,7 +25,7 @@ import pytest
 from edgeapp.core.edgetpu import compiler_files as CF
 from edgeapp.core.registry import git_blob_sha1
 from edgeapp.errors import ExitCode
-from edgeapp.hw.compiler_host import Runner, binfmt_x86_64, choose_runner
+from edgeapp.hw.compiler_host import CompilerRunner, binfmt_x86_64, choose_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGITS = ROOT / "models" / "digits_int8.tflite"
@@ -311,7 +311,7 @@ def test_a_binfmt_registration_for_x86_64_counts_as_an_emulator(tmp_path):
                                      "mask fffffffffffefe00fffffffffffffffffeffffff\n")
     assert binfmt_x86_64(tmp_path) == "qemu-x86_64"
     assert choose_runner(env, tmp_path, system="Linux", machine="aarch64") == \
-        Runner("binfmt", None, "registration qemu-x86_64")
+        CompilerRunner("binfmt", None, "registration qemu-x86_64")
     assert choose_runner(env, tmp_path, system="Linux", machine="x86_64").mode == "native"
     with pytest.raises(Exception, match="Docker Desktop"):
         choose_runner(env, tmp_path, system="Darwin", machine="arm64")

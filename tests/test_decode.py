@@ -11,7 +11,7 @@ from PIL import Image
 
 from edgeapp import tasks
 from edgeapp.core.vision.boxes import make_fit
-from edgeapp.core.vision.preprocess import dct_scale, decode_image, fit_pixels, load_image, needed_size
+from edgeapp.core.vision.preprocess import dct_scale, decode_image, fit_pixels, load_image, scaled_decode_size
 from edgeapp.errors import UsageError
 
 
@@ -39,7 +39,7 @@ def test_the_scale_never_gives_fewer_pixels_than_the_fit_takes(fit):
     for _ in range(3000):
         stored = (int(rng.integers(1, 5000)), int(rng.integers(1, 5000)))
         size = (int(rng.integers(1, 700)), int(rng.integers(1, 700)))
-        need = needed_size(stored, size, fit)
+        need = scaled_decode_size(stored, size, fit)
         k = dct_scale(stored, need)
         decoded = (-(-stored[0] // k), -(-stored[1] // k))
         # and the largest such scale: the next one would be short of pixels
@@ -63,7 +63,7 @@ def test_a_large_jpeg_decodes_at_the_smallest_scale_that_holds_the_input(tmp_pat
     d = decode_image(p, 3, size, fit)
     assert d.scale == scale and d.size == (1440, 1080)
     assert d.image.size == (-(-1440 // scale), -(-1080 // scale))
-    need = needed_size(d.size, size, fit)
+    need = scaled_decode_size(d.size, size, fit)
     assert d.image.width >= need[0] and d.image.height >= need[1]
 
 

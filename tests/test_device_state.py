@@ -306,16 +306,16 @@ def test_a_cool_card_and_no_duration_is_not_throttling(tpus, cli, compiled_pair,
 # -- camera: the live view and MQTT carry the temperature and the throttling flag ------------------
 
 def test_health_summary_flags_drift_and_heat():
-    from edgeapp.flows.camera.tpu_health import WINDOW, summarize
+    from edgeapp.flows.camera.tpu_health import WINDOW, summarize_health
 
     cool = {"usb:0": {"temperature_c": None, "clock_mhz": 500.0, "throttling": None, "thermal": None}}
-    steady = summarize(cool, [10.0] * WINDOW, [10.5] * WINDOW)
+    steady = summarize_health(cool, [10.0] * WINDOW, [10.5] * WINDOW)
     assert steady["throttling"] is False and steady["temperature_c"] is None
-    slower = summarize(cool, [10.0] * WINDOW, [12.0] * WINDOW)
+    slower = summarize_health(cool, [10.0] * WINDOW, [12.0] * WINDOW)
     assert slower["throttling"] and slower["latency_drift"] == 0.2
     hot = {"pci:0": {"temperature_c": 91.0, "clock_mhz": 125.0, "throttling": True,
                      "thermal": {"sensor_fault": False}}}
-    assert summarize(hot, [], [])["throttling"] and summarize(hot, [], [])["temperature_c"] == 91.0
+    assert summarize_health(hot, [], [])["throttling"] and summarize_health(hot, [], [])["temperature_c"] == 91.0
 
 
 def test_home_assistant_discovery_has_a_temperature_sensor_only_where_there_is_one():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -313,6 +314,24 @@ def test_probe_cache_line_counts_the_model_verdicts_it_acts_on(tmp_path):
     check = probe_cache_check(env)
     assert check.status == WARN and "5 cached verdict(s)" in check.detail and "crash 5" in check.detail
     assert "--forget-probes" in check.detail + (check.fix or "")
+
+
+def test_probe_cache_line_says_which_verdicts_other_environments_recorded(tmp_path):
+    """The cache is the user's, shared by every venv: verdicts another venv recorded are said
+    as such, with where they come from."""
+    from edgeapp.flows.doctor.install import probe_cache_check
+    from edgeapp.hw.verdicts import ModelKey, Verdict, VerdictCache
+
+    cache_dir = tmp_path / "cache"
+    env = {"EDGEAPP_CACHE_DIR": str(cache_dir)}
+    VerdictCache(cache_dir).put_model(ModelKey("a" * 64, "ai-edge-litert", "2.3.0"),
+                                      Verdict("pass", "fine"), "m.tflite")
+    assert "other Python" not in probe_cache_check(env).detail
+    VerdictCache(cache_dir, environment="/venvs/other").put_model(
+        ModelKey("b" * 64, "tflite-runtime", "2.5.0"), Verdict("crash", "m crashes"), "m.tflite")
+    detail = probe_cache_check(env).detail
+    assert "1 recorded by other Python environments (/venvs/other)" in detail
+    assert sys.prefix in detail
 
 
 def test_bench_refuses_runs_and_duration_together(cli, tiny_model):

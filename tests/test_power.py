@@ -255,6 +255,6 @@ def test_usb_accelerator_link_speed(tmp_path):
         write(usb / d / "idVendor", vid + "\n")
         write(usb / d / "idProduct", pid + "\n")
         write(usb / d / "speed", speed + "\n")
-    found = hostinfo.usb_accelerators(tmp_path)
+    found = hostinfo.usb_accelerator_links(tmp_path)
     assert [(u["path"], u["speed_mbps"]) for u in found] == [("1-1.2", "480"), ("2-1", "5000")]
     assert found[0]["link"].startswith("USB 2") and found[1]["link"].startswith("USB 3")

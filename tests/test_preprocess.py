@@ -8,7 +8,7 @@ from PIL import Image
 
 from edgeapp.core.labels import parse_labels
 from edgeapp.core.vision.classify import Class, dequantize, get_classes_from_scores, get_scores
-from edgeapp.core.vision.preprocess import input_affine, load_image, prepare_image, quantize_input
+from edgeapp.core.vision.preprocess import input_affine, load_image, load_input_tensor, quantize_input
 from edgeapp.errors import InputError
 
 
@@ -129,9 +129,9 @@ def test_float_input():
 
 def test_prepare_image_resizes_to_model_input(tmp_path):
     p = save(Image.new("RGB", (64, 48), (10, 20, 30)), tmp_path, "x.png")
-    t = prepare_image(p, (16, 8), 3, np.uint8, 1 / 255, 0, 0.0, 255.0)
+    t = load_input_tensor(p, (16, 8), 3, np.uint8, 1 / 255, 0, 0.0, 255.0)
     assert t.shape == (1, 8, 16, 3) and t[0, 0, 0].tolist() == [10, 20, 30]
-    g = prepare_image(p, (16, 8), 1, np.uint8, 1 / 255, 0, 0.0, 255.0)
+    g = load_input_tensor(p, (16, 8), 1, np.uint8, 1 / 255, 0, 0.0, 255.0)
     assert g.shape == (1, 8, 16, 1)
 
 

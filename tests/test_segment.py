@@ -15,7 +15,7 @@ from media import make_video
 from PIL import Image
 
 from edgeapp.core.vision.boxes import letterbox_fit, stretch_fit
-from edgeapp.core.vision.segmentation import class_map, colorize, pascal_palette, to_original
+from edgeapp.core.vision.segmentation import class_map, colorize, mask_to_original, pascal_palette
 from edgeapp.errors import ExitCode
 
 cv2 = pytest.importorskip("cv2")
@@ -123,11 +123,11 @@ def test_csv_table_bad_input_resume_and_reference_kernels(cli, ps_models, tmp_pa
 def test_map_to_original_is_nearest_through_the_fit():
     """Pure geometry: a 4x4 map over an 8x2 image stretched, and over a letterboxed one."""
     m = np.arange(16).reshape(4, 4)
-    full = to_original(m, stretch_fit((8, 2), (4, 4)))
+    full = mask_to_original(m, stretch_fit((8, 2), (4, 4)))
     # pixel centres: image rows 0.5 and 1.5 fall on map rows 1.0 and 3.0
     assert full.tolist() == [[4, 4, 5, 5, 6, 6, 7, 7], [12, 12, 13, 13, 14, 14, 15, 15]]
     fit = letterbox_fit((8, 2), (4, 4))  # content 4x1 at y = 1 (pad 1 above)
-    assert to_original(m, fit).tolist() == [[4, 4, 5, 5, 6, 6, 7, 7]] * 2
+    assert mask_to_original(m, fit).tolist() == [[4, 4, 5, 5, 6, 6, 7, 7]] * 2
     scores = np.zeros((1, 2, 2, 3), np.uint8)
     scores[0, 0, 0, 2] = scores[0, 1, 1, 1] = 9
     assert class_map(scores).tolist() == [[2, 0], [0, 1]]  # ties go to the first class

@@ -65,7 +65,7 @@ def test_decoding_matches_ultralytics(model):
         detect = opened.task
         layout = detect.plan.layout
         assert layout.kind == rec["layout"]
-        quant = yolo.output_quantization(opened.engine)
+        quant = yolo.output_quantizations(opened.engine)
         assert [list(q) for q in quant] == [[o["scale"], o["zero_point"]] for o in rec["outputs"]]
         step = quant[layout.scores][0]  # one step of the score tensor, in score units:
         if layout.kind == "dfl":  # logits there; the sigmoid's slope is at most 1/4

@@ -9,6 +9,7 @@ summaries from their folder and imports none of them.
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import click
 import typer
 from typing_extensions import Annotated
 
@@ -37,13 +38,13 @@ class EdgeappGroup(Group):
             self._lazy_commands = lazy
         return self._lazy_commands
 
-    def list_commands(self, ctx: Any) -> List[str]:
+    def list_commands(self, ctx: click.Context) -> List[str]:
         static = list(super().list_commands(ctx))
         lazy = [n for n in self._lazy() if n not in static]
         at = static.index("compile") + 1 if "compile" in static else len(static)
         return static[:at] + lazy + static[at:]
 
-    def get_command(self, ctx: Any, name: str) -> Any:
+    def get_command(self, ctx: click.Context, name: str) -> Any:
         found = super().get_command(ctx, name)
         if found is None and name in self._lazy():
             if name not in self._built:
@@ -51,7 +52,7 @@ class EdgeappGroup(Group):
             found = self._built[name]
         return found
 
-    def invoke(self, ctx: Any) -> Any:
+    def invoke(self, ctx: click.Context) -> Any:
         """Ctrl-C while a command is looked up or built (its modules importing) is exit 130 and
         one line, as in the command itself (cli/command.exit_codes), not click's "Aborted!"
         and exit 1."""
@@ -61,7 +62,7 @@ class EdgeappGroup(Group):
             say("interrupted")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
-    def command_summaries(self, ctx: Any) -> List[Tuple[str, str]]:
+    def command_summaries(self, ctx: click.Context) -> List[Tuple[str, str]]:
         """The commands and their one-line help, without building the lazy ones."""
         lazy = self._lazy()
         listed = dict(super().command_summaries(ctx))

@@ -77,6 +77,13 @@ PlotOpt = Annotated[Optional[Path], typer.Option(
          "window of a --duration run and the multi-TPU scaling or per-segment times, into FILE "
          "(its folder is made; needs matplotlib: pip install 'edgeapp[plot]').",
     show_default=False)]
+PlanOpt = Annotated[Optional[str], typer.Option(
+    "--plan", metavar="COUNTxRES@FPS[,...]",
+    help="How many cameras: measure what a frame of each resolution costs here (decode, the "
+         "task's host work, the inference on DEVICE) and say whether the plan fits, which part "
+         "bounds it (decode, the device's thread, the CPU) and the frame rate each stream gets, "
+         "e.g. 4x1080p@10 or 2x720p@15,1x1280x960@5.",
+    show_default=False)]
 UsbQueueOpt = Annotated[Optional[int], typer.Option(
     "--usb-queue", metavar="N", help="libedgetpu's Usb.MaxBulkInQueueLength (0-255; its default "
                                      "is 32): USB bulk-in transfers kept queued.",
@@ -104,6 +111,7 @@ def bench_command(
     no_probe: NoProbeOpt = False,
     performance: PerformanceOpt = None,
     usb_queue: UsbQueueOpt = None,
+    plan: PlanOpt = None,
 ) -> None:
     """Benchmark a model: cold and warm latency, throughput, achieved TOPS, TOPS per watt.
 
@@ -115,10 +123,12 @@ def bench_command(
     finite("--watts", watts)
     finite("--duration", duration)
     check_exclusive(ctx, "runs", "duration", "--duration times the loop instead of counting --runs")
-    from edgeapp.flows.bench.run import BenchOptions, run_bench, save_peaks
+    from edgeapp.flows.bench.run import BenchOptions
 
     dev = _device(ctx, device, synthetic)
     _check(model, synthetic, plot, usb_queue)
+    if plan is not None:
+        return _run_plan(ctx, model, dev, plan, fmt, output, cpu_model, runtime, no_probe, cpu_kernels)
     opts = BenchOptions(runs=runs, warmup=warmup, duration=duration, power_mode=choice_value(power_mode),
                         watts=watts, runtime=resolve_runtime(ctx, runtime),
                         cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
@@ -126,22 +136,73 @@ def bench_command(
                         samples={} if plot is not None else None,
                         performance=choice_value(performance), usb_queue=usb_queue)
     progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
-    if synthetic:
-        doc = _run_synthetic(dev, threads, opts, progress)
-        note = save_peaks(doc["results"])
-        if note:
-            doc.setdefault("notes", []).append(note)
-    else:
-        model, notice = resolve_model(model, dev)  # a Coral model's name: pulled when absent
-        if notice:
-            say(notice)
-        doc = run_bench(str(model), dev, threads, opts, progress)
+    doc = _run_synthetic(dev, threads, opts, progress) if synthetic else \
+        _run_model(model, dev, threads, opts, progress)
     _report(doc, fmt, output)
     if plot is not None:
         from edgeapp.sinks.plots import plot_bench
 
         plot_bench(doc, opts.samples or {}, plot)
         say(f"plot written to {plot}")
+
+
+def _run_model(model: Path, dev: str, threads: Optional[str], opts, progress) -> dict:
+    from edgeapp.flows.bench.run import run_bench
+
+    model, notice = resolve_model(model, dev)  # a Coral model's name: pulled when absent
+    if notice:
+        say(notice)
+    return run_bench(str(model), dev, threads, opts, progress)
+
+
+def _run_plan(ctx: typer.Context, model: Optional[Path], dev: str, plan: str, fmt, output: Optional[Path],
+              cpu_model, runtime, no_probe: bool, cpu_kernels) -> None:
+    """`--plan`: the camera plan's costs measured here and its fit predicted."""
+    from edgeapp.core.capacity import parse_plan
+    from edgeapp.flows.bench.plan import run_plan
+    from edgeapp.flows.open_task import Placement
+    from edgeapp.hw.runtime import EngineOptions
+
+    try:
+        groups = parse_plan(plan)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if "," in dev or dev == "all":
+        raise UsageError("--plan measures one device: give --device cpu, usb:0, pci:0 or auto")
+    model, notice = resolve_model(model, dev)
+    if notice:
+        say(notice)
+    place = Placement(dev, EngineOptions(str(cpu_model) if cpu_model else None, resolve_runtime(ctx, runtime),
+                                         probe=not no_probe, cpu_kernels=choice_value(cpu_kernels)))
+    doc = run_plan(str(model), groups, place, progress=(lambda text: say(text)) if fmt == ReportFormat.table else None)
+    if output is not None:
+        append_line(output, json.dumps(doc))
+    if fmt == ReportFormat.json:
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        typer.echo(render_plan(doc))
+
+
+def render_plan(doc: dict) -> str:
+    """The plan's verdict, each part's load and each group's frame rate, for a terminal."""
+    p = doc["prediction"]
+    parts = {"decode": "decode (capture threads over the cores)",
+             "device": f"the device's thread on {doc['device']} (prepare, invoke, interpret)",
+             "cpu": f"all CPU work over {doc['cores']} cores"}
+    verdict = (f"fits: {p['bound']} is the busiest at {p['load']:.0%}, {p['headroom']:.0%} headroom"
+               if p["fits"] else f"does not fit: {p['bound']} is asked {p['load']:.0%}; each stream "
+                                 "gets its share of the frame rate asked")
+    lines = [f"plan on {doc['device']} ({Path(doc['model']).name}, {doc['task']}): {verdict}", ""]
+    lines += [f"  {parts[k]:<60} {v:>6.0%}" + ("  <- bound" if k == p["bound"] else "")
+              for k, v in p["loads"].items()]
+    lines += ["", f"  {'streams':<22} {'asked fps':>9} {'gets fps':>9}"]
+    lines += [f"  {str(g['streams']) + ' x ' + str(g['width']) + 'x' + str(g['height']):<22} "
+              f"{g['fps']:>9g} {g['predicted_fps']:>9.1f}" for g in doc["plan"]]
+    lines += ["", f"  {'frame':<10} {'decode ms':>10} {'host ms':>8} {'infer ms':>9} {'one stream max fps':>19}"]
+    lines += [f"  {size:<10} {c['decode_ms']:>10.2f} {c['host_ms']:>8.2f} {c['infer_ms']:>9.2f} "
+              f"{c['one_stream_max_fps']:>19.1f}" for size, c in doc["costs"].items()]
+    lines += [""] + [f"note: {n}" for n in doc["notes"]]
+    return "\n".join(lines)
 
 
 def _check(model: Optional[Path], synthetic: bool, plot: Optional[Path], usb_queue: Optional[int]) -> None:
@@ -176,7 +237,7 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
     """The generated int8 model, compiled for the Edge TPU when one is asked for and there."""
     import tempfile
 
-    from edgeapp.flows.bench.run import run_bench
+    from edgeapp.flows.bench.run import run_bench, save_peaks
     from edgeapp.flows.bench.synthetic import DEFAULT_SPEC, compile_for_edgetpu, edge_tpu_present, write_synthetic
     from edgeapp.flows.bench.which_devices import plan_devices
 
@@ -197,6 +258,9 @@ def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
         doc = run_bench(str(path), dev, threads, opts, progress, no_tpu_reason=reason)
     doc["model"] = {"synthetic": True, "description": DEFAULT_SPEC.describe(),
                     "macs": DEFAULT_SPEC.macs, "parameter_bytes": DEFAULT_SPEC.parameter_bytes}
+    note = save_peaks(doc["results"])
+    if note:
+        doc.setdefault("notes", []).append(note)
     return doc
 
 

@@ -10,7 +10,7 @@ import json
 import signal
 import sys
 import threading
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, Field, dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional
@@ -26,6 +26,7 @@ from edgeapp.sinks.records import Format
 
 if TYPE_CHECKING:
     from edgeapp.flows.camera.request import CameraSettings
+    from edgeapp.flows.camera.run import CameraOutcome
     from edgeapp.flows.open_task import Placement
 
 SUMMARY = "Run a model on live frames: overlay, headless JSON lines, recording, summary."
@@ -144,6 +145,10 @@ EventsOpt = Annotated[Optional[Path], typer.Option(
          "zone_entered, zone_left) to FILE.", show_default=False)]
 SummaryOpt = Annotated[SummaryFormat, typer.Option(
     "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")]
+SummaryFileOpt = Annotated[Optional[Path], typer.Option(
+    "--summary-file", metavar="FILE", show_default=False,
+    help="Write the summary (in --summary's form) to FILE instead of stderr, apart from the "
+         "notices (its folder is made).")]
 
 
 ModelArg = Annotated[Path, typer.Argument(metavar="MODEL", show_default=False, help=(
@@ -172,6 +177,7 @@ class CameraOptions:
     task: Any = None  # --task: its choices are the tasks' names, made when the command is built
     labels: shared.LabelsOpt = None
     summary: SummaryOpt = SummaryFormat.text
+    summary_file: SummaryFileOpt = None
     mean: shared.MeanOpt = None
     std: shared.StdOpt = None
     device: shared.DeviceOpt = None
@@ -197,7 +203,7 @@ def command() -> Any:
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                  annotation=annotation)
 
-    def default(f: Any) -> Any:
+    def default(f: Field) -> Any:
         if f.default is MISSING:
             return inspect.Parameter.empty
         return None if f.default == () else f.default  # a repeatable flag not given: None
@@ -237,6 +243,8 @@ def camera(ctx: typer.Context, values: CameraOptions, settings: "CameraSettings"
     check_common(options, model=v.model, mean=v.mean, std=v.std, device=v.device, cpu_model=v.cpu_model,
                  labels=v.labels)
     _check_flags(ctx, settings)
+    if v.summary_file is not None and v.summary_file.is_dir():
+        raise UsageError(f"--summary-file {v.summary_file} is a folder")
     request = camera_request(settings, CLI_WORDS, model=v.model, task=choice_value(v.task),
                              place=v.placement(ctx), options=options, labels_file=v.labels,
                              mean=v.mean, std=v.std, records_stdout=None,
@@ -249,7 +257,7 @@ def camera(ctx: typer.Context, values: CameraOptions, settings: "CameraSettings"
         outcome = run.run()
     finally:
         restore()
-    _finish(outcome, v.summary)
+    _finish(outcome, v.summary, v.summary_file)
 
 
 def _check_flags(ctx: typer.Context, s: "CameraSettings") -> None:
@@ -274,16 +282,26 @@ def _check_flags(ctx: typer.Context, s: "CameraSettings") -> None:
         say("warning: --mqtt-debounce applies to --mqtt-mode events only")
 
 
-def _finish(outcome: Any, summary: Any) -> None:
-    """Warnings, the summary (text or JSON, the last line on stderr) and the exit code."""
+def _finish(outcome: "CameraOutcome", summary: SummaryFormat, summary_file: Optional[Path] = None) -> None:
+    """Warnings, the summary (text or JSON, the last line on stderr, or `summary_file`) and
+    the exit code."""
     for warning in outcome.warnings:
         say(f"warning: {warning}")
     if outcome.error is not None:
         say(f"error: {outcome.error}")
     if choice_value(summary) == "json":
-        typer.echo(json.dumps(outcome.summary()), err=True)
+        text = json.dumps(outcome.summary())
     else:
-        say(outcome.stats.summary_line() + _outputs_line(outcome.outputs))
+        text = ("" if summary_file else "edgeapp: ") + outcome.stats.summary_line() + \
+            _outputs_line(outcome.outputs)
+    if summary_file is None:
+        typer.echo(text, err=True)
+    else:
+        try:
+            summary_file.parent.mkdir(parents=True, exist_ok=True)
+            summary_file.write_text(text + "\n", encoding="utf-8")
+        except OSError as e:
+            say(f"--summary-file {summary_file}: cannot write it ({e.strerror}); the summary: {text}")
     if outcome.interrupted:  # Ctrl-C: the summary, then 130 as every command
         raise typer.Exit(int(ExitCode.INTERRUPTED))
     if outcome.error is not None:

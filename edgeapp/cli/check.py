@@ -50,7 +50,7 @@ def check_command(
     if fmt == ReportFormat.json:
         typer.echo(json.dumps(checked.to_json(), indent=2))
     else:
-        typer.echo("\n\n".join(render(r) for r in checked.results))
+        typer.echo("\n\n".join(render_check(r) for r in checked.results))
         if len(checked.results) > 1:
             typer.echo("\n" + render_one_tpu(checked))
     if not checked.fully_mapped:
@@ -114,7 +114,7 @@ def _io_text(entries: List[dict]) -> str:
     return "; ".join(parts)
 
 
-def render(result) -> str:
+def render_check(result) -> str:
     """The per-operator table and the summary, for a terminal."""
     rows = [("#", "op", "inputs", "outputs", "TPU", "reason")]
     for o in result.ops:

@@ -27,6 +27,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
+import click
 import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.models import ParameterInfo
@@ -48,7 +49,7 @@ def tidy_error(message: str) -> str:
     return re.sub(r"^Value error, ", "", message)
 
 
-def argument_name(param: Any) -> str:
+def argument_name(param: click.Parameter) -> str:
     """MODEL, INPUTS...: the metavar (else the name in capitals), `...` when it takes several."""
     name = param.metavar or (param.name or "").upper()
     return name + ("..." if param.nargs != 1 and not name.endswith("...") else "")
@@ -58,13 +59,13 @@ class _NotPlain(Exception):
     """A value for Typer's own checks (to word its error, or convert it as only Typer knows)."""
 
 
-def _text(value: Any, ctx: Any) -> str:
+def _text(value: Any, ctx: click.Context) -> str:
     if isinstance(value, str):
         return value
     raise _NotPlain
 
 
-def _flag(value: Any, ctx: Any) -> bool:
+def _flag(value: Any, ctx: click.Context) -> bool:
     if isinstance(value, bool):
         return value
     raise _NotPlain
@@ -87,7 +88,7 @@ def _is_float(text: str) -> bool:
 
 
 def _number(kind: type, low: Optional[float], high: Optional[float]) -> Callable[[Any, Any], Any]:
-    def convert(value: Any, ctx: Any) -> Any:
+    def convert(value: Any, ctx: click.Context) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise _NotPlain
         if isinstance(value, str):
@@ -105,7 +106,7 @@ def _number(kind: type, low: Optional[float], high: Optional[float]) -> Callable
 def _choice(kind: type) -> Callable[[Any, Any], Any]:
     by_value = {str(member.value): member for member in kind}  # type: ignore[attr-defined]
 
-    def convert(value: Any, ctx: Any) -> Any:
+    def convert(value: Any, ctx: click.Context) -> Any:
         if isinstance(value, kind):
             return value
         if isinstance(value, str) and value in by_value and getattr(ctx, "token_normalize_func", None) is None:
@@ -114,7 +115,7 @@ def _choice(kind: type) -> Callable[[Any, Any], Any]:
     return convert
 
 
-def _path(value: Any, ctx: Any) -> Path:
+def _path(value: Any, ctx: click.Context) -> Path:
     """A Path as Typer makes it with default path settings: an existing path must be readable."""
     if isinstance(value, str) and value:
         value = Path(value)
@@ -129,12 +130,12 @@ def _path(value: Any, ctx: Any) -> Path:
     return value
 
 
-def _plain_path(info: Any) -> bool:
+def _plain_path(info: ParameterInfo) -> bool:
     return not (info.exists or info.resolve_path or info.allow_dash or info.path_type is not None
                 or info.writable or not info.readable or not info.file_okay or not info.dir_okay)
 
 
-def _converter(kind: Any, info: Any) -> Optional[Callable[[Any, Any], Any]]:
+def _converter(kind: Any, info: Optional[ParameterInfo]) -> Optional[Callable[[Any, Any], Any]]:
     """How to convert one value of a parameter of this type, or None: only Typer knows."""
     if getattr(info, "parser", None) is not None or getattr(info, "click_type", None) is not None:
         return None
@@ -153,7 +154,7 @@ def _converter(kind: Any, info: Any) -> Optional[Callable[[Any, Any], Any]]:
     return None
 
 
-def declared(command: Any, ctx: Any) -> Dict[str, Tuple[Any, Any]]:
+def declared(command: click.Command, ctx: click.Context) -> Dict[str, Tuple[Any, Any]]:
     """{parameter name: (its type, Optional removed; its typer.Option or typer.Argument)} as the
     command's function declares them (`Annotated[type, typer.Option(...)]`), and --help."""
     help_option = command.get_help_option(ctx)
@@ -184,10 +185,10 @@ class PlainValues:
     """A parameter's `process_value`: values converted as Typer 0.29's checks would, without
     pydantic; anything else goes to the parameter's own (its class's) `process_value`."""
 
-    def __init__(self, param: Any, convert: Callable[[Any, Any], Any], many: bool) -> None:
+    def __init__(self, param: click.Parameter, convert: Callable[[Any, Any], Any], many: bool) -> None:
         self.param, self.convert, self.many = param, convert, many
 
-    def __call__(self, ctx: Any, value: Any) -> Any:
+    def __call__(self, ctx: click.Context, value: Any) -> Any:
         param = self.param
         try:
             converted = self.plain(value, ctx)
@@ -199,7 +200,7 @@ class PlainValues:
             converted = param.callback(ctx, param, converted)
         return converted
 
-    def plain(self, value: Any, ctx: Any) -> Any:
+    def plain(self, value: Any, ctx: click.Context) -> Any:
         if value is None:
             return () if self.many else None
         if not self.many:
@@ -208,12 +209,12 @@ class PlainValues:
             raise _NotPlain
         return [self.convert(v, ctx) for v in value]
 
-    def typers(self, ctx: Any, value: Any) -> Any:
+    def typers(self, ctx: click.Context, value: Any) -> Any:
         """What Typer makes of `value`: the parameter class's own process_value."""
         return type(self.param).process_value(self.param, ctx, value)
 
 
-def plain_values(param: Any, declaration: Optional[Tuple[Any, Any]]) -> Optional[PlainValues]:
+def plain_values(param: click.Parameter, declaration: Optional[Tuple[Any, Any]]) -> Optional[PlainValues]:
     """The plain conversion for a parameter without a click type (a Typer that converts values
     itself) declared as `declaration` (see `declared`), None when it is left to Typer."""
     if declaration is None or getattr(param, "type", None) is not None:
@@ -231,7 +232,8 @@ def plain_values(param: Any, declaration: Optional[Tuple[Any, Any]]) -> Optional
     return PlainValues(param, convert, many) if convert is not None else None
 
 
-def _parse_args(parse: Any, ctx: Any, args: List[str]) -> List[str]:
+def _parse_args(parse: Callable[[click.Context, List[str]], List[str]], ctx: click.Context,
+                args: List[str]) -> List[str]:
     command = ctx.command
     names: Optional[Dict[str, Tuple[Any, Any]]] = None
     for param in command.get_params(ctx):  # once per parameter: its own process_value, or ours
@@ -250,7 +252,7 @@ class Command(TyperCommand):
     """A command whose usage line, Arguments section and choice errors read plainly, and whose
     errors end as one line and their exit code (`exit_codes`)."""
 
-    def collect_usage_pieces(self, ctx: Any) -> List[str]:
+    def collect_usage_pieces(self, ctx: click.Context) -> List[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if param.param_type_name == "argument":
@@ -258,7 +260,7 @@ class Command(TyperCommand):
                 pieces.append(name if param.required else f"[{name}]")
         return pieces
 
-    def format_options(self, ctx: Any, formatter: Any) -> None:
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         args, opts = [], []
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
@@ -273,10 +275,10 @@ class Command(TyperCommand):
                 with formatter.section(title):
                     formatter.write_dl(rows)
 
-    def parse_args(self, ctx: Any, args: List[str]) -> List[str]:
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
         return _parse_args(super().parse_args, ctx, args)
 
-    def invoke(self, ctx: Any) -> Any:
+    def invoke(self, ctx: click.Context) -> Any:
         """The command's function run, its errors mapped to one line and their exit code."""
         with exit_codes():
             return super().invoke(ctx)
@@ -286,10 +288,10 @@ class Group(TyperGroup):
     """The `edgeapp` and `edgeapp models` groups: their own options' errors read plainly too, and
     each command's line in the help is its first sentence, whole."""
 
-    def parse_args(self, ctx: Any, args: List[str]) -> List[str]:
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
         return _parse_args(super().parse_args, ctx, args)
 
-    def command_summaries(self, ctx: Any) -> List[Tuple[str, str]]:
+    def command_summaries(self, ctx: click.Context) -> List[Tuple[str, str]]:
         """(name, one-line help) of each command the help lists."""
         rows = []
         for name in self.list_commands(ctx):
@@ -298,7 +300,7 @@ class Group(TyperGroup):
                 rows.append((name, command.short_help or summary_line(command.help or "")))
         return rows
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = self.command_summaries(ctx)
         if rows:
             with formatter.section("Commands"):

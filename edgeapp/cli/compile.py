@@ -78,17 +78,17 @@ def compile_command(
                                    "exit_code": int(e.exit_code)}, indent=2))
         raise
     emit(report, fmt.value)
-    finish(report)
+    finish_compile(report)
 
 
 def emit(report, fmt: str) -> None:
     if fmt == "json":
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
-        typer.echo(render(report))
+        typer.echo(render_compile(report))
 
 
-def finish(report) -> None:
+def finish_compile(report) -> None:
     """Errors and warnings on stderr, then the exit code of the judgement."""
     j = report.judgement
     for w in j.warnings:
@@ -114,7 +114,7 @@ def _size(n) -> str:
     return "?" if n is None else format_bytes(n)
 
 
-def render(report) -> str:
+def render_compile(report) -> str:
     r = report.result
     from edgeapp.core.edgetpu.compiler_files import runtime_text
 

@@ -9,7 +9,7 @@ import typer
 from typing_extensions import Annotated
 
 from edgeapp.cli.check import verdict_line
-from edgeapp.cli.compile import render
+from edgeapp.cli.compile import render_compile
 from edgeapp.cli.options import (
     Decode,
     ReportFormat,
@@ -210,7 +210,7 @@ def finish_report(output: Path, report: dict, fmt: str, compile_: bool = False,
         return 0
     if fmt != ReportFormat.json.value:
         typer.echo("")
-        typer.echo(render(compiled))
+        typer.echo(render_compile(compiled))
     j = compiled.judgement
     for w in j.warnings:
         say(f"warning: {w}")

@@ -1,19 +1,20 @@
 """`edgeapp eval`: models measured on the same labelled data, in the task's own metric."""
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional, Sequence
 
 import typer
 from typing_extensions import Annotated
 
 from edgeapp.cli import options as shared
-from edgeapp.cli.options import ReportFormat, ReportFormatOpt, say
-from edgeapp.errors import ExitCode
+from edgeapp.cli.options import Interrupted, ReportFormat, ReportFormatOpt, say
+from edgeapp.core.naming import distinct_names
+from edgeapp.errors import ExitCode, MissingDependency, UsageError, is_interrupt
 
 app = typer.Typer()
 
-ModelsArg = Annotated[List[str], typer.Argument(
-    metavar="MODEL...", show_default=False,
+ModelsArg = Annotated[Optional[List[str]], typer.Argument(
+    metavar="[MODEL]...", show_default=False,
     help="Models to compare, the first the reference: an int8 .tflite, its *_edgetpu.tflite, "
          "a Coral model's name, or a float .onnx/.keras source (run on ONNX Runtime/TensorFlow "
          "with the preprocessing of its conversion).")]
@@ -24,11 +25,17 @@ DataOpt = Annotated[Path, typer.Option(
          "person-keypoints JSON (pose). See docs/eval.md.")]
 ImagesOpt = Annotated[Optional[Path], typer.Option(
     "--images", metavar="DIR", show_default=False,
-    help="Where a COCO JSON's images are. Default: beside it, or its images/ folder.")]
+    help="Where a COCO JSON's images are: each image is DIR/<its file_name>. Default: beside "
+         "the JSON, or its images/ folder.")]
 SaveOpt = Annotated[Optional[Path], typer.Option(
     "--save-predictions", metavar="DIR", show_default=False,
     help="Write each model's predictions to DIR/<model stem>.json (a COCO results list for "
-         "detection and pose) or .jsonl (one line per image).")]
+         "detection and pose) or .jsonl (one line per image), as each model finishes.")]
+PredictionsOpt = Annotated[Optional[List[Path]], typer.Option(
+    "--predictions", metavar="FILE", show_default=False,
+    help="Measure saved predictions instead of models: a COCO results list --save-predictions "
+         "wrote (detection, pose), e.g. on a Coral Dev Board, whose Python has no COCO "
+         "evaluator. Repeat for several.")]
 PlotOpt = Annotated[Optional[Path], typer.Option(
     "--plot", metavar="FILE", show_default=False,
     help="Draw precision-recall curves (detect), confusion matrices (classify) or per-class IoU "
@@ -38,8 +45,8 @@ PlotOpt = Annotated[Optional[Path], typer.Option(
 @app.command("eval")
 def eval_command(
     ctx: typer.Context,
-    models: ModelsArg,
     data: DataOpt,
+    models: ModelsArg = None,
     images: ImagesOpt = None,
     labels: shared.LabelsOpt = None,
     mean: shared.MeanOpt = None,
@@ -47,6 +54,7 @@ def eval_command(
     fmt: ReportFormatOpt = ReportFormat.table,
     save_predictions: SaveOpt = None,
     plot: PlotOpt = None,
+    predictions: PredictionsOpt = None,
     workers: shared.WorkersOpt = None,
     device: shared.DeviceOpt = None,
     threads: shared.ThreadsOpt = None,
@@ -65,37 +73,114 @@ def eval_command(
     ahead), with the task's evaluation settings (detection: every box above 0.001, up to 300
     per image). One table (or --format json): each model's metrics, the difference from the
     first, images/s, median latency and where it ran. An image that cannot be decoded is left
-    out of the metrics (said, counted) and the exit code is 3.
+    out of the metrics (said, counted) and the exit code is 3. `--predictions FILE` measures
+    predictions a run saved instead (made where no COCO evaluator installs, as a Coral Dev
+    Board).
     """
     shared.check_common({}, model=None, mean=mean, std=std, device=device, cpu_model=None,
                         labels=labels)
     place = shared.placement(ctx, device=device, runtime=runtime, threads=threads,
                              no_probe=no_probe, cpu_kernels=cpu_kernels)
-    run_eval(models, place, data, images, labels, mean, std, fmt, save_predictions, plot, workers,
+    run_eval(models or [], place, data, images, labels, mean, std, fmt, save_predictions, plot,
+             workers, predictions=predictions or [],
              task_options={"tiles": tiles} if tiles else None)
 
 
 def run_eval(models: List[str], place, data: Path, images: Optional[Path],
              labels: Optional[Path], mean: Optional[float], std: Optional[float], fmt: ReportFormat,
              save: Optional[Path], plot: Optional[Path], workers: Optional[int],
-             published: Optional[dict] = None, task_options: Optional[dict] = None) -> None:
+             published: Optional[dict] = None, predictions: Sequence[Path] = (),
+             progress: Any = shared.progress_bar, task_options: Optional[dict] = None) -> None:
     """The body of `eval` (and `models eval`, which adds what Coral `published`): `place`
-    (flows.open_task.Placement) is where every model runs."""
-    from edgeapp.flows.evaluate import evaluate_models, read_data, refuse_unknown, report
-    from edgeapp.hw.hostinfo import decode_workers
+    (flows.open_task.Placement) is where every model runs; `predictions`: saved predictions
+    measured instead of models. Each model's predictions are written as it finishes; Ctrl-C
+    prints the table of the models finished (exit 130)."""
+    from edgeapp.core.eval.coco import INSTALL, OLDEST, available, missing
+    from edgeapp.flows.evaluate import needs_coco, read_data, refuse_unknown, score_saved
 
+    if bool(models) == bool(predictions):
+        raise UsageError("give the MODELs to measure, or --predictions FILE (saved predictions), "
+                         "not both" if models else "give at least one MODEL (or --predictions FILE)")
+    if predictions and save is not None:
+        raise UsageError("--save-predictions is for MODELs: --predictions files are already saved")
     found = read_data(data, images)
     say(f"found {found.describe()}")
     for note in found.notes:
         say(f"note: {note}")
-    refuse_unknown(models, found)
-    _check_outputs(save, plot)
+    measure = not needs_coco(found) or available()
+    if predictions:
+        results = score_saved(predictions, found, labels)
+    else:
+        refuse_unknown(models, found)
+        if not measure and (save is None or plot is not None):
+            raise MissingDependency(missing())  # before any folder is made or model run
+        _check_outputs(save, plot)
+        results = _run_models(models, place, found, labels, mean, std, fmt, save, workers,
+                              measure, progress, published, task_options)
+    if plot is not None:
+        from edgeapp.sinks.eval_files import plot_eval
+
+        names = distinct_names([r.entry["model"] for r in results])
+        plot_eval(plot, [(n, getattr(r.scorer, "plot", {})) for n, r in zip(names, results)])
+        say(f"plot in {plot}")
+    _print(found, results, fmt, published)
+    if not measure:
+        say("predictions only, no metrics: no COCO evaluator here (faster-coco-eval or "
+            f"pycocotools); measure them where one installs (Python {OLDEST[0]}.{OLDEST[1]}+, "
+            f"{INSTALL}) with `edgeapp eval --predictions {save}/<model>.json --data DATA`")
+    if any(r.entry["failed"] for r in results):
+        raise typer.Exit(int(ExitCode.INPUTS_FAILED))
+
+
+def _run_models(models: List[str], place, found, labels: Optional[Path], mean: Optional[float],
+                std: Optional[float], fmt: ReportFormat, save: Optional[Path],
+                workers: Optional[int], measure: bool, progress: Any,
+                published: Optional[dict], task_options: Optional[dict]) -> list:
+    """Every model measured in turn; each one's predictions written when it is done. Ctrl-C:
+    the finished models' table, and what was kept."""
+    from edgeapp.flows.evaluate import evaluate_models
+    from edgeapp.hw.hostinfo import decode_workers
+    from edgeapp.sinks.eval_files import prediction_paths, write_predictions
+
     pairs = [shared.resolved(Path(m), place) for m in models]  # a Coral name pulled, with a bar
-    results = evaluate_models(
-        [str(p) for p, _ in pairs], found, place, places=[pl for _, pl in pairs],
-        labels_file=labels, mean=mean, std=std, workers=decode_workers(workers), say=say,
-        progress=shared.progress_bar, task_options=task_options)
-    _write_outputs(found, models, results, save, plot)
+    paths = prediction_paths(save, [str(p) for p, _ in pairs], found.kind) if save else []
+    done: list = []
+
+    def finished(n: int, result: Any) -> None:
+        if save is not None:
+            write_predictions(paths[n], result.scorer.predictions(), found.kind)
+        done.append(result)
+
+    try:
+        evaluate_models([str(p) for p, _ in pairs], found, place, places=[pl for _, pl in pairs],
+                        labels_file=labels, mean=mean, std=std, workers=decode_workers(workers),
+                        say=say, progress=progress, on_done=finished, measure=measure,
+                        task_options=task_options)
+    except KeyboardInterrupt:
+        raise Interrupted(_kept(found, done, models, paths, fmt, published)) from None
+    except Exception as e:  # noqa: BLE001 - only what Ctrl-C caused is turned into Interrupted
+        if not is_interrupt(e):
+            raise
+        raise Interrupted(_kept(found, done, models, paths, fmt, published)) from None
+    if save is not None:
+        say(f"predictions in {', '.join(str(p) for p in paths)}")
+    return done
+
+
+def _kept(found, done: list, models: List[str], paths: List[Path], fmt: ReportFormat,
+          published: Optional[dict]) -> str:
+    """Ctrl-C in a run of several models: the finished ones' table printed; what was kept."""
+    if not done:
+        return f"no model finished (of {len(models)})"
+    _print(found, done, fmt, published)
+    names = distinct_names([r.entry["model"] for r in done])
+    kept = f"; their predictions in {', '.join(str(p) for p in paths[:len(done)])}" if paths else ""
+    return f"{len(done)} of {len(models)} models finished ({', '.join(names)}){kept}"
+
+
+def _print(found, results: list, fmt: ReportFormat, published: Optional[dict]) -> None:
+    from edgeapp.flows.evaluate import report
+
     doc = report(found, results)
     if published:
         doc["published"] = published
@@ -104,9 +189,7 @@ def run_eval(models: List[str], place, data: Path, images: Optional[Path],
 
         typer.echo(json.dumps(doc, indent=2))
     else:
-        typer.echo(render(doc))
-    if any(r.entry["failed"] for r in results):
-        raise typer.Exit(int(ExitCode.INPUTS_FAILED))
+        typer.echo(render_eval(doc))
 
 
 def _check_outputs(save: Optional[Path], plot: Optional[Path]) -> None:
@@ -120,40 +203,27 @@ def _check_outputs(save: Optional[Path], plot: Optional[Path]) -> None:
         check_plot_target(plot)
 
 
-def _write_outputs(found, models: List[str], results: list, save: Optional[Path],
-                   plot: Optional[Path]) -> None:
-    from edgeapp.sinks.eval_files import plot_eval, prediction_paths, write_predictions
-
-    if save is not None:
-        paths = prediction_paths(save, [r.entry["model"] for r in results], found.kind)
-        for path, r in zip(paths, results):
-            write_predictions(path, r.scorer.predictions(), found.kind)
-        say(f"predictions in {', '.join(str(p) for p in paths)}")
-    if plot is not None:
-        plot_eval(plot, [(Path(r.entry["model"]).name, getattr(r.scorer, "plot", {}))
-                         for r in results])
-        say(f"plot in {plot}")
-
-
 # The metrics a table shows first, per data kind (the JSON has every one).
 MAIN = ("map", "map50", "top1", "top5", "miou", "pixel_accuracy", "oks_ap", "oks_ap50")
 
 
-def render(doc: dict) -> str:
+def render_eval(doc: dict) -> str:
     """One row per model: its main metrics (and their difference from the first), speed, where."""
     entries = doc["models"]
+    names = distinct_names([e["model"] for e in entries])
     keys = [k for k in MAIN if any(k in e["metrics"] for e in entries)]
     head = ["model"] + keys + ["images", "images/s", "median ms", "runs on"]
     rows = [head]
     for n, e in enumerate(entries):
-        cells = [Path(e["model"]).name]
+        cells = [names[n]]
         for k in keys:
             v = e["metrics"].get(k)
             d = e.get("delta", {}).get(k)
             cells.append("-" if v is None else f"{v:.4f}" + (f" ({d:+.4f})" if n and d is not None else ""))
         failed = f" ({e['failed']} left out)" if e["failed"] else ""
         median = "-" if e["median_ms"] is None else f"{e['median_ms']:.2f}"
-        cells += [f"{e['images']}{failed}", f"{e['images_per_s']:.1f}", median, e["runs_on"]]
+        rate = "-" if e["images_per_s"] is None else f"{e['images_per_s']:.1f}"
+        cells += [f"{e['images']}{failed}", rate, median, e["runs_on"]]
         rows.append(cells)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -161,9 +231,9 @@ def render(doc: dict) -> str:
         pub = doc["published"]
         lines.append("published by Coral: " + ", ".join(
             f"{k} {v:.3f}" for k, v in pub.items() if k != "source") + f" ({pub.get('source')})")
-    for e in entries:
+    for name, e in zip(names, entries):
         per = e["metrics"].get("per_class")
         if per and len(per) <= 20:
-            lines.append(f"{Path(e['model']).name} per class: " +
+            lines.append(f"{name} per class: " +
                          ", ".join(f"{k} {v:.3f}" for k, v in per.items()))
     return "\n".join(lines)

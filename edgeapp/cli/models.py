@@ -188,7 +188,7 @@ def published_text(published: Optional[dict]) -> str:
 
 
 @app.command("eval")
-def eval_command(
+def models_eval_command(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(metavar="NAME", help="A model's name (`edgeapp models list`).",
                                         show_default=False)],

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Tuple, Union
 
 import typer
 from typing_extensions import Annotated
@@ -20,6 +20,7 @@ from edgeapp.sinks.records import Format, format_for_path
 
 if TYPE_CHECKING:
     from edgeapp.flows.open_task import Placement
+    from edgeapp.sinks.records import RecordWriter
 
 
 
@@ -198,7 +199,8 @@ def resolve_model(model: Path, device: str = "auto") -> Tuple[Path, Optional[str
 
 def placement(ctx: typer.Context, *, device: Optional[str], cpu_model: Optional[Path] = None,
               runtime: Optional[RuntimeName] = None, threads: Optional[int] = None,
-              no_probe: bool = False, cpu_kernels: Any = CpuKernels.fast, performance: Any = None,
+              no_probe: bool = False, cpu_kernels: Union[CpuKernels, str] = CpuKernels.fast,
+              performance: Union[Performance, str, None] = None,
               reconnect: float = 0.0) -> "Placement":
     """Where and how to run (flows.open_task.Placement), from an inference command's options:
     --device and --runtime fall back on the global ones."""
@@ -320,7 +322,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def resumable(writer: Any, output: Optional[Path]) -> Iterator[None]:
+def resumable(writer: "RecordWriter", output: Optional[Path]) -> Iterator[None]:
     """A batch writing through `writer`: Ctrl-C says how many results it wrote, and where, and
     how to go on without redoing them."""
     try:
@@ -333,7 +335,7 @@ def resumable(writer: Any, output: Optional[Path]) -> Iterator[None]:
         raise Interrupted(_written_hint(writer, output)) from None
 
 
-def _written_hint(writer: Any, output: Optional[Path]) -> str:
+def _written_hint(writer: "RecordWriter", output: Optional[Path]) -> str:
     """The resume hint, once the records produced so far are written (they are counted then)."""
     try:
         writer.flush()
@@ -342,7 +344,7 @@ def _written_hint(writer: Any, output: Optional[Path]) -> str:
     return resume_hint(writer.written, output, writer.fmt, writer.kept)
 
 
-def resume_hint(written: int, output: Optional[Path], fmt: Any, kept: int = 0) -> str:
+def resume_hint(written: int, output: Optional[Path], fmt: Optional[Format], kept: int = 0) -> str:
     """`12 result(s) written to out.jsonl; run the same command with --resume to go on`."""
     if output is None:
         return (f"{written} result(s) written to stdout; to be able to resume a batch, write its "

@@ -76,6 +76,7 @@ def retrain_command(
     written after the extractor as one .tflite that `classify`, `camera` and `bench` take.
     Unreadable photos are reported and skipped.
     """
+    from edgeapp.core.learn.embedding import EMBED_TASK
     from edgeapp.flows.embedding_cache import EmbeddingCache
     from edgeapp.flows.open_task import open_task
     from edgeapp.flows.retrain import class_folders, retrain
@@ -86,14 +87,14 @@ def retrain_command(
     place = placement(ctx, device=device, cpu_model=cpu_model, runtime=runtime, threads=threads,
                       no_probe=no_probe, performance=performance)
     model, place = resolved(base, place)
-    opened = open_task(model, "embed", place, on_notice=say, cpu_replicas=usable_cores())
+    opened = open_task(model, EMBED_TASK, place, on_notice=say, cpu_replicas=usable_cores())
     for note in opened.notices:
         say(note)
-    with opened, progress_bar(total, "embed") as advance:
+    with opened, progress_bar(total, EMBED_TASK) as advance:
         doc = retrain(opened.runner, data_dir, output, options, workers=decode_workers(workers),
                       cache=None if no_cache else EmbeddingCache(), progress=advance,
                       on_notice=say, cpu_model=cpu_model, base_name=str(base))
-    typer.echo(json.dumps(doc, indent=2) if fmt == ReportFormat.json else render(doc))
+    typer.echo(json.dumps(doc, indent=2) if fmt == ReportFormat.json else render_retrain(doc))
     im = doc["images"]
     say(f"{im['extracted']} embedding(s) extracted on {doc['device']}, {im['cached']} from the "
         f"cache" + (f", {im['skipped']} image(s) skipped" if im["skipped"] else "")
@@ -119,7 +120,7 @@ def _pct(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-def render(doc: dict) -> str:
+def render_retrain(doc: dict) -> str:
     """The per-class table, the overall accuracy and the confusion matrix, for a terminal."""
     im = doc["images"]
     lines = [f"{doc['model']}: {doc['method']}, {len(doc['classes'])} classes, {im['used']} images "

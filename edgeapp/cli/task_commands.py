@@ -69,7 +69,7 @@ from edgeapp.sinks.records import Layout, check_output
 
 if TYPE_CHECKING:
     from edgeapp.flows.open_task import Placement
-    from edgeapp.tasks.base import Prepared, Result, TaskKind
+    from edgeapp.tasks.base import Prepared, Result, TaskKind, TaskOption
 
     Hook = Callable[[str, Prepared, Result], Optional[dict]]  # what a batch calls per image
 
@@ -129,7 +129,7 @@ def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
                              annotation=annotation)
 
 
-def choice_type(option: Any) -> type:
+def choice_type(option: "TaskOption") -> type:
     """The str Enum Typer shows and checks for an option's choices (one per option)."""
     key = (option.name, tuple(option.choices))
     if key not in _choice_types:
@@ -138,7 +138,7 @@ def choice_type(option: Any) -> type:
     return _choice_types[key]
 
 
-def option_parameter(option: Any, default: Any = inspect.Parameter.empty, help_text: Optional[str] = None,
+def option_parameter(option: "TaskOption", default: Any = inspect.Parameter.empty, help_text: Optional[str] = None,
                      ) -> inspect.Parameter:
     """A TaskOption as a Typer option parameter (`default`: another default, e.g. None for the
     camera, where each task keeps its own)."""
@@ -220,7 +220,7 @@ def camera_parameters() -> Tuple[List[inspect.Parameter], List[Any]]:
     return params, options
 
 
-def _default_words(option: Any) -> str:
+def _default_words(option: "TaskOption") -> str:
     if option.default is None:
         return option.default_text or "none"
     return str(option.default)
@@ -234,7 +234,7 @@ class Folders:
     """The image folders a run writes into, checked before any work: --annotate, and a task's
     own (TaskOption.folder, e.g. segment's --mask); their files are never taken as inputs."""
 
-    def __init__(self, annotate: Optional[Path], extra: Optional[Dict[Any, Optional[Path]]] = None) -> None:
+    def __init__(self, annotate: Optional[Path], extra: Optional[Dict["TaskOption", Optional[Path]]] = None) -> None:
         from edgeapp.sinks.image_folder import ImageFolder
 
         self.annotate = ImageFolder(annotate) if annotate is not None else None
@@ -274,7 +274,7 @@ class Folders:
 
 
 def run_images(ctx: typer.Context, kind: "TaskKind", values: ImageOptions, options: dict, *,
-               folders: Optional[Dict[Any, Optional[Path]]] = None) -> None:
+               folders: Optional[Dict["TaskOption", Optional[Path]]] = None) -> None:
     """Run the task `kind` with `options` (its own, as plain values) over the command's inputs,
     as its shared `values` say. `folders` {TaskOption: folder}: the task's own output folders given.
     """
@@ -342,7 +342,7 @@ def _on_cluster(ctx: typer.Context, kind: "TaskKind", v: ImageOptions, options: 
     return stats, f"the cluster {v.cluster}"
 
 
-def _writer(layout: Any, fmt, v: ImageOptions, models: tuple):
+def _writer(layout: Layout, fmt, v: ImageOptions, models: tuple):
     """The results (stdout or --output): --resume appends only to results of `models` (the
     paths this run's records name; a compiled model and its CPU twin count as one)."""
     from edgeapp.flows.batch import check_resumed_model

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 EDGETPU_SUFFIX = "_edgetpu"
 _SEGMENT_RE = re.compile(r"^(?P<base>.+)_segment_(?P<index>\d+)_of_(?P<count>\d+)$")
@@ -115,3 +115,25 @@ def segment_sets_of(base: PathLike) -> dict:
 
 def glob_escape(text: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def distinct_names(paths: Sequence[PathLike]) -> List[str]:
+    """Short names that tell models apart in a table: each file's name, with as many of its
+    folders as it takes when two share it (`a/model.tflite`, `b/model.tflite`); the same
+    path given twice gets its position (`model.tflite #2`)."""
+    parts = [Path(str(p)).parts or (str(p),) for p in paths]
+    depth = [1] * len(parts)
+    while True:
+        names = ["/".join(ps[-d:]) for ps, d in zip(parts, depth)]
+        clash = {n for n in names if names.count(n) > 1}
+        grow = [i for i, n in enumerate(names) if n in clash and depth[i] < len(parts[i])]
+        if not grow:
+            break
+        for i in grow:
+            depth[i] += 1
+    seen: dict = {}
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        out.append(n if seen[n] == 1 else f"{n} #{seen[n]}")
+    return out

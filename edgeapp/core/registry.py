@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 from urllib.parse import quote
 
 from edgeapp.errors import UsageError
@@ -124,7 +124,7 @@ def load_registry(path: Optional[Union[str, Path]] = None,
 _Bad = Callable[[str], RegistryError]  # makes the one-line error naming the registry file
 
 
-def parse_registry(data: Any, origin: str = "<registry>",
+def parse_registry(data: object, origin: str = "<registry>",
                    tasks: Optional[Sequence[str]] = None) -> Registry:
     """Validate the registry document; every problem is one RegistryError line naming it.
     `tasks`: the task names a model may have (edgeapp.tasks owns them; flows/models passes them)."""
@@ -137,7 +137,7 @@ def parse_registry(data: Any, origin: str = "<registry>",
     return Registry(str(data.get("source", "")), str(data.get("commit", "")), template, models, origin)
 
 
-def _check_document(data: Any, bad: _Bad) -> tuple[dict, dict, str]:
+def _check_document(data: object, bad: _Bad) -> tuple[dict, dict, str]:
     """The "files" and "models" objects and the URL template of a registry document."""
     if not isinstance(data, dict) or data.get("edgeapp_registry") != REGISTRY_FORMAT:
         raise bad(f'not an edgeapp model registry (needs "edgeapp_registry": {REGISTRY_FORMAT})')
@@ -150,7 +150,7 @@ def _check_document(data: Any, bad: _Bad) -> tuple[dict, dict, str]:
     return files_doc, models_doc, template
 
 
-def _file_ref(path: str, f: Any, bad: _Bad) -> FileRef:
+def _file_ref(path: str, f: object, bad: _Bad) -> FileRef:
     """One entry of "files": a safe path and at least one well-formed digest."""
     if not isinstance(f, dict):
         raise bad(f"file {path!r} is not an object")
@@ -166,7 +166,7 @@ def _file_ref(path: str, f: Any, bad: _Bad) -> FileRef:
     return FileRef(path, f.get("git_blob_sha1", ""), size, f.get("sha256"))
 
 
-def _model_entry(name: str, m: Any, files: dict[str, FileRef], bad: _Bad,
+def _model_entry(name: str, m: object, files: dict[str, FileRef], bad: _Bad,
                  tasks: Optional[Sequence[str]] = None) -> ModelEntry:
     """One entry of "models": a known task, a sane input size and preprocessing, listed files."""
     if not isinstance(m, dict) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
@@ -187,7 +187,7 @@ def _model_entry(name: str, m: Any, files: dict[str, FileRef], bad: _Bad,
     if not (isinstance(ops, list) and all(isinstance(o, str) and o for o in ops)):
         raise bad(f"model {name!r}: custom_ops must be a list of operator names")
 
-    def ref(p: Any, role: str) -> Optional[FileRef]:
+    def ref(p: object, role: str) -> Optional[FileRef]:
         if p is None:
             return None
         if not isinstance(p, str) or p not in files:

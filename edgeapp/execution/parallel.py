@@ -17,7 +17,7 @@ import collections
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InputError
 from edgeapp.execution.reconnect import Reconnect
@@ -27,11 +27,12 @@ from edgeapp.execution.runner import (
     Prepare,
     Raised,
     Runner,
-    engine_of,
     invoke,
-    member_name,
     prefetch,
 )
+
+if TYPE_CHECKING:
+    from edgeapp.hw.runtime import TfliteEngine
 
 
 class _Jobs:
@@ -63,7 +64,7 @@ class _Jobs:
 class DevicePool(Runner):
     """Data-parallel inference over several engines (one thread each), results in input order."""
 
-    def __init__(self, members: list, *, work: Callable = invoke, fallback: Optional[Callable] = None,
+    def __init__(self, members: List[TfliteEngine], *, work: Callable = invoke, fallback: Optional[Callable] = None,
                  on_notice: Optional[Notice] = None, depth: int = 2,
                  meta_path: Optional[str] = None, label: Optional[str] = None,
                  reconnect: Optional[Reconnect] = None) -> None:
@@ -71,10 +72,10 @@ class DevicePool(Runner):
         self._reconnect = reconnect
         if not members:
             raise ValueError("DevicePool needs at least one member")
-        self.engine = engine_of(members[0])
+        self.engine: TfliteEngine = members[0]
         self.model_path = self.engine.model_path
         self.meta_path = meta_path or self.engine.requested_model
-        self.label = label or ", ".join(member_name(m) for m in members)
+        self.label = label or ", ".join(m.name for m in members)
         self._work, self._fallback, self._say = work, fallback, on_notice
         self._jobs = _Jobs()
         self._results: queue.Queue = queue.Queue()
@@ -88,16 +89,16 @@ class DevicePool(Runner):
         for m in members:
             self._start(m)
 
-    def _start(self, member) -> None:
+    def _start(self, member: TfliteEngine) -> None:
         with self._lock:
             self._alive += 1
         t = threading.Thread(target=self._worker, args=(member,), daemon=True,
-                             name=f"edgeapp-{member_name(member)}")
+                             name=f"edgeapp-{member.name}")
         self._threads.append(t)
         t.start()
 
-    def _worker(self, member) -> None:
-        name, model = member_name(member), engine_of(member).model_path
+    def _worker(self, member: TfliteEngine) -> None:
+        name, model = member.name, member.model_path
         while True:
             job = self._jobs.get()
             if job is None:
@@ -138,7 +139,7 @@ class DevicePool(Runner):
                 self._results.put((None, Raised(DeviceUnavailable(
                     f"every Edge TPU failed ({self._reasons()}) and the CPU twin cannot run: {e}"))))
                 return
-            engine = engine_of(member)
+            engine = member
             self._notice(f"{error}; no Edge TPU left: {engine.notice or 'running on CPU'} for the rest")
             self.label += f", then {engine.name}"
             self._start(member)
@@ -203,7 +204,7 @@ class CpuPool(DevicePool):
     (`imap`, `submit`), the pool's own threads invoke, as in any DevicePool.
     """
 
-    def __init__(self, members: list, **kw: Any) -> None:
+    def __init__(self, members: List[TfliteEngine], **kw: Any) -> None:
         super().__init__(members, **kw)
         self._free: queue.Queue = queue.Queue()
         for member in members:
@@ -232,8 +233,8 @@ class CpuPool(DevicePool):
         try:
             t0 = time.perf_counter()
             out = self._work(member, payload)
-            done = Done(out, member_name(member), (time.perf_counter() - t0) * 1000.0,
-                        engine_of(member).model_path)
+            done = Done(out, member.name, (time.perf_counter() - t0) * 1000.0,
+                        member.model_path)
         finally:
             self._free.put(member)
         with self._lock:

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 from edgeapp.core.edgetpu.pipeline_segments import check_chain, set_label
 from edgeapp.core.naming import segment_source
@@ -28,9 +28,11 @@ from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InvalidModel, UsageError
 from edgeapp.execution.runner import Done, Notice, Runner, SingleRunner, invoke
 from edgeapp.hw.device_choice import find_tpus, resolve_tpus
-from edgeapp.hw.runtime import EngineOptions, open_engine
+from edgeapp.hw.runtime import Engine, EngineOptions, TfliteEngine, open_engine
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from edgeapp.hw.device_choice import DeviceChoice
 
 _END = object()
@@ -42,11 +44,11 @@ class _Failure:
         self.error, self.segment = error, segment
 
 
-class PipelineView:
-    """The pipeline seen as one model: the first segment's input, the last segment's outputs.
-    Enough of an Engine for input_spec, classifier_output and the detection layout."""
+class PipelineView(Engine):
+    """The pipeline seen as one model: the first segment's input, the last segment's outputs
+    (what input_spec, classifier_output and the detection layout read); `run` is the runner's."""
 
-    def __init__(self, engines: list, label: str, source: str) -> None:
+    def __init__(self, engines: List[TfliteEngine], label: str, source: str) -> None:
         first, last = engines[0], engines[-1]
         self.engines = engines
         self.inputs, self.input = first.inputs, first.input
@@ -60,6 +62,10 @@ class PipelineView:
         self.name = "+".join(e.name for e in engines)
         self.notice = None
         self.runtime = first.runtime
+        self.cpu_kernels = first.cpu_kernels
+
+    def run(self, tensor: np.ndarray) -> List[np.ndarray]:
+        raise NotImplementedError("a pipeline runs through its SegmentPipeline runner")
 
 
 class SegmentPipeline(Runner):
@@ -217,8 +223,7 @@ class SegmentPipeline(Runner):
 
 
 def open_pipeline(paths: list, choice: DeviceChoice, options: Optional[EngineOptions] = None, *,
-                  on_notice: Optional[Notice] = None, work: Callable = invoke,
-                  wrap: Callable = lambda engine: engine) -> Runner:
+                  on_notice: Optional[Notice] = None, work: Callable = invoke) -> Runner:
     """Check the chain, then open segment i on the i-th TPU of `choice` (a list, `all`, or
     `auto`: every TPU found). Too few TPUs: an error, or with `auto` the CPU twin of the whole
     model (`options.cpu_model`, else the segments' source). `--device cpu` runs the twin.
@@ -230,7 +235,7 @@ def open_pipeline(paths: list, choice: DeviceChoice, options: Optional[EngineOpt
     label, source = set_label(paths), str(segment_source(paths[0]))
     twin_path = Path(options.cpu_model) if options.cpu_model else Path(source)
 
-    def twin(why: str):
+    def twin(why: str) -> TfliteEngine:
         if not twin_path.exists():
             raise DeviceUnavailable(f"{why}: the whole model's CPU twin {twin_path} was not found; "
                                     "pass --cpu-model X.tflite (the model that was segmented)")
@@ -246,7 +251,7 @@ def open_pipeline(paths: list, choice: DeviceChoice, options: Optional[EngineOpt
     if single is not None and single.kind == "cpu":
         engine = twin("--device cpu runs the whole model")
         say(f"--device cpu: {engine.notice}")
-        return SingleRunner(wrap(engine), work=work, on_notice=on_notice, meta_path=source)
+        return SingleRunner(engine, work=work, on_notice=on_notice, meta_path=source)
     if single is not None and single.kind != "auto":
         raise UsageError(f"{n} segments run on {n} Edge TPUs, one each: use --device all or name "
                          f"{n} TPUs (usb:0,usb:1,...), not {single.text}")
@@ -263,7 +268,7 @@ def open_pipeline(paths: list, choice: DeviceChoice, options: Optional[EngineOpt
                                     f"({twin_path.name}) or fewer segments")
         engine = twin(why)
         say(f"{why}: {engine.notice}")
-        return SingleRunner(wrap(engine), work=work, on_notice=on_notice, meta_path=source)
+        return SingleRunner(engine, work=work, on_notice=on_notice, meta_path=source)
     if len(names) > n:
         say(f"{n} segments on {', '.join(e.name for e in engines)} ({len(names) - n} more TPU(s) idle)")
     return SegmentPipeline(engines, chain, label=label, source=source,
@@ -273,10 +278,10 @@ def open_pipeline(paths: list, choice: DeviceChoice, options: Optional[EngineOpt
 
 
 def _open_segments(paths: list, names: list, lenient: bool,
-                   options: EngineOptions) -> tuple[list, list[str]]:
+                   options: EngineOptions) -> tuple[List[TfliteEngine], list[str]]:
     """Segment i on the i-th usable TPU of `names` (the rest stay idle); an unusable TPU fails,
     or with `lenient` is skipped and named ("name: why") in the second list."""
-    engines: list = []
+    engines: List[TfliteEngine] = []
     skipped: list[str] = []
     for name in names:
         if len(engines) == len(paths):
@@ -290,7 +295,7 @@ def _open_segments(paths: list, names: list, lenient: bool,
     return engines, skipped
 
 
-def _check_twin(engine, chain, paths) -> None:
+def _check_twin(engine: TfliteEngine, chain, paths) -> None:
     """The whole model must take the first segment's input and give the last one's outputs."""
     first, last = load_model(paths[0]), load_model(paths[-1])
     want = [(tuple(t.shape), t.dtype) for t in first.input_tensors + last.output_tensors]

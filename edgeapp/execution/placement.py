@@ -14,20 +14,14 @@ from edgeapp.errors import DeviceUnavailable
 from edgeapp.execution.parallel import CpuPool, DevicePool
 from edgeapp.execution.pipeline import open_pipeline
 from edgeapp.execution.reconnect import Reconnect
-from edgeapp.execution.runner import Notice, Runner, SingleRunner, engine_of, invoke
+from edgeapp.execution.runner import Notice, Runner, SingleRunner, invoke
 from edgeapp.hw.device_choice import parse_devices, resolve_tpus
-from edgeapp.hw.runtime import Engine, EngineOptions, open_engine
+from edgeapp.hw.runtime import EngineOptions, TfliteEngine, open_engine
 
 if TYPE_CHECKING:
     from edgeapp.hw.device_choice import DeviceChoice
 
-Work = Callable[[Any, Any], Any]  # (member, payload) -> outputs: what a runner does per item
-Wrap = Callable[[Engine], Any]  # an opened engine -> the member `work` is called with
-
-
-def _same(engine: Engine) -> Engine:
-    return engine
-
+Work = Callable[[TfliteEngine, Any], Any]  # (engine, payload) -> outputs: what a runner does per item
 
 
 class Notices:
@@ -47,7 +41,7 @@ class Notices:
 
 
 def open_runner(model: str | Path, device: str = "auto", options: EngineOptions = EngineOptions(), *,
-                on_notice: Optional[Notice] = None, work: Work = invoke, wrap: Wrap = _same,
+                on_notice: Optional[Notice] = None, work: Work = invoke,
                 depth: int = 2, cpu_replicas: int = 1, reconnect: float = 0.0) -> Runner:
     """Open `model` on `device` (one device, a TPU list, `all`), or a segment set as a pipeline,
     every engine as `options` say (hw/runtime.EngineOptions).
@@ -55,7 +49,6 @@ def open_runner(model: str | Path, device: str = "auto", options: EngineOptions 
     One device: `runtime.open_engine` as always, with `auto` also covering a TPU that fails
     mid-run. A list or `all`: a DevicePool over those TPUs. A set of segment files (any one of
     them, or the base name): a pipeline over as many TPUs (execution/pipeline.py).
-    `wrap` turns each opened engine into the member `work(member, payload)` is called with;
     `depth` items per TPU are in flight (2 keeps a batch's TPUs busy, 1 keeps frames fresh).
     `cpu_replicas`: when the run lands on the CPU and `options.threads` is not given, that many
     one-thread interpreters side by side instead of one (see `cpu_runner`).
@@ -65,18 +58,18 @@ def open_runner(model: str | Path, device: str = "auto", options: EngineOptions 
     choice = parse_devices(device)
     segments = find_segment_files(model)
     if segments is not None:
-        return open_pipeline(segments, choice, options, on_notice=on_notice, work=work, wrap=wrap)
+        return open_pipeline(segments, choice, options, on_notice=on_notice, work=work)
     say = on_notice or (lambda _text: None)
 
-    def twin() -> Any:
+    def twin() -> TfliteEngine:
         engine = open_engine(model, "cpu", options, probe=False)
         engine.notice = f"running {Path(engine.model_path).name} (CPU twin) on CPU"
-        return wrap(engine)
+        return engine
 
     waiter = None
     if reconnect > 0:
-        def reopen(name: str) -> Any:
-            return wrap(open_engine(model, name, options, probe=False))
+        def reopen(name: str) -> TfliteEngine:
+            return open_engine(model, name, options, probe=False)
 
         waiter = Reconnect(reopen, reconnect, on_notice=say)
     if not choice.several:
@@ -84,23 +77,23 @@ def open_runner(model: str | Path, device: str = "auto", options: EngineOptions 
         if engine.notice:
             say(engine.notice)
         if engine.device == "cpu" and options.threads is None and cpu_replicas > 1:
-            return cpu_runner(engine, cpu_replicas, options, work=work, wrap=wrap,
+            return cpu_runner(engine, cpu_replicas, options, work=work,
                               on_notice=on_notice, meta_path=str(model), depth=depth)
         auto = choice.single.kind == "auto" and engine.device == "edgetpu"
-        return SingleRunner(wrap(engine), work=work, fallback=twin if auto else None,
+        return SingleRunner(engine, work=work, fallback=twin if auto else None,
                             on_notice=on_notice, meta_path=str(model),
                             reconnect=waiter if engine.device == "edgetpu" else None)
     engines = open_tpus(model, choice, options, on_notice=say)
     if not engines:  # `auto` in the list and no TPU usable: the CPU twin, said once
         member = twin()
-        say(f"no Edge TPU usable: {engine_of(member).notice or 'running on CPU'}")
+        say(f"no Edge TPU usable: {member.notice or 'running on CPU'}")
         return SingleRunner(member, work=work, on_notice=on_notice, meta_path=str(model))
-    return DevicePool([wrap(e) for e in engines], work=work, fallback=twin if choice.fallback else None,
+    return DevicePool(engines, work=work, fallback=twin if choice.fallback else None,
                       on_notice=on_notice, meta_path=str(model), depth=depth, reconnect=waiter)
 
 
-def cpu_runner(engine: Engine, replicas: int, options: EngineOptions = EngineOptions(), *,
-               work: Work = invoke, wrap: Wrap = _same, on_notice: Optional[Notice] = None,
+def cpu_runner(engine: TfliteEngine, replicas: int, options: EngineOptions = EngineOptions(), *,
+               work: Work = invoke, on_notice: Optional[Notice] = None,
                meta_path: Optional[str] = None, depth: int = 2) -> Runner:
     """`replicas` one-thread interpreters of the CPU engine's model, fed from one queue.
 
@@ -115,7 +108,7 @@ def cpu_runner(engine: Engine, replicas: int, options: EngineOptions = EngineOpt
                for _ in range(replicas)]
     for e in engines:
         e.requested_model, e.notice = engine.requested_model, engine.notice
-    return CpuPool([wrap(e) for e in engines], work=work, on_notice=on_notice,
+    return CpuPool(engines, work=work, on_notice=on_notice,
                    meta_path=meta_path, depth=depth, label="cpu")
 
 

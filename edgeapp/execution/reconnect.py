@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Optional
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError
+
+if TYPE_CHECKING:
+    from edgeapp.hw.runtime import TfliteEngine
 
 Notice = Callable[[str], None]
 
 
 class Reconnect:
-    """`reopen(device)` opens the model on `device` again (a new member for the runner)."""
+    """`reopen(device)` opens the model on `device` again (a new engine for the runner)."""
 
-    def __init__(self, reopen: Callable[[str], Any], seconds: float, *, interval: float = 0.5,
+    def __init__(self, reopen: Callable[[str], TfliteEngine], seconds: float, *, interval: float = 0.5,
                  on_notice: Optional[Notice] = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.reopen, self.seconds, self.interval = reopen, float(seconds), interval
         self._say = on_notice or (lambda _text: None)
@@ -40,8 +43,9 @@ class Reconnect:
             with self._lock:
                 self._since.pop(device, None)
 
-    def wait(self, device: str, error: DeviceFailed, old: Any = None) -> Optional[Any]:
-        """A new member for `device` once it is back, or None after `seconds` (said either way)."""
+    def wait(self, device: str, error: DeviceFailed, old: Optional[TfliteEngine] = None
+             ) -> Optional[TfliteEngine]:
+        """A new engine for `device` once it is back, or None after `seconds` (said either way)."""
         with self._lock:
             start = self._since.setdefault(device, self._clock())
         _release(old)
@@ -78,8 +82,6 @@ class Reconnect:
         self._stop.set()
 
 
-def _release(member: Any) -> None:
-    engine = member if member is None or hasattr(member, "interpreter") else getattr(member, "engine", None)
-    release = getattr(engine, "release", None)
-    if release is not None:
-        release()
+def _release(engine: Optional[TfliteEngine]) -> None:
+    if engine is not None:
+        engine.release()

@@ -16,11 +16,17 @@ import collections
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar, Union
 
-from edgeapp.core.vision.tiles import run_each
 from edgeapp.errors import DeviceFailed, InputError
 from edgeapp.execution.reconnect import Reconnect
+from edgeapp.hw.runtime import run_payload
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from edgeapp.core.vision.tiles import Tiles
+    from edgeapp.hw.runtime import Engine
 
 Notice = Callable[[str], None]
 # prepare(item) -> (payload for the device, what interpreting the result needs besides it)
@@ -45,19 +51,10 @@ class Raised:
         self.error = error
 
 
-def invoke(engine, payload):
+def invoke(engine: Engine, payload: Union[np.ndarray, Tiles]) -> Any:
     """The model run on one payload: one input tensor, or the windows of one image (Tiles), each
     in turn on the same engine, their outputs handed back as a list."""
-    return run_each(engine.run, payload)
-
-
-def engine_of(member):
-    """Members are engines, or per-device objects holding one (camera tasks)."""
-    return member if hasattr(member, "interpreter") else member.engine
-
-
-def member_name(member) -> str:
-    return engine_of(member).name
+    return run_payload(engine, payload)
 
 
 class Runner:
@@ -68,7 +65,7 @@ class Runner:
     loop that must stay in control between results (the camera).
     """
 
-    engine: Any
+    engine: Engine  # a pipeline's: its segments seen as one model (execution/pipeline.PipelineView)
     label: str  # where it runs, for summaries: "cpu", "usb:0, usb:1", ...
     model_path: str  # what records name as the model
     meta_path: str  # where labels and normalization are looked up (the sidecar's model)
@@ -154,13 +151,14 @@ class SingleRunner(Runner):
     """One engine in the caller's thread (today's path). With a fallback (`auto`), an Edge TPU
     that fails hands the rest of the run, the failed item first, to the CPU twin."""
 
-    def __init__(self, member, *, work: Callable = invoke, fallback: Optional[Callable] = None,
+    def __init__(self, member: Engine, *, work: Callable = invoke, fallback: Optional[Callable] = None,
                  on_notice: Optional[Notice] = None, meta_path: Optional[str] = None,
                  reconnect: Optional[Reconnect] = None) -> None:
         super().__init__()
         self.member, self._work, self._fallback, self._say = member, work, fallback, on_notice
         self._reconnect = reconnect
-        self.engine = engine = engine_of(member)
+        self.engine: Engine = member
+        engine = member
         self.label = engine.name
         self.model_path = engine.model_path
         self.meta_path = meta_path or engine.requested_model
@@ -174,13 +172,13 @@ class SingleRunner(Runner):
             except DeviceFailed as e:
                 back = self._reconnect.wait(self.engine.name, e, self.member) if self._reconnect else None
                 if back is not None:
-                    self.member, self.engine = back, engine_of(back)
+                    self.member = self.engine = back
                     continue
                 if self._fallback is None:
                     raise
                 self.failures.append((e.device, str(e)))
                 self.member, self._fallback = self._fallback(), None
-                self.engine = engine_of(self.member)
+                self.engine = self.member
                 self.label = f"{self.label}, then {self.engine.name}"
                 if self._say:
                     self._say(f"{e}; no Edge TPU left: {self.engine.notice or 'running on CPU'} "

@@ -1,6 +1,8 @@
 """The batch pipeline of every task, one loop: prepare (ahead, on threads) -> run -> interpret
--> record. The runner (execution/) owns preparing ahead and invoking; this module turns its
-results into records and writes them (`drain`, which flows/cluster.py shares)."""
+(`iter_ran`, one `Ran` per input) -> record (`record`, the one way a `Ran` becomes a record:
+local batches, the cluster's workers and the API alike). The runner (execution/) owns preparing
+ahead and invoking; this module interprets its results, turns them into records and writes them
+(`drain`, which flows/cluster.py shares). eval scores the `Ran`s themselves."""
 
 from __future__ import annotations
 
@@ -9,16 +11,29 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 from edgeapp.core.naming import cpu_twin_path
 from edgeapp.errors import UsageError
-from edgeapp.execution.runner import Runner
+from edgeapp.execution.runner import Done, Runner
 from edgeapp.hw.native_stderr import quiet_libtiff
 from edgeapp.sinks.records import RecordWriter
 from edgeapp.tasks.base import BoundTask, Prepared, Result, TaskKind
 
-OnResult = Callable[[Any, Prepared, Result], Optional[dict]]
+OnResult = Callable[[str, Prepared, Result], Optional[dict]]
+
+
+class Ran(NamedTuple):
+    """One input through the spine: its place in the batch, its path, what preparing it gave,
+    the task's result and the device's `Done`. An input that gave no result (it failed to load,
+    or never ran) has `error` and neither `result` nor `done`."""
+
+    index: int
+    path: str
+    prepared: Optional[Prepared]
+    result: Optional[Result]
+    done: Optional[Done]
+    error: Optional[str] = None
 
 
 @dataclass
@@ -96,40 +111,55 @@ def _same_model(recorded: str, mine: list) -> bool:
         any(Path(m).parts[-len(tail):] == tail for m in mine)
 
 
-def iter_records(paths: Iterable[str], runner: Runner, task: BoundTask, workers: int = 2,
-                 on_result: Optional[OnResult] = None, sources: Optional[Iterable] = None,
-                 keep_images: Optional[bool] = None) -> Iterator[dict]:
-    """One record per input, in input order, as soon as it is produced (the JSONL records).
+def iter_ran(paths: Iterable[str], runner: Runner, task: BoundTask, workers: int = 2,
+             sources: Optional[Iterable] = None, keep_images: bool = False) -> Iterator[Ran]:
+    """One `Ran` per input, in input order, as soon as it is interpreted.
 
     The whole batch, in one loop: the runner prepares inputs `workers` ahead and runs them
-    (execution/runner.Runner.run_all), then each result is interpreted and becomes a record.
-    An input that fails to load gives a record with `error` set, and the batch goes on. With
-    several devices each record names the one that ran it, still in input order.
-    `on_result(path, prepared, result)` sees each image's result with its decoded image
-    (--annotate, --mask) and may return fields to add to the record. `sources`: what to decode
-    for each path, when not the path itself (the bytes a cluster client shipped). `keep_images`:
-    whether `prepared` keeps the whole photo (a second decode when it was decoded scaled);
-    by default when there is an `on_result`, False for one that reads only the result (eval).
+    (execution/runner.Runner.run_all), then each result is interpreted. An input that fails to
+    load gives a `Ran` with its `error`, and the batch goes on. With several devices each `done`
+    names the one that ran it, still in input order. `sources`: what to decode for each path,
+    when not the path itself (the bytes a cluster client shipped). `keep_images`: whether
+    `prepared` keeps the whole photo (a second decode when it was decoded scaled), for a caller
+    that draws on it (--annotate, --mask).
     """
     quiet_libtiff()  # decoding a broken TIFF: the record's error, never libtiff's lines
-    model, no_device = runner.model_path, device_of_failures(runner)
-    keep = on_result is not None if keep_images is None else keep_images
-    prepare = partial(task.prepare, keep_image=keep)
+    prepare = partial(task.prepare, keep_image=keep_images)
     if sources is None:
         ran = ((path, path, prepared, done)
                for path, prepared, done in runner.run_all(paths, prepare, workers))
     else:
         ran = ((path,) + got for path, got in zip(paths, runner.run_all(sources, prepare, workers)))
-    for path, source, prepared, done in ran:
+    for index, (path, source, prepared, done) in enumerate(ran):
         if done is None:  # prepared is the InputError
             error = str(prepared) if source is path else str(prepared).replace("<bytes>", path, 1)
-            yield failed_record(path, no_device, model, task.kind, error)
+            yield Ran(index, path, None, None, None, error)
             continue
-        result = task.interpret(done.outputs, prepared)
-        if on_result is not None:
-            result.fields.update(on_result(path, prepared, result) or {})
-        yield {"path": path, "device": done.device, "model": done.model or model,
-               **result.fields, "latency_ms": round(done.latency_ms, 3), "error": None}
+        yield Ran(index, path, prepared, task.interpret(done.outputs, prepared), done)
+
+
+def record(ran: Ran, model: str, device: Optional[str], kind: TaskKind) -> dict:
+    """The record of one input (a JSONL line): `model` and `device` are what a record names when
+    the `done` does not (the runner's model; `device_of_failures` for an input that never ran)."""
+    if ran.done is None or ran.result is None:
+        return {"path": ran.path, "device": device, "model": model, **kind.empty(), "latency_ms": None,
+                "error": ran.error}
+    return {"path": ran.path, "device": ran.done.device, "model": ran.done.model or model,
+            **ran.result.fields, "latency_ms": round(ran.done.latency_ms, 3), "error": None}
+
+
+def iter_records(paths: Iterable[str], runner: Runner, task: BoundTask, workers: int = 2,
+                 on_result: Optional[OnResult] = None, sources: Optional[Iterable] = None
+                 ) -> Iterator[dict]:
+    """One record per input, in input order, as soon as it is produced (the JSONL records):
+    `iter_ran`'s, each made by `record`. `on_result(path, prepared, result)` sees each image's
+    result with its whole decoded image (--annotate, --mask) and may return fields to add to
+    the record."""
+    model, no_device = runner.model_path, device_of_failures(runner)
+    for ran in iter_ran(paths, runner, task, workers, sources, keep_images=on_result is not None):
+        if on_result is not None and ran.result is not None:
+            ran.result.fields.update(on_result(ran.path, ran.prepared, ran.result) or {})
+        yield record(ran, model, no_device, task.kind)
 
 
 def device_of_failures(runner: Runner) -> Optional[str]:
@@ -139,9 +169,8 @@ def device_of_failures(runner: Runner) -> Optional[str]:
 
 
 def failed_record(path: str, device: Optional[str], model: str, kind: TaskKind, error: str) -> dict:
-    """The record of an input that gave no result: the task's empty fields and why."""
-    return {"path": path, "device": device, "model": model, **kind.empty(), "latency_ms": None,
-            "error": error}
+    """The record of an input that gave no result (never ran, or its worker died): why."""
+    return record(Ran(-1, path, None, None, None, error), model, device, kind)
 
 
 def todo(paths: list[str], writer: RecordWriter, stats: BatchStats) -> list[str]:

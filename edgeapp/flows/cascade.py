@@ -12,12 +12,17 @@ bird sitting still costs one classification, not one per frame.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional, Tuple, Union
 
 import numpy as np
 
 from edgeapp.errors import UsageError
 from edgeapp.tasks import names
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from edgeapp.tasks.base import Prepared, Result
 
 GROWTH = 1.5  # a track's box this many times larger than when last run: run it again
 
@@ -52,7 +57,7 @@ class Cascade:
     def field(self) -> str:
         return self.opened.task.kind.field
 
-    def apply(self, fields: dict, image: Any, frame: Optional[int] = None) -> None:
+    def apply(self, fields: dict, image: Union[PILImage, np.ndarray], frame: Optional[int] = None) -> None:
         """Add the second model's result to each box of `fields` with a chosen label, in place.
         `image`: the decoded photo (Pillow) or the camera frame (BGR array) the boxes are in."""
         task = self.opened.task.on(self.opened.engine)
@@ -86,7 +91,7 @@ class Cascade:
         """A batch's per-image hook (flows/batch on_result) running the cascade first, then `then`
         (--annotate, which draws the crops' results too)."""
 
-        def run(path: str, prepared: Any, result: Any) -> Optional[dict]:
+        def run(path: str, prepared: Prepared, result: Result) -> Optional[dict]:
             self.apply(result.fields, prepared.image)
             return then(path, prepared, result) if then is not None else None
 
@@ -96,7 +101,7 @@ class Cascade:
         self.opened.close()
 
 
-def _crop(image: Any, box: Tuple[int, int, int, int]) -> Any:
+def _crop(image: Union[PILImage, np.ndarray], box: Tuple[int, int, int, int]) -> Any:
     """The box's pixels of a Pillow image or an array, clipped to it; None when empty."""
     x0, y0, x1, y1 = box
     if isinstance(image, np.ndarray):

@@ -78,7 +78,7 @@ def show(env: Optional[Mapping[str, str]] = None) -> dict:
 
 
 def remove(version: Optional[str], env: Optional[Mapping[str, str]] = None) -> list[str]:
-    return CI.remove(version, os.environ if env is None else env)
+    return CI.remove_installed(version, os.environ if env is None else env)
 
 
 __all__ = ["COMPILER_NAME", "describe_install", "install", "notices", "remove", "show"]

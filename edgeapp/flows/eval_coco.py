@@ -19,7 +19,7 @@ from edgeapp.errors import MissingDependency, UsageError
 from edgeapp.flows.eval_data import EvalData, image_files, no_images
 
 
-def _need(obj: Any, keys: Tuple[str, ...], where: str) -> None:
+def _need(obj: object, keys: Tuple[str, ...], where: str) -> None:
     if not isinstance(obj, dict):
         raise UsageError(f"{where}: not an object")
     missing = [k for k in keys if k not in obj]
@@ -27,7 +27,7 @@ def _need(obj: Any, keys: Tuple[str, ...], where: str) -> None:
         raise UsageError(f"{where}: missing {', '.join(repr(k) for k in missing)}")
 
 
-def _check_id(value: Any, where: str) -> None:
+def _check_id(value: object, where: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise UsageError(f"{where}: id must be a number or a string, not {value!r}")
 
@@ -107,7 +107,7 @@ def _image_folder(path: Path, images: Optional[Path], listed: list) -> Path:
                      f"{path.parent / 'images'}: give --images DIR")
 
 
-def _box(value: Any, where: str) -> List[float]:
+def _box(value: object, where: str) -> List[float]:
     try:
         box = [float(v) for v in value]
     except (TypeError, ValueError):

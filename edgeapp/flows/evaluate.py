@@ -1,5 +1,5 @@
 """`eval`: models on labelled data, each through the batch pipeline every task command runs
-(flows/batch.iter_records: decode ahead, invoke, interpret), with the task's options for
+(flows/batch.iter_ran: decode ahead, invoke, interpret; each `Ran` scored), with the task's options for
 evaluation (every box above 0.001...) and its metric (`TaskKind.scorer`).
 
 `evaluate(opened, data)` is the one measurement (what `convert --eval` and `--max-drop` call);
@@ -13,24 +13,32 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, Optional, Sequence
 
+from edgeapp.core.eval.coco import cocotools
 from edgeapp.core.labels import read_labels
 from edgeapp.core.meta import read_meta
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import EdgeappError, InvalidModel, UsageError, WrongTask
 from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows import eval_coco
-from edgeapp.flows.batch import iter_records
+from edgeapp.flows.batch import iter_ran
 from edgeapp.flows.eval_data import EvalData, read_class_folders, read_csv, read_masks
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
 from edgeapp.flows.sources.float_engine import is_float_source, open_float
 from edgeapp.hw.hostinfo import usable_cores
 from edgeapp.tasks import guess_from, kind, names, task_for
-from edgeapp.tasks.base import BoundTask, Scorer, bind
+from edgeapp.tasks.base import BoundTask, Scorer, TaskKind, bind
 from edgeapp.tasks.model import ImageModel, input_spec
 
+if TYPE_CHECKING:
+    from edgeapp.core.meta import ModelMeta
+    from edgeapp.core.naming import PathLike
+    from edgeapp.flows.sources.float_engine import FloatEngine
+
 Say = Callable[[str], None]
+# progress(total, label): a context manager yielding `advance` (cli.options.progress_bar)
+Progress = Callable[[int, str], ContextManager[Optional[Callable[[], None]]]]
 DATA_WORDS = {"classification": "classification data (class labels)",
               "detection": "detection data (boxes)", "segmentation": "segmentation data (masks)",
               "keypoints": "pose data (keypoints)"}
@@ -55,29 +63,28 @@ def check_task(opened: OpenTask, data: EvalData) -> None:
 
 def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
              advance: Optional[Callable[[], None]] = None,
-             task_options: Optional[dict] = None) -> ModelEval:
+             task_options: Optional[dict] = None, measure: bool = True) -> ModelEval:
     """Run `opened` on every image of `data` and measure it: {"model", "runs_on", "task",
     "images", "failed", "images_per_s", "median_ms", "metrics", "notes"}. An image that fails to
     decode is left out of the metric (and counted in "failed"). `task_options`: the task's own
-    options measured beside its evaluation settings (detection's `tiles`)."""
+    options measured beside its evaluation settings (detection's `tiles`). `measure=False`:
+    predictions only, "metrics" empty (no COCO evaluator here: they are measured elsewhere from
+    the file)."""
     check_task(opened, data)
     kind = opened.task.kind
     bound = BoundTask(kind, opened.model, {**kind.eval_options, **(task_options or {})})
     scorer = kind.scorer(data, opened.model.labels)
-    at = {"i": 0}
-
-    def add(path: Any, prepared: Any, result: Any) -> None:
-        scorer.add(at["i"], result)
-
+    if measure and scorer.coco_results:
+        cocotools()  # the evaluator is here: exit 7 before the run, not after it
     done, errors, latencies = [], [], []
     start = time.perf_counter()
-    for record in iter_records(data.paths, opened.runner, bound, workers, on_result=add, keep_images=False):
-        if record["error"] is None:
-            done.append(at["i"])
-            latencies.append(record["latency_ms"])
+    for ran in iter_ran(data.paths, opened.runner, bound, workers):
+        if ran.done is not None:
+            scorer.add(ran.index, ran.result)
+            done.append(ran.index)
+            latencies.append(round(ran.done.latency_ms, 3))  # as its record would say
         else:
-            errors.append(record["error"])
-        at["i"] += 1
+            errors.append(ran.error)
         if advance is not None:
             advance()
     seconds = time.perf_counter() - start
@@ -85,8 +92,50 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
              "images": len(done), "failed": len(errors),
              "images_per_s": round(len(data.paths) / seconds, 2) if seconds > 0 else 0.0,
              "median_ms": round(statistics.median(latencies), 3) if latencies else None,
-             "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
+             "metrics": scorer.metrics(done) if measure else {}, "notes": list(scorer.notes)}
     return ModelEval(entry, scorer, errors)
+
+
+def needs_coco(data: EvalData) -> bool:
+    """Whether `data`'s metric is COCO's evaluation (detection, pose)."""
+    task = kind_for(data)
+    return task is not None and bool(task.scorer(data, None).coco_results)
+
+
+def kind_for(data: EvalData) -> Optional[TaskKind]:
+    """The task kind measured on `data` (the one whose `evaluates` is its kind)."""
+    return next((kind(n) for n in names() if kind(n).evaluates == data.kind), None)
+
+
+def score_saved(files: Sequence[Path], data: EvalData, labels_file: Optional[PathLike] = None) -> List[ModelEval]:
+    """Predictions files `eval --save-predictions` wrote (on a Coral Dev Board, say, where no
+    COCO evaluator installs), measured against `data` here as their run would have been: every
+    image of the data counts, an image without results is one where nothing was found."""
+    import json
+
+    task = kind_for(data)
+    out = []
+    for path in files:
+        try:
+            rows = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise UsageError(f"--predictions {path}: cannot read it ({e.strerror})") from None
+        except ValueError as e:
+            raise UsageError(f"--predictions {path}: not JSON ({e})") from None
+        labels = read_labels(labels_file) if labels_file else None
+        scorer = task.scorer(data, labels) if task is not None else None
+        if scorer is None or not scorer.coco_results:
+            raise UsageError(f"--predictions {path}: only detection and pose predictions (COCO "
+                             "results lists) are measured from a file")
+        scorer.load(rows, f"--predictions {path}")
+        cocotools()
+        done = list(range(len(data.paths)))
+        entry = {"model": str(path), "runs_on": "predictions file", "task": task.name,
+                 "images": len(done), "failed": 0, "images_per_s": None, "median_ms": None,
+                 "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
+        out.append(ModelEval(entry, scorer))
+    differences([r.entry for r in out])
+    return out
 
 
 def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
@@ -96,7 +145,10 @@ def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
     suffix = data.suffix.lower()
     if data.is_file():
         if suffix == ".json":
-            return eval_coco.read_coco(data, images)
+            found = eval_coco.read_coco(data, images)
+            if images is not None:
+                _images_under(found, images)
+            return found
         if suffix in (".yaml", ".yml"):
             return eval_coco.read_yolo_yaml(data)
         if suffix == ".csv":
@@ -115,6 +167,16 @@ def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
     return read_class_folders(data)
 
 
+def _images_under(data: EvalData, images: Path) -> None:
+    """--images DIR: DIR joined with each image's file_name; none there is exit 2 before any
+    model opens (some missing: those are left out, exit 3, as without --images)."""
+    if any(Path(p).exists() for p in data.paths):
+        return
+    first = Path(data.paths[0])
+    raise UsageError(f"--images {images}: none of the {len(data.paths)} images of {data.source} "
+                     f"is there (each is DIR/<its file_name>: {first} not found)")
+
+
 def scalar_metrics(metrics: dict) -> Dict[str, float]:
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
@@ -129,10 +191,10 @@ def differences(entries: List[dict]) -> None:
         e["delta"] = {k: round(mine[k] - ref[k], 6) for k in mine if k in ref}
 
 
-def open_model(model: str, place: Placement, *, labels_file: Any = None,
+def open_for_eval(model: str, place: Placement, *, labels_file: Optional[PathLike] = None,
                mean: Optional[float] = None, std: Optional[float] = None,
                say: Say = lambda _t: None,
-               sidecars: Sequence[Any] = (), cpu_replicas: int = 1) -> OpenTask:
+               sidecars: Sequence[PathLike] = (), cpu_replicas: int = 1) -> OpenTask:
     """An int8 .tflite, _edgetpu.tflite or Coral name as `classify` opens it; a float ONNX or
     Keras source on ONNX Runtime / TensorFlow with the preprocessing of its conversion: --mean/
     --std, else its own sidecar, else the sidecar of the int8 model converted from it among
@@ -144,15 +206,15 @@ def open_model(model: str, place: Placement, *, labels_file: Any = None,
                      on_notice=say, cpu_replicas=cpu_replicas)
 
 
-def _open_float(path: Path, labels_file: Any, mean: Optional[float], std: Optional[float],
-                sidecars: Sequence[Any]) -> OpenTask:
+def _open_float(path: Path, labels_file: Optional[PathLike], mean: Optional[float], std: Optional[float],
+                sidecars: Sequence[PathLike]) -> OpenTask:
     engine = open_float(path)
     meta = conversion_meta(path, sidecars) or engine.meta
     labels = read_labels(labels_file) if labels_file else (meta.labels or engine.meta.labels)
-    return open_engine(engine, meta, labels, mean, std)
+    return bind_float(engine, meta, labels, mean, std)
 
 
-def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[float] = None,
+def bind_float(engine: FloatEngine, meta: ModelMeta, labels: Optional[dict], mean: Optional[float] = None,
                 std: Optional[float] = None) -> OpenTask:
     """A float engine (flows/sources/float_engine.py) bound to its task as `classify` binds a
     .tflite: the task from `meta` or the outputs, the input fitted as the int8 model's is."""
@@ -167,7 +229,7 @@ def open_engine(engine: Any, meta: Any, labels: Optional[dict], mean: Optional[f
     return OpenTask(runner, model, task)
 
 
-def conversion_meta(path: Path, sidecars: Sequence[Any]) -> Any:
+def conversion_meta(path: Path, sidecars: Sequence[PathLike]) -> Optional[ModelMeta]:
     """The sidecar of `path` itself, else of a model converted from it (its "source")."""
     own = read_meta(path)
     if own.source and own.source.endswith(".json"):
@@ -181,18 +243,22 @@ def conversion_meta(path: Path, sidecars: Sequence[Any]) -> Any:
 
 
 def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Placement(), *,
-                    labels_file: Any = None, mean: Optional[float] = None,
+                    labels_file: Optional[PathLike] = None, mean: Optional[float] = None,
                     std: Optional[float] = None, workers: int = 2, say: Say = lambda _t: None,
-                    places: Optional[Sequence[Placement]] = None, progress: Any = None,
-                    task_options: Optional[dict] = None) -> List[ModelEval]:
+                    places: Optional[Sequence[Placement]] = None, progress: Optional[Progress] = None,
+                    task_options: Optional[dict] = None,
+                    on_done: Optional[Callable[[int, ModelEval], None]] = None,
+                    measure: bool = True) -> List[ModelEval]:
     """Every model on the same data, in order; the first is the reference of each "delta".
-    `progress(total, label)` gives a context manager yielding `advance` (cli.options.progress_bar)."""
+    `progress(total, label)` gives a context manager yielding `advance` (cli.options.progress_bar);
+    `on_done(n, result)` is called as each model finishes (its predictions written then, so a
+    run stopped later keeps them)."""
     import contextlib
 
     tflites = [m for m in models if str(m).endswith(".tflite")]
     out = []
     for n, model in enumerate(models):
-        with open_model(model, places[n] if places else place, labels_file=labels_file, mean=mean,
+        with open_for_eval(model, places[n] if places else place, labels_file=labels_file, mean=mean,
                         std=std, say=say, sidecars=tflites,
                         cpu_replicas=max(1, min(usable_cores(), len(data.paths)))) as opened:
             for note in opened.notices:  # where it runs, when not where asked
@@ -201,13 +267,15 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
             bar = progress(len(data.paths), f"eval {Path(str(model)).name}") if progress else \
                 contextlib.nullcontext(None)
             with bar as advance:
-                result = evaluate(opened, data, workers, advance, task_options)
+                result = evaluate(opened, data, workers, advance, task_options, measure)
         for line in result.errors:
             say(f"left out: {line}")
         for note in result.entry["notes"]:
             say(f"{Path(result.entry['model']).name}: {note}")
         out.append(result)
-    differences([r.entry for r in out])
+        differences([r.entry for r in out])
+        if on_done is not None:
+            on_done(n, result)
     return out
 
 
@@ -255,7 +323,7 @@ def file_task(path: Path) -> Optional[str]:
     meta = read_meta(path)
     if meta.task in names():
         return str(meta.task)
-    if getattr(meta, "ultralytics_task", None):
+    if meta.ultralytics_task:
         return None  # the model's own metadata decides when it opens
     try:
         parsed = load_model(path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 from edgeapp.core.edgetpu.pipeline_segments import find_segment_files
 from edgeapp.core.tflite.model import load_model, map_model_file
@@ -23,6 +23,9 @@ from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.tasks import kind, names, task_for
 from edgeapp.tasks.base import BoundTask, bind
 from edgeapp.tasks.model import ImageModel, image_model
+
+if TYPE_CHECKING:
+    from edgeapp.core.naming import PathLike
 
 Notice = Callable[[str], None]
 
@@ -76,8 +79,8 @@ class Placement:
     reconnect: float = 0.0  # seconds to wait for an Edge TPU that vanished mid-run
 
 
-def open_task(model: Any, task: Optional[str] = None, place: Placement = Placement(), *,
-              options: Optional[dict] = None, labels_file: Any = None,
+def open_task(model: PathLike, task: Optional[str] = None, place: Placement = Placement(), *,
+              options: Optional[dict] = None, labels_file: Optional[PathLike] = None,
               labels: Optional[dict] = None, mean: Optional[float] = None,
               std: Optional[float] = None, decode: Optional[str] = None,
               on_notice: Optional[Notice] = None, frames: bool = False, cpu_replicas: int = 1,

@@ -18,11 +18,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from edgeapp.core.learn.embedding import require_extractor
+from edgeapp.core.learn.embedding import EMBED_TASK, require_extractor
 from edgeapp.core.learn.head import head_tensors, logit_range
 from edgeapp.core.learn.holdout import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
 from edgeapp.core.learn.train import SgdOptions, head_scores, imprint, train_softmax
@@ -39,6 +39,10 @@ from edgeapp.tasks import noun_for
 from edgeapp.tasks.base import bind
 from edgeapp.tasks.classify import KIND as CLASSIFY
 from edgeapp.tasks.model import image_model
+
+if TYPE_CHECKING:
+    from edgeapp.execution.runner import Runner
+    from edgeapp.tasks.base import BoundTask
 
 METHODS = ("imprint", "softmax")
 Notice = Callable[[str], None]
@@ -97,7 +101,7 @@ def _is_image(p: Path, top: Path) -> bool:
     return not hidden and p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
 
 
-def embed_through_batch(runner: Any, task: Any, paths: list[str], workers: int,
+def embed_through_batch(runner: Runner, task: BoundTask, paths: list[str], workers: int,
                         progress: Optional[Callable[[], None]] = None
                         ) -> tuple[tuple, Iterator[tuple[str, Any, Any, str]]]:
     """THE adapter to the inference pipeline `classify` runs (flows/batch.py): the extractor's
@@ -115,13 +119,13 @@ def embed_through_batch(runner: Any, task: Any, paths: list[str], workers: int,
     return (task.spec.mean, task.spec.std, task.spec.decode), records()
 
 
-def embedding_task(runner: Any) -> Any:
+def embedding_task(runner: Runner) -> Any:
     """The `embed` task bound to the runner's model: its input spec and preprocessing from the
     model's metadata (and sidecar)."""
-    return bind("embed", image_model(runner.engine, runner.meta_path))
+    return bind(EMBED_TASK, image_model(runner.engine, runner.meta_path))
 
 
-def preparation_tag(mean: Any, std: Any, decode: Any) -> str:
+def preparation_tag(mean: float, std: float, decode: Optional[str]) -> str:
     """A short, file-name-safe tag of how images are prepared: an embedding depends on it as
     much as on the model's bytes (a sidecar's normalization or decode can change alone)."""
     import hashlib
@@ -129,7 +133,7 @@ def preparation_tag(mean: Any, std: Any, decode: Any) -> str:
     return hashlib.sha256(f"{mean}|{std}|{decode}".encode()).hexdigest()[:12]
 
 
-def extract(runner: Any, paths: list[str], workers: int, cache: Optional[EmbeddingCache],
+def extract(runner: Runner, paths: list[str], workers: int, cache: Optional[EmbeddingCache],
             progress: Optional[Callable[[], None]] = None) -> Extraction:
     """Every image's embedding: from the cache when this model computed it before, else through
     the pipeline (then cached). Images that fail are listed, not fatal."""
@@ -194,7 +198,7 @@ def output_plan(requested: TfliteModel, out: Path, cpu_model: Optional[Path] = N
     return plan
 
 
-def retrain(runner: Any, data_dir: str | Path, out: str | Path,
+def retrain(runner: Runner, data_dir: str | Path, out: str | Path,
             options: RetrainOptions = RetrainOptions(), *, workers: int = 2,
             cache: Optional[EmbeddingCache] = None, progress: Optional[Callable[[], None]] = None,
             on_notice: Optional[Notice] = None, cpu_model: Optional[Path] = None,
@@ -235,7 +239,7 @@ def retrain(runner: Any, data_dir: str | Path, out: str | Path,
     sidecar = _write_sidecar(cpu_twin_path(plan[0][1]), folders.names, (mean, std, decode), {
         "base": base_name or str(requested.path), "method": options.method,
         "images": len(kept), "embedding": depths.pop()})
-    return report(folders, y, train, val, head, ex, options, written, sidecar,
+    return retrain_report(folders, y, train, val, head, ex, options, written, sidecar,
                   {"extract": ex.seconds, "train": trained}, runner.label)
 
 
@@ -301,7 +305,7 @@ def _write_sidecar(model_path: Path, names: list, normalization: tuple, info: di
         raise UsageError(f"cannot write {sidecar_path(model_path)}: {e.strerror or e}") from None
 
 
-def report(folders: ClassFolders, y: np.ndarray, train: list, val: list, head: Head,
+def retrain_report(folders: ClassFolders, y: np.ndarray, train: list, val: list, head: Head,
            ex: Extraction, options: RetrainOptions, written: list, sidecar: str,
            seconds: dict, device: str) -> dict:
     """What `retrain --format json` prints: per class and overall validation accuracy of the

@@ -16,13 +16,27 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import IO, Any, Callable, List, Optional
+
+from typing_extensions import Protocol
 
 TIMEOUT_ENV = "EDGEAPP_PROBE_TIMEOUT"
 SPAWN_ENV = "EDGEAPP_PROBE_SPAWN"  # "1": always a fresh interpreter, never a fork
 DEFAULT_TIMEOUT_S = 30.0  # after the child is up: USB firmware upload + model upload + invoke
 START_TIMEOUT_S = 120.0  # for a fresh child to import the runtime (slow on a Raspberry Pi Zero)
 MARK = "EDGEAPP_PROBE "  # prefixes the child's lines (probe_child.py prints them when spawned)
+
+
+class TfliteRuntime(Protocol):
+    """What the child and the probe use of a runtime (hw/runtime.Runtime, which opens engines
+    through this module, so it is named here by what it offers)."""
+
+    name: str
+    version: str
+
+    def make_interpreter(self, model_path: str, delegates: Optional[List[object]] = None,
+                         threads: Optional[int] = None, cpu_kernels: str = "fast") -> Any:
+        """A TFLite Interpreter of the model (the runtime's own class)."""
 
 
 @dataclass
@@ -151,7 +165,7 @@ def child_command(args: list[str]) -> list[str]:
     return cmd
 
 
-def _lines(err: Any) -> tuple:
+def _lines(err: IO[bytes]) -> tuple:
     err.seek(0)
     return tuple(ln for ln in err.read().decode("utf-8", "replace").splitlines() if ln.strip())
 
@@ -259,7 +273,8 @@ def _child_setup() -> None:
         pass
 
 
-def run_child(rt: Any, model_path: str, library: Optional[str], load_delegate: Optional[Callable[[], Any]],
+def run_child(rt: TfliteRuntime, model_path: str, library: Optional[str],
+              load_delegate: Optional[Callable[[], object]],
               emit: Callable[[str], None]) -> int:
     """Everything the main process would do with the model (and the delegate), once."""
     _child_setup()
@@ -297,7 +312,8 @@ def _load_library(library: str, emit: Callable[[str], None]) -> Optional[dict]:
     return None
 
 
-def _child_steps(rt: Any, model_path: str, library: Optional[str], load_delegate: Optional[Callable[[], Any]],
+def _child_steps(rt: TfliteRuntime, model_path: str, library: Optional[str],
+                 load_delegate: Optional[Callable[[], object]],
                  emit: Callable[[str], None]) -> dict:
     import gc
 

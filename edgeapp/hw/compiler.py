@@ -36,10 +36,10 @@ from edgeapp.errors import InvalidModel, MissingDependency, UsageError
 from edgeapp.hw.compiler_host import (
     EMULATION_TIMEOUT_FACTOR,
     Bundle,
-    Runner,
+    CompilerRunner,
     bundle_at,
     choose_runner,
-    command,
+    compiler_argv,
 )
 from edgeapp.hw.proc import log_command
 
@@ -70,10 +70,10 @@ class Compiler:
     version: Optional[str] = None  # recorded when edgeapp installed it
     record: Optional[dict] = None  # the installed one's install.json
 
-    def runner(self, env: Optional[Mapping[str, str]] = None, machine: Optional[str] = None) -> Runner:
+    def runner(self, env: Optional[Mapping[str, str]] = None, machine: Optional[str] = None) -> CompilerRunner:
         """How it runs on this machine (`machine`: another architecture's view, for doctor)."""
         if self.bundle is None:
-            return Runner("native")
+            return CompilerRunner("native")
         return choose_runner(env, machine=machine)
 
     def argv(self, args: list[str], env: Optional[Mapping[str, str]] = None,
@@ -81,7 +81,7 @@ class Compiler:
         """The argv running it with `args` (no shell); a bundle through its own loader."""
         if self.bundle is None:
             return [self.path, *args]
-        return command(self.runner(env), self.bundle, args, env, folders)
+        return compiler_argv(self.runner(env), self.bundle, args, env, folders)
 
 
 def find_compiler(explicit: Optional[str | Path] = None, env: Optional[Mapping[str, str]] = None,
@@ -186,7 +186,7 @@ class RunOutput:
     timed_out: bool = False
 
 
-def run(argv: list[str], timeout: float, grace: Optional[float] = None) -> RunOutput:
+def run_compiler(argv: list[str], timeout: float, grace: Optional[float] = None) -> RunOutput:
     """Run `argv` (no shell) in its own process group; kill the group `grace` s after
     `timeout` (the compiler's own -t timer should fire first)."""
     grace = min(5.0, timeout) if grace is None else grace
@@ -269,7 +269,7 @@ class CompileReport:
                 **({"models": self.models} if self.models else {})}
 
 
-def default_timeout(runner: Runner) -> float:
+def default_timeout(runner: CompilerRunner) -> float:
     """The compiler's own 180 s, scaled for emulation (QEMU, Docker on another CPU)."""
     return DEFAULT_TIMEOUT_S * (EMULATION_TIMEOUT_FACTOR if runner.emulated else 1)
 
@@ -304,13 +304,13 @@ def compile_model(model: str | Path, compiler: Compiler | str, out_dir: Optional
     if runner.mode == "docker":  # the container sees the same absolute paths
         args = [os.path.abspath(a) if a in paths else a for a in args]
     folders = tuple(dict.fromkeys([str(m.parent) for m in (model, *together)] + [str(out)]))
-    argv = command(runner, compiler.bundle, args, folders=folders) \
+    argv = compiler_argv(runner, compiler.bundle, args, folders=folders) \
         if compiler.bundle is not None else [compiler.path, *args]
     if log is not None:
         log("running: " + " ".join(shlex.quote(a) for a in argv))
     pairs = [pair for m in (model, *together) for pair in compiler_outputs(m, out, segments)]
     before = {p: _stamp(p) for pair in pairs for p in pair}  # files of an earlier run do not count
-    ran = run(argv, timeout)
+    ran = run_compiler(argv, timeout)
     text = ran.stdout + ("\n" + ran.stderr if ran.stderr else "")
     result = parse_stdout(text)
     if ran.timed_out:

@@ -34,7 +34,7 @@ MODES = ("native", "qemu", "binfmt", "docker")
 
 
 @dataclass(frozen=True)
-class Runner:
+class CompilerRunner:
     """How a compiler folder runs here: `mode` and the argv prefix before the loader."""
 
     mode: str  # native, qemu, binfmt, docker
@@ -119,7 +119,7 @@ def _magic_matches(magic: str, mask: str) -> bool:
 
 
 def choose_runner(env: Optional[Mapping[str, str]] = None, root: Root = None,
-                  system: Optional[str] = None, machine: Optional[str] = None) -> Runner:
+                  system: Optional[str] = None, machine: Optional[str] = None) -> CompilerRunner:
     """How the x86-64 files run here, or MissingDependency with the one thing to install."""
     env = os.environ if env is None else env
     sys_name, mach = host_kind()
@@ -128,7 +128,7 @@ def choose_runner(env: Optional[Mapping[str, str]] = None, root: Root = None,
     if wanted not in ("auto",) + MODES:
         raise UsageError(f"{RUN_ENV}={wanted!r}: use auto, native, qemu or docker")
     if wanted == "native" or (wanted == "auto" and is_x86_64_linux(sys_name, mach)):
-        return Runner("native")
+        return CompilerRunner("native")
     if wanted in ("qemu", "binfmt") or (wanted == "auto" and sys_name == "Linux"):
         found = _emulator(env, root)
         if found is None:
@@ -137,16 +137,16 @@ def choose_runner(env: Optional[Mapping[str, str]] = None, root: Root = None,
     docker = shutil.which("docker", path=env.get("PATH"))
     if docker is None:
         raise MissingDependency(docker_missing(sys_name, mach))
-    return Runner("docker", docker)
+    return CompilerRunner("docker", docker)
 
 
-def _emulator(env: Mapping[str, str], root: Root) -> Optional[Runner]:
+def _emulator(env: Mapping[str, str], root: Root) -> Optional[CompilerRunner]:
     for name in QEMU_NAMES:
         found = shutil.which(name, path=env.get("PATH"))
         if found:
-            return Runner("qemu", found, "from PATH")
+            return CompilerRunner("qemu", found, "from PATH")
     reg = binfmt_x86_64(root)
-    return Runner("binfmt", None, f"registration {reg}") if reg else None
+    return CompilerRunner("binfmt", None, f"registration {reg}") if reg else None
 
 
 def qemu_missing(machine: str, root: Root = None) -> str:
@@ -167,7 +167,7 @@ def docker_missing(system: str, machine: str) -> str:
             "(docs.docker.com/desktop) and start it, or compile on an x86-64 Linux machine")
 
 
-def command(runner: Runner, bundle: Bundle, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
+def compiler_argv(runner: CompilerRunner, bundle: Bundle, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
             folders: Sequence[str] = ()) -> List[str]:
     """The argv that runs the compiler of `bundle` with `args`, as Google's wrapper does.
     `folders`: what a container must mount (the model's and the output's), at the same paths."""
@@ -177,7 +177,7 @@ def command(runner: Runner, bundle: Bundle, args: Sequence[str], env: Optional[M
     return ([runner.emulator] if runner.mode == "qemu" and runner.emulator else []) + inner
 
 
-def _docker_argv(runner: Runner, bundle: Bundle, args: Sequence[str], env: Mapping[str, str],
+def _docker_argv(runner: CompilerRunner, bundle: Bundle, args: Sequence[str], env: Mapping[str, str],
                  folders: Sequence[str]) -> List[str]:
     argv = [runner.emulator or "docker", "run", "--rm", "--platform", "linux/amd64"]
     if hasattr(os, "getuid"):  # files the compiler writes belong to the user, not root

@@ -59,7 +59,7 @@ def newest_installed(env: Optional[Mapping[str, str]] = None) -> Optional[dict]:
     return found[0] if found else None
 
 
-def remove(version: Optional[str], env: Optional[Mapping[str, str]] = None) -> List[str]:
+def remove_installed(version: Optional[str], env: Optional[Mapping[str, str]] = None) -> List[str]:
     """Remove one installed version (all when None); the folders removed."""
     records = installed(env)
     chosen = [r for r in records if version is None or r.get("version") == version]

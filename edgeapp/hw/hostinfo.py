@@ -115,7 +115,7 @@ def usb_link(speed_mbps: Optional[float]) -> Optional[str]:
     return _USB_SPEEDS.get(text, f"{text} Mb/s")
 
 
-def usb_accelerators(root: Root = None) -> list[dict]:
+def usb_accelerator_links(root: Root = None) -> list[dict]:
     """Coral USB Accelerators seen in sysfs (devices.usb_accelerators), with their link speed."""
     from edgeapp.hw.devices import USB_IDS
     from edgeapp.hw.devices import usb_accelerators as scan

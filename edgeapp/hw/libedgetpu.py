@@ -193,12 +193,17 @@ def clock_mode(library: str, root=None) -> Tuple[Optional[str], str]:
     return build_mode(owner[0] if owner else None, path, build_label(lib))
 
 
-def known_crash(lib: ctypes.CDLL, path: str, runtime: str, runtime_version: str,
-                root=None) -> Optional[str]:
-    """One line naming both versions and this platform's fix when the pair is known to crash, else None."""
-    from edgeapp.core.install.pairing import CRASH, decide
+def known_crash(lib: Optional[ctypes.CDLL], path: str, runtime: str, runtime_version: str,
+                root=None, *, label: Optional[str] = None) -> Optional[str]:
+    """One line naming both versions and this platform's fix when the pair is known to crash, else None.
 
-    decision = decide(identify_build(lib, path, root), runtime, runtime_version)
+    The build is the Debian package owning `path`, else its build label: read from `lib` when
+    the library is open here, else `label` (the containment probe reads it in a child, since
+    loading a crashing build here is what it guards against)."""
+    from edgeapp.core.install.pairing import CRASH, decide, identify
+
+    build = identify(dpkg_owner(path, root), build_label(lib) if lib is not None else label)
+    decision = decide(build, runtime, runtime_version)
     if decision.verdict != CRASH:
         return None
     from edgeapp.core.install.plan import plan_for

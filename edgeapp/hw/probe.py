@@ -29,14 +29,31 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from edgeapp.core.userdirs import cache_dir
 from edgeapp.errors import DeviceUnavailable, InvalidModel, MissingDependency
-from edgeapp.hw.child import START_TIMEOUT_S, ChildResult, label_child, run_child, run_in_child
-from edgeapp.hw.libedgetpu import dpkg_owner, edgetpu_library, explain_load_error, find_library_file, short_version
+from edgeapp.hw.child import (
+    START_TIMEOUT_S,
+    ChildResult,
+    TfliteRuntime,
+    label_child,
+    run_child,
+    run_in_child,
+)
+from edgeapp.hw.libedgetpu import (
+    dpkg_owner,
+    edgetpu_library,
+    explain_load_error,
+    find_library_file,
+    known_crash,
+    short_version,
+)
 from edgeapp.hw.runtime_errors import numpy_mismatch, numpy_mismatch_text
 from edgeapp.hw.verdicts import ModelKey, Pair, Verdict, VerdictCache
+
+if TYPE_CHECKING:
+    from edgeapp.hw.device_choice import DeviceSpec
 
 TRUST_ENV = "EDGEAPP_TRUST_MODEL"
 FIX = "known build mismatch; install a matching pair (`edgeapp doctor` prints one; docs/install.md)"
@@ -63,7 +80,7 @@ def trusted() -> bool:
 # --- the checks open_engine calls ---------------------------------------------------------
 
 
-def ensure_model_runs(runtime: Any, model_path: str) -> None:
+def ensure_model_runs(runtime: TfliteRuntime, model_path: str) -> None:
     """Return when `model_path` may be run on the CPU in this process; raise InvalidModel if not
     (MissingDependency when the runtime itself dies on every model)."""
     if trusted():
@@ -83,7 +100,7 @@ def ensure_model_runs(runtime: Any, model_path: str) -> None:
         raise InvalidModel(verdict.message)
 
 
-def blame_a_broken_runtime(runtime: Any, model_path: str) -> None:
+def blame_a_broken_runtime(runtime: TfliteRuntime, model_path: str) -> None:
     """`model_path` crashed (or hung) the runtime: raise MissingDependency, caching nothing,
     when edgeapp's own known-good model does the same, for then the runtime is at fault."""
     from edgeapp.hw.known_good import known_good_file
@@ -102,7 +119,7 @@ def blame_a_broken_runtime(runtime: Any, model_path: str) -> None:
         f"reinstall it (pip install --force-reinstall {runtime.name}) or try another with --runtime")
 
 
-def ensure_probed(runtime: Any, spec: Any, model_path: str, load_delegate: Callable[[], Any], *,
+def ensure_probed(runtime: TfliteRuntime, spec: DeviceSpec, model_path: str, load_delegate: Callable[[], object], *,
                   check_model: bool = True) -> None:
     """Return when the Edge TPU delegate may run `model_path` in this process.
 
@@ -145,7 +162,7 @@ class _Probing:
         self.library, self.cache, self.pair, self.known, self.key = library, cache, pair, known, key
 
 
-def _check_pairing(runtime: Any, name: str, path: Optional[str], pair: Optional[Pair],
+def _check_pairing(runtime: TfliteRuntime, name: str, path: Optional[str], pair: Optional[Pair],
                    cache: VerdictCache) -> None:
     """The library's build label read in a child, then the pairing table: DeviceUnavailable when
     the library dies while loading, fails to load, or is a build known to crash this runtime."""
@@ -161,12 +178,13 @@ def _check_pairing(runtime: Any, name: str, path: Optional[str], pair: Optional[
         raise DeviceUnavailable(verdict.message)
     if label.result is None or label.result.get("status") != "pass":
         raise DeviceUnavailable((label.result or {}).get("message") or f"cannot load {name}")
-    refusal = known_crash(path or label.library or name, label.edgetpu_version, runtime)
+    refusal = known_crash(None, path or label.library or name, runtime.name, runtime.version, "/",
+                          label=label.edgetpu_version)
     if refusal:
         raise DeviceUnavailable(refusal)
 
 
-def _probe_delegate(runtime: Any, spec: Any, model_path: str, load_delegate: Callable[[], Any],
+def _probe_delegate(runtime: TfliteRuntime, spec: DeviceSpec, model_path: str, load_delegate: Callable[[], object],
                     p: _Probing) -> None:
     """Run the model with the delegate in a child; cache what that proved (of the pair, of this
     model), and raise what it means for this run."""
@@ -197,39 +215,25 @@ def _probe_delegate(runtime: Any, spec: Any, model_path: str, load_delegate: Cal
         raise DeviceUnavailable(verdict.message)
 
 
-def known_crash(library: str, label: Optional[str], runtime: Any, root: str = "/") -> Optional[str]:
-    """The pairing table's one line when this build (its Debian package, else `label`) is known to
-    crash under `runtime`, with this platform's fix; else None."""
-    from edgeapp.core.install.pairing import CRASH, decide, identify
-
-    decision = decide(identify(dpkg_owner(library, root), label), runtime.name, runtime.version)
-    if decision.verdict != CRASH:
-        return None
-    from edgeapp.core.install.plan import plan_for
-    from edgeapp.hw.osinfo import read_platform
-
-    return f"{decision.summary()}; fix: {plan_for(read_platform(root)).fix}"
-
-
 # --- running the child and judging it -------------------------------------------------------
 
 _LIBRARY_STAGES = ("loading the Edge TPU library", "loading the Edge TPU delegate")
 
 
-def probe(runtime: Any, model_path: str, device: Optional[str] = None, library: Optional[str] = None,
-          load_delegate: Optional[Callable[[], Any]] = None, timeout: Optional[float] = None) -> ChildResult:
+def probe(runtime: TfliteRuntime, model_path: str, device: Optional[str] = None, library: Optional[str] = None,
+          load_delegate: Optional[Callable[[], object]] = None, timeout: Optional[float] = None) -> ChildResult:
     """Build, allocate, invoke and release `model_path` once in a child; report what happened."""
     args = [str(model_path), runtime.name, device or "cpu", library or ""]
     return run_in_child(args, lambda emit: run_child(runtime, str(model_path), library, load_delegate, emit),
                       timeout)
 
 
-def read_label(runtime: Any, library: str, timeout: Optional[float] = None) -> ChildResult:
+def read_label(runtime: TfliteRuntime, library: str, timeout: Optional[float] = None) -> ChildResult:
     """Load the Edge TPU library in a child and read its build label (the pairing table needs it)."""
     return run_in_child(["--label", library, runtime.name], lambda emit: label_child(library, emit), timeout)
 
 
-def _judge_model(runtime: Any, model_path: str, r: ChildResult) -> Verdict:
+def _judge_model(runtime: TfliteRuntime, model_path: str, r: ChildResult) -> Verdict:
     def verdict(status: str, message: str) -> Verdict:
         return Verdict(status, message, None, str(Path(model_path).resolve()), r.probed_at, r.stage)
 
@@ -246,7 +250,7 @@ def _judge_model(runtime: Any, model_path: str, r: ChildResult) -> Verdict:
     return verdict(r.result["status"], r.result.get("message", ""))
 
 
-def _judge_delegate(runtime: Any, model_path: str, r: ChildResult, pair: Optional[Pair],
+def _judge_delegate(runtime: TfliteRuntime, model_path: str, r: ChildResult, pair: Optional[Pair],
                     known: Optional[Verdict]) -> Verdict:
     def verdict(status: str, message: str) -> Verdict:
         return Verdict(status, message, r.edgetpu_version, str(Path(model_path).resolve()),
@@ -266,7 +270,7 @@ def _judge_delegate(runtime: Any, model_path: str, r: ChildResult, pair: Optiona
     return verdict("failed" if status == "invalid" else status, r.result.get("message", ""))
 
 
-def _model_crash_message(runtime: Any, model_path: str, r: ChildResult, delegate: bool = False) -> str:
+def _model_crash_message(runtime: TfliteRuntime, model_path: str, r: ChildResult, delegate: bool = False) -> str:
     what = f"the TFLite runtime {runtime.name} {runtime.version}"
     if delegate:
         what += " with the Edge TPU delegate"

@@ -1,8 +1,9 @@
 """The hardware boundary: the one module that touches TFLite runtimes and the Edge TPU delegate.
 
-Everything else works on numpy arrays. `open_engine` turns (model file, device string) into an
-`Engine`: an allocated interpreter on the Edge TPU, or on the CPU with the model's CPU twin when
-the Edge TPU cannot be used and the user asked for `auto`.
+Everything else works on numpy arrays. `open_engine` turns (model file, device string) into a
+`TfliteEngine`: an allocated interpreter on the Edge TPU, or on the CPU with the model's CPU twin
+when the Edge TPU cannot be used and the user asked for `auto`. `Engine` is what tasks and
+runners read of any engine (this one, eval's float source, a segment pipeline seen as one model).
 
 The runtimes' names (RUNTIMES) are what every command's --runtime offers, so importing this
 module costs next to nothing: the model reader, the device parser and libedgetpu are imported
@@ -17,9 +18,13 @@ import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
+
+from typing_extensions import Protocol
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import numpy as np
 
     from edgeapp.core.tflite.model import TfliteModel
@@ -177,7 +182,7 @@ def find_runtime(name: Optional[str] = None) -> Runtime:
                             "(or tflite-runtime on 32-bit ARM)")
 
 
-def _imported_version(module: Any) -> Optional[str]:
+def _imported_version(module: ModuleType) -> Optional[str]:
     """The version an imported runtime states itself (its top package's __version__), which
     costs nothing where the distribution's metadata costs a scan of every site folder."""
     top = sys.modules.get(module.__name__.split(".")[0])
@@ -224,8 +229,31 @@ def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec, extra: Optional[di
                                 "and that your user may access it (udev rule, plugdev group)") from None
 
 
+class Engine(Protocol):
+    """What tasks and runners read of an opened model, whatever runs it: `TfliteEngine` (a
+    .tflite on the Edge TPU or the CPU), eval's float source (flows/convert/float_engine.py) and
+    a segment pipeline seen as one model (execution/pipeline.PipelineView) declare it."""
+
+    inputs: List[dict]  # the runtime's tensor details: index, shape, dtype, quantization
+    input: dict  # inputs[0]
+    outputs: List[dict]
+    input_shape: Tuple[int, ...]  # checked on every run
+    input_dtype: np.dtype
+    input_quantization: Tuple[float, int]  # (scale, zero point); (0.0, 0) when float
+    model: TfliteModel  # the graph read (operators, tensors); a float source: its path only
+    model_path: str  # the file that runs (a CPU twin, a segment set's label)
+    requested_model: str  # the file asked for: where labels and the sidecar are looked up
+    device: str  # "edgetpu" or "cpu"
+    name: str  # the device as records name it: usb:1, edgetpu (any), cpu, float on ...
+    notice: Optional[str]  # one line for stderr: why it runs where it runs
+    cpu_kernels: str  # CPU_KERNELS, or "float"
+
+    def run(self, tensor: np.ndarray) -> List[np.ndarray]:
+        """The raw outputs of one input tensor."""
+
+
 @dataclass
-class Engine:
+class TfliteEngine(Engine):
     """An allocated interpreter and what it runs: the thing pipelines call `run` on."""
 
     interpreter: Any
@@ -235,7 +263,7 @@ class Engine:
     requested_model: str
     notice: Optional[str] = None  # one line for stderr: why we run where we run
     cpu_kernels: str = "fast"  # CPU_KERNELS: the kernels of the ops the CPU runs
-    name: Optional[str] = None  # the device as records name it: usb:1, edgetpu (any), cpu
+    name: str = ""  # the device as records name it: usb:1, edgetpu (any), cpu; "": `device`
 
     def __post_init__(self) -> None:
         import numpy as np
@@ -248,7 +276,7 @@ class Engine:
         self.input_dtype: "np.dtype" = np.dtype(self.input["dtype"])
         scale, zero = self.input.get("quantization", (0.0, 0))
         self.input_quantization: "tuple[float, int]" = (float(scale), int(zero))
-        if self.name is None:
+        if not self.name:
             self.name = self.device
 
     def set_input(self, tensor: "np.ndarray") -> None:
@@ -326,7 +354,7 @@ class EngineOptions:
 
 def open_engine(path: str | Path | TfliteModel, device: str = "auto",
                 options: Optional[EngineOptions] = None, *, trust_model: bool = False,
-                **settings: Any) -> Engine:
+                **settings: object) -> TfliteEngine:
     """Validate the model, pick the device, and return an allocated Engine.
 
     auto: Edge TPU when a compiled model and a TPU are there, else the CPU (the CPU twin for a
@@ -369,8 +397,8 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto",
             return _cpu_engine(rt, twin, threads, str(path),
                                f"Edge TPU unavailable ({e}); running {Path(twin.path).name} on CPU",
                                cpu_kernels, trust_model)
-        return Engine(interpreter, model, "edgetpu", rt, str(path), cpu_kernels=cpu_kernels,
-                      name=spec.option or "edgetpu")
+        return TfliteEngine(interpreter, model, "edgetpu", rt, str(path), cpu_kernels=cpu_kernels,
+                            name=spec.option or "edgetpu")
     if spec.kind == "edgetpu":  # the arguments ask the impossible, whatever is plugged in: exit 2
         compiled = edgetpu_twin_path(model.path)
         fix = (f"pass its compiled build {compiled}" if compiled.is_file()
@@ -415,12 +443,12 @@ def _io_signature(model: TfliteModel) -> list[tuple]:
 
 
 def _cpu_engine(rt: Runtime, model: TfliteModel, threads: Optional[int], requested: str,
-                notice: Optional[str], cpu_kernels: str = "fast", trust_model: bool = False) -> Engine:
+                notice: Optional[str], cpu_kernels: str = "fast", trust_model: bool = False) -> TfliteEngine:
     if not trust_model:
         from edgeapp.hw.probe import ensure_model_runs
         ensure_model_runs(rt, model.path)
-    return Engine(_interpreter(rt, model, None, threads, cpu_kernels), model, "cpu", rt, requested,
-                  notice, cpu_kernels)
+    return TfliteEngine(_interpreter(rt, model, None, threads, cpu_kernels), model, "cpu", rt, requested,
+                        notice, cpu_kernels)
 
 
 def _interpreter(rt: Runtime, model: TfliteModel, delegates: Optional[list], threads: Optional[int],
@@ -442,3 +470,13 @@ def _interpreter(rt: Runtime, model: TfliteModel, delegates: Optional[list], thr
             raise DeviceUnavailable(f"Edge TPU rejected {model.path}: {first}") from None
         raise InvalidModel(f"{rt.name} {rt.version} cannot run {model.path}: {first}") from None
     return interpreter
+
+
+def run_payload(engine: Engine, payload: Any) -> Any:
+    """The model run on one payload: one input tensor, or the windows of one image (`--tiles`:
+    core/vision/tiles.Tiles), each in turn on the same engine, their outputs as a list."""
+    from edgeapp.core.vision.tiles import Tiles  # loaded once a run runs: not for --help
+
+    if isinstance(payload, Tiles):
+        return [engine.run(t) for t in payload.tensors]
+    return engine.run(payload)

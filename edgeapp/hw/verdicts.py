@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -86,10 +87,15 @@ def _verdict(entry: Optional[dict]) -> Optional[Verdict]:
 
 
 class VerdictCache:
-    """probe.json in the cache directory: {"verdicts": {pair key: ...}, "models": {model key: ...}}."""
+    """probe.json in the cache directory: {"verdicts": {pair key: ...}, "models": {model key: ...}}.
 
-    def __init__(self, directory: Path) -> None:
+    The cache is the user's, shared by every Python environment (venv) running edgeapp: each
+    verdict records the one that made it (`python`: its sys.prefix), so doctor can say which
+    verdicts came from elsewhere. `environment` is this one."""
+
+    def __init__(self, directory: Path, environment: str = sys.prefix) -> None:
         self.path = Path(directory) / "probe.json"
+        self.environment = environment
 
     def _load(self) -> dict:
         try:
@@ -147,7 +153,22 @@ class VerdictCache:
                 parts.append(f"{label} " + ", ".join(f"{s} {n}" for s, n in counts[kind].items()))
         refused = total - sum(c.get("pass", 0) for c in counts.values())
         note = f" ({refused} refused until `edgeapp doctor --forget-probes`)" if refused else ""
-        return f"{total} cached verdict(s): {'; '.join(parts)}{note} in {self.path}"
+        return f"{total} cached verdict(s): {'; '.join(parts)}{note} in {self.path}{self._elsewhere()}"
+
+    def _elsewhere(self) -> str:
+        """Which verdicts other Python environments recorded (the cache is shared)."""
+        data = self._load()
+        made = [e.get("python") for field in ("verdicts", "models") for e in data[field].values()
+                if isinstance(e, dict)]
+        others = sorted({str(p) for p in made if p and p != self.environment})
+        unknown = sum(1 for p in made if not p)
+        out = []
+        if others:
+            n = sum(1 for p in made if p and p != self.environment)
+            out.append(f"{n} recorded by other Python environments ({', '.join(others)})")
+        if unknown:
+            out.append(f"{unknown} by an edgeapp that did not record where")
+        return f"; {', '.join(out)}, this one is {self.environment}" if out else ""
 
     def get(self, pair: Pair) -> Optional[Verdict]:
         return _verdict(self.entries().get(pair.key))
@@ -163,14 +184,15 @@ class VerdictCache:
 
     def put(self, pair: Pair, verdict: Verdict) -> None:
         data = self._load()
-        data["verdicts"][pair.key] = {**asdict(pair), **asdict(verdict)}
+        data["verdicts"][pair.key] = {**asdict(pair), **asdict(verdict),
+                                      "python": self.environment}
         self._write(data)
 
     def put_model(self, key: ModelKey, verdict: Verdict, path: str) -> None:
         data = self._load()
         models = data["models"]
         models.pop(key.key, None)
-        entry = {**asdict(key), **asdict(verdict)}
+        entry = {**asdict(key), **asdict(verdict), "python": self.environment}
         entry["message"] = verdict.message.replace(str(path), _PATHMARK)
         models[key.key] = entry
         while len(models) > MAX_MODEL_VERDICTS:  # insertion order: the oldest first

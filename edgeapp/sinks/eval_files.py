@@ -2,18 +2,21 @@
 the plot of every model's results (`--plot FILE`, matplotlib: the `plot` extra).
 
 Predictions: `DIR/<model file stem>.json`, a COCO results list for detection and pose (anyone
-can recompute the metrics with pycocotools), else `.jsonl`, one line per image. Each file is
-written whole or not at all (a temporary file renamed).
+can recompute the metrics with pycocotools, or `eval --predictions` on any machine), else
+`.jsonl`, one line per image. Each file is written whole or not at all (a temporary file
+renamed), as the umask allows any file, as soon as its model is measured.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
+from edgeapp.core.naming import distinct_names
 from edgeapp.errors import UsageError
 from edgeapp.sinks.plots import _pyplot
 
@@ -21,25 +24,31 @@ COCO_KINDS = ("detection", "keypoints")  # data whose predictions are a COCO res
 
 
 def check_folder(folder: Path) -> None:
-    """--save-predictions: a folder that exists or can be made, checked before any run."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--save-predictions {folder}: cannot make the folder ({e.strerror})") from None
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"--save-predictions {folder}: not writable")
+    """--save-predictions: a folder that exists or can be made, checked before any run but
+    made only when the first file is written (a run that stops before leaves nothing)."""
+    if folder.exists():
+        if not folder.is_dir():
+            raise UsageError(f"--save-predictions {folder}: not a folder")
+        if not os.access(folder, os.W_OK):
+            raise UsageError(f"--save-predictions {folder}: not writable")
+        return
+    parent = folder.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--save-predictions {folder}: cannot make the folder ({parent} is not "
+                         "a writable folder)")
 
 
 def prediction_paths(folder: Path, models: Sequence[str], kind: str) -> List[Path]:
-    """One file per model, by its stem (a second model of the same stem adds its suffix)."""
+    """One file per model, by its file's stem; models whose stems clash are told apart by
+    their suffix, else their folders (`a/m.tflite`, `b/m.tflite`: a_m.json, b_m.json)."""
     ext = ".json" if kind in COCO_KINDS else ".jsonl"
-    out, taken = [], set()
-    for m in models:
-        p = Path(str(m))
-        stem = p.stem if p.stem not in taken else f"{p.stem}_{p.suffix.lstrip('.') or 'model'}"
-        taken.add(stem)
-        out.append(folder / (stem + ext))
-    return out
+    names = distinct_names(models)
+    stems = [str(Path(n.partition(" #")[0]).with_suffix("")) + n.partition(" #")[1] +
+             n.partition(" #")[2] for n in names]  # the same file twice: m, m #2
+    stems = [n.replace(".", "_") if stems.count(s) > 1 else s for n, s in zip(names, stems)]
+    return [folder / (re.sub(r"[/ #]+", "_", s) + ext) for s in stems]
 
 
 def write_predictions(path: Path, rows: List[dict], kind: str) -> Path:
@@ -52,14 +61,25 @@ def write_predictions(path: Path, rows: List[dict], kind: str) -> Path:
 
 
 def _write_whole(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{path.parent}: cannot make the folder ({e.strerror})") from None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is for secrets; these are results
         os.replace(tmp, path)
     except OSError as e:
         os.unlink(tmp) if os.path.exists(tmp) else None
         raise UsageError(f"{path}: cannot write it ({e.strerror})") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def plot_eval(path: Path, plots: List[Tuple[str, dict]]) -> Path:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from edgeapp.tasks.base import Entity, TaskKind
 
 DISCOVERY_PREFIX = "homeassistant"
 STATE_TOPIC = {"frames": "frames", "events": "state"}
@@ -25,7 +28,7 @@ def node_id(prefix: str) -> str:
     return "edgeapp_" + (re.sub(r"[^a-z0-9_-]+", "_", prefix.lower()).strip("_") or "camera")
 
 
-def _config(entity: Any, template: str, prefix: str, mode: str, node: str, device: dict) -> dict:
+def _config(entity: Entity, template: str, prefix: str, mode: str, node: str, device: dict) -> dict:
     config = {"name": entity.name, "unique_id": f"{node}_{entity.key}",
               "state_topic": f"{prefix}/{STATE_TOPIC[mode]}",
               "value_template": template, "availability_topic": f"{prefix}/status",
@@ -38,7 +41,7 @@ def _config(entity: Any, template: str, prefix: str, mode: str, node: str, devic
     return config
 
 
-def discovery_messages(kind: Any, labels: Optional[Dict[int, str]], prefix: str, mode: str, *,
+def discovery_messages(kind: TaskKind, labels: Optional[Dict[int, str]], prefix: str, mode: str, *,
                        remove: bool = False, model: str = "",
                        version: str = "") -> List[Tuple[str, str]]:
     """(topic, payload) pairs, to publish retained: configs for `mode`'s entities, empty

@@ -26,11 +26,14 @@ from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Iterable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Tuple
 from urllib.parse import parse_qs
 
 from edgeapp.errors import UsageError
 from edgeapp.hw.netif import is_local_ip, local_addresses
+
+if TYPE_CHECKING:
+    from email.message import Message
 
 BOUNDARY = "edgeapp-frame"
 MAX_VIEWERS = 8  # streams at once: each is a thread and a socket; more get 503
@@ -145,7 +148,7 @@ class Guard:
             addresses = self._addresses
         return is_local_ip(name, addresses)
 
-    def _offered(self, query: str, headers: Any) -> Tuple[list, list]:
+    def _offered(self, query: str, headers: Message) -> Tuple[list, list]:
         """(tokens in the query, tokens in the headers and cookie)."""
         in_query = parse_qs(query).get("token", [])
         others = []
@@ -160,7 +163,7 @@ class Guard:
             others.append(jar[self.cookie].value)
         return in_query, others
 
-    def check(self, path: str, headers: Any) -> Tuple[Optional[Refusal], Optional[str]]:
+    def check(self, path: str, headers: Message) -> Tuple[Optional[Refusal], Optional[str]]:
         """(why the request is refused or None, a Set-Cookie value to send or None)."""
         if not self.host_ok(headers.get("Host")):
             return Refusal(421, "Misdirected Request", "this server answers only to this machine's "

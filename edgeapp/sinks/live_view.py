@@ -27,7 +27,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import numpy as np
 
@@ -36,6 +36,11 @@ from edgeapp.errors import UsageError
 from edgeapp.hw.netif import local_addresses
 from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, make_handler, token_required
 from edgeapp.tasks.base import Result, annotate_frame
+
+if TYPE_CHECKING:
+    from http.server import BaseHTTPRequestHandler
+
+    from edgeapp.tasks.base import TaskKind
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -154,12 +159,12 @@ def open_urls(addr: ServeAddress, port: int, dual_stack: bool = True) -> List[st
 class _Latest:
     """The newest processed frame, as the loop left it."""
 
-    __slots__ = ("seq", "image", "record", "annotated", "fps", "extras")
+    __slots__ = ("seq", "image", "record", "annotated", "fps", "extras", "counting")
 
     def __init__(self, seq: int, image: np.ndarray, record: dict, annotated: bool,
-                 fps: Optional[float], extras: dict) -> None:
+                 fps: Optional[float], extras: dict, counting: Optional[tuple]) -> None:
         self.seq, self.image, self.record = seq, image, record
-        self.annotated, self.fps, self.extras = annotated, fps, extras
+        self.annotated, self.fps, self.extras, self.counting = annotated, fps, extras, counting
 
 
 class LiveView:
@@ -173,7 +178,7 @@ class LiveView:
     """
 
     def __init__(self, address: ServeAddress, *, fps: float = 10.0, quality: int = 80,
-                 kind: Any = None, info: Optional[dict] = None,
+                 kind: Optional[TaskKind] = None, info: Optional[dict] = None,
                  extra: Optional[Callable[[], dict]] = None, token: Optional[str] = None) -> None:
         self.address = address
         self.guard = Guard.from_env(address.host, token)
@@ -296,12 +301,13 @@ class LiveView:
     # -- the inference loop's side ----------------------------------------------------------------
 
     def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool = False,
-                 fps: Optional[float] = None, stats: Any = None, extras: Optional[dict] = None) -> None:
+                 fps: Optional[float] = None, stats: Any = None,
+                 extras: Optional[dict] = None, counting: Optional[tuple] = None) -> None:
         """Keep the newest frame (a reference: the loop is done with it) and return at once."""
         now = time.monotonic()
         with self._lock:
             self._frame_seq += 1
-            self._latest = _Latest(self._frame_seq, image, record, annotated, fps, extras or {})
+            self._latest = _Latest(self._frame_seq, image, record, annotated, fps, extras or {}, counting)
             self._done_times.append(now)
             if stats is not None:
                 self._stats_ref = stats
@@ -338,7 +344,7 @@ class LiveView:
             cv2 = cv2_module()
             if not latest.annotated:  # drawn here, off the inference loop, and only once
                 rec = latest.record
-                annotate_frame(self.kind, latest.image, Result(rec, latest.extras),
+                annotate_frame(self.kind, latest.image, Result(rec, latest.extras, latest.counting),
                                rec.get("latency_ms"), latest.fps,
                                str(rec.get("device", self.info.get("device", ""))))
                 latest.annotated = True
@@ -371,13 +377,13 @@ class LiveView:
         self.snapshots += 1
         return self._encode_newest()
 
-    def track(self, handler: Any, conn: socket.socket) -> None:
+    def track(self, handler: BaseHTTPRequestHandler, conn: socket.socket) -> None:
         """A connection opened (so `close` can end it even in a blocked write)."""
         with self._lock:
             self._conns[id(handler)] = conn
             self._handlers.add(threading.current_thread())
 
-    def untrack(self, handler: Any) -> None:
+    def untrack(self, handler: BaseHTTPRequestHandler) -> None:
         with self._lock:
             self._conns.pop(id(handler), None)
             self._handlers.discard(threading.current_thread())

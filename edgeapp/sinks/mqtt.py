@@ -33,10 +33,16 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Union
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from edgeapp.errors import MissingDependency, UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from paho.mqtt.client import Client as MqttClient
+
+    from edgeapp.tasks.base import TaskKind
 
 INSTALL = "pip install 'edgeapp[mqtt]'"
 DEFAULT_PREFIX = "edgeapp"
@@ -127,7 +133,7 @@ class ChangeDetector:
     `debounce` seconds `appear`s; absent for `debounce` seconds, it `leave`s.
     """
 
-    def __init__(self, kind: Any, debounce: float = 1.0) -> None:
+    def __init__(self, kind: TaskKind, debounce: float = 1.0) -> None:
         if kind.events not in ("top", "presence"):
             raise UsageError(f"--mqtt-mode events: {kind.name} results have no events; use "
                              "--mqtt-mode frames")
@@ -198,7 +204,7 @@ class MqttOut:
     can for a moment, says `offline` and disconnects.
     """
 
-    def __init__(self, target: MqttTarget, *, kind: Any = None, mode: str = "frames",
+    def __init__(self, target: MqttTarget, *, kind: Optional[TaskKind] = None, mode: str = "frames",
                  debounce: float = 1.0,
                  queue_size: int = 100, client_id: Optional[str] = None,
                  on_notice: Optional[Callable[[str], None]] = None, keepalive: int = 30,
@@ -304,7 +310,7 @@ class MqttOut:
 
     # -- the inference loop's side ----------------------------------------------------------------
 
-    def on_frame(self, image: Any, record: dict, **_: Any) -> None:
+    def on_frame(self, image: np.ndarray, record: dict, **_: object) -> None:
         """Queue what this frame has to say; never waits."""
         if self.detector is None:
             self._put(self.topic("frames"), record, 0, False)
@@ -323,7 +329,7 @@ class MqttOut:
             self._put(self.topic("tracks"), ev, 1, False)
         self._put(self.topic("counts"), counts, 1, True)
 
-    def _put(self, topic: str, payload: Any, qos: int, retain: bool) -> None:
+    def _put(self, topic: str, payload: Union[dict, list, str], qos: int, retain: bool) -> None:
         with self._lock:
             if self._closing:
                 return
@@ -361,7 +367,7 @@ class MqttOut:
 
     # -- paho callbacks (paho's thread; the argument lists differ between paho 1 and 2) -----------
 
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, *props: Any) -> None:
+    def _on_connect(self, client: MqttClient, userdata: Any, flags: Any, rc: Any, *props: Any) -> None:
         code = int(getattr(rc, "value", rc))
         if code != 0:
             self._settled.set()
@@ -383,13 +389,13 @@ class MqttOut:
             self.on_notice(f"mqtt: reconnected to {self.target}")
         self._outage_noted = False
 
-    def _announce(self, client: Any) -> None:
+    def _announce(self, client: MqttClient) -> None:
         """The retained messages that describe this publisher (discovery configs, or their
         removal: an empty payload), again at each connection."""
         for topic, payload in self.announce:
             client.publish(topic, payload, qos=1, retain=True)
 
-    def _on_disconnect(self, client: Any, userdata: Any, *args: Any) -> None:
+    def _on_disconnect(self, client: MqttClient, userdata: Any, *args: Any) -> None:
         rc = args[1] if len(args) >= 2 else args[0]  # paho 2: (flags, rc, props); paho 1: (rc,)
         with self._lock:
             was, self.connected = self.connected, False
@@ -400,7 +406,7 @@ class MqttOut:
                            f"(every {RECONNECT_MIN}-{RECONNECT_MAX} s) and dropping the oldest "
                            f"results beyond {self.queue_size}")
 
-    def _on_connect_fail(self, client: Any, userdata: Any) -> None:
+    def _on_connect_fail(self, client: MqttClient, userdata: Any) -> None:
         self.last_error = "cannot reach the broker"
         self._settled.set()
         if not self._outage_noted and not self._closing:

@@ -20,9 +20,12 @@ import threading
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TextIO
 
 from edgeapp.errors import UsageError
+
+if TYPE_CHECKING:
+    from edgeapp.tasks.base import TaskKind
 
 
 class Format(str, Enum):
@@ -48,7 +51,7 @@ TRACK_ID = "track_id"  # each tracked item's id (flows/camera/tracking.py), a ro
 class Layout:
     """How one task's records read as CSV rows and table lines (batches, or camera frames)."""
 
-    def __init__(self, kind: Any, frames: bool = False, tracked: bool = False) -> None:
+    def __init__(self, kind: TaskKind, frames: bool = False, tracked: bool = False) -> None:
         """`tracked`: camera --track, whose objects carry a `track_id` column (after `rank`)."""
         self.kind, self.frames = kind, frames
         before, after = FRAME_FIELDS if frames else BATCH_FIELDS
@@ -240,7 +243,7 @@ def _bytes(text: str | bytes) -> bytes:
     return text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
 
 
-def _is_terminal(stream: Any) -> bool:
+def _is_terminal(stream: object) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
@@ -318,7 +321,7 @@ def _ctrl_c_held() -> Iterator[None]:
 CSV_FLOAT_FORMATS = {"timestamp": ".3f", "source_ms": ".3f", "latency_ms": ".3f", "frame_ms": ".3f"}
 
 
-def _cell(value: Any, column: str = "") -> Any:
+def _cell(value: object, column: str = "") -> Any:
     if isinstance(value, float):
         return format(value, CSV_FLOAT_FORMATS.get(column, ".6g"))
     return "" if value is None else value

@@ -13,9 +13,13 @@ import importlib
 import importlib.util
 import pkgutil
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 from edgeapp.errors import InvalidModel, UsageError
+
+if TYPE_CHECKING:
+    from edgeapp.core.meta import ModelMeta
+    from edgeapp.hw.runtime import Engine
 
 _HERE = Path(__file__).resolve().parent
 _NOT_TASKS = ("base", "model")  # what a task is, and an opened image model
@@ -75,14 +79,15 @@ def summary(name: str) -> str:
     return (doc or name).strip().splitlines()[0]
 
 
-def guess_task(engine: Any) -> Optional[str]:
+def guess_task(engine: Engine) -> Optional[str]:
     """The task an opened model's outputs are for, or None when none claims it."""
     from edgeapp.tasks.model import input_size, op_names, output_shapes
 
     return guess_from(output_shapes(engine), op_names(engine), input_size(engine))
 
 
-def guess_from(shapes: Any, ops: Any = (), input_size: Any = None) -> Optional[str]:
+def guess_from(shapes: Sequence[Sequence[int]], ops: Sequence[str] = (),
+               input_size: Optional[Tuple[int, int]] = None) -> Optional[str]:
     """The task these output shapes (and operator names, and the input (width, height)) are
     for; the most specific kinds are asked first (`TaskKind.guess_rank`, then the name)."""
     for n in sorted(names(), key=lambda n: (kind(n).guess_rank, n)):
@@ -91,7 +96,7 @@ def guess_from(shapes: Any, ops: Any = (), input_size: Any = None) -> Optional[s
     return None
 
 
-def noun_for(shapes: Any, ops: Any = ()) -> Optional[str]:
+def noun_for(shapes: Sequence[Sequence[int]], ops: Sequence[str] = ()) -> Optional[str]:
     """What a model with these outputs (and operators) is for, in words ("a detection model")."""
     found = guess_from(shapes, ops)
     return kind(found).noun if found is not None else None
@@ -104,14 +109,14 @@ def for_ultralytics(ultralytics_task: Optional[str]) -> Optional[str]:
     return next((n for n in names() if kind(n).ultralytics_task == ultralytics_task), None)
 
 
-def task_for(engine: Any, meta: Any = None) -> str:
+def task_for(engine: Engine, meta: Optional[ModelMeta] = None) -> str:
     """The task to run a model as when the user did not say: its metadata's (an edgeapp sidecar's
     task, or the task whose `ultralytics_task` an Ultralytics export names), else its outputs'."""
     from edgeapp.tasks.model import describe_outputs
 
     if meta is not None and meta.task in names():
         return str(meta.task)
-    ultralytics = for_ultralytics(getattr(meta, "ultralytics_task", None))
+    ultralytics = for_ultralytics(meta.ultralytics_task if meta is not None else None)
     if ultralytics is not None:
         return ultralytics
     found = guess_task(engine)

@@ -17,16 +17,35 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from typing_extensions import Protocol
 
 from edgeapp.core.vision.boxes import Fit
 from edgeapp.core.vision.preprocess import decode_image, fit_pixels, load_image, quantize_input
-from edgeapp.core.vision.tiles import run_each
 from edgeapp.errors import UsageError, WrongTask
+from edgeapp.hw.runtime import run_payload
 from edgeapp.tasks import guess_task, kind
-from edgeapp.tasks.model import ImageModel, InputSpec, describe_outputs, input_size, op_names, output_shapes
+from edgeapp.tasks.model import (
+    ImageModel,
+    InputSpec,
+    decode_of,
+    describe_outputs,
+    input_size,
+    op_names,
+    output_shapes,
+)
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from edgeapp.core.eval.data import EvalData
+    from edgeapp.core.naming import PathLike
+    from edgeapp.core.tflite.model import TfliteModel
+    from edgeapp.core.vision.preprocess import Decoded, ImageSource
+    from edgeapp.hw.runtime import Engine
 
 # The paths a task option can reach: its own command (and --cluster), the camera, the Python API.
 PATHS = ("command", "camera", "api")
@@ -110,6 +129,8 @@ class Result:
 
     fields: dict
     extras: dict = field(default_factory=dict)
+    # camera --track: the lines, zones, counts and trails to draw (flows/camera/tracking.TrackStage.snapshot)
+    counting: Optional[tuple] = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +149,7 @@ class Entity:
     numeric: bool = False  # a measurement Home Assistant keeps statistics of
 
 
-def jinja_literal(value: Any) -> str:
+def jinja_literal(value: object) -> str:
     """A label as a Jinja string literal (quotes and backslashes escaped)."""
     return json.dumps(str(value))
 
@@ -187,26 +208,26 @@ class TaskKind:
         height), when known) is for this task (guessing)."""
         return False
 
-    def claims_engine(self, engine: Any) -> bool:
+    def claims_engine(self, engine: Engine) -> bool:
         """`claims` asked of an opened model."""
         return self.claims(output_shapes(engine), op_names(engine), input_size(engine))
 
-    def plan(self, engine: Any, options: dict) -> Any:
+    def plan(self, engine: Engine, options: dict) -> Any:
         """Check that `engine`'s model is for this task (InvalidModel naming the task it is for,
         if not) and work out what `interpret` needs of it (layout, quantization)."""
         return None
 
-    def plan_for(self, model: ImageModel, engine: Any, options: dict) -> Any:
+    def plan_for(self, model: ImageModel, engine: Engine, options: dict) -> Any:
         """`plan` for an opened model whose metadata may say more than its graph can (the
         output layout a `convert` sidecar names); by default the graph alone."""
         return self.plan(engine, options)
 
-    def unopenable(self, path: str, parsed: Any) -> Optional[str]:
+    def unopenable(self, path: str, parsed: TfliteModel) -> Optional[str]:
         """Why a model the runtime could not open is this task's and cannot run here (a
         parsed core.tflite model), or None: the runtime's own reason stands."""
         return None
 
-    def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:
+    def warnings(self, model: ImageModel, labels_file: Optional[PathLike] = None) -> List[str]:
         """What to tell the user before running (labels that do not fit the model)."""
         return []
 
@@ -216,7 +237,7 @@ class TaskKind:
         outputs, or None."""
         return None
 
-    def refuse(self, engine: Any) -> WrongTask:
+    def refuse(self, engine: Engine) -> WrongTask:
         """The refusal of another task's model, naming the task that fits it (each face words
         how to run it: `edgeapp pose`, `model.pose()`)."""
         found = guess_task(engine)
@@ -226,7 +247,7 @@ class TaskKind:
 
     # -- one image --------------------------------------------------------------------------------
 
-    def prepare(self, source: Any, spec: InputSpec, options: dict, plan: Any = None,
+    def prepare(self, source: ImageSource, spec: InputSpec, options: dict, plan: Any = None,
                 keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
         """Load an image (path, bytes, Pillow image, array) and fit it into the input tensor."""
         return prepare_image(source, spec, options.get("resize", "stretch"), self.resample,
@@ -296,7 +317,7 @@ class TaskKind:
                              f"{', '.join(sorted(declared)) or 'none'})")
         return {**self.defaults, **{k: declared[k].check(v) for k, v in given.items()}}
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> "Scorer":
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> "Scorer":
         """What measures this task's results on labelled `data` (flows/eval_data.EvalData of
         the kind `evaluates` names), with the model's `labels`."""
         raise UsageError(f"{self.name} has no metric: eval cannot measure it")
@@ -310,10 +331,18 @@ class TaskKind:
         """What `model.<task>(image)` returns: the record's items (a task may add its extras)."""
         return result.fields[self.field]
 
-    def to_folder(self, option: TaskOption, folder: Any, path: str, result: "Result") -> dict:
+    def to_folder(self, option: TaskOption, folder: ImageFolderLike, path: str, result: "Result") -> dict:
         """Write `result`'s file for input `path` into `folder` (sinks/image_folder.ImageFolder)
         for the output-folder `option`; the fields this adds to the record."""
         raise NotImplementedError(f"{self.name} declares --{option.name} but writes no file")
+
+
+class ImageFolderLike(Protocol):
+    """Where a task writes its own files (sinks/image_folder.ImageFolder, which tasks/ may not
+    import: sinks/ sits above)."""
+
+    def write(self, path: str, array: np.ndarray, ext: Optional[str] = None) -> Path:
+        """Write a BGR (or single-channel) array for input `path`; the file written."""
 
 
 class Scorer:
@@ -323,6 +352,9 @@ class Scorer:
 
     notes: List[str]  # what to tell the user (classes the model does not know)
     plot: dict  # set by `metrics`: {"kind": ..., ...} for sinks/eval_plot.py
+    # predictions are a COCO results list and the metric is COCO's evaluation (the eval
+    # extra's faster-coco-eval or pycocotools); such results can be read back (`load`)
+    coco_results: ClassVar[Optional[str]] = None  # its result field: "bbox", "keypoints"
 
     def add(self, index: int, result: Result) -> None:
         raise NotImplementedError
@@ -333,19 +365,45 @@ class Scorer:
     def predictions(self) -> List[dict]:
         raise NotImplementedError
 
+    def load(self, rows: Any, source: str) -> None:
+        """Predictions saved by `eval --save-predictions` (a COCO results list in the data's
+        own image ids, elsewhere perhaps), read back as if this run had made them."""
+        if self.coco_results is None:
+            raise UsageError(f"{source}: only detection and pose predictions (COCO results "
+                             "lists) are measured from a file")
+        if not isinstance(rows, list):
+            raise UsageError(f"{source}: not a COCO results list (a JSON list of results)")
+        index = {image_id: n for n, image_id in enumerate(self.data.ids)}  # type: ignore[attr-defined]
+        results = []
+        for n, row in enumerate(rows):
+            where = f"{source}: result {n}"
+            if not isinstance(row, dict) or not all(k in row for k in (
+                    "image_id", "category_id", "score", self.coco_results)):
+                raise UsageError(f"{where}: needs image_id, category_id, score and "
+                                 f"{self.coco_results}")
+            if row["image_id"] not in index:
+                raise UsageError(f"{where}: image_id {row['image_id']!r} is not an image of the "
+                                 "data (the predictions of other data?)")
+            values = row[self.coco_results]
+            if not isinstance(values, list) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                raise UsageError(f"{where}: {self.coco_results} is not a list of numbers")
+            results.append(dict(row, image_id=index[row["image_id"]]))
+        self.results = results  # type: ignore[attr-defined]
 
-def prepare_image(source: Any, spec: InputSpec, mode: str, resample: str = "lanczos",
+
+def prepare_image(source: ImageSource, spec: InputSpec, mode: str, resample: str = "lanczos",
                   keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
     """Load one image (a JPEG at the scale the fit needs, unless --decode full), fit it
     (core/vision/preprocess.fit_pixels) and quantize it; results map onto the whole photo."""
-    decoded = decode_image(source, spec.channels, spec.scaled_for, mode)
+    decoded = decode_image(source, spec.channels, spec.decode_size, mode)
     pixels, fit = fit_pixels(decoded.image, spec.size, mode, resample)
     tensor = quantize_input(pixels, spec.dtype, spec.scale, spec.zero_point, spec.mean, spec.std)
     image = kept_image(decoded, source, spec) if keep_image else None
     return tensor[None], Prepared(decoded.fit_of_photo(fit), image, source)
 
 
-def kept_image(decoded: Any, source: Any, spec: InputSpec) -> Any:
+def kept_image(decoded: Decoded, source: ImageSource, spec: InputSpec) -> Optional[PILImage]:
     """The photo at its own size, for what draws on it (--annotate): decoded again whole when
     the model's input was decoded at a reduced scale."""
     return decoded.image if decoded.scale == 1 else load_image(source, spec.channels)
@@ -362,9 +420,9 @@ class BoundTask:
     thread in the camera, a CPU twin) with its own plan."""
 
     def __init__(self, kind: TaskKind, model: ImageModel, options: Optional[dict] = None,
-                 engine: Any = None) -> None:
+                 engine: Optional[Engine] = None) -> None:
         self.kind, self.model = kind, model
-        self.spec = model.spec if model.spec.decode else replace(model.spec, decode=kind.decode)
+        self.spec = replace(model.spec, decode=decode_of(model.spec.decode, task_default=kind.decode))
         self.options = kind.settle(options)
         self.engine = engine if engine is not None else model.engine
         self.plan = kind.plan_for(model, self.engine, self.options)
@@ -374,12 +432,12 @@ class BoundTask:
     def name(self) -> str:
         return self.kind.name
 
-    def warnings(self, labels_file: Any = None) -> List[str]:
+    def warnings(self, labels_file: Optional[PathLike] = None) -> List[str]:
         """What to tell the user before running this model (labels that do not fit it);
         `labels_file` names where the labels came from, for the message."""
         return self.kind.warnings(self.model, labels_file)
 
-    def on(self, engine: Any) -> "BoundTask":
+    def on(self, engine: Engine) -> "BoundTask":
         if engine is self.engine:
             return self
         bound = self._others.get(id(engine))
@@ -388,7 +446,7 @@ class BoundTask:
                                             BoundTask(self.kind, self.model, self.options, engine))
         return bound
 
-    def prepare(self, source: Any, keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
+    def prepare(self, source: ImageSource, keep_image: bool = False) -> tuple[np.ndarray, Prepared]:
         return self.kind.prepare(source, self.spec, self.options, self.plan, keep_image)
 
     def prepare_frame(self, frame: np.ndarray) -> tuple[np.ndarray, Prepared]:
@@ -400,16 +458,16 @@ class BoundTask:
     def empty(self) -> dict:
         return self.kind.empty()
 
-    def run(self, image: Any) -> Result:
+    def run(self, image: ImageSource) -> Result:
         """One image on this task's engine, in the caller's thread."""
         tensor, prepared = self.prepare(image)
-        return self.interpret(run_each(self.engine.run, tensor), prepared)
+        return self.interpret(run_payload(self.engine, tensor), prepared)
 
     def run_frame(self, frame: np.ndarray) -> tuple[Result, float]:
         """One camera frame: (result, inference milliseconds)."""
         tensor, prepared = self.prepare_frame(frame)
         t0 = time.perf_counter()
-        outputs = run_each(self.engine.run, tensor)
+        outputs = run_payload(self.engine, tensor)
         latency = (time.perf_counter() - t0) * 1000.0
         return self.interpret(outputs, prepared), latency
 
@@ -421,10 +479,9 @@ def annotate_frame(kind: Optional[TaskKind], img: np.ndarray, result: Result,
 
     if kind is not None:
         kind.draw(img, result.fields, result.extras)
-    counting = result.extras.get("counting")  # camera --track: flows/camera/tracking.py's snapshot
-    if counting is not None:
+    if result.counting is not None:
         from edgeapp.core.vision.overlay import draw_counting
 
-        draw_counting(img, *counting)
+        draw_counting(img, *result.counting)
     return draw_status(img, latency_ms, fps, device)
 

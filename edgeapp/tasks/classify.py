@@ -7,7 +7,7 @@ MODEL: a classification .tflite model (uint8, int8 or float input). Results stre
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 
@@ -22,6 +22,11 @@ from edgeapp.core.vision.classify import (
 from edgeapp.errors import UsageError
 from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskOption, event_name
 from edgeapp.tasks.model import ImageModel, output_quantization, output_shapes
+
+if TYPE_CHECKING:
+    from edgeapp.core.eval.data import EvalData
+    from edgeapp.core.naming import PathLike
+    from edgeapp.hw.runtime import Engine
 
 
 class Classify(TaskKind):
@@ -48,12 +53,12 @@ class Classify(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_score_vector(shapes[0])
 
-    def plan(self, engine: Any, options: dict) -> tuple:
+    def plan(self, engine: Engine, options: dict) -> tuple:
         if not self.claims_engine(engine):
             raise self.refuse(engine)
         return output_quantization(engine)
 
-    def warnings(self, model: ImageModel, labels_file: Any = None) -> List[str]:
+    def warnings(self, model: ImageModel, labels_file: Optional[PathLike] = None) -> List[str]:
         """An embedding extractor (its values are features, not class scores); labels that do
         not fit the class vector."""
         source = f"--labels {labels_file}" if labels_file else "the model's labels"
@@ -71,7 +76,7 @@ class Classify(TaskKind):
         classes = get_classes_from_scores(scores, options["top_k"], options["threshold"])
         return Result({"classes": class_fields(classes, labels)})
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return ClassScorer(data, labels)
 
     def draw(self, img, fields: dict, extras: dict) -> None:
@@ -98,7 +103,7 @@ class ClassScorer(Scorer):
     """top1, top5 and per-class accuracy; the data's classes matched to the model's labels by
     name (without labels: the data's sorted class order)."""
 
-    def __init__(self, data: Any, labels: Optional[dict]) -> None:
+    def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
         from edgeapp.core.eval.metrics import match_names
 
         self.data, self.labels = data, labels

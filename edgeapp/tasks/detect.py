@@ -11,11 +11,11 @@ code 3 at the end).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from edgeapp.core.eval.coco import box_summary, cocotools, evaluate, pr_curves
+from edgeapp.core.eval.coco import box_summary, coco_evaluate, pr_curves
 from edgeapp.core.eval.metrics import match_names
 from edgeapp.core.vision.boxes import translate
 from edgeapp.core.vision.detect import Object, engine_layout, get_objects, object_fields
@@ -33,7 +33,7 @@ from edgeapp.core.vision.yolo import (
     get_yolo_objects,
     is_yolo_output,
     letterbox_tensor,
-    output_quantization,
+    output_quantizations,
 )
 from edgeapp.errors import InvalidModel, UsageError
 from edgeapp.tasks.base import (
@@ -51,15 +51,23 @@ from edgeapp.tasks.base import (
 )
 from edgeapp.tasks.model import InputSpec
 
+if TYPE_CHECKING:
+    from edgeapp.core.eval.data import EvalData
+    from edgeapp.core.vision.detect import SsdLayout
+    from edgeapp.core.vision.preprocess import ImageSource
+    from edgeapp.core.vision.yolo import YoloLayout
+    from edgeapp.hw.runtime import Engine
+    from edgeapp.tasks.model import ImageModel
+
 DECODERS = ("auto", "ssd") + LAYOUTS
 SSD_THRESHOLD = 0.4
 EVAL_THRESHOLD, EVAL_MAX_DET = 0.001, 300  # what mAP is measured at (Ultralytics' val too)
 
 
 @dataclass(frozen=True)
-class Plan:
+class DetectPlan:
     decoder: str  # "ssd" or a YOLO layout name
-    layout: Any  # core.detect.Layout or core.yolo.YoloLayout
+    layout: Union[SsdLayout, YoloLayout]
     quantization: list  # (scale, zero point) per output
     threshold: float  # the option, else this decoder's default
     floor: float  # boxes kept down to this score: the threshold, lower when tracking
@@ -131,13 +139,13 @@ class Detect(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 4 or (input_size is not None and is_yolo_output(shapes, input_size))
 
-    def plan_for(self, model: Any, engine: Any, options: dict) -> Plan:
+    def plan_for(self, model: ImageModel, engine: Engine, options: dict) -> DetectPlan:
         """The YOLO output layout a `convert` sidecar names, when it has one."""
         return self.plan(engine, options, (model.meta.extra or {}).get("yolo"))
 
-    def plan(self, engine: Any, options: dict, sidecar: Optional[dict] = None) -> Plan:
+    def plan(self, engine: Engine, options: dict, sidecar: Optional[dict] = None) -> DetectPlan:
         decoder = options["decoder"]
-        quant = output_quantization(engine)
+        quant = output_quantizations(engine)
         if decoder == "ssd" or (decoder == "auto" and len(engine.outputs) == 4):
             return _plan("ssd", self._ssd_layout(engine), quant,
                          given_or(options["threshold"], SSD_THRESHOLD), options)
@@ -149,7 +157,7 @@ class Detect(TaskKind):
             raise
         return _plan(layout.kind, layout, quant, given_or(options["threshold"], CONF), options)
 
-    def _ssd_layout(self, engine: Any) -> Any:
+    def _ssd_layout(self, engine: Engine) -> Any:
         """The post-process op's four outputs; another model named for what it is (a YOLO
         export read with --decoder ssd, a classifier...)."""
         try:
@@ -173,7 +181,7 @@ class Detect(TaskKind):
                 raise UsageError(str(e)) from None
         return options
 
-    def prepare(self, source: Any, spec: InputSpec, options: dict, plan: Any = None,
+    def prepare(self, source: ImageSource, spec: InputSpec, options: dict, plan: Any = None,
                 keep_image: bool = False) -> tuple:
         if options.get("tiles"):  # the whole photo, cut into windows
             decoded = decode_image(source, spec.channels, None, "letterbox")
@@ -184,7 +192,7 @@ class Detect(TaskKind):
             return tensors, Prepared(prepared.fit, image, source, prepared.tiles)
         if plan is None or plan.decoder == "ssd":
             return super().prepare(source, spec, options, plan, keep_image)
-        decoded = decode_image(source, spec.channels, spec.scaled_for, "letterbox")
+        decoded = decode_image(source, spec.channels, spec.decode_size, "letterbox")
         tensor, fit = _yolo_input(np.asarray(decoded.image, dtype=np.uint8), spec)
         return tensor, Prepared(decoded.fit_of_photo(fit),
                                 kept_image(decoded, source, spec) if keep_image else None, source)
@@ -217,7 +225,7 @@ class Detect(TaskKind):
         tensor, fit = _yolo_input(pixels, spec)
         return tensor, Prepared(fit)
 
-    def interpret(self, outputs, prepared: Prepared, plan: Plan, options: dict,
+    def interpret(self, outputs, prepared: Prepared, plan: DetectPlan, options: dict,
                   labels: Optional[dict]) -> Result:
         if prepared.tiles:  # one set of outputs per window: boxes into the image, then merged
             found = [Object(o.id, o.score, translate(o.bbox, window[0], window[1]))
@@ -233,14 +241,14 @@ class Detect(TaskKind):
                       {"boxes": [o.bbox.as_list() for o in objects]})  # unrounded, for eval
 
     @staticmethod
-    def _objects(outputs, fit, plan: Plan, options: dict, top_k: Optional[int]) -> list:
+    def _objects(outputs, fit, plan: DetectPlan, options: dict, top_k: Optional[int]) -> list:
         if plan.decoder == "ssd":
             return get_objects(outputs, plan.layout, fit, plan.quantization, plan.floor, top_k)
         objects = get_yolo_objects(outputs, plan.quantization, plan.layout, fit, plan.floor,
                                    options["iou"], options["max_det"])
         return objects[:top_k] if top_k is not None else objects
 
-    def track_threshold(self, plan: Plan) -> float:
+    def track_threshold(self, plan: DetectPlan) -> float:
         return plan.threshold
 
     def rows(self, fields: dict) -> List[dict]:
@@ -264,7 +272,7 @@ class Detect(TaskKind):
     def draw(self, img, fields: dict, extras: dict) -> None:
         draw_objects(img, fields["objects"])
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return BoxScorer(data, labels)
 
     def presence(self, fields: dict) -> Dict[Any, tuple]:
@@ -293,9 +301,10 @@ class BoxScorer(Scorer):
     matched to the data's categories by name (Coral's SSD models number COCO's 90 with gaps,
     YOLO exports 80 contiguous ones), by index when the data has no names."""
 
-    def __init__(self, data: Any, labels: Optional[dict]) -> None:
-        cocotools()  # the extra is installed (exit 7 before the run, not after it)
-        self.data = data
+    coco_results = "bbox"
+
+    def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
+        self.data, self.labels = data, labels
         self.to_data, unknown = match_names(labels if data.named else None, data.names)
         if labels and data.named and not self.to_data:
             raise InvalidModel(f"none of the data's classes ({', '.join(list(data.names.values())[:5])}"
@@ -314,10 +323,20 @@ class BoxScorer(Scorer):
                                               round(y1 - y0, 3)]})
 
     def metrics(self, done: List[int]) -> dict:
-        ev = evaluate(self.data.coco, self.results, "bbox", done)
-        names = {c["id"]: c["name"] for c in self.data.coco["categories"]}
+        gt = self._named_truth()
+        ev = coco_evaluate(gt, self.results, "bbox", done)
+        names = {c["id"]: c["name"] for c in gt["categories"]}
         self.plot = {"kind": "pr", "curves": pr_curves(ev, names)}
-        return box_summary(ev, self.data.coco)
+        return box_summary(ev, gt)
+
+    def _named_truth(self) -> dict:
+        """The data's ground truth, its classes named by the model's labels (its sidecar's or
+        metadata's names) when the data has only numbers (YOLO labels without names)."""
+        if self.data.named or not self.labels:
+            return self.data.coco
+        by_cat = {cat: self.labels[i] for i, cat in self.to_data.items() if i in self.labels}
+        return dict(self.data.coco, categories=[dict(c, name=str(by_cat.get(c["id"], c["name"])))
+                                                for c in self.data.coco["categories"]])
 
     def predictions(self) -> List[dict]:
         """A COCO results list in the data's own image ids."""
@@ -331,11 +350,12 @@ def _yolo_input(pixels: np.ndarray, spec: InputSpec) -> tuple:
     return letterbox_tensor(pixels, spec.size, spec.dtype, spec.scale, spec.zero_point, mean, std)
 
 
-def _plan(decoder: str, layout: Any, quant: list, threshold: float, options: dict) -> Plan:
+def _plan(decoder: str, layout: Union[SsdLayout, YoloLayout], quant: list, threshold: float,
+          options: dict) -> DetectPlan:
     """With --track (`track_low` given) boxes down to it are kept for the tracker, which shows
     only those above the threshold (or on a track)."""
     low = options.get("track_low")
-    return Plan(decoder, layout, quant, threshold, threshold if low is None else min(threshold, low))
+    return DetectPlan(decoder, layout, quant, threshold, threshold if low is None else min(threshold, low))
 
 
 def given_or(value: Optional[float], default: float) -> float:

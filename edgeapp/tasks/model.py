@@ -7,7 +7,8 @@ metadata; `InputSpec` is how an image becomes this model's input tensor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from enum import Enum
+from typing import TYPE_CHECKING, Optional, Union
 
 import numpy as np
 
@@ -15,6 +16,9 @@ from edgeapp.core.labels import read_labels
 from edgeapp.core.meta import ModelMeta, read_meta
 from edgeapp.core.vision.preprocess import CORAL_MEAN, CORAL_STD, DECODES
 from edgeapp.errors import InvalidModel, UsageError
+
+if TYPE_CHECKING:
+    from edgeapp.hw.runtime import Engine
 
 
 @dataclass(frozen=True)
@@ -29,8 +33,8 @@ class InputSpec:
     zero_point: int
     mean: float
     std: float
-    decode: Optional[str] = None  # JPEGs "scaled" to what the input needs, or "full"
-    # (core/vision/preprocess.py); None: neither the flag nor the sidecar says, the task decides
+    decode: Optional[str] = None  # --decode: JPEGs "scaled" to what the input needs, or "full"
+    # (core/vision/preprocess.py); None: neither the flag nor the sidecar says, the task decides (`decode_of`)
     normalization_given: bool = True  # mean/std from the flags or the model's metadata
 
     @property
@@ -38,16 +42,16 @@ class InputSpec:
         return self.width, self.height
 
     @property
-    def scaled_for(self) -> Optional[tuple[int, int]]:
-        """What core/vision/preprocess.decode_image decodes JPEGs for: the input size, or None (whole)."""
+    def decode_size(self) -> Optional[tuple[int, int]]:
+        """What core/vision/preprocess.decode_image decodes JPEGs for: with --decode scaled the input
+        size, with --decode full None (whole)."""
         return self.size if self.decode == "scaled" else None
 
 
-def input_spec(engine: Any, meta: ModelMeta, mean: Optional[float] = None,
+def input_spec(engine: Engine, meta: ModelMeta, mean: Optional[float] = None,
                std: Optional[float] = None, decode: Optional[str] = None) -> InputSpec:
     """Input layout from the model; normalization from flags, else metadata, else Coral's 128/128;
-    the JPEG decode from the flag, else what the model was calibrated with (its sidecar), else
-    None: the task's own default (TaskKind.decode)."""
+    the JPEG decode as `decode_of` says (before a task is bound: the flag, else the sidecar)."""
     if len(engine.inputs) != 1:
         raise InvalidModel(f"{engine.model_path} has {len(engine.inputs)} inputs; an image model "
                            "has one")
@@ -62,11 +66,19 @@ def input_spec(engine: Any, meta: ModelMeta, mean: Optional[float] = None,
     return InputSpec(width=shape[2], height=shape[1], channels=shape[3], dtype=engine.input_dtype,
                      scale=scale, zero_point=zero,
                      mean=_first(mean, meta.mean, CORAL_MEAN), std=_first(std, meta.std, CORAL_STD),
-                     decode=check_decode(decode if decode is not None else meta.decode),
+                     decode=decode_of(decode, meta.decode),
                      normalization_given=(mean, std, meta.mean, meta.std) != (None,) * 4)
 
 
-def check_decode(value: Any) -> Optional[str]:
+def decode_of(flag: Optional[str], calibrated: Optional[str] = None,
+              task_default: Optional[str] = None) -> Optional[str]:
+    """--decode's value, the one place its default is decided: the flag, else what the model
+    was calibrated with (its sidecar's "decode"), else the task's own (TaskKind.decode; None
+    while no task is bound to the model)."""
+    return check_decode(flag) or check_decode(calibrated) or task_default
+
+
+def check_decode(value: Union[str, Enum, None]) -> Optional[str]:
     """--decode's value (an enum member or its text), checked: the API takes the same words."""
     value = getattr(value, "value", value)
     if value is not None and value not in DECODES:
@@ -78,13 +90,13 @@ def check_decode(value: Any) -> Optional[str]:
 class ImageModel:
     """An opened image model and what it needs besides its graph: labels and input layout."""
 
-    engine: Any  # hw.runtime.Engine, or a pipeline's view of its segments
+    engine: Engine  # a .tflite, a float source, or a pipeline's view of its segments
     meta: ModelMeta
     labels: Optional[dict[int, str]]
     spec: InputSpec
 
 
-def image_model(engine: Any, model_path, labels_file=None, mean: Optional[float] = None,
+def image_model(engine: Engine, model_path, labels_file=None, mean: Optional[float] = None,
                 std: Optional[float] = None, decode: Optional[str] = None,
                 labels: Optional[dict] = None) -> ImageModel:
     """Labels from `labels` or the file given, else the model's metadata; normalization likewise.
@@ -97,27 +109,27 @@ def image_model(engine: Any, model_path, labels_file=None, mean: Optional[float]
     return ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std, decode))
 
 
-def output_shapes(engine: Any) -> list[tuple[int, ...]]:
+def output_shapes(engine: Engine) -> list[tuple[int, ...]]:
     return [tuple(int(d) for d in o["shape"]) for o in engine.outputs]
 
 
-def output_quantization(engine: Any, index: int = 0) -> tuple[float, int]:
+def output_quantization(engine: Engine, index: int = 0) -> tuple[float, int]:
     """(scale, zero point) of one output; (0.0, 0) for a float output."""
     scale, zero = engine.outputs[index].get("quantization", (0.0, 0))
     return float(scale), int(zero)
 
 
-def input_size(engine: Any) -> Optional[tuple[int, int]]:
+def input_size(engine: Engine) -> Optional[tuple[int, int]]:
     """(width, height) of an image model's input, or None when it is not [1, H, W, C]."""
     shape = tuple(int(d) for d in engine.input_shape)
     return (shape[2], shape[1]) if len(shape) == 4 else None
 
 
-def op_names(engine: Any) -> list[str]:
+def op_names(engine: Engine) -> list[str]:
     return [op.op for op in engine.model.operators]
 
 
-def describe_outputs(engine: Any) -> str:
+def describe_outputs(engine: Engine) -> str:
     return ", ".join(str(list(s)) for s in output_shapes(engine))
 
 

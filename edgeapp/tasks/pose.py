@@ -9,9 +9,9 @@ gives an error record and the batch goes on (exit code 3 at the end).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from edgeapp.core.eval.coco import cocotools, keypoint_metrics
+from edgeapp.core.eval.coco import keypoint_metrics
 from edgeapp.core.vision.overlay import draw_poses
 from edgeapp.core.vision.pose import (
     KEYPOINTS,
@@ -34,10 +34,15 @@ from edgeapp.tasks.base import (
 )
 from edgeapp.tasks.model import op_names, output_quantization
 
+if TYPE_CHECKING:
+    from edgeapp.core.eval.data import EvalData
+    from edgeapp.core.tflite.model import TfliteModel
+    from edgeapp.hw.runtime import Engine
+
 PERSON = "person"  # what pose events call a pose
 
 
-class Pose(TaskKind):
+class PoseKind(TaskKind):
     """17 COCO keypoints per person in the original image's pixels: {"poses": [{"score",
     "keypoints": [{"name", "x", "y", "score"}]}]}."""
 
@@ -63,11 +68,11 @@ class Pose(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return POSENET_OP in ops or (len(shapes) == 1 and is_pose_output(shapes[0]))
 
-    def unopenable(self, path: str, parsed: Any) -> Optional[str]:
+    def unopenable(self, path: str, parsed: TfliteModel) -> Optional[str]:
         """PoseNet needs Coral's PosenetDecoderOp, which the runtimes here lack."""
         return posenet_refusal(path) if POSENET_OP in {op.op for op in parsed.operators} else None
 
-    def plan(self, engine: Any, options: dict) -> tuple:
+    def plan(self, engine: Engine, options: dict) -> tuple:
         if not self.claims_engine(engine):
             raise self.refuse(engine)
         return POSENET_OP in op_names(engine), output_quantization(engine)
@@ -79,7 +84,7 @@ class Pose(TaskKind):
             [movenet_pose(outputs[0], prepared.fit, scale, zero)]
         return Result({"poses": pose_fields(poses, options["threshold"])})
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return KeypointScorer(data)
 
     def rows(self, fields: dict) -> List[dict]:
@@ -109,8 +114,9 @@ class Pose(TaskKind):
 class KeypointScorer(Scorer):
     """OKS AP and AP50 (pycocotools) of every pose, as COCO keypoint results."""
 
-    def __init__(self, data: Any) -> None:
-        cocotools()
+    coco_results = "keypoints"
+
+    def __init__(self, data: EvalData) -> None:
         self.data, self.notes, self.plot = data, [], {}
         cats = data.coco["categories"]
         self.category = next((c["id"] for c in cats if "keypoints" in c), cats[0]["id"])
@@ -130,4 +136,4 @@ class KeypointScorer(Scorer):
         return [dict(r, image_id=self.data.ids[r["image_id"]]) for r in self.results]
 
 
-KIND = Pose()
+KIND = PoseKind()

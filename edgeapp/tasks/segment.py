@@ -10,7 +10,7 @@ and the batch goes on (exit code 3 at the end).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from edgeapp.core.eval.metrics import IGNORE, add_masks, segmentation_metrics
 from edgeapp.core.vision.overlay import draw_classes, draw_mask
@@ -19,7 +19,7 @@ from edgeapp.core.vision.segmentation import (
     class_shares,
     is_segmentation_output,
     mask_image_array,
-    to_original,
+    mask_to_original,
 )
 from edgeapp.errors import UsageError
 from edgeapp.tasks.base import (
@@ -34,6 +34,11 @@ from edgeapp.tasks.base import (
     item_name,
 )
 from edgeapp.tasks.model import output_quantization
+
+if TYPE_CHECKING:
+    from edgeapp.core.eval.data import EvalData
+    from edgeapp.hw.runtime import Engine
+    from edgeapp.tasks.base import ImageFolderLike
 
 EVENT_SHARE = 0.05  # events: a class counts as present from this share of the image
 
@@ -65,14 +70,14 @@ class Segment(TaskKind):
     def claims(self, shapes, ops, input_size=None) -> bool:
         return len(shapes) == 1 and is_segmentation_output(shapes[0], input_size)
 
-    def plan(self, engine: Any, options: dict) -> tuple:
+    def plan(self, engine: Engine, options: dict) -> tuple:
         if not self.claims_engine(engine):
             raise self.refuse(engine)
         return output_quantization(engine)
 
     def interpret(self, outputs, prepared: Prepared, plan: tuple, options: dict,
                   labels: Optional[dict]) -> Result:
-        full = to_original(class_map(outputs[0], *plan), prepared.fit)
+        full = mask_to_original(class_map(outputs[0], *plan), prepared.fit)
         return Result({"classes": class_shares(full, labels), "mask": None}, {"mask": full})
 
     def empty(self) -> dict:
@@ -99,11 +104,11 @@ class Segment(TaskKind):
         """(classes present, class map at the image's size)."""
         return result.fields["classes"], result.extras["mask"]
 
-    def to_folder(self, option: TaskOption, folder: Any, path: str, result: Result) -> dict:
+    def to_folder(self, option: TaskOption, folder: ImageFolderLike, path: str, result: Result) -> dict:
         """--mask: the class map as a PNG of class ids; the record says where."""
         return {"mask": str(folder.write(path, mask_image_array(result.extras["mask"]), ".png"))}
 
-    def scorer(self, data: Any, labels: Optional[dict]) -> Scorer:
+    def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return MaskScorer(data, labels)
 
     def presence(self, fields: dict) -> Dict[Any, tuple]:
@@ -122,7 +127,7 @@ class MaskScorer(Scorer):
     """mIoU, pixel accuracy and per-class IoU over every labelled pixel (255 = ignore); mask
     values are the model's class ids."""
 
-    def __init__(self, data: Any, labels: Optional[dict]) -> None:
+    def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
         import numpy as np
 
         self.data, self.notes, self.plot = data, [], {}

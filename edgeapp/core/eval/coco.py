@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Dict, List, Optional, Sequence
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from edgeapp.errors import MissingDependency
 
 INSTALL = "pip install 'edgeapp[eval]'"
+OLDEST = (3, 9)  # the oldest Python the eval extra installs an evaluator on (pycocotools)
 
 
 def cocotools():
-    """(COCO, COCOeval) of faster-coco-eval, else pycocotools, or MissingDependency naming the
-    install line."""
+    """(COCO, COCOeval) of faster-coco-eval, else pycocotools, or MissingDependency saying
+    what to do here (`missing`)."""
     try:
         from faster_coco_eval import COCO
         from faster_coco_eval import COCOeval_faster as COCOeval
@@ -34,9 +36,30 @@ def cocotools():
             from pycocotools.coco import COCO
             from pycocotools.cocoeval import COCOeval
         except ImportError:
-            raise MissingDependency("detection and pose metrics need faster-coco-eval (or "
-                                    f"pycocotools): {INSTALL}") from None
+            raise MissingDependency(missing()) from None
     return COCO, COCOeval
+
+
+def available() -> bool:
+    """Whether COCO's evaluation can run here."""
+    try:
+        cocotools()
+    except MissingDependency:
+        return False
+    return True
+
+
+def missing(python: Tuple[int, int] = tuple(sys.version_info[:2])) -> str:  # type: ignore[assignment]
+    """Why detection and pose metrics cannot be computed here, and the way that works on this
+    `python`: the eval extra where it brings an evaluator; below 3.9 (the Coral Dev Board's
+    3.7) predictions saved here and measured on any machine that has one."""
+    if tuple(python) >= OLDEST:
+        return f"detection and pose metrics need faster-coco-eval (or pycocotools): {INSTALL}"
+    return ("detection and pose metrics need faster-coco-eval or pycocotools, which the eval "
+            f"extra installs only on Python {OLDEST[0]}.{OLDEST[1]}+ (this is "
+            f"{python[0]}.{python[1]}): add --save-predictions DIR here, then run `edgeapp eval "
+            "--predictions DIR/MODEL.json --data DATA` on a machine with Python "
+            f"{OLDEST[0]}.{OLDEST[1]}+ (docs/eval.md)")
 
 
 def _ground_truth(gt: dict):
@@ -48,7 +71,7 @@ def _ground_truth(gt: dict):
     return coco
 
 
-def evaluate(gt: dict, results: List[dict], iou_type: str = "bbox",
+def coco_evaluate(gt: dict, results: List[dict], iou_type: str = "bbox",
              image_ids: Optional[Sequence] = None) -> Optional[object]:
     """The accumulated COCOeval of `results` against `gt` on `image_ids` (default: all), or
     None when there is no result at all (pycocotools cannot load an empty list)."""
@@ -70,7 +93,7 @@ def evaluate(gt: dict, results: List[dict], iou_type: str = "bbox",
 def box_metrics(gt: dict, results: List[dict], image_ids: Optional[Sequence] = None) -> dict:
     """map (AP at IoU 0.50:0.95), map50 and per_class AP50-95 by category name: pycocotools'
     stats[0], stats[1] and its precision array per category (-1: no ground truth, left out)."""
-    return box_summary(evaluate(gt, results, "bbox", image_ids), gt)
+    return box_summary(coco_evaluate(gt, results, "bbox", image_ids), gt)
 
 
 def box_summary(ev, gt: dict) -> dict:
@@ -84,7 +107,7 @@ def box_summary(ev, gt: dict) -> dict:
 
 def keypoint_metrics(gt: dict, results: List[dict], image_ids: Optional[Sequence] = None) -> dict:
     """oks_ap (AP at OKS 0.50:0.95) and oks_ap50: pycocotools' keypoint stats[0] and stats[1]."""
-    ev = evaluate(gt, results, "keypoints", image_ids)
+    ev = coco_evaluate(gt, results, "keypoints", image_ids)
     if ev is None:
         return {"oks_ap": 0.0, "oks_ap50": 0.0}
     return {"oks_ap": _stat(ev.stats[0]), "oks_ap50": _stat(ev.stats[1])}

@@ -96,7 +96,7 @@ class SgdOptions:
 
 
 @dataclass
-class Fit:
+class HeadFit:
     weights: np.ndarray  # [classes, depth]
     bias: np.ndarray  # [classes]
     epochs: int  # epochs run
@@ -119,7 +119,7 @@ def objective(x: np.ndarray, labels: np.ndarray, weights: np.ndarray, bias: np.n
 def train_softmax(embeddings: np.ndarray, labels: np.ndarray, classes: int,
                   val_embeddings: Optional[np.ndarray] = None,
                   val_labels: Optional[np.ndarray] = None,
-                  options: SgdOptions = SgdOptions(), normalize: bool = True) -> Fit:
+                  options: SgdOptions = SgdOptions(), normalize: bool = True) -> HeadFit:
     """Softmax regression by mini-batch SGD from zero weights (the loss is convex, so no random
     start is needed; the seed only orders the batches). `normalize=False` trains on the rows as
     given (tests compare with reference solvers so)."""
@@ -137,7 +137,7 @@ def train_softmax(embeddings: np.ndarray, labels: np.ndarray, classes: int,
     best = (np.inf, w.copy(), b.copy(), 0)
     rng = np.random.RandomState(options.seed)  # not default_rng: numpy 1.16 (Dev Board) lacks it
     batch = max(1, min(options.batch_size, n))
-    fit = Fit(w, b, 0, 0)
+    fit = HeadFit(w, b, 0, 0)
     for epoch in range(1, options.epochs + 1):
         order = rng.permutation(n)
         xs, ys = x[order], labels[order]  # one copy per epoch; the batches are views of it

@@ -38,7 +38,7 @@ class OutputInfo:
 
 
 @dataclass(frozen=True)
-class Layout:
+class SsdLayout:
     """Positions of the four detection outputs in the model's output list."""
 
     boxes: int
@@ -66,12 +66,12 @@ def _is_vector(shape: Sequence[int]) -> bool:
     return not _is_boxes(shape) and len(shape) in (1, 2) and int(np.prod(shape)) > 1
 
 
-def _layout(order: Sequence[str], positions: Sequence[int], how: str) -> Layout:
-    return Layout(**dict(zip(order, positions)), how=how)
+def _layout(order: Sequence[str], positions: Sequence[int], how: str) -> SsdLayout:
+    return SsdLayout(**dict(zip(order, positions)), how=how)
 
 
 def find_layout(outputs: Sequence[OutputInfo], postprocess_outputs: Optional[Sequence[int]] = None,
-                signature: Sequence[tuple[str, int]] = (), name: str = "model") -> Layout:
+                signature: Sequence[tuple[str, int]] = (), name: str = "model") -> SsdLayout:
     """Recognise which output is boxes, classes, scores and count (see the module doc).
 
     `postprocess_outputs` are the tensor indices the post-process op writes, `signature` the
@@ -110,7 +110,7 @@ def find_layout(outputs: Sequence[OutputInfo], postprocess_outputs: Optional[Seq
                        "count [1]")
 
 
-def engine_layout(engine) -> Layout:
+def engine_layout(engine) -> SsdLayout:
     """The layout of an opened `runtime.Engine` (its outputs, op and signature)."""
     model = engine.model
     infos = [OutputInfo(int(o["index"]), str(o.get("name", "")), tuple(int(d) for d in o["shape"]))
@@ -119,7 +119,7 @@ def engine_layout(engine) -> Layout:
     return find_layout(infos, post, model.signature_outputs, engine.model_path)
 
 
-def get_objects(outputs: Sequence[np.ndarray], layout: Layout, fit: Fit,
+def get_objects(outputs: Sequence[np.ndarray], layout: SsdLayout, fit: Fit,
                 quantization: Optional[Sequence[tuple[float, int]]] = None,
                 threshold: float = 0.0, top_k: Optional[int] = None) -> list[Object]:
     """Objects scoring ≥ threshold, best first (at most top_k), boxes in original pixels."""

@@ -12,14 +12,19 @@ import os
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
 
 from edgeapp.core.vision.boxes import make_fit
 from edgeapp.errors import InputError, UsageError
 
-ImageSource = Union[str, Path, bytes, Any]  # also a Pillow image or an HxW(xC) uint8 array
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from edgeapp.core.vision.boxes import Fit
+
+ImageSource = Union[str, Path, bytes, "np.ndarray", "PILImage"]  # a file, its bytes, an HxW(xC) uint8 array
 CORAL_MEAN = 128.0  # Coral's defaults for models without preprocessing metadata
 CORAL_STD = 128.0
 MAX_PIXELS_ENV = "EDGEAPP_MAX_PIXELS"
@@ -98,7 +103,7 @@ class Decoded:
     size: Tuple[int, int]  # (width, height) of the whole photo, upright
     scale: int = 1
 
-    def fit_of_photo(self, fit: Any) -> Any:
+    def fit_of_photo(self, fit: Fit) -> Fit:
         """A Fit made on the decoded image, mapping results onto the whole photo instead."""
         if self.scale == 1:
             return fit
@@ -115,26 +120,27 @@ def dct_scale(stored: Tuple[int, int], needed: Tuple[int, int]) -> int:
     return 1
 
 
-def needed_size(photo: Tuple[int, int], size: Tuple[int, int], fit: str = "stretch") -> Tuple[int, int]:
-    """The pixels of the photo the model input takes (width, height): all of `size` when
-    stretched, the content part of it when letterboxed."""
+def scaled_decode_size(photo: Tuple[int, int], size: Tuple[int, int], fit: str = "stretch") -> Tuple[int, int]:
+    """What `--decode scaled` must still decode of the photo: the pixels the model input takes
+    (width, height), all of `size` when stretched, the content part of it when letterboxed."""
     f = make_fit(fit, photo, size)
     return f.content_w, f.content_h
 
 
-def load_image(source: ImageSource, channels: int = 3, scaled_for: Optional[Tuple[int, int]] = None,
+def load_image(source: ImageSource, channels: int = 3, decode_size: Optional[Tuple[int, int]] = None,
                fit: str = "stretch"):
     """Open any Pillow-readable image as RGB (or L for 1-channel models); see `decode_image`."""
-    return decode_image(source, channels, scaled_for, fit).image
+    return decode_image(source, channels, decode_size, fit).image
 
 
 def decode_image(source: ImageSource, channels: int = 3,
-                 scaled_for: Optional[Tuple[int, int]] = None, fit: str = "stretch") -> Decoded:
+                 decode_size: Optional[Tuple[int, int]] = None, fit: str = "stretch") -> Decoded:
     """Open any Pillow-readable image as RGB (or L for 1-channel models), upright.
 
-    `scaled_for`: the model input (width, height) the image will be fitted to (`fit`). A JPEG
-    is then decoded at the smallest DCT scale (libjpeg's 1/2, 1/4, 1/8) that still gives at
-    least the pixels the fit takes, which is several times faster on camera-sized photos;
+    `decode_size` (--decode scaled; None: --decode full): the model input (width, height) the
+    image will be fitted to (`fit`). A JPEG is then decoded at the smallest DCT scale (libjpeg's
+    1/2, 1/4, 1/8) that still gives at least the pixels the fit takes (`scaled_decode_size`),
+    which is several times faster on camera-sized photos;
     other formats, and a JPEG with no smaller scale to spare, are decoded whole.
     """
     from PIL import Image, UnidentifiedImageError
@@ -158,8 +164,8 @@ def decode_image(source: ImageSource, channels: int = 3,
         orientation = _orientation(img)
         photo = (h, w) if orientation in _SWAPPED else (w, h)
         k = 1
-        if scaled_for is not None and img.format in JPEG_FORMATS:
-            need = needed_size(photo, scaled_for, fit)
+        if decode_size is not None and img.format in JPEG_FORMATS:
+            need = scaled_decode_size(photo, decode_size, fit)
             k = dct_scale((w, h), need[::-1] if orientation in _SWAPPED else need)
             if k > 1:  # (w // k, h // k) makes Pillow pick exactly 1/k (the next scale would be < it)
                 img.draft(mode, (w // k, h // k))
@@ -194,7 +200,7 @@ def _orientation(img) -> int:
 _TRANSPOSED = (2, 3, 4, 5, 6, 7, 8)  # EXIF orientations other than 1 (upright)
 
 
-def image_size(path: Any) -> Optional[tuple[int, int]]:
+def image_size(path: ImageSource) -> Optional[tuple[int, int]]:
     """(width, height) of an image file as `load_image` turns it upright, read from its header
     only; None when it cannot be read (the run that decodes it says why)."""
     from PIL import Image
@@ -352,7 +358,7 @@ def fit_pixels(img, size: tuple[int, int], mode: str = "stretch", resample: str 
     return pixels, fit
 
 
-def prepare_image(source: ImageSource, size: tuple[int, int], channels: int, dtype: np.dtype,
+def load_input_tensor(source: ImageSource, size: tuple[int, int], channels: int, dtype: np.dtype,
                   scale: float, zero_point: int, mean: float = CORAL_MEAN,
                   std: float = CORAL_STD, decode: str = "full") -> np.ndarray:
     """Load, convert, resize (stretch) and quantize one image into a (1, H, W, C) input tensor."""

@@ -42,7 +42,7 @@ def class_map(output: np.ndarray, scale: float = 0.0, zero_point: int = 0) -> np
     return a.reshape(a.shape[-2:]).astype(np.int32)
 
 
-def to_original(mask: np.ndarray, fit: Fit) -> np.ndarray:
+def mask_to_original(mask: np.ndarray, fit: Fit) -> np.ndarray:
     """The class map resampled (nearest) to the original image: (src_h, src_w).
 
     An original pixel's centre goes to the model input (scaled into the content, shifted by the

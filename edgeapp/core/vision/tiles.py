@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Tuple
 
-import numpy as np
+if TYPE_CHECKING:  # numpy only where boxes are merged: the runtime layer imports Tiles at start-up
+    import numpy as np
 
 Window = Tuple[int, int, int, int]  # x0, y0, x1, y1 in the image's pixels (x1, y1 exclusive)
 DEFAULT_OVERLAP = 0.2
@@ -77,6 +78,8 @@ def merge(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
           cover: float = MERGE_COVER, max_det: int = 300) -> np.ndarray:
     """Indices kept, best score first: greedy, per class, a box is dropped when a kept box of its
     class covers more than `cover` of the box's own area."""
+    import numpy as np
+
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
     c = np.asarray(classes)
@@ -99,21 +102,9 @@ def merge(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
     return np.array(kept, dtype=np.intp)
 
 
-def offsets(window_list: Sequence[Window]) -> np.ndarray:
-    """(N, 4) shifts that move a window's boxes into the image's pixels."""
-    return np.array([[x0, y0, x0, y0] for x0, y0, _x1, _y1 in window_list], dtype=np.float64)
-
-
 @dataclass(frozen=True)
 class Tiles:
     """A payload of several input tensors for one image, one per window: a runner invokes the
-    model on each in turn and hands back the list of their outputs (execution/runner.invoke)."""
+    model on each in turn and hands back the list of their outputs (hw/runtime.run_payload)."""
 
     tensors: Tuple[np.ndarray, ...]
-
-
-def run_each(run: Callable[[np.ndarray], Any], payload: Any) -> Any:
-    """`run(tensor)` on a payload: one tensor, or each window of `Tiles` in turn (a list)."""
-    if isinstance(payload, Tiles):
-        return [run(t) for t in payload.tensors]
-    return run(payload)

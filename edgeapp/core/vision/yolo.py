@@ -228,7 +228,7 @@ def engine_yolo_layout(engine, force: Optional[str] = None, sidecar: Optional[di
     return find_yolo_layout(shapes, (width, height), force, engine.model_path)
 
 
-def output_quantization(engine) -> list[tuple[float, int]]:
+def output_quantizations(engine) -> list[tuple[float, int]]:
     """(scale, zero point) of each output of an opened Engine, for `get_yolo_objects`."""
     return [(float(o["quantization"][0]), int(o["quantization"][1])) for o in engine.outputs]
 

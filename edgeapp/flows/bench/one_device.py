@@ -137,13 +137,13 @@ def ready(model: Union[str, TfliteModel], device: str, threads: Optional[int], o
     for _ in range(opts.warmup):
         engine.invoke()
     return Ready(engine, device, threads, load_ms, first_ms, notes,
-                 bench_thermal.tpu_state(engine, opts.performance))
+                 bench_thermal.engine_tpu_state(engine, opts.performance))
 
 
 def finish(r: Ready, opts: BenchOptions, t: Timed) -> dict:
     """The result of one device from its timed runs."""
     engine = r.engine
-    after = bench_thermal.tpu_state(engine, opts.performance)
+    after = bench_thermal.engine_tpu_state(engine, opts.performance)
     if opts.samples is not None:
         opts.samples[f"{engine.name}" + (f" ({counted(r.threads, 'thread')})" if r.threads else "")] = \
             list(t.latencies)
@@ -154,7 +154,7 @@ def finish(r: Ready, opts: BenchOptions, t: Timed) -> dict:
         result.update(bench_thermal.windows_section(t.starts, list(t.latencies)))
     if engine.device == "edgetpu":
         result["edgetpu"] = _edgetpu(r.device, r.before, after, notes)
-    result.update(bench_thermal.throttling(result))
+    result.update(bench_thermal.throttling_of(result))
     result["notes"] = list(dict.fromkeys(notes))
     return result
 
@@ -231,7 +231,7 @@ def _figures(engine, threads: Optional[int], opts: BenchOptions, latencies, wind
 def _edgetpu(device: str, before: Optional[dict], after: Optional[dict], notes: list) -> dict:
     """The `edgetpu` object: library version, USB links, clock mode, heat before and after."""
     section = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
-               "device": device, "usb": hostinfo.usb_accelerators(),
+               "device": device, "usb": hostinfo.usb_accelerator_links(),
                **bench_thermal.edgetpu_section(before, after)}
     if any(u.get("speed_mbps") == "480" for u in section["usb"]):
         notes.append("the USB Accelerator is on a USB 2 link: expect 3–4× slower inference; "

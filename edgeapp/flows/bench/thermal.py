@@ -15,7 +15,7 @@ from edgeapp.core.stats import median
 from edgeapp.hw.tpu_state import state_of
 
 
-def tpu_state(engine, performance: Optional[str] = None) -> Optional[dict]:
+def engine_tpu_state(engine, performance: Optional[str] = None) -> Optional[dict]:
     """The state of the Edge TPU `engine` runs on now (None on the CPU)."""
     if engine.device != "edgetpu":
         return None
@@ -52,7 +52,7 @@ def windows_section(starts_s: Sequence[float], latencies_ms: Sequence[float]) ->
     return {"windows": windows, "drift": None if d is None else round(d, 4)}
 
 
-def throttling(result: dict) -> dict:
+def throttling_of(result: dict) -> dict:
     """`throttling` and its reasons for one result: drift past 15% or heat past trip point 0."""
     tpu = result.get("edgetpu") or {}
     reasons: List[str] = thermal.throttling(result.get("drift"), tpu.get("temperature_after_c"),

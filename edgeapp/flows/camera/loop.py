@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 from typing_extensions import Protocol
@@ -20,6 +20,13 @@ from edgeapp.core.stats import p50_p99
 from edgeapp.errors import is_interrupt
 from edgeapp.hw.capture import FrameGrabber, FrameSource, ReconnectPolicy
 from edgeapp.tasks.base import TaskKind, annotate_frame
+
+if TYPE_CHECKING:
+    from edgeapp.execution.runner import Done, Runner
+    from edgeapp.flows.camera.tracking import TrackStage
+    from edgeapp.flows.cascade import Cascade
+    from edgeapp.sinks.display import Display
+    from edgeapp.sinks.recorder import Recorder
 
 # ---------------------------------------------------------------------------------------------
 # The loop
@@ -80,10 +87,11 @@ class FrameOutput(Protocol):
     """Gets every processed frame after the loop is done with it (live view, MQTT): it may keep
     the image, must not change `record`, and must return at once (hand work to its own thread).
     `annotated`: the overlay is already drawn on `image`. `stats` is updated as frames go.
-    `extras`: what the task's result holds besides the record (a segmentation's class map)."""
+    `extras`: what the task's result holds besides the record (a segmentation's class map);
+    `counting`: with --track, what the overlay draws of lines and zones (Result.counting)."""
 
     def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool, fps: Optional[float],
-                 stats: "CameraStats", extras: dict) -> None:
+                 stats: "CameraStats", extras: dict, counting: Optional[tuple]) -> None:
         ...
 
 
@@ -100,15 +108,15 @@ class Sinks:
     cascade: Any = None  # flows/cascade.Cascade: a second model on the boxes' crops (--then)
 
 
-def run_camera(source: FrameSource, runner: Any, *, drop: Optional[bool] = None,
+def run_camera(source: FrameSource, runner: Runner, *, drop: Optional[bool] = None,
                max_frames: Optional[int] = None, duration: Optional[float] = None,
                reconnect: ReconnectPolicy = ReconnectPolicy(), queue_size: int = 4,
-               on_record: Optional[Callable[[dict], None]] = None, display: Any = None,
-               recorder: Any = None, overlay: bool = True,
+               on_record: Optional[Callable[[dict], None]] = None, display: Optional[Display] = None,
+               recorder: Optional[Recorder] = None, overlay: bool = True,
                stop_event: Optional[threading.Event] = None,
                on_notice: Optional[Callable[[str], None]] = None,
                outputs: Sequence[FrameOutput] = (), kind: Optional[TaskKind] = None,
-               tracking: Any = None, cascade: Any = None) -> CameraStats:
+               tracking: Optional[TrackStage] = None, cascade: Optional[Cascade] = None) -> CameraStats:
     """Open `source`, run `task` on frames until the end, a limit or a stop; return the stats.
 
     `runner`: the frames' runner (execution/placement.open_runner with frames=True, as
@@ -137,7 +145,7 @@ _RUN_ENDED = ("max frames", "duration", "interrupted", "stopped", "window closed
 class _Loop:
     """One camera run: frames in, results out to the sinks, statistics kept."""
 
-    def __init__(self, source: FrameSource, run: Any, kind: Optional[TaskKind], sinks: Sinks) -> None:
+    def __init__(self, source: FrameSource, run: Runner, kind: Optional[TaskKind], sinks: Sinks) -> None:
         self.source, self.run_on, self.kind, self.sinks = source, run, kind, sinks
         self.draw = sinks.overlay and (sinks.display is not None or sinks.recorder is not None)
         self.fps_ema: Optional[float] = None
@@ -204,7 +212,7 @@ class _Loop:
             if done is not None and not self._deliver(*done):
                 return "window closed"
 
-    def _deliver(self, key: tuple, ran: Any) -> bool:
+    def _deliver(self, key: tuple, ran: Done) -> bool:
         """One result to the sinks; False when the window was closed."""
         (frame, t0), (result, latency) = key, ran.outputs
         sinks, stats = self.sinks, self.stats
@@ -213,7 +221,7 @@ class _Loop:
             height, width = frame.image.shape[:2]
             events = sinks.tracking.update(result.fields, frame.index, frame.timestamp, width, height,
                                            frame.source_ms)
-            result.extras["counting"] = sinks.tracking.snapshot()
+            result.counting = sinks.tracking.snapshot()
             self.last_frame = (frame.index, frame.timestamp, frame.source_ms)
         if sinks.cascade is not None:
             sinks.cascade.apply(result.fields, frame.image, frame.index)
@@ -243,7 +251,7 @@ class _Loop:
                 stats.captured, stats.dropped = self.grabber.captured, self.grabber.dropped
                 for out in sinks.outputs:
                     out.on_frame(frame.image, record, annotated=self.draw, fps=self.fps_ema,
-                                 stats=stats, extras=result.extras)
+                                 stats=stats, extras=result.extras, counting=result.counting)
         if events:
             self._send_events(events)
         return keep_going

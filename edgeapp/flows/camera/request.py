@@ -18,14 +18,18 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from edgeapp.core.track.zones import check_names, parse_line, parse_zone
 from edgeapp.errors import UsageError
 from edgeapp.flows.camera.tracking import TrackingSettings
 from edgeapp.flows.open_task import Placement
 from edgeapp.sinks.records import Format
+
+if TYPE_CHECKING:
+    from edgeapp.core.naming import PathLike
 
 OUTPUT = {"output": True}  # metadata of a field naming a file the run writes (see `check_outputs`)
 
@@ -137,9 +141,9 @@ def split_settings(given: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any
             {k: v for k, v in given.items() if k not in SETTING_NAMES})
 
 
-def camera_request(settings: CameraSettings, words: Words, *, model: Any, task: Optional[str] = None,
+def camera_request(settings: CameraSettings, words: Words, *, model: PathLike, task: Optional[str] = None,
                    place: Optional[Placement] = None, options: Optional[dict] = None,
-                   labels_file: Any = None, mean: Optional[float] = None, std: Optional[float] = None,
+                   labels_file: Optional[PathLike] = None, mean: Optional[float] = None, std: Optional[float] = None,
                    records_stdout: Optional[bool] = False, show_token: bool = False,
                    on_record: Optional[Callable[[dict], None]] = None) -> CameraRequest:
     """The request both faces run: `settings` checked (a UsageError names the option in
@@ -174,7 +178,7 @@ def _paths(s: CameraSettings) -> CameraSettings:
     return replace(s, **changes)
 
 
-def _format(value: Any, words: Words) -> Optional[Format]:
+def _format(value: Union[str, Enum, None], words: Words) -> Optional[Format]:
     if value is None:
         return None
     try:
@@ -184,7 +188,7 @@ def _format(value: Any, words: Words) -> Optional[Format]:
                          f"{', '.join(f.value for f in Format)}") from None
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Union[str, Enum, None]) -> Any:
     """A choice's plain string (the CLI hands Enums)."""
     return getattr(value, "value", value)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from edgeapp.core.version import VERSION
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
@@ -24,6 +24,9 @@ from edgeapp.sinks.event_file import EventFile
 from edgeapp.sinks.ha_discovery import counting_discovery, discovery_messages
 from edgeapp.sinks.recorder import Recorder
 from edgeapp.sinks.records import Format, Layout
+
+if TYPE_CHECKING:
+    from edgeapp.tasks.base import TaskKind
 
 MQTT_SETTLE = 10.0  # seconds a file's run waits for the broker's first answer before its frames
 Notice = Callable[[str], None]
@@ -126,7 +129,7 @@ class CameraRun:
             self.say(f"warning: {note}")
         return opened
 
-    def _records(self, show: bool, kind: Any) -> None:
+    def _records(self, show: bool, kind: TaskKind) -> None:
         r = self.request
         to_stdout = r.records_stdout
         if to_stdout is None:  # the CLI's rule: records unless a window or a sink shows them
@@ -136,7 +139,7 @@ class CameraRun:
             layout = Layout(kind, frames=True, tracked=r.tracking is not None)
             self.writer = layout.writer(r.records_format or Format.jsonl, r.settings.output)
 
-    def _tracking(self, kind: Any) -> None:
+    def _tracking(self, kind: TaskKind) -> None:
         """--track: the stage that follows the objects, at the task's display threshold."""
         settings = self.request.tracking
         if settings is None:
@@ -168,7 +171,7 @@ class CameraRun:
             self.output_error.append(e)
             self.stop.set()
 
-    def _outputs(self, kind: Any, source: str) -> list:
+    def _outputs(self, kind: TaskKind, source: str) -> list:
         if self.address is not None or self.target is not None:  # the Edge TPU's heat and clock
             self.health = TpuHealth(self.request.place.engine.performance).start()
         if self.address is not None:  # first: a port in use fails before anything connects
@@ -177,7 +180,7 @@ class CameraRun:
             self._mqtt(kind)
         return [o for o in (self.live, self.publisher, self.health) if o is not None]
 
-    def _live_view(self, kind: Any, source: str) -> None:
+    def _live_view(self, kind: TaskKind, source: str) -> None:
         from edgeapp.sinks.live_view import LiveView, announcement
 
         engine, view = self.opened.engine, self.request.live_view
@@ -194,7 +197,7 @@ class CameraRun:
         for line in announcement(self.live, self.address, self.token, view.show_token):
             self.say(line)
 
-    def _mqtt(self, kind: Any) -> None:
+    def _mqtt(self, kind: TaskKind) -> None:
         from edgeapp.sinks.mqtt import MqttOut
 
         settings, engine = self.request.mqtt, self.opened.engine

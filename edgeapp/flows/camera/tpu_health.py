@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from edgeapp.core.edgetpu import thermal
 from edgeapp.core.stats import median
 from edgeapp.hw.tpu_state import state_of
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from edgeapp.sinks.mqtt import MqttOut
 
 WINDOW = 30  # frames per latency window
 SKIP = 5  # first frames left out (the cold start)
@@ -46,7 +51,7 @@ class TpuHealth:
         self._thread.start()
         return self
 
-    def publish_to(self, mqtt_out: Any) -> None:
+    def publish_to(self, mqtt_out: MqttOut) -> None:
         """Also publish each reading to this MqttOut (sinks/mqtt.publish_health)."""
         from edgeapp.sinks.mqtt import publish_health
 
@@ -54,7 +59,7 @@ class TpuHealth:
 
     # -- the camera loop's side: never waits --------------------------------------------------
 
-    def on_frame(self, image: Any, record: dict, **_: Any) -> None:
+    def on_frame(self, image: np.ndarray, record: dict, **_: object) -> None:
         device, latency = record.get("device"), record.get("latency_ms")
         with self._lock:
             if device and device != "cpu" and device not in self._devices:
@@ -90,7 +95,7 @@ class TpuHealth:
         if not names:
             return {}
         states = {n: self._read(n) for n in names}
-        health = summarize(states, first, last)
+        health = summarize_health(states, first, last)
         with self._lock:
             self._latest = health
         if self._publish is not None:
@@ -105,7 +110,7 @@ class TpuHealth:
             self._thread.join(timeout=2.0)
 
 
-def summarize(states: dict, first: list, last: list) -> dict:
+def summarize_health(states: dict, first: list, last: list) -> dict:
     """The health of a run's Edge TPUs: hottest temperature, lowest clock, drift, throttling."""
     devices = {}
     for name, s in states.items():

@@ -15,11 +15,14 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 from edgeapp.core.track.tracking import ByteTracker, Track, TrackerSettings
 from edgeapp.core.track.zones import Line, Zone, centre, check_inside, crossing, inside, side
 from edgeapp.errors import MissingDependency, WrongTask
+
+if TYPE_CHECKING:
+    from edgeapp.tasks.base import TaskKind
 
 LOW = 0.1  # ByteTrack's floor: boxes down to this keep a track alive, never start one
 TRAIL = 30  # centres kept per track for the overlay's trail
@@ -44,7 +47,7 @@ def check_tracking_available() -> None:
         raise MissingDependency(f"--track needs SciPy (the track extra): {INSTALL}") from None
 
 
-def check_trackable(kind: Any) -> None:
+def check_trackable(kind: TaskKind) -> None:
     """--track follows a task's objects; other tasks are refused as another task's model."""
     if getattr(kind, "tracks", None) is None:
         raise WrongTask(f"--track follows detected objects: the model is {kind.noun}, not a "

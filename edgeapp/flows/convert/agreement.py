@@ -16,25 +16,30 @@ import numpy as np
 
 from edgeapp.core.quant.metrics import align, class_agreement, compare_outputs, is_class_vector
 from edgeapp.core.vision.preprocess import quantize_input
+from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows.convert.data import Dataset, normalize
 from edgeapp.flows.sources.base import FloatModel
 from edgeapp.hw.runtime import open_engine
 
 
 def run_int8(path: Path, data: Dataset, mean: float, std: float) -> list:
-    """Dequantized outputs of the int8 model, one (N, ...) array per output."""
+    """Dequantized outputs of the int8 model, one (N, ...) array per output, run through the
+    batch spine's feed (`Runner.run_all`)."""
     engine = open_engine(path, "cpu")
     scale, zero = engine.input_quantization
     dtype = engine.input_dtype
     x = normalize(data, mean, std) if data.normalized else None
-    outs = []
-    for i in range(len(data.x)):
+
+    def prepare(i: int) -> tuple:
         if x is not None:  # float model inputs (.npy): quantize them directly
             q = x[i].astype(dtype) if dtype.kind == "f" else np.clip(
                 np.rint(x[i] / scale + zero), *_limits(dtype)).astype(dtype)
         else:
             q = quantize_input(data.x[i], dtype, scale, zero, mean, std)
-        outs.append([_dequantize(r, o) for r, o in zip(engine.run(q[None]), engine.outputs)])
+        return q[None], None
+
+    outs = [[_dequantize(r, o) for r, o in zip(done.outputs, engine.outputs)]
+            for _i, _, done in SingleRunner(engine).run_all(range(len(data.x)), prepare, workers=0)]
     return [np.concatenate([o[k] for o in outs]) for k in range(len(engine.outputs))]
 
 

@@ -159,7 +159,7 @@ def normalize(data: Dataset, mean: float, std: float) -> np.ndarray:
     return x
 
 
-def check_output(out: Path) -> None:
+def check_model_output(out: Path) -> None:
     """Fail before any TensorFlow work when the model cannot be written where asked. Nothing is
     created here: a folder to make is made when the model is written, so a failed conversion
     leaves no empty folder behind."""

@@ -28,9 +28,10 @@ from edgeapp.core.vision.yolo import (
     find_yolo_layout,
     letterbox,
     nms,
-    output_quantization,
+    output_quantizations,
 )
 from edgeapp.errors import MissingDependency
+from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows.convert.data import Dataset, normalize
 from edgeapp.flows.convert.yolo_onnx import REG_MAX, YoloHead
 from edgeapp.hw.runtime import open_engine
@@ -86,17 +87,18 @@ def float_detections(session, input_name: str, layout_nchw: bool, x: np.ndarray,
 def int8_detections(path: Path, data: Dataset, mean: float, std: float, entry: dict,
                     conf: float = EVAL_CONF) -> list:
     """The int8 model run as `detect` runs it (input quantization, the sidecar's layout, decode
-    and NMS on the CPU), per image."""
+    and NMS on the CPU), per image, through the batch spine's feed (`Runner.run_all`)."""
     engine = open_engine(path, "cpu")
     layout: YoloLayout = engine_yolo_layout(engine, None, entry)
-    quant = output_quantization(engine)
+    quant = output_quantizations(engine)
     scale, zero = engine.input_quantization
     h, w = data.x.shape[1:3]
-    out = []
-    for pixels in data.x:
-        q = quantize_input(pixels, engine.input_dtype, scale, zero, mean, std)[None]
-        out.append(_nms(decode(engine.run(q), quant, layout, (w, h), conf)))
-    return out
+
+    def prepare(pixels: np.ndarray) -> tuple:
+        return quantize_input(pixels, engine.input_dtype, scale, zero, mean, std)[None], None
+
+    return [_nms(decode(done.outputs, quant, layout, (w, h), conf))
+            for _, _, done in SingleRunner(engine).run_all(data.x, prepare, workers=0)]
 
 
 def _nms(found) -> list:

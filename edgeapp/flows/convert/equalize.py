@@ -34,7 +34,7 @@ SCORE_SAMPLES = 32  # calibration images each candidate's output error is measur
 
 
 @dataclass(frozen=True)
-class Pair:
+class LayerPair:
     """Two linear layers the rescaling may pass between."""
 
     producer: Operator
@@ -90,7 +90,7 @@ def _reads_channels(op: Operator, model: TfliteModel, channels: int) -> bool:
     return shape[-1] == channels
 
 
-def _follow(producer: Operator, model: TfliteModel, readers: dict) -> Optional[Pair]:
+def _follow(producer: Operator, model: TfliteModel, readers: dict) -> Optional[LayerPair]:
     channels = _out_channels(producer, model)
     t = producer.outputs[0]
     chain, constants = [t], []
@@ -101,7 +101,8 @@ def _follow(producer: Operator, model: TfliteModel, readers: dict) -> Optional[P
             return None
         op = users[0]
         if op.op in LINEAR and _float_weights(op, model) and op.inputs[0] == t and t not in op.inputs[1:]:
-            return Pair(producer, op, tuple(chain), tuple(constants)) if _reads_channels(op, model, channels) else None
+            return LayerPair(producer, op, tuple(chain), tuple(constants)) \
+                if _reads_channels(op, model, channels) else None
         added = _passes(op, t, model, channels)
         if added is None or len(op.outputs) != 1:
             return None

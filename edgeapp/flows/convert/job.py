@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from edgeapp.core.eval.data import EvalData
 from edgeapp.core.learn.embedding import EMBED_TASK, embedding_output
 from edgeapp.core.meta import ModelMeta, write_sidecar
 from edgeapp.core.naming import report_path, report_plot_path
@@ -19,14 +20,20 @@ from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import MissingDependency, UsageError
 from edgeapp.flows.convert import measures
 from edgeapp.flows.convert.agreement import measure, truth_labels
-from edgeapp.flows.convert.data import Sources, check_output, find_sources, load_dataset, normalize, split_held_out
+from edgeapp.flows.convert.data import (
+    Sources,
+    check_model_output,
+    find_sources,
+    load_dataset,
+    normalize,
+    split_held_out,
+)
 from edgeapp.flows.convert.measures import TaskMetric
 from edgeapp.flows.convert.quantize import exported, quantize
 from edgeapp.flows.convert.report import layer_report
 from edgeapp.flows.convert.source import open_source
 from edgeapp.flows.convert.tune import tune
-from edgeapp.flows.eval_data import EvalData
-from edgeapp.flows.evaluate import is_labelled_data, open_engine, read_data
+from edgeapp.flows.evaluate import bind_float, is_labelled_data, read_data
 from edgeapp.flows.sources import source_format
 from edgeapp.flows.sources.base import FloatModel, Progress, no_progress
 from edgeapp.flows.sources.float_engine import engine_for
@@ -74,7 +81,7 @@ def prepare(job: ConvertJob) -> Prepared:
     """Paths, the model's format, and for ONNX the whole graph check: all before TensorFlow."""
     if job.output.suffix.lower() != ".tflite":
         raise UsageError(f"--output {job.output}: use a .tflite file name")
-    check_output(job.output)
+    check_model_output(job.output)
     fmt = source_format(job.model)
     found = find_sources(job.calibration, "--calibration")
     held, labelled = _eval_sources(job.eval_dir)
@@ -273,7 +280,7 @@ def _task_metric(p: Prepared, model: FloatModel, cal, embedding: Optional[int], 
     engine = engine_for(job.model, model, meta)
     engine.close = lambda: None  # the float model is closed once, by `run`
     with _timed(p.times, "--eval: the float model on labelled data"):
-        return TaskMetric(open_engine(engine, meta, labels, job.mean, job.std), p.eval_data,
+        return TaskMetric(bind_float(engine, meta, labels, job.mean, job.std), p.eval_data,
                           _int8_meta(p, written))
 
 

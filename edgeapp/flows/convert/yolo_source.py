@@ -7,15 +7,16 @@ the sidecar. Its task is the one whose `ultralytics_task` is Ultralytics' name f
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
+from edgeapp.flows.convert.data import Dataset
 from edgeapp.flows.convert.detection import BoxAgreement, letterboxer, sidecar_entry
 from edgeapp.flows.convert.onnx import ort_session
 from edgeapp.flows.convert.onnx_graph import OnnxInput, fixed_model
 from edgeapp.flows.convert.onnx_source import OnnxSource
 from edgeapp.flows.convert.yolo_onnx import YoloHead, cut_head
 from edgeapp.flows.sources.float_engine import ULTRALYTICS_DETECT
-from edgeapp.flows.sources.source import Fit, Say
+from edgeapp.flows.sources.source import BoxCheck, Fit, Say
 from edgeapp.tasks import for_ultralytics
 
 
@@ -46,8 +47,7 @@ class YoloOnnxSource(OnnxSource):
     def sidecar_layout(self) -> Dict[str, Any]:
         return {"yolo": sidecar_entry(self.yolo, self.inp.width, self.inp.height)}
 
-    def boxes(self, data: Any, mean: float, std: float, source: str,
-              say: Say) -> Optional[Callable[[Path], dict]]:
+    def boxes(self, data: Dataset, mean: float, std: float, source: str, say: Say) -> Optional[BoxCheck]:
         """BoxAgreement on `data`: the float export's boxes found once."""
         say(f"measuring detections of float vs int8 on {len(data.x)} image(s)")
         session = ort_session(fixed_model(self.model, self.inp))

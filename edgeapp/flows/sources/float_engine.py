@@ -13,24 +13,24 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, List, Optional
+from typing import Callable, List, Optional
 
 import numpy as np
 
 from edgeapp.core.meta import ModelMeta, metadata_names
 from edgeapp.errors import InvalidModel, MissingDependency
 from edgeapp.flows.sources import source_format
-from edgeapp.flows.sources.base import first_line
+from edgeapp.flows.sources.base import FloatModel, first_line
 from edgeapp.flows.sources.keras import load_keras
+from edgeapp.hw.runtime import Engine
 
 ULTRALYTICS_DETECT = "detect"  # Ultralytics' metadata name ('task') of its detection exports
 
 
-class FloatEngine:
-    """What the runners and tasks ask of an engine (hw/runtime.Engine's face), over a float
-    model's predict function."""
+class FloatEngine(Engine):
+    """What the runners and tasks ask of an engine (hw/runtime.Engine), over a float model's
+    predict function."""
 
-    interpreter = None  # execution/runner.engine_of tells an engine by this attribute
     device = "cpu"
     notice: Optional[str] = None
     cpu_kernels = "float"
@@ -42,7 +42,7 @@ class FloatEngine:
         self.name = f"float on {runtime}"
         self.runtime = runtime
         self.model_path = self.requested_model = str(path)
-        self.model = SimpleNamespace(path=str(path), operators=[])
+        self.model = SimpleNamespace(path=str(path), operators=[])  # type: ignore[assignment]
         self.inputs = [{"index": 0, "shape": np.array(input_shape), "dtype": np.float32,
                         "quantization": (0.0, 0)}]
         self.input = self.inputs[0]
@@ -72,7 +72,7 @@ def _keras(path: Path) -> FloatEngine:
     return engine_for(path, load_keras(path), ModelMeta())
 
 
-def engine_for(path: Path, model: Any, meta: ModelMeta) -> FloatEngine:
+def engine_for(path: Path, model: FloatModel, meta: ModelMeta) -> FloatEngine:
     """An engine over a loaded flows/sources FloatModel (what `convert --eval` measures);
     `meta` says its labels, normalization and, for an Ultralytics export, its task."""
     h, w, c = model.input_shape

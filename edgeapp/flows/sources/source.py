@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 
 import numpy as np
+from typing_extensions import Protocol
 
 from edgeapp.core.meta import ModelMeta
 from edgeapp.flows.sources.base import FloatModel, Progress
@@ -21,6 +22,25 @@ from edgeapp.flows.sources.base import FloatModel, Progress
 Say = Callable[[str], None]
 Timed = Callable[[str], ContextManager[None]]  # timed(step): the block's seconds in the report's times
 Fit = Callable[[np.ndarray], np.ndarray]  # decoded pixels -> the model's input pixels
+
+
+class Images(Protocol):
+    """Held-out images as convert holds them (flows/convert/data.Dataset): input pixels, NHWC."""
+
+    x: np.ndarray
+
+
+class BoxCheck(Protocol):
+    """A detector's box agreement (flows/convert/detection.BoxAgreement): the float model's boxes
+    on `data` found once, then any int8 file scored on them."""
+
+    source: str  # where the images come from, in words
+    data: Images
+
+    @property
+    def has_boxes(self) -> bool: ...
+
+    def __call__(self, path: Path) -> dict: ...
 
 
 class ModelSource:
@@ -64,8 +84,7 @@ class ModelSource:
         """Entries the sidecar's `extra` needs to open the written model (a YOLO layout)."""
         return {}
 
-    def boxes(self, data: Any, mean: float, std: float, source: str,
-              say: Say) -> Optional[Callable[[Path], dict]]:
+    def boxes(self, data: Images, mean: float, std: float, source: str, say: Say) -> Optional[BoxCheck]:
         """A detector's box agreement on held-out `data` (flows/convert/detection.BoxAgreement:
         int8 file -> its report), or None for a model without boxes."""
         return None

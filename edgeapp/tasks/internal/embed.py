@@ -6,7 +6,7 @@ Not a command of its own: `retrain` runs it through the same batch pipeline as `
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import numpy as np
 
@@ -14,6 +14,9 @@ from edgeapp.core.vision.classify import dequantize
 from edgeapp.errors import InvalidModel
 from edgeapp.tasks.base import Prepared, Result, TaskKind
 from edgeapp.tasks.model import output_quantization
+
+if TYPE_CHECKING:
+    from edgeapp.hw.runtime import Engine
 
 
 class Embed(TaskKind):
@@ -25,7 +28,7 @@ class Embed(TaskKind):
     guess_rank = 99  # never guessed: an extractor's output looks like a classifier's
     decode = "full"  # as classify decodes: the retrained classifier sees what it was trained on
 
-    def plan(self, engine: Any, options: dict) -> tuple:
+    def plan(self, engine: Engine, options: dict) -> tuple:
         if len(engine.outputs) != 1:
             raise InvalidModel(f"{engine.model_path} has {len(engine.outputs)} outputs; an embedding "
                                "extractor has one")
