@@ -1,5 +1,8 @@
 """Any model to a full-integer int8 TFLite model: one flow, one converter per source format.
 
+  source.py      the model file's source class (Keras, ONNX, Ultralytics YOLO ONNX), told apart once
+  onnx_source.py an ONNX file's source: checked graph, onnx2tf conversion, its own metadata
+  yolo_source.py a YOLO export's source: letterboxed calibration, box agreement, names, task, sidecar
   onnx_graph.py  .onnx read and checked before TensorFlow loads (inputs, ops, memory)
   onnx.py        .onnx -> onnx2tf's float NHWC graph -> FloatModel (ONNX Runtime runs the original)
   yolo_onnx.py   Ultralytics YOLO exports found in the graph and cut before their decode
