@@ -34,6 +34,7 @@ from edgeapp.flows.cascade import Cascade
 from edgeapp.flows.evaluate import differences, evaluate, read_data, report
 from edgeapp.flows.open_task import OpenTask, Placement, open_cascade, open_task
 from edgeapp.hw.runtime import Engine, EngineOptions
+from edgeapp.hw.worker import RECOVER
 from edgeapp.tasks import kind, names
 from edgeapp.tasks.base import BoundTask, Result
 
@@ -234,7 +235,9 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
                std: Optional[float] = None, cpu_model: Optional[PathLike] = None,
                runtime: Optional[str] = None, threads: Optional[int] = None,
                decode: Optional[str] = None, cpu_kernels: str = "fast",
-               performance: Optional[str] = None, **options: Any) -> Model:
+               performance: Optional[str] = None, isolate: Optional[bool] = None,
+               invoke_timeout: Optional[float] = None, recover: str = "reset",
+               retry_tpu: float = 60.0, **options: Any) -> Model:
     """Open an image model as the CLI does: validated, on the Edge TPU when usable (`auto`),
     else on the CPU (a compiled model's CPU twin); `device` may also list several Edge TPUs
     (`usb:0,usb:1`) or say `all`. Labels and normalization come from the arguments, else the
@@ -245,9 +248,13 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
     (low, medium, high, max) is libedgetpu's clock setting for the Edge TPU. `decode` ("scaled"
     or "full", as --decode; default: what the model was calibrated with, else the task's own:
     full for classify, scaled for detect, pose and segment) is how JPEG files and bytes are
-    decoded."""
+    decoded. `isolate`, `invoke_timeout`, `recover` and `retry_tpu` are the worker process,
+    its watchdog and its recovery ladder (docs/recovery.md), as --isolate and the others say."""
+    if recover not in RECOVER:
+        raise UsageError(f"recover={recover!r}: choose one of {', '.join(RECOVER)}")
     engine = EngineOptions(str(cpu_model) if cpu_model else None, runtime, threads,
-                           cpu_kernels=cpu_kernels, performance=performance)
+                           cpu_kernels=cpu_kernels, performance=performance, isolate=isolate,
+                           invoke_timeout=invoke_timeout, recover=recover, retry_tpu=retry_tpu)
     place = Placement(device, engine)
     if task is not None:
         _check_api_options(task, options)

@@ -428,12 +428,14 @@ def cpu_work(paths: List[str], model: PlainModel) -> tuple:
 class EdgeappBatch:
     """A model opened as `edgeapp classify` opens it (cli/task_commands.py), run on a list of images."""
 
-    def __init__(self, model: Path, results: Path, decode: str = "scaled") -> None:
+    def __init__(self, model: Path, results: Path, decode: str = "scaled",
+                 isolate: Optional[bool] = None) -> None:
         from edgeapp.flows.open_task import Placement, open_task
         from edgeapp.hw.hostinfo import decode_workers, usable_cores
+        from edgeapp.hw.runtime import EngineOptions
 
-        self.opened = open_task(model, "classify", Placement(), cpu_replicas=usable_cores(),
-                                decode=decode)
+        self.opened = open_task(model, "classify", Placement(engine=EngineOptions(isolate=isolate)),
+                                cpu_replicas=usable_cores(), decode=decode)
         self.workers = decode_workers(None)
         self.results = results
 
@@ -792,6 +794,44 @@ def _alone(figures: dict, key: str, fmt: str = "{:.2f}") -> str:
     return f"one core alone: {fmt.format(figures[key]['median'])}" if key in figures else ""
 
 
+FAST = SHARED / "mobilenet_v1_0.25_128_quant.tflite"
+
+
+def isolate_ratios(args: argparse.Namespace, tmp: Path) -> dict:
+    """--isolate: edgeapp's batch throughput with the model in a worker process (--isolate)
+    over in-process (--no-isolate), per model, in interleaved rounds (one warm-up round first);
+    the ratio's median and spread over the rounds. Targets: 0.95 on MobileNet V2, 0.85 on the
+    fast model (MobileNet v1 0.25/128)."""
+    models = [Path(m) for m in args.isolate_model] or \
+        [m for m in (MOBILENET, FAST) if m.is_file()] or [ROOT / "models" / "digits_int8.tflite"]
+    (tmp / "jpegs").mkdir()
+    paths = make_jpegs(tmp / "jpegs", args.count, tuple(int(v) for v in args.size.split("x")))
+    out: dict = {}
+    for model in models:
+        sides = {flag: EdgeappBatch(model, tmp / f"{flag}.jsonl", args.decode, isolate=flag)
+                 for flag in (True, False)}
+        ratios, rates = [], {True: [], False: []}
+        try:
+            for r in range(args.rounds + 1):
+                iso, plain = in_order(r % 2 == 0, lambda: sides[True].rate(paths),
+                                      lambda: sides[False].rate(paths))
+                if r:
+                    rates[True].append(iso.rate)
+                    rates[False].append(plain.rate)
+                    ratios.append(iso.rate / plain.rate)
+        finally:
+            for side in sides.values():
+                side.close()
+        out[model.name] = {"ratio": spread(ratios), "isolated_per_s": spread(rates[True]),
+                           "in_process_per_s": spread(rates[False]), "where": "cpu"}
+        if not args.json:
+            print(f"{model.name}: --isolate / in-process throughput {out[model.name]['ratio']['median']:.3f} "
+                  f"(p10 {out[model.name]['ratio']['p10']:.3f}, p90 {out[model.name]['ratio']['p90']:.3f}); "
+                  f"{spread(rates[True])['median']:.1f} vs {spread(rates[False])['median']:.1f} images/s "
+                  f"over {args.rounds} rounds of {len(paths)} JPEGs", flush=True)
+    return {"isolate": out, "machine": machine()}
+
+
 def main(argv: Optional[list] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5, help="counted rounds (after one warm-up)")
@@ -810,8 +850,20 @@ def main(argv: Optional[list] = None) -> int:
                     help="also run `edgeapp classify FOLDER` as a user does (its own summary's rate)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--save", type=Path, metavar="FILE", help="also write the results as JSON to FILE")
+    ap.add_argument("--isolate", action="store_true",
+                    help="only compare the batch throughput of --isolate with in-process's")
+    ap.add_argument("--isolate-model", action="append", default=[], metavar="MODEL",
+                    help="with --isolate: a model to compare on (repeatable; default: MobileNet V2 "
+                         "and MobileNet v1 0.25/128 from ../shared/coral, else the digits model)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgeapp-host-") as tmp:
+        if args.isolate:
+            result = isolate_ratios(args, Path(tmp))
+            if args.save:
+                args.save.write_text(json.dumps(result, indent=2) + "\n")
+            if args.json:
+                print(json.dumps(result, indent=2))
+            return 0
         result = Bench(args, Path(tmp)).run()
     if args.save:
         args.save.write_text(json.dumps(result, indent=2) + "\n")

@@ -26,12 +26,17 @@ def test_every_setting_is_a_flag_of_the_command_spelled_as_messages_spell_it():
 
 
 def test_a_setting_that_needs_track_is_refused_in_each_faces_words(tmp_path):
-    for name, value in (("count_lines", ["door:0,0,1,1"]), ("zones", ["z:0,0,1,0,1,1"]),
-                        ("events", tmp_path / "ev.jsonl")):
+    for name, value in (("count_lines", ["door:0,0,1,1"]), ("zones", ["z:0,0,1,0,1,1"])):
         with pytest.raises(UsageError, match=f"^{flag(name)} counts tracked objects: add --track$"):
             camera_request(CameraSettings(**{name: value}), CLI_WORDS, model="m.tflite")
         with pytest.raises(UsageError, match=f"^{name} counts tracked objects: add track=True$"):
             camera_request(CameraSettings(**{name: value}), API_WORDS, model="m.tflite")
+
+
+def test_events_without_track_take_the_engines_events(tmp_path):
+    """--events alone: the engine's events (engine_lost, engine_recovered), no tracks'."""
+    request = camera_request(CameraSettings(events=tmp_path / "ev.jsonl"), CLI_WORDS, model="m.tflite")
+    assert request.tracking is None and request.settings.events == tmp_path / "ev.jsonl"
 
 
 def test_a_link_to_the_same_file_is_the_same_path(tmp_path):
@@ -54,7 +59,7 @@ def test_the_api_refuses_what_the_command_refuses(tmp_path):
 
     video = tmp_path / "none.avi"
     with open_model(DETECTOR) as model:
-        with pytest.raises(UsageError, match="events counts tracked objects: add track=True"):
-            model.camera(str(video), events=tmp_path / "ev.jsonl")
+        with pytest.raises(UsageError, match="zones counts tracked objects: add track=True"):
+            model.camera(str(video), zones=["z:0,0,1,0,1,1"])
         with pytest.raises(UsageError, match="the same file"):
             model.camera(str(video), track=True, events=tmp_path / "x", output=tmp_path / "x")

@@ -200,13 +200,16 @@ def test_bench_passes_performance_and_the_usb_queue(tpus, cli, compiled_pair, tm
 
 
 # -- a USB Accelerator that vanishes mid-batch -----------------------------------------------------
+# The runners' --reconnect: in-process, as a worker (the default on an Edge TPU) first climbs its
+# own recovery ladder (tests/test_worker.py).
+RUNNER_RECONNECT = ("--no-isolate",)
 
 def test_a_vanished_accelerator_is_waited_for_and_nothing_is_lost_or_doubled(tpus, cli, compiled_pair,
                                                                              images):
     tpus("usb", delay_ms=1)
     reference = records(cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0"))
     tpus("usb", delay_ms=1, unplug="usb:0@5/2")  # gone after 5 images, back on the 3rd attempt
-    r = cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0", "--reconnect", "30")
+    r = cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0", "--reconnect", "30", *RUNNER_RECONNECT)
     assert r.exit_code == 0, r.stderr
     got = records(r)
     assert without_device(got) == without_device(reference)  # same order, none lost, none twice
@@ -217,7 +220,7 @@ def test_a_vanished_accelerator_is_waited_for_and_nothing_is_lost_or_doubled(tpu
 def test_an_accelerator_that_stays_away_hands_over_to_the_cpu_twin(tpus, cli, compiled_pair, images):
     compiled, twin = compiled_pair
     tpus("usb", unplug="usb:0@4/-1")
-    r = cli("classify", compiled, *images, "-f", "jsonl", "-k", "1", "--reconnect", "1")
+    r = cli("classify", compiled, *images, "-f", "jsonl", "-k", "1", "--reconnect", "1", *RUNNER_RECONNECT)
     assert r.exit_code == 0, r.stderr
     got = records(r)
     assert [x["path"] for x in got] == [str(p) for p in images]  # none lost, none doubled
@@ -230,7 +233,8 @@ def test_a_pool_waits_for_its_lost_tpu_while_the_other_works(tpus, cli, compiled
     tpus("usb,usb", delay_ms=10)
     reference = records(cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0"))
     tpus("usb,usb", delay_ms=10, unplug="usb:1@2/0")  # back at the first attempt to open it
-    r = cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0,usb:1", "--reconnect", "30")
+    r = cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0,usb:1", "--reconnect", "30",
+            *RUNNER_RECONNECT)
     assert r.exit_code == 0, r.stderr
     got = records(r)
     assert without_device(got) == without_device(reference)
@@ -239,7 +243,7 @@ def test_a_pool_waits_for_its_lost_tpu_while_the_other_works(tpus, cli, compiled
 
 def test_without_reconnect_the_failure_path_is_unchanged(tpus, cli, compiled_pair, images):
     tpus("usb", unplug="usb:0@3/1")
-    r = cli("classify", compiled_pair[0], *images[:6], "-f", "jsonl", "-d", "usb:0")
+    r = cli("classify", compiled_pair[0], *images[:6], "-f", "jsonl", "-d", "usb:0", *RUNNER_RECONNECT)
     assert r.exit_code == ExitCode.DEVICE_UNAVAILABLE and len(records(r)) == 3
     assert "waiting up to" not in r.stderr
 

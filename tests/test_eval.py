@@ -293,8 +293,8 @@ def test_a_coco_json_missing_fields_is_exit_2(cli, shapes, tmp_path, drop, says)
 @pytest.mark.parametrize("field, value, says", [
     ("categories", 5, "'categories' must be a list"),
     ("images", {"a": 1}, "'images' must be a list"),
-    ("image id", [1], "images[0]: id must be a number or a string"),
-    ("area", "x", "annotations[0]: area and iscrowd must be numbers"),
+    ("image id", [1], "images[0].id: expected an id (an integer or a string)"),
+    ("area", "x", "annotations[0].area: expected a finite number"),
 ])
 def test_a_coco_json_with_wrong_types_is_exit_2(cli, shapes, tmp_path, field, value, says):
     """Wrongly typed fields are the data's fault, said in one line: never "internal error"."""

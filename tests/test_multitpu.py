@@ -64,6 +64,12 @@ def test_all_enumerates_the_tpus_through_the_library(tpus, cli):
     assert resolve_tpus(parse_devices("all,auto")) == []
 
 
+# The runners' own failover, when a failed TPU is not brought back: with a worker (the default on
+# an Edge TPU) a new worker reopens the stand-in, whose failure counter starts again, so these
+# tests run in-process (the worker's recovery: tests/test_worker.py).
+RUNNER_FAILOVER = ("--no-isolate",)
+
+
 # -- data parallel -----------------------------------------------------------------------------
 
 def test_all_tpus_give_the_single_tpu_results_in_order(tpus, cli, compiled_pair, images):
@@ -84,7 +90,7 @@ def test_a_tpu_failing_mid_batch_loses_and_duplicates_nothing(tpus, cli, compile
     tpus(THREE, delay_ms=10)
     reference = records(cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0"))
     tpus(THREE, delay_ms=10, fail="usb:1@1")  # usb:1 works once, then is "unplugged"
-    r = cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0,usb:1,pci:0")
+    r = cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-d", "usb:0,usb:1,pci:0", *RUNNER_FAILOVER)
     assert r.exit_code == 0, r.stderr
     got = records(r)
     assert without_device(got) == without_device(reference)  # same order, none lost, none twice
@@ -96,7 +102,7 @@ def test_a_tpu_failing_mid_batch_loses_and_duplicates_nothing(tpus, cli, compile
 def test_every_tpu_failing_stops_in_order_and_resume_finishes(tpus, cli, compiled_pair, images, tmp_path):
     out = tmp_path / "results.jsonl"
     tpus("usb,usb", delay_ms=2, fail="usb:0@3,usb:1@3")
-    r = cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-o", out, "-d", "all")
+    r = cli("classify", compiled_pair[0], *images, "-f", "jsonl", "-o", out, "-d", "all", *RUNNER_FAILOVER)
     assert r.exit_code == ExitCode.DEVICE_UNAVAILABLE
     assert "every Edge TPU failed (" in r.stderr and "Traceback" not in r.stderr
     first = [json.loads(line)["path"] for line in out.read_text().splitlines()]
@@ -111,7 +117,7 @@ def test_every_tpu_failing_stops_in_order_and_resume_finishes(tpus, cli, compile
 def test_auto_in_the_list_lets_the_cpu_twin_finish(tpus, cli, compiled_pair, images):
     compiled, twin = compiled_pair
     tpus("usb,usb", fail="usb:0@2,usb:1@2")
-    r = cli("classify", compiled, *images, "-f", "jsonl", "-k", "1", "-d", "all,auto")
+    r = cli("classify", compiled, *images, "-f", "jsonl", "-k", "1", "-d", "all,auto", *RUNNER_FAILOVER)
     assert r.exit_code == 0, r.stderr
     got = records(r)
     assert [x["path"] for x in got] == [str(p) for p in images]
@@ -125,7 +131,7 @@ def test_auto_in_the_list_lets_the_cpu_twin_finish(tpus, cli, compiled_pair, ima
 
 def test_auto_single_tpu_failing_hands_over_to_the_twin(tpus, cli, compiled_pair, images):
     tpus("usb", fail="usb:0@5")
-    r = cli("classify", compiled_pair[0], *images[:10], "-f", "jsonl", "-k", "1")
+    r = cli("classify", compiled_pair[0], *images[:10], "-f", "jsonl", "-k", "1", *RUNNER_FAILOVER)
     assert r.exit_code == 0, r.stderr
     devices = [x["device"] for x in records(r)]
     assert devices == ["edgetpu"] * 5 + ["cpu"] * 5
@@ -133,7 +139,7 @@ def test_auto_single_tpu_failing_hands_over_to_the_twin(tpus, cli, compiled_pair
 
 def test_explicit_single_tpu_failing_is_exit_5(tpus, cli, compiled_pair, images):
     tpus("usb", fail="usb:0@2")
-    r = cli("classify", compiled_pair[0], *images[:5], "-f", "jsonl", "-d", "usb:0")
+    r = cli("classify", compiled_pair[0], *images[:5], "-f", "jsonl", "-d", "usb:0", *RUNNER_FAILOVER)
     assert r.exit_code == ExitCode.DEVICE_UNAVAILABLE and len(records(r)) == 2
     assert "Edge TPU usb:0 failed" in r.stderr and "Traceback" not in r.stderr
 
@@ -339,11 +345,11 @@ def test_too_few_tpus_for_the_segments(tpus, cli, segment_folder, images):
 def test_a_segment_failing_stops_the_pipeline_or_hands_over(tpus, cli, segment_folder, images):
     base = segment_folder / "colors"
     tpus(THREE, fail="pci:0@4")  # segment 2's TPU
-    r = cli("classify", base, *images, "-f", "jsonl", "-d", "all")
+    r = cli("classify", base, *images, "-f", "jsonl", "-d", "all", *RUNNER_FAILOVER)
     assert r.exit_code == ExitCode.DEVICE_UNAVAILABLE
     assert "segment 2 on pci:0 failed, pipeline stopped" in r.stderr
     assert [x["path"] for x in records(r)] == [str(p) for p in images[:4]]
-    r = cli("classify", base, *images, "-f", "jsonl", "-d", "all,auto")
+    r = cli("classify", base, *images, "-f", "jsonl", "-d", "all,auto", *RUNNER_FAILOVER)
     assert r.exit_code == 0, r.stderr
     got = records(r)
     assert [x["path"] for x in got] == [str(p) for p in images]

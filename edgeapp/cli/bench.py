@@ -3,7 +3,7 @@
 import json
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -12,6 +12,7 @@ from edgeapp.cli.options import (
     CpuKernels,
     CpuKernelsOpt,
     CpuModelOpt,
+    IsolateOpt,
     NoProbeOpt,
     PerformanceOpt,
     ReportFormat,
@@ -111,6 +112,7 @@ def bench_command(
     no_probe: NoProbeOpt = False,
     performance: PerformanceOpt = None,
     usb_queue: UsbQueueOpt = None,
+    isolate: IsolateOpt = None,
     plan: PlanOpt = None,
 ) -> None:
     """Benchmark a model: cold and warm latency, throughput, achieved TOPS, TOPS per watt.
@@ -134,11 +136,16 @@ def bench_command(
                         cpu_model=str(cpu_model) if cpu_model else None, synthetic=synthetic,
                         probe=not no_probe, cpu_kernels=choice_value(cpu_kernels),
                         samples={} if plot is not None else None,
-                        performance=choice_value(performance), usb_queue=usb_queue)
+                        performance=choice_value(performance), usb_queue=usb_queue, isolate=isolate)
     progress = _progress if fmt == ReportFormat.table or os.environ.get("EDGEAPP_VERBOSE") else None
     doc = _run_synthetic(dev, threads, opts, progress) if synthetic else \
         _run_model(model, dev, threads, opts, progress)
     _report(doc, fmt, output)
+    _plot(doc, opts, plot)
+
+
+def _plot(doc: dict, opts: Any, plot: Optional[Path]) -> None:
+    """--plot: the latencies kept while benchmarking, drawn."""
     if plot is not None:
         from edgeapp.sinks.plots import plot_bench
 

@@ -141,8 +141,9 @@ ZoneOpt = Annotated[Optional[List[str]], typer.Option(
     show_default=False)]
 EventsOpt = Annotated[Optional[Path], typer.Option(
     "--events", metavar="FILE",
-    help="With --track: write one JSON line per event (track_started, track_ended, line_crossed, "
-         "zone_entered, zone_left) to FILE.", show_default=False)]
+    help="Write one JSON line per event to FILE: the engine's (engine_lost, engine_recovered) and, "
+         "with --track, the tracks' (track_started, track_ended, line_crossed, zone_entered, "
+         "zone_left).", show_default=False)]
 SummaryOpt = Annotated[SummaryFormat, typer.Option(
     "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")]
 SummaryFileOpt = Annotated[Optional[Path], typer.Option(
@@ -187,11 +188,17 @@ class CameraOptions:
     runtime: shared.RuntimeOpt = None
     no_probe: shared.NoProbeOpt = False
     performance: shared.PerformanceOpt = None
+    isolate: shared.IsolateOpt = None
+    invoke_timeout: shared.InvokeTimeoutOpt = None
+    recover: shared.RecoverOpt = shared.Recover.reset
+    retry_tpu: shared.RetryTpuOpt = 60.0
 
     def placement(self, ctx: typer.Context) -> "Placement":
         return shared.placement(ctx, device=self.device, cpu_model=self.cpu_model, runtime=self.runtime,
                                 threads=self.threads, no_probe=self.no_probe,
-                                cpu_kernels=self.cpu_kernels, performance=self.performance)
+                                cpu_kernels=self.cpu_kernels, performance=self.performance,
+                                isolate=self.isolate, invoke_timeout=self.invoke_timeout,
+                                recover=self.recover, retry_tpu=self.retry_tpu)
 
 
 def command() -> Any:
@@ -315,6 +322,10 @@ def _outputs_line(extra: dict) -> str:
         text += f"; live view: {v['viewers_total']} viewer(s), {v['frames_encoded']} frame(s) encoded"
     if "tracking" in extra:
         text += "; " + tracking_line(extra["tracking"])
+    if "engine" in extra:
+        e = extra["engine"]
+        text += (f"; engine lost {e['engine_lost']} time(s), recovered {e['engine_recovered']}, "
+                 f"{e['outage_seconds']:.1f} s without it, {e['frames_skipped']} frame(s) skipped")
     if "mqtt" in extra:
         m = extra["mqtt"]
         text += (f"; mqtt: {m['published']} published, {m['dropped']} dropped, "

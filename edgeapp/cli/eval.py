@@ -204,7 +204,8 @@ def _check_outputs(save: Optional[Path], plot: Optional[Path]) -> None:
 
 
 # The metrics a table shows first, per data kind (the JSON has every one).
-MAIN = ("map", "map50", "top1", "top5", "miou", "pixel_accuracy", "oks_ap", "oks_ap50")
+MAIN = ("map", "map50", "top1", "top5", "miou", "pixel_accuracy", "oks_ap", "oks_ap50",
+        "map_model_classes", "top1_model_classes")  # the last: without data classes the model lacks
 
 
 def render_eval(doc: dict) -> str:

@@ -16,6 +16,7 @@ from edgeapp.cli.download import resolve_name
 from edgeapp.core.limits import MAX_THREADS
 from edgeapp.errors import EdgeappError, UsageError, is_interrupt
 from edgeapp.hw.runtime import RUNTIMES, EngineOptions
+from edgeapp.hw.worker import RECOVER
 from edgeapp.sinks.records import Format, format_for_path
 
 if TYPE_CHECKING:
@@ -95,6 +96,23 @@ TpuReconnectOpt = Annotated[float, typer.Option(
     "--reconnect", min=0.0, metavar="SECONDS",
     help="An Edge TPU that vanishes mid-run (a USB Accelerator re-enumerating) is waited for this "
          "long, then its work goes to the other TPUs or, with auto, the CPU twin. 0: at once.")]
+IsolateOpt = Annotated[Optional[bool], typer.Option(
+    "--isolate/--no-isolate",
+    help="Run the model in a worker process that a watchdog replaces when an invoke hangs, the "
+         "worker dies or the device is lost (docs/recovery.md). Default: whenever an Edge TPU "
+         "is used.", show_default=False)]
+InvokeTimeoutOpt = Annotated[Optional[float], typer.Option(
+    "--invoke-timeout", min=0.001, metavar="SECONDS",
+    help="With a worker: an invoke that takes longer is a hang (the worker is replaced). "
+         "Default: 10 x the p99 of the latencies so far, at least 1 s.", show_default=False)]
+Recover = choices("Recover", RECOVER)
+RecoverOpt = Annotated[Recover, typer.Option(
+    "--recover", help="How far the recovery ladder climbs for a lost engine: none, restart (a new "
+                      "worker), reset (+ USB reset or PCIe rescan), power (+ uhubctl power cycle), "
+                      "all.")]
+RetryTpuOpt = Annotated[float, typer.Option(
+    "--retry-tpu", min=1.0, metavar="SECONDS",
+    help="While the CPU twin stands in for a lost Edge TPU (auto), try the TPU again this often.")]
 
 
 LabelsOpt = Annotated[Optional[Path], typer.Option(
@@ -201,14 +219,17 @@ def placement(ctx: typer.Context, *, device: Optional[str], cpu_model: Optional[
               runtime: Optional[RuntimeName] = None, threads: Optional[int] = None,
               no_probe: bool = False, cpu_kernels: Union[CpuKernels, str] = CpuKernels.fast,
               performance: Union[Performance, str, None] = None,
-              reconnect: float = 0.0) -> "Placement":
+              reconnect: float = 0.0, isolate: Optional[bool] = None,
+              invoke_timeout: Optional[float] = None, recover: Union[Recover, str, None] = None,
+              retry_tpu: float = 60.0) -> "Placement":
     """Where and how to run (flows.open_task.Placement), from an inference command's options:
     --device and --runtime fall back on the global ones."""
     from edgeapp.flows.open_task import Placement
 
     engine = EngineOptions(str(cpu_model) if cpu_model else None, resolve_runtime(ctx, runtime), threads,
                            not no_probe, CpuKernels(choice_value(cpu_kernels) or "fast").value,
-                           choice_value(performance))
+                           choice_value(performance), isolate=isolate, invoke_timeout=invoke_timeout,
+                           recover=choice_value(recover) or "reset", retry_tpu=float(retry_tpu))
     return Placement(resolve_device(ctx, device), engine, float(reconnect or 0.0))
 
 

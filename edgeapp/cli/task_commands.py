@@ -37,6 +37,8 @@ from edgeapp.cli.options import (
     FastDecodeOpt,
     FormatOpt,
     InputsArg,
+    InvokeTimeoutOpt,
+    IsolateOpt,
     LabelsOpt,
     MeanOpt,
     ModelArg,
@@ -44,7 +46,10 @@ from edgeapp.cli.options import (
     OutputOpt,
     OverwriteOpt,
     PerformanceOpt,
+    Recover,
+    RecoverOpt,
     ResumeOpt,
+    RetryTpuOpt,
     RuntimeOpt,
     ShipBytesOpt,
     StdOpt,
@@ -106,6 +111,10 @@ class ImageOptions:
     no_probe: NoProbeOpt = False
     performance: PerformanceOpt = None
     tpu_reconnect: TpuReconnectOpt = 0.0
+    isolate: IsolateOpt = None
+    invoke_timeout: InvokeTimeoutOpt = None
+    recover: RecoverOpt = Recover.reset
+    retry_tpu: RetryTpuOpt = 60.0
     cluster: ClusterOpt = None
     ship_bytes: ShipBytesOpt = False
     chunk_size: ChunkSizeOpt = 16
@@ -118,7 +127,9 @@ class ImageOptions:
     def placement(self, ctx: typer.Context) -> "Placement":
         return placement(ctx, device=self.device, cpu_model=self.cpu_model, runtime=self.runtime,
                          threads=self.threads, no_probe=self.no_probe, cpu_kernels=self.cpu_kernels,
-                         performance=self.performance, reconnect=self.tpu_reconnect)
+                         performance=self.performance, reconnect=self.tpu_reconnect,
+                         isolate=self.isolate, invoke_timeout=self.invoke_timeout,
+                         recover=self.recover, retry_tpu=self.retry_tpu)
 
 
 _choice_types: Dict[Tuple[str, Tuple[str, ...]], type] = {}
@@ -322,7 +333,7 @@ def _locally(ctx: typer.Context, task: str, v: ImageOptions, options: dict, path
         with writer, resumable(writer, v.output), progress_bar(len(paths), task) as advance:
             workers = decode_workers(v.workers) if len(paths) > 1 else 0  # one image: no thread
             stats = run_batch(paths, opened.runner, opened.task, writer, workers=workers,
-                              progress=advance, on_result=opened.with_cascade(hook))
+                              progress=advance, on_result=opened.with_cascade(hook), on_notice=say)
         return stats, opened.where
 
 

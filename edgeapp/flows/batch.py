@@ -17,6 +17,8 @@ from edgeapp.core.naming import cpu_twin_path
 from edgeapp.errors import UsageError
 from edgeapp.execution.runner import Done, Runner
 from edgeapp.hw.native_stderr import quiet_libtiff
+from edgeapp.hw.worker import events as engine_events
+from edgeapp.hw.worker.events import Tally
 from edgeapp.sinks.records import RecordWriter
 from edgeapp.tasks.base import BoundTask, Prepared, Result, TaskKind
 
@@ -46,6 +48,7 @@ class BatchStats:
     latencies_ms: list[float] = field(default_factory=list)
     per_device: dict = field(default_factory=dict)  # results per device, with several
     device_failures: list = field(default_factory=list)  # (device, reason) of TPUs lost mid-run
+    engine: Tally = field(default_factory=Tally)  # engines lost and recovered (hw/worker/events.py)
 
     @property
     def per_second(self) -> float:
@@ -72,6 +75,8 @@ class BatchStats:
         if self.device_failures:
             parts.append(f"failed mid-run: {', '.join(d for d, _ in self.device_failures)} "
                          "(no image lost)")
+        if self.engine.events:
+            parts.append(f"{self.engine.line()} (no image lost)")
         if self.skipped:
             parts.append(f"{self.skipped} already done (--resume)")
         if self.failed:
@@ -197,12 +202,15 @@ def drain(records: Iterable[dict], stats: BatchStats, writer: RecordWriter,
 
 def run_batch(paths: list[str], runner: Runner, task: BoundTask, writer: RecordWriter,
               workers: int = 2, progress: Optional[Callable[[], None]] = None,
-              on_result: Optional[OnResult] = None) -> BatchStats:
-    """Run every path not already done; each record is written as soon as it is produced."""
+              on_result: Optional[OnResult] = None,
+              on_notice: Optional[Callable[[str], None]] = None) -> BatchStats:
+    """Run every path not already done; each record is written as soon as it is produced.
+    The engine's outages are counted (`stats.engine`); what they have to say goes to `on_notice`."""
     stats = BatchStats(total=len(paths))
     try:
-        drain(iter_records(todo(paths, writer, stats), runner, task, workers, on_result),
-              stats, writer, progress)
+        with engine_events.listening(stats.engine, on_notice):
+            drain(iter_records(todo(paths, writer, stats), runner, task, workers, on_result),
+                  stats, writer, progress)
     finally:
         stats.per_device = dict(sorted(runner.counts.items()))
         stats.device_failures = list(runner.failures)

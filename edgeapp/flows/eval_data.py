@@ -15,23 +15,35 @@ line). An image that cannot be decoded is found later, in the run: left out of t
 from __future__ import annotations
 
 import csv
+import io
 import os
 from pathlib import Path
 from typing import Any, Dict, List
 
 from edgeapp.core.eval.data import KINDS, EvalData  # noqa: F401 - read here, defined there
-from edgeapp.core.labels import read_labels
+from edgeapp.core.labels import parse_labels
+from edgeapp.core.limits import MAX_CLASSES
 from edgeapp.errors import UsageError
+from edgeapp.flows.eval_reading import file_kind, read_text
 from edgeapp.flows.inputs import IMAGE_SUFFIXES
 
 
 def image_files(folder: Path) -> List[Path]:
-    """The images in a folder and its sub-folders, sorted (hidden files left out)."""
+    """The images in a folder and its sub-folders, sorted (hidden files left out). One that is
+    not a regular file (a FIFO, a device, a socket) is exit 2: reading it would block."""
     found = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [Path(root) / f for f in sorted(files)
-                  if not f.startswith(".") and Path(f).suffix.lower() in IMAGE_SUFFIXES]
+        for f in sorted(files):
+            if f.startswith(".") or Path(f).suffix.lower() not in IMAGE_SUFFIXES:
+                continue
+            path = Path(root) / f
+            kind = file_kind(path)
+            if kind == "missing" and os.path.islink(path):
+                continue  # a dangling link: not an image
+            if kind:
+                raise UsageError(f"labelled data {path}: {kind}, not a regular file")
+            found.append(path)
     return found
 
 
@@ -39,8 +51,17 @@ def no_images(where: Path) -> UsageError:
     return UsageError(f"labelled data {where}: no images in it (looked for .jpg, .png, .bmp, ...)")
 
 
+def nothing_to_measure(where: Path, why: str) -> UsageError:
+    """Labelled data without a single object (or labelled pixel) to measure: exit 2, never a
+    metric of 0.0 and exit 0."""
+    return UsageError(f"labelled data {where}: nothing to measure: {why}")
+
+
 def read_class_folders(root: Path) -> EvalData:
-    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    try:
+        classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError as e:
+        raise UsageError(f"labelled data {root}: cannot list it ({e.strerror or e})") from None
     paths, truth = [], []
     for i, name in enumerate(classes):
         found = image_files(root / name)
@@ -57,9 +78,10 @@ def read_class_folders(root: Path) -> EvalData:
 def read_csv(path: Path) -> EvalData:
     """`path,label` rows (a header row `path,label` is allowed); paths relative to the CSV."""
     rows = []
+    text = read_text(path)
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            for n, row in enumerate(csv.reader(f), 1):
+        if True:
+            for n, row in enumerate(csv.reader(io.StringIO(text, newline="")), 1):
                 if not row or all(not c.strip() for c in row):
                     continue
                 if len(row) != 2 or not row[0].strip() or not row[1].strip():
@@ -67,11 +89,13 @@ def read_csv(path: Path) -> EvalData:
                 if n == 1 and [c.strip().lower() for c in row] == ["path", "label"]:
                     continue
                 rows.append((row[0].strip(), row[1].strip()))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
+    except csv.Error as e:
         raise UsageError(f"labelled data {path}: cannot read it ({e})") from None
     if not rows:
         raise no_images(path)
     classes = sorted({label for _, label in rows})
+    if len(classes) > MAX_CLASSES:
+        raise UsageError(f"labelled data {path}: {len(classes)} classes; at most {MAX_CLASSES} are supported")
     index = {c: i for i, c in enumerate(classes)}
     paths = [p if os.path.isabs(p) else str(path.parent / p) for p, _ in rows]
     return EvalData("classification", "CSV of path,label", path, paths, [p for p, _ in rows],
@@ -89,9 +113,15 @@ def read_masks(root: Path) -> EvalData:
     if missing:
         raise UsageError(f"labelled data {root}: {missing[0]} has no mask masks/{missing[0].stem}.png "
                          f"({len(missing)} image(s) without one)")
+    for image in images:
+        kind = file_kind(masks[image.stem])
+        if kind:
+            raise UsageError(f"labelled data {masks[image.stem]}: {kind}, not a regular file")
     names: Dict[Any, str] = {}
     labels = root / "labels.txt"
-    if labels.is_file():
-        names = dict(read_labels(labels))
+    if file_kind(labels) != "missing":
+        names = dict(parse_labels(read_text(labels, what="labels file")))
+        if len(names) > MAX_CLASSES or any(k >= MAX_CLASSES for k in names):
+            raise UsageError(f"{labels}: class ids up to {MAX_CLASSES - 1} are supported")
     return EvalData("segmentation", "images and masks", root, [str(p) for p in images],
                     [p.stem for p in images], names, [str(masks[p.stem]) for p in images])

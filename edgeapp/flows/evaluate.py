@@ -24,6 +24,7 @@ from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows import eval_coco
 from edgeapp.flows.batch import iter_ran
 from edgeapp.flows.eval_data import EvalData, read_class_folders, read_csv, read_masks
+from edgeapp.flows.eval_reading import file_kind
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
 from edgeapp.flows.sources.float_engine import is_float_source, open_float
 from edgeapp.hw.hostinfo import usable_cores
@@ -140,8 +141,11 @@ def score_saved(files: Sequence[Path], data: EvalData, labels_file: Optional[Pat
 
 def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
     """The labelled data `data` names (a file or a folder, the format found from it)."""
-    if not data.exists():
+    kind = file_kind(data)
+    if kind == "missing":
         raise UsageError(f"labelled data {data}: not found")
+    if kind not in ("", "a folder"):  # a FIFO or device would block the reader
+        raise UsageError(f"labelled data {data}: {kind}, not a file or folder")
     suffix = data.suffix.lower()
     if data.is_file():
         if suffix == ".json":
@@ -157,7 +161,10 @@ def read_data(data: Path, images: Optional[Path] = None) -> EvalData:
                          "path,label or a folder")
     if images is not None:
         raise UsageError("--images is for a COCO JSON's images")
-    yamls = sorted(p for p in data.iterdir() if p.suffix.lower() in (".yaml", ".yml"))
+    try:
+        yamls = sorted(p for p in data.iterdir() if p.suffix.lower() in (".yaml", ".yml"))
+    except OSError as e:
+        raise UsageError(f"labelled data {data}: cannot list it ({e.strerror or e})") from None
     if len(yamls) == 1:  # a dataset's own definition (names, val) comes first
         return eval_coco.read_yolo_yaml(yamls[0])
     if (data / "images").is_dir() and (data / "labels").is_dir():

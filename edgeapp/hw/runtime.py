@@ -38,6 +38,7 @@ from edgeapp.hw.runtime_errors import (
     numpy_mismatch_text,
     runtime_error_text,
 )
+from edgeapp.hw.worker import wants_worker
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
@@ -231,7 +232,7 @@ def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec, extra: Optional[di
 
 class Engine(Protocol):
     """What tasks and runners read of an opened model, whatever runs it: `TfliteEngine` (a
-    .tflite on the Edge TPU or the CPU), eval's float source (flows/convert/float_engine.py) and
+    .tflite on the Edge TPU or the CPU), eval's float source (flows/sources/float_engine.py) and
     a segment pipeline seen as one model (execution/pipeline.PipelineView) declare it."""
 
     inputs: List[dict]  # the runtime's tensor details: index, shape, dtype, quantization
@@ -350,6 +351,11 @@ class EngineOptions:
     cpu_kernels: str = "fast"  # one of CPU_KERNELS
     performance: Optional[str] = None  # libedgetpu's Performance: low, medium, high, max
     usb_queue: Optional[int] = None  # libedgetpu's Usb.MaxBulkInQueueLength
+    # the engine in a worker process (hw/worker/): None = whenever an Edge TPU is used
+    isolate: Optional[bool] = None
+    invoke_timeout: Optional[float] = None  # seconds; None: p99 of the latencies x 10, >= 1 s
+    recover: str = "reset"  # how far the recovery ladder climbs (hw/worker.RECOVER)
+    retry_tpu: float = 60.0  # seconds between tries of a lost Edge TPU while its CPU twin runs
 
 
 def open_engine(path: str | Path | TfliteModel, device: str = "auto",
@@ -380,6 +386,11 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto",
     spec = parse_device(device)
     model = path if isinstance(path, TfliteModel) else load_model(path)
     path = model.path if isinstance(path, TfliteModel) else path
+    if wants_worker(o.isolate, spec.kind, model.is_edgetpu_compiled):
+        from edgeapp.hw.worker.engine import open_isolated
+
+        return open_isolated(model, device, o, requested=str(path), trust_model=trust_model,
+                             twin=spec.kind == "auto" and model.is_edgetpu_compiled)
     rt = find_runtime(o.runtime)
     if spec.kind != "cpu" and model.is_edgetpu_compiled:
         spec, extra = tuned(spec, o.performance, o.usb_queue)

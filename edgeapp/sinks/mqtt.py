@@ -463,3 +463,32 @@ def publish_health(out: MqttOut, health: dict, discovery: bool = False) -> None:
         for topic, payload in health_discovery(out.target.prefix, health.get("temperature_c") is not None):
             out._put(topic, payload, 1, True)
     out._put(out.topic(HEALTH_TOPIC), health, 0, True)
+
+
+# The engine's outages (hw/worker/events.py): each event on PREFIX/engine/events, the state on
+# PREFIX/engine (retained), and a Home Assistant problem sensor "Edge TPU lost" over it.
+ENGINE_TOPIC = "engine"
+
+
+def engine_discovery(prefix: str) -> tuple[str, dict]:
+    """(config topic, payload) of the Home Assistant problem sensor for a lost engine."""
+    import re
+
+    node = re.sub(r"[^A-Za-z0-9_-]", "_", prefix) or DEFAULT_PREFIX
+    return (f"{HEALTH_DISCOVERY_PREFIX}/binary_sensor/{node}/edgetpu_lost/config",
+            {"state_topic": f"{prefix}/{ENGINE_TOPIC}", "availability_topic": f"{prefix}/status",
+             "payload_available": "online", "payload_not_available": "offline",
+             "device": {"identifiers": [f"edgeapp_{node}"], "name": f"edgeapp {prefix}",
+                        "manufacturer": "edgeapp"},
+             "name": "Edge TPU lost", "unique_id": f"edgeapp_{node}_edgetpu_lost",
+             "device_class": "problem", "value_template": "{{ 'ON' if value_json.lost else 'OFF' }}"})
+
+
+def publish_engine(out: MqttOut, event: dict, state: dict, discovery: bool = False) -> None:
+    """Queue one engine event and the engine's state (retained); with `discovery`, first the
+    Home Assistant config. Never waits, like on_frame."""
+    if discovery:
+        topic, payload = engine_discovery(out.target.prefix)
+        out._put(topic, payload, 1, True)
+    out._put(out.topic(f"{ENGINE_TOPIC}/events"), event, 1, False)
+    out._put(out.topic(ENGINE_TOPIC), state, 1, True)

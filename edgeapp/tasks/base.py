@@ -15,6 +15,7 @@ A `BoundTask` is a kind with its options, bound to an opened model: what actuall
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -386,9 +387,14 @@ class Scorer:
                                  "data (the predictions of other data?)")
             values = row[self.coco_results]
             if not isinstance(values, list) or not all(
-                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-                raise UsageError(f"{where}: {self.coco_results} is not a list of numbers")
-            results.append(dict(row, image_id=index[row["image_id"]]))
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                    for v in values):
+                raise UsageError(f"{where}: {self.coco_results} is not a list of finite numbers")
+            category = self.data.class_key(row["category_id"])  # type: ignore[attr-defined]
+            if category is None:
+                raise UsageError(f"{where}: category_id {row['category_id']!r} is not a category of "
+                                 "the data")
+            results.append(dict(row, image_id=index[row["image_id"]], category_id=category))
         self.results = results  # type: ignore[attr-defined]
 
 

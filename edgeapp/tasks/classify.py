@@ -113,8 +113,12 @@ class ClassScorer(Scorer):
                              "...) is among the model's labels")
         to_model = {k: i for i, k in to_data.items()}
         self.truth = [to_model.get(k, -1) for k in data.truth]  # -1: a class the model lacks
-        self.notes = [f"the model has no class {', '.join(unknown)}: its images count as "
-                      "misses"] if unknown else []
+        share = data.truth_share([k for k in data.names if k not in to_model])
+        if unknown and share >= 1.0:
+            raise UsageError(f"labelled data {data.source}: nothing to measure: every image is of a "
+                             f"class the model does not have ({', '.join(unknown[:5])})")
+        self.notes = [f"the model has no class {', '.join(unknown)} ({share:.1%} of the images): "
+                      "its images count as misses"] if unknown else []
         self.ranked: Dict[int, List[int]] = {}
         self.scores: Dict[int, List[dict]] = {}
 
@@ -129,6 +133,11 @@ class ClassScorer(Scorer):
         names = self.labels or {i: str(n) for i, n in self.data.names.items()}
         truth = [self.truth[i] for i in done]
         out = classification_metrics(truth, [self.ranked[i] for i in done], names)
+        if any(t < 0 for t in truth) and any(t >= 0 for t in truth):  # without the classes it lacks
+            known = [n for n, t in enumerate(truth) if t >= 0]
+            mine = classification_metrics([truth[n] for n in known],
+                                          [self.ranked[done[n]] for n in known], names)
+            out["top1_model_classes"], out["top5_model_classes"] = mine["top1"], mine["top5"]
         ids = sorted(names)
         size = max(ids) + 1 if ids else 0
         first = [self.ranked[i][0] if self.ranked[i] else -1 for i in done]

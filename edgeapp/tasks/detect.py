@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from edgeapp.core.eval.coco import box_summary, coco_evaluate, pr_curves
+from edgeapp.core.eval.coco import box_summary, coco_evaluate, means_over, pr_curves
 from edgeapp.core.eval.metrics import match_names
 from edgeapp.core.vision.boxes import translate
 from edgeapp.core.vision.detect import Object, engine_layout, get_objects, object_fields
@@ -299,17 +299,30 @@ KIND = Detect()
 class BoxScorer(Scorer):
     """COCO mAP50-95, mAP50 and per-class AP (pycocotools) of every box; the model's classes
     matched to the data's categories by name (Coral's SSD models number COCO's 90 with gaps,
-    YOLO exports 80 contiguous ones), by index when the data has no names."""
+    YOLO exports 80 contiguous ones), by index when the data has no names. A data class the
+    model lacks is said with its share of the objects; when it lowers the mean, the metrics
+    have the mean over the model's classes too (`map_model_classes`, `map50_model_classes`)."""
 
     coco_results = "bbox"
 
     def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
         self.data, self.labels = data, labels
-        self.to_data, unknown = match_names(labels if data.named else None, data.names)
+        data.check_model_classes(labels)  # unnamed data: ids beyond the model's are exit 2
+        if data.named:
+            self.to_data, unknown = match_names(labels, data.names)
+        else:  # the data's ids are the model's (only those used are among the data's names)
+            self.to_data, unknown = {k: k for k in data.names}, []
         if labels and data.named and not self.to_data:
             raise InvalidModel(f"none of the data's classes ({', '.join(list(data.names.values())[:5])}"
                                "...) is among the model's labels")
-        self.notes = [f"the model has no class {', '.join(unknown)}: AP 0 for them"] if unknown else []
+        found = set(self.to_data.values())
+        self.unknown = [k for k in data.names if k not in found]
+        share = data.truth_share(self.unknown)
+        if self.unknown and share >= 1.0:
+            raise UsageError(f"labelled data {data.source}: nothing to measure: every object is of a "
+                             f"class the model does not have ({', '.join(unknown[:5])})")
+        self.notes = [f"the model has no class {', '.join(unknown)} ({share:.1%} of the objects): "
+                      "AP 0 for them"] if unknown else []
         self.results: List[dict] = []
         self.plot: dict = {}
 
@@ -327,7 +340,13 @@ class BoxScorer(Scorer):
         ev = coco_evaluate(gt, self.results, "bbox", done)
         names = {c["id"]: c["name"] for c in gt["categories"]}
         self.plot = {"kind": "pr", "curves": pr_curves(ev, names)}
-        return box_summary(ev, gt)
+        out = box_summary(ev, gt)
+        if self.unknown:
+            known = means_over(ev, set(self.to_data.values()))
+            if known is not None and (round(known[0], 4), round(known[1], 4)) != (
+                    round(out["map"], 4), round(out["map50"], 4)):
+                out["map_model_classes"], out["map50_model_classes"] = known
+        return out
 
     def _named_truth(self) -> dict:
         """The data's ground truth, its classes named by the model's labels (its sidecar's or
@@ -339,8 +358,9 @@ class BoxScorer(Scorer):
                                                 for c in self.data.coco["categories"]])
 
     def predictions(self) -> List[dict]:
-        """A COCO results list in the data's own image ids."""
-        return [dict(r, image_id=self.data.ids[r["image_id"]]) for r in self.results]
+        """A COCO results list in the data's own image and category ids."""
+        return [dict(r, image_id=self.data.ids[r["image_id"]],
+                     category_id=self.data.own_category(r["category_id"])) for r in self.results]
 
 
 def _yolo_input(pixels: np.ndarray, spec: InputSpec) -> tuple:

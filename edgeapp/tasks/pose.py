@@ -133,7 +133,8 @@ class KeypointScorer(Scorer):
         return keypoint_metrics(self.data.coco, self.results, done)
 
     def predictions(self) -> List[dict]:
-        return [dict(r, image_id=self.data.ids[r["image_id"]]) for r in self.results]
+        return [dict(r, image_id=self.data.ids[r["image_id"]],
+                     category_id=self.data.own_category(r["category_id"])) for r in self.results]
 
 
 KIND = PoseKind()

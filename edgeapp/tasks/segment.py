@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from edgeapp.core.eval.metrics import IGNORE, add_masks, segmentation_metrics
+from edgeapp.core.limits import MAX_CLASSES
 from edgeapp.core.vision.overlay import draw_classes, draw_mask
 from edgeapp.core.vision.segmentation import (
     class_map,
@@ -78,7 +79,10 @@ class Segment(TaskKind):
     def interpret(self, outputs, prepared: Prepared, plan: tuple, options: dict,
                   labels: Optional[dict]) -> Result:
         full = mask_to_original(class_map(outputs[0], *plan), prepared.fit)
-        return Result({"classes": class_shares(full, labels), "mask": None}, {"mask": full})
+        shape = tuple(getattr(outputs[0], "shape", ()))  # class scores: the model's class count
+        count = max(2, int(shape[-1])) if len(shape) == 4 else None  # (2 for one score channel)
+        return Result({"classes": class_shares(full, labels), "mask": None},
+                      {"mask": full, "class_count": count})
 
     def empty(self) -> dict:
         return {"classes": [], "mask": None}
@@ -125,26 +129,37 @@ class Segment(TaskKind):
 
 class MaskScorer(Scorer):
     """mIoU, pixel accuracy and per-class IoU over every labelled pixel (255 = ignore); mask
-    values are the model's class ids."""
+    values are the model's class ids: one beyond the model's classes (its labels, else the
+    data's labels.txt) is exit 2 naming the mask, checked by the mask's largest value, so no
+    count is ever sized by what a mask holds."""
 
     def __init__(self, data: EvalData, labels: Optional[dict]) -> None:
         import numpy as np
 
         self.data, self.notes, self.plot = data, [], {}
         self.names = labels or {int(k): v for k, v in data.names.items()}
-        self.counts = np.zeros((0, 0), dtype=np.int64)
+        self.classes = max(int(k) for k in self.names) + 1 if self.names else None
+        size = self.classes or 0
+        self.counts = np.zeros((size, size), dtype=np.int64)
         self.rows: Dict[int, dict] = {}
 
     def add(self, index: int, result: Result) -> None:
         import numpy as np
 
-        truth = read_mask(self.data.truth[index])
         predicted = result.extras["mask"]
-        if truth.shape != predicted.shape:
-            raise UsageError(f"{self.data.truth[index]}: mask {truth.shape[1]}x{truth.shape[0]} is "
-                             f"not the size of its image ({predicted.shape[1]}x{predicted.shape[0]})")
-        labelled = truth[truth != IGNORE].astype(np.int64)
-        size = int(max(labelled.max(initial=-1), predicted.astype(np.int64).max(initial=-1))) + 1
+        path = self.data.truth[index]
+        truth = read_mask(path, (predicted.shape[1], predicted.shape[0]))
+        labelled = truth[truth != IGNORE]
+        top = int(labelled.max()) if labelled.size else -1
+        limit = self.classes or result.extras.get("class_count") or MAX_CLASSES
+        if labelled.size and int(labelled.min()) < 0:
+            raise UsageError(f"{path}: mask value {int(labelled.min())} is negative; values are class "
+                             f"ids 0..{limit - 1} or {IGNORE} (not labelled)")
+        if top >= limit:
+            raise UsageError(f"{path}: mask value {top} is not a class of the model (0..{limit - 1}) "
+                             f"nor {IGNORE} (not labelled)")
+        most = int(predicted.max()) if predicted.size else -1
+        size = max(top, min(most, MAX_CLASSES - 1)) + 1
         if size > self.counts.shape[0]:
             grown = np.zeros((size, size), dtype=np.int64)
             grown[:self.counts.shape[0], :self.counts.shape[0]] = self.counts
@@ -153,6 +168,9 @@ class MaskScorer(Scorer):
         self.rows[index] = {"image": self.data.ids[index], "classes": result.fields["classes"]}
 
     def metrics(self, done: List[int]) -> dict:
+        if done and not self.counts.sum():
+            raise UsageError(f"labelled data {self.data.source}: nothing to measure: no mask has a "
+                             f"labelled pixel (every value is {IGNORE})")
         out = segmentation_metrics(self.counts, self.names)
         self.plot = {"kind": "iou", "per_class": out["per_class"]}
         return out
@@ -161,16 +179,26 @@ class MaskScorer(Scorer):
         return [self.rows[i] for i in sorted(self.rows)]
 
 
-def read_mask(path: str) -> Any:
-    """A mask PNG's class ids (a one-channel image; 16-bit for more than 255 classes)."""
+def read_mask(path: str, size: Optional[tuple] = None) -> Any:
+    """A mask PNG's class ids (a one-channel image; 16-bit for more than 255 classes), which
+    must be `size` (width, height) when given: checked from its header, before decoding."""
+    import os
+
     import numpy as np
     from PIL import Image
 
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: the mask is not a regular file")
     try:
         with Image.open(path) as img:
-            if img.mode not in ("L", "P", "I", "I;16"):
+            if img.mode not in ("L", "P", "I", "I;16", "I;16B", "I;16L"):
                 raise UsageError(f"{path}: a mask is one channel of class ids, not {img.mode}")
+            if size is not None and tuple(img.size) != tuple(size):
+                raise UsageError(f"{path}: mask {img.size[0]}x{img.size[1]} is not the size of its "
+                                 f"image ({size[0]}x{size[1]})")
             return np.asarray(img)
+    except Image.DecompressionBombError:
+        raise UsageError(f"{path}: the mask is too large (more pixels than any image measured)") from None
     except (OSError, SyntaxError, ValueError) as e:
         raise UsageError(f"{path}: cannot read the mask ({e})") from None
 

@@ -105,6 +105,21 @@ def box_summary(ev, gt: dict) -> dict:
             "per_class": per_class_ap(ev, names)}
 
 
+def means_over(ev, categories: Sequence) -> Optional[tuple]:
+    """(AP50-95, AP50) averaged over `categories` only, as stats[0] and stats[1] average over
+    every category with ground truth (all areas, the largest maxDets); None when none of them
+    has ground truth."""
+    if ev is None:
+        return None
+    precision = ev.eval["precision"]  # [T iou, R recall, K category, A area, M maxDets]
+    keep = [k for k, cat in enumerate(ev.params.catIds) if cat in set(categories)]
+    p = precision[:, :, keep, 0, -1]
+    if not (p > -1).any():
+        return None
+    p50 = p[0]
+    return float(np.mean(p[p > -1])), float(np.mean(p50[p50 > -1])) if (p50 > -1).any() else 0.0
+
+
 def keypoint_metrics(gt: dict, results: List[dict], image_ids: Optional[Sequence] = None) -> dict:
     """oks_ap (AP at OKS 0.50:0.95) and oks_ap50: pycocotools' keypoint stats[0] and stats[1]."""
     ev = coco_evaluate(gt, results, "keypoints", image_ids)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from edgeapp.errors import UsageError
+
 KINDS = ("classification", "detection", "segmentation", "keypoints")
 
 
@@ -28,6 +30,39 @@ class EvalData:
     coco: Optional[dict] = None
     notes: List[str] = field(default_factory=list)
     named: bool = True  # False: the data has no class names, classes match the model's by index
+    category_ids: Dict[Any, Any] = field(default_factory=dict)  # class key -> the data's own id
+    class_at: Dict[Any, str] = field(default_factory=dict)  # class key -> where it is first used
+
+    def own_category(self, key: Any) -> Any:
+        """A class key as the data itself names it (a COCO category id), for saved predictions."""
+        return self.category_ids.get(key, key)
+
+    def class_key(self, own: Any) -> Any:
+        """The class key of a category as the data names it (a saved prediction's category_id);
+        None when the data has no such category."""
+        if self.category_ids:
+            return next((k for k, v in self.category_ids.items() if v == own and type(v) is type(own)),
+                        None)
+        return own if own in self.names else None
+
+    def check_model_classes(self, labels: Optional[Dict[int, str]]) -> None:
+        """Data without class names numbers its classes as the model does: a class id at or
+        beyond the model's class count is exit 2, naming where it is used."""
+        if self.named or not labels:
+            return
+        count = max(int(k) for k in labels) + 1
+        beyond = sorted(k for k in self.names if int(k) >= count)
+        if beyond:
+            raise UsageError(f"{self.class_at.get(beyond[0], self.source)}: class {beyond[0]} is out "
+                             f"of range (the model has {count} classes: 0..{count - 1})")
+
+    def truth_share(self, keys: Any) -> float:
+        """The share of the ground truth (objects, or images) whose class is among `keys`."""
+        keys = set(keys)
+        if self.coco is not None:
+            anns = self.coco["annotations"]
+            return sum(1 for a in anns if a["category_id"] in keys) / len(anns) if anns else 0.0
+        return sum(1 for t in self.truth if t in keys) / len(self.truth) if self.truth else 0.0
 
     def describe(self) -> str:
         """One line: what was found, and how much."""

@@ -206,11 +206,13 @@ def image_size(path: ImageSource) -> Optional[tuple[int, int]]:
     from PIL import Image
 
     _quiet_pillow()
+    if isinstance(path, (str, os.PathLike)) and not os.path.isfile(path):
+        return None  # missing, or a FIFO or device that would block open()
     try:
         with Image.open(path) as img:
             w, h = img.size
             turned = _orientation(img) in _SWAPPED  # a quarter turn swaps them
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return None
     return (h, w) if turned else (w, h)
 

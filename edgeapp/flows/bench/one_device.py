@@ -47,6 +47,7 @@ class BenchOptions:
     samples: Optional[dict] = None  # label -> latencies (ms), kept for --plot when a dict
     performance: Optional[str] = None  # libedgetpu's Performance (core/edgetpu/clock.py)
     usb_queue: Optional[int] = None  # libedgetpu's Usb.MaxBulkInQueueLength
+    isolate: Optional[bool] = None  # the engine in a worker process (hw/worker/); None: on an Edge TPU
 
 
 def random_input(shape: tuple[int, ...], dtype: np.dtype, seed: int = 0) -> np.ndarray:
@@ -166,7 +167,7 @@ def _open(model, device: str, threads: Optional[int], opts: BenchOptions, strict
     try:
         engine = open_engine(model, device, cpu_model=opts.cpu_model, runtime=opts.runtime,
                             threads=threads, probe=opts.probe, cpu_kernels=opts.cpu_kernels,
-                            performance=opts.performance, usb_queue=opts.usb_queue)
+                            performance=opts.performance, usb_queue=opts.usb_queue, isolate=opts.isolate)
     except (DeviceUnavailable, UsageError) as e:
         if strict or device in ("cpu", "auto"):
             raise

@@ -65,7 +65,7 @@ class CameraSettings:
 
 
 SETTING_NAMES = tuple(f.name for f in fields(CameraSettings))
-TRACKED = ("count_lines", "zones", "events")  # what counts tracked objects: needs `track`
+TRACKED = ("count_lines", "zones")  # what counts tracked objects: needs `track`
 
 
 def flag(name: str) -> str:

@@ -18,7 +18,7 @@ from edgeapp.flows.convert.onnx_graph import OnnxInput
 from edgeapp.flows.convert.yolo_onnx import YoloHead
 from edgeapp.flows.sources.base import FloatModel, Progress
 from edgeapp.flows.sources.float_engine import meta_from_props
-from edgeapp.flows.sources.source import ModelSource, Say, Timed
+from edgeapp.flows.sources.source import ModelSource, SayLine, TimeStep
 
 
 class OnnxSource(ModelSource):
@@ -35,8 +35,8 @@ class OnnxSource(ModelSource):
     def input_size(self) -> Optional[Tuple[int, int, int]]:
         return self.inp.width, self.inp.height, self.inp.channels
 
-    def load(self, calibration: Optional[np.ndarray], output: Path, say: Say, progress: Progress,
-             timed: Timed) -> FloatModel:
+    def load(self, calibration: Optional[np.ndarray], output: Path, say: SayLine, progress: Progress,
+             timed: TimeStep) -> FloatModel:
         make_output_folder(output)  # for the log
         log = convert_log_path(output)
         say(f"converting {self.path} with onnx2tf (log: {log})")
@@ -44,7 +44,7 @@ class OnnxSource(ModelSource):
         with timed("onnx2tf: the float TensorFlow graph"):
             return load_onnx(self.converted, self.inp, calibration, log, progress, self.head())
 
-    def describe(self, say: Say) -> None:
+    def describe(self, say: SayLine) -> None:
         """What is said of the model before onnx2tf runs, beyond its name (a YOLO export's cut)."""
 
     def head(self) -> Optional[YoloHead]:

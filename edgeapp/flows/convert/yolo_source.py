@@ -16,7 +16,7 @@ from edgeapp.flows.convert.onnx_graph import OnnxInput, fixed_model
 from edgeapp.flows.convert.onnx_source import OnnxSource
 from edgeapp.flows.convert.yolo_onnx import YoloHead, cut_head
 from edgeapp.flows.sources.float_engine import ULTRALYTICS_DETECT
-from edgeapp.flows.sources.source import BoxCheck, Fit, Say
+from edgeapp.flows.sources.source import BoxCheck, FitPixels, SayLine
 from edgeapp.tasks import for_ultralytics
 
 
@@ -31,14 +31,14 @@ class YoloOnnxSource(OnnxSource):
     def task(self) -> Optional[str]:
         return for_ultralytics(ULTRALYTICS_DETECT)
 
-    def describe(self, say: Say) -> None:
+    def describe(self, say: SayLine) -> None:
         say(f"an Ultralytics YOLO detection export ({self.yolo.nc} classes, strides "
             f"{'/'.join(map(str, self.yolo.strides))}): cut before its decode, which runs on the CPU")
 
     def head(self) -> Optional[YoloHead]:
         return self.yolo
 
-    def fit(self) -> Optional[Fit]:
+    def fit(self) -> Optional[FitPixels]:
         return letterboxer((self.inp.width, self.inp.height))
 
     def labels(self) -> Optional[Dict[int, str]]:
@@ -47,7 +47,7 @@ class YoloOnnxSource(OnnxSource):
     def sidecar_layout(self) -> Dict[str, Any]:
         return {"yolo": sidecar_entry(self.yolo, self.inp.width, self.inp.height)}
 
-    def boxes(self, data: Dataset, mean: float, std: float, source: str, say: Say) -> Optional[BoxCheck]:
+    def boxes(self, data: Dataset, mean: float, std: float, source: str, say: SayLine) -> Optional[BoxCheck]:
         """BoxAgreement on `data`: the float export's boxes found once."""
         say(f"measuring detections of float vs int8 on {len(data.x)} image(s)")
         session = ort_session(fixed_model(self.model, self.inp))

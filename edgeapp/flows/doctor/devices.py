@@ -63,6 +63,9 @@ def device_checks(root: Root, env: Mapping[str, str]) -> list[Check]:
     checks = [usb_check(s) if s["type"] == "usb" else pcie_check(s) for s in states]
     if any(s["type"] == "usb" for s in states) and mode is not None:
         checks.append(clock_mode_check(mode, evidence))
+    history = reset_check(root, present=bool(states or cards))
+    if history is not None:
+        checks.append(history)
     usb = [s for s in states if s["type"] == "usb"]
     nodes = [s["path"] for s in states if s["type"] == "pci"]
     if not states and not cards:
@@ -77,6 +80,24 @@ def device_checks(root: Root, env: Mapping[str, str]) -> list[Check]:
         if is_pi5(root) and not nodes:
             checks += pi5_checks(root, cards)
     return checks
+
+
+def reset_check(root: Root, present: bool) -> Optional[Check]:
+    """The Edge TPUs' resets since boot from the kernel's log, each cause with its fix; None
+    when there is no device and no reset to speak of."""
+    from edgeapp.core.edgetpu.resets import FIXES, resets, summary
+    from edgeapp.hw.kernel_log import kernel_lines
+
+    lines = kernel_lines(root)
+    if lines is None:
+        return Check("edge tpu resets", OK, "the kernel log cannot be read here (dmesg_restrict?)",
+                     "run `sudo edgeapp doctor` to see the device's resets since boot") if present else None
+    found = resets(lines)
+    if not found:
+        return Check("edge tpu resets", OK, "none since boot") if present else None
+    causes = list(dict.fromkeys(r.cause for r in found))
+    return Check("edge tpu resets", WARN, f"{summary(found)} (last: {found[-1].line[:120]})",
+                 " | ".join(f"{c}: {FIXES[c]}" for c in causes))
 
 
 def usb_check(s: dict) -> Check:

@@ -13,7 +13,7 @@ import numpy as np
 
 from edgeapp.errors import InvalidModel
 from edgeapp.flows.sources.base import FloatModel, Progress, first_line, tensorflow
-from edgeapp.flows.sources.source import ModelSource, Say, Timed
+from edgeapp.flows.sources.source import ModelSource, SayLine, TimeStep
 
 
 class KerasSource(ModelSource):
@@ -21,8 +21,8 @@ class KerasSource(ModelSource):
 
     format = "keras"
 
-    def load(self, calibration: Optional[np.ndarray], output: Path, say: Say, progress: Progress,
-             timed: Timed) -> FloatModel:
+    def load(self, calibration: Optional[np.ndarray], output: Path, say: SayLine, progress: Progress,
+             timed: TimeStep) -> FloatModel:
         say(f"loading {self.path} (TensorFlow)")
         return load_keras(self.path)
 

@@ -19,9 +19,9 @@ from typing_extensions import Protocol
 from edgeapp.core.meta import ModelMeta
 from edgeapp.flows.sources.base import FloatModel, Progress
 
-Say = Callable[[str], None]
-Timed = Callable[[str], ContextManager[None]]  # timed(step): the block's seconds in the report's times
-Fit = Callable[[np.ndarray], np.ndarray]  # decoded pixels -> the model's input pixels
+SayLine = Callable[[str], None]
+TimeStep = Callable[[str], ContextManager[None]]  # timed(step): the block's seconds in the report's times
+FitPixels = Callable[[np.ndarray], np.ndarray]  # decoded pixels -> the model's input pixels
 
 
 class Images(Protocol):
@@ -62,12 +62,12 @@ class ModelSource:
         loaded first, to seed the conversion), else None (the loaded model says it)."""
         return None
 
-    def load(self, calibration: Optional[np.ndarray], output: Path, say: Say, progress: Progress,
-             timed: Timed) -> FloatModel:
+    def load(self, calibration: Optional[np.ndarray], output: Path, say: SayLine, progress: Progress,
+             timed: TimeStep) -> FloatModel:
         """The float model; `calibration` (normalized NHWC inputs) when `input_size` is known."""
         raise NotImplementedError
 
-    def fit(self) -> Optional[Fit]:
+    def fit(self) -> Optional[FitPixels]:
         """How images become inputs besides the plain resize, or None."""
         return None
 
@@ -84,7 +84,7 @@ class ModelSource:
         """Entries the sidecar's `extra` needs to open the written model (a YOLO layout)."""
         return {}
 
-    def boxes(self, data: Images, mean: float, std: float, source: str, say: Say) -> Optional[BoxCheck]:
+    def boxes(self, data: Images, mean: float, std: float, source: str, say: SayLine) -> Optional[BoxCheck]:
         """A detector's box agreement on held-out `data` (flows/convert/detection.BoxAgreement:
         int8 file -> its report), or None for a model without boxes."""
         return None

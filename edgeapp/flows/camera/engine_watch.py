@@ -1,0 +1,73 @@
+"""A camera run's engine outages (hw/worker/events.py), told as they happen: each event to
+--events and MQTT (with a Home Assistant problem sensor, "Edge TPU lost"), the state to the
+live view's /stats, and the counts, seconds and frames skipped to the summary.
+
+A frame output (flows/camera/loop.FrameOutput): the frames a live source dropped while the
+engine was gone are the frames skipped by the outage.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, List, Optional
+
+from edgeapp.hw.worker.events import LOST, RECOVERED, EngineEvent, Tally
+
+
+class EngineWatch:
+    """Listens to the engine events of one camera run (`__call__`) and sees its frames."""
+
+    def __init__(self, write: Optional[Callable[[List[dict]], None]] = None) -> None:
+        self.tally = Tally()
+        self._write = write
+        self._publish: Optional[Callable[[dict], None]] = None
+        self._lock = threading.Lock()
+        self.lost_now = False
+        self.skipped = 0
+        self._dropped = 0  # frames dropped so far (the loop's count)
+        self._dropped_at: Optional[int] = None  # ... when the current outage began
+
+    def publish_to(self, mqtt_out: Any) -> None:
+        """Also publish each event and the state to this MqttOut (sinks/mqtt.publish_engine)."""
+        from edgeapp.sinks.mqtt import publish_engine
+
+        first = [True]
+
+        def publish(event: dict) -> None:
+            publish_engine(mqtt_out, event, self.state(), discovery=first[0])
+            first[0] = False
+
+        self._publish = publish
+
+    def __call__(self, event: EngineEvent) -> None:
+        self.tally(event)
+        with self._lock:
+            if event.event == LOST and event.step is None:
+                self.lost_now = True
+                if self._dropped_at is None:
+                    self._dropped_at = self._dropped
+            elif event.event == RECOVERED:
+                self.lost_now = False
+        record = event.as_dict()
+        if self._write is not None:
+            self._write([record])
+        if self._publish is not None:
+            self._publish(record)
+
+    def on_frame(self, image: Any, record: dict, *, stats: Any = None, **_: Any) -> None:
+        if stats is None:
+            return
+        with self._lock:
+            if self._dropped_at is not None and not self.lost_now:
+                self.skipped += max(0, stats.dropped - self._dropped_at)
+                self._dropped_at = None
+            self._dropped = stats.dropped
+
+    def state(self) -> dict:
+        """The engine's state: lost now or not, and the counts so far."""
+        return {"lost": self.lost_now, **self.tally.summary(), "frames_skipped": self.skipped}
+
+    def stats(self) -> dict:
+        """What /stats serves: {"engine": ...} once something happened, else {}."""
+        return {"engine": self.state()} if self.tally.events else {}
+

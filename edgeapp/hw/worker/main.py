@@ -1,0 +1,112 @@
+"""The worker process: opens one engine and runs it on the inputs the main process writes into
+the shared region, until told to stop or its parent is gone.
+
+Started by process.py as `python -I -c "... edgeapp.hw.worker.main ..." edgeapp-worker ...`,
+so `ps` (and an operator's `pkill -f edgeapp-worker`) finds it. Messages on the control
+connection: one byte `r` (run the inputs in the region), `q` (quit); answers `k` (outputs
+written) or a pickled ("error", class name, message, device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from dataclasses import replace
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import send_handle
+from typing import Any, List, Optional
+
+from edgeapp.hw.worker.wire import ARGV_MARK, DONE, RUN
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel ends this process when its parent dies (PR_SET_PDEATHSIG), even while a
+    native call hangs; elsewhere the closed connection ends it at the next message."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def error_message(error: BaseException) -> tuple:
+    """What crosses the connection for an error: ("error", class name, message, device)."""
+    from edgeapp.errors import EdgeappError
+
+    name = type(error).__name__ if isinstance(error, EdgeappError) else "DeviceFailed"
+    text = str(error) or type(error).__name__
+    return ("error", name, text, getattr(error, "device", None))
+
+
+def _describe(engine: Any, layout: Any) -> dict:
+    return {"inputs": engine.inputs, "outputs": engine.outputs, "device": engine.device,
+            "name": engine.name, "notice": engine.notice, "model_path": engine.model_path,
+            "requested_model": engine.requested_model, "cpu_kernels": engine.cpu_kernels,
+            "runtime": (engine.runtime.name, engine.runtime.version), "layout": layout,
+            "pid": os.getpid()}
+
+
+def serve(conn: Connection, model: str, device: str, options: dict, trust_model: bool,
+          parent: int) -> int:
+    """Open the engine, hand over the region, then answer runs until `q` or the end."""
+    from edgeapp.hw.runtime import EngineOptions, open_engine
+    from edgeapp.hw.worker.shared import RegionLayout, new_region
+
+    try:
+        opts = replace(EngineOptions(**options), isolate=False)
+        engine = open_engine(model, device, opts, trust_model=trust_model)
+        layout = RegionLayout.of(engine.inputs, engine.outputs)
+        region = new_region(layout)
+    except BaseException as e:  # noqa: BLE001 - every failure is the parent's to word
+        conn.send(error_message(e))
+        return 3
+    conn.send(("ready", _describe(engine, layout)))
+    send_handle(conn, region.fd, parent)
+    inputs: List[Any] = region.inputs
+    while True:
+        try:
+            message = conn.recv_bytes()
+        except (EOFError, OSError):
+            return 0
+        if message != RUN:
+            return 0
+        try:
+            outputs = engine.run_all(inputs) if len(inputs) > 1 else engine.run(inputs[0])
+            for view, out in zip(region.outputs, outputs):
+                view[...] = out.reshape(view.shape)
+        except Exception as e:  # noqa: BLE001 - told to the parent, which decides
+            conn.send(error_message(e))
+            continue
+        conn.send_bytes(DONE)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog=ARGV_MARK)
+    parser.add_argument("mark")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--options", default="{}")
+    parser.add_argument("--trust-model", action="store_true")
+    parser.add_argument("--parent", type=int, required=True)
+    args = parser.parse_args(argv)
+    _die_with_parent()
+    if os.getppid() != args.parent:  # the parent died before the line above took effect
+        return 0
+    conn = Connection(args.fd)
+    try:
+        return serve(conn, args.model, args.device, json.loads(args.options), args.trust_model,
+                     args.parent)
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""One worker process seen from the main process: started, called with a deadline, ended.
+
+A call that gets no answer before its deadline is a hang; a connection that closes (the
+process was killed, or crashed inside the runtime) is a crash; an error the worker reports
+from the device is an error. All three are `WorkerLost`, and the caller ends the process
+(SIGKILL works on a stopped or hung process alike) before anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict
+from multiprocessing.reduction import recv_handle
+from typing import Any, List, Optional
+
+import numpy as np
+
+from edgeapp import errors
+from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InvalidModel
+from edgeapp.hw.proc import isolated_python, log_command
+from edgeapp.hw.worker.shared import Region
+from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, RUN
+
+# hw/runtime.EngineOptions (not imported: hw/runtime opens the worker, not the other way)
+Options = Any
+
+START_TIMEOUT_S = 120.0  # importing the runtime and opening the model (slow on a Pi Zero)
+CAUSES = ("hang", "crash", "error", "gone")
+# the runtime's device errors (and a device left the bus) are the device's; the rest is the model's
+_MODEL_ERRORS = (InvalidModel, errors.UsageError, errors.MissingDependency)
+
+
+class WorkerLost(Exception):
+    """The worker stopped answering: `cause` is one of CAUSES; `waited`, the seconds since the
+    call began (a hang: the deadline), part of the outage."""
+
+    def __init__(self, cause: str, detail: str, waited: float = 0.0) -> None:
+        super().__init__(f"{cause}: {detail}")
+        self.cause, self.detail, self.waited = cause, detail, waited
+
+
+def _error(message: tuple) -> EdgeappError:
+    _, name, text, device = message
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, EdgeappError)):
+        cls = DeviceFailed
+    if issubclass(cls, DeviceFailed):
+        return cls(text, device or "edgetpu")
+    return cls(text)
+
+
+class WorkerProcess:
+    """A started worker owning one engine (`describe` says what it runs)."""
+
+    def __init__(self, model: str, device: str, options: Options, *,
+                 trust_model: bool = False, start_timeout: float = START_TIMEOUT_S) -> None:
+        self.model, self.device = model, device
+        parent, child = multiprocessing.Pipe(duplex=True)
+        fields = {k: v for k, v in asdict(options).items()}
+        code = "from edgeapp.hw.worker.main import main; sys.exit(main(sys.argv[1:]))"
+        argv = isolated_python(code, ARGV_MARK, "--fd", str(child.fileno()), "--model", str(model),
+                               "--device", device, "--options", json.dumps(fields),
+                               "--parent", str(os.getpid()), *(["--trust-model"] if trust_model else []))
+        log_command(argv[:3] + ["..."] + argv[4:], once=True)
+        self.proc = subprocess.Popen(argv, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
+        child.close()
+        self.conn = parent
+        self.region: Optional[Region] = None
+        try:
+            self.describe = self._handshake(start_timeout)
+        except WorkerLost as e:  # killed or stuck while it opened the model
+            self.end()
+            raise DeviceUnavailable(f"the worker for {device} did not start ({e.detail})") from None
+        except BaseException:
+            self.end()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _handshake(self, timeout: float) -> dict:
+        message = self._answer(time.monotonic() + timeout, starting=True)
+        if message[0] == "error":
+            raise _error(message)
+        describe = message[1]
+        fd = recv_handle(self.conn)
+        self.region = Region(fd, describe["layout"])
+        return describe
+
+    def _answer(self, deadline: float, starting: bool = False) -> Any:
+        """The worker's next message; WorkerLost when it dies or the deadline passes."""
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                if self.conn.poll(max(0.0, min(left, 0.5))):
+                    return self.conn.recv_bytes() if not starting else self.conn.recv()
+            except (EOFError, OSError, ConnectionError):
+                raise WorkerLost("crash", f"worker {self.pid} {self._how()}") from None
+            if self.proc.poll() is not None and not self.conn.poll(0):
+                raise WorkerLost("crash", f"worker {self.pid} {self._how()}")
+            if left <= 0:
+                what = "did not open the model" if starting else "did not answer"
+                raise WorkerLost("hang", f"worker {self.pid} {what} within {deadline_text(self, deadline)}")
+
+    def _how(self) -> str:
+        try:
+            rc = self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return "closed its connection"
+        if rc < 0:
+            try:
+                return f"was killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                return f"was killed by signal {-rc}"
+        return f"exited with status {rc}"
+
+    def call(self, tensors: List[np.ndarray], deadline: float) -> List[np.ndarray]:
+        """Run the inputs, outputs copied out of the region; WorkerLost or the model's error."""
+        region = self.region
+        assert region is not None
+        for view, tensor in zip(region.inputs, tensors):
+            view[...] = tensor.reshape(view.shape)
+        self._started = time.monotonic()
+        try:
+            self.conn.send_bytes(RUN)
+        except (OSError, ValueError):
+            raise WorkerLost("crash", f"worker {self.pid} {self._how()}") from None
+        try:
+            answer = self._answer(deadline)
+        except WorkerLost as lost:
+            lost.waited = time.monotonic() - self._started
+            raise
+        if answer != DONE:
+            import pickle
+
+            error = _error(pickle.loads(answer))
+            if isinstance(error, _MODEL_ERRORS):
+                raise error
+            raise WorkerLost("error", str(error), time.monotonic() - self._started)
+        return [np.array(view) for view in region.outputs]
+
+    def end(self, graceful: bool = False) -> None:
+        """Stop the process and let go of it all: at once (SIGKILL, which ends a hung or stopped
+        one too), or `graceful`ly, given a moment to close its device first."""
+        if self.proc.poll() is None:
+            try:
+                self.conn.send_bytes(QUIT)
+            except (OSError, ValueError):
+                graceful = False
+            if graceful:
+                try:
+                    self.proc.wait(timeout=2.0)
+                except subprocess.TimeoutExpired:
+                    pass
+            if self.proc.poll() is None:
+                try:
+                    self.proc.kill()
+                except OSError:
+                    pass
+        try:
+            self.proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:  # an uninterruptible sleep in the driver: not ours to wait
+            pass
+        self.conn.close()
+        if self.region is not None:
+            self.region.close()
+            self.region = None
+
+
+def deadline_text(worker: WorkerProcess, deadline: float) -> str:
+    started = getattr(worker, "_started", None)
+    return f"{deadline - started:.1f} s" if started is not None else "the start-up time"
