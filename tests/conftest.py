@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 # Fixtures shared by several test modules, each module one topic (test modules never import
 # from one another: tests/test_style.py checks it).
-pytest_plugins = ["bench_fixtures", "compiler_fixtures", "libedgetpu_fixtures", "media_fixtures",
+pytest_plugins = ["bench_fixtures", "compiler_fixtures", "convert_fixtures", "libedgetpu_fixtures", "media_fixtures",
                   "model_server_fixtures", "standin_fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,6 +5,7 @@ file left behind by a conversion that is not fully int8.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -27,8 +28,10 @@ def test_convert_honours_the_umask_and_keeps_tensorflow_quiet(tiny_keras, tiny_d
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert out.stat().st_mode & 0o777 == 0o640  # 0666 & ~027; mkstemp alone gave 0600
     assert out.with_suffix(".json").stat().st_mode & 0o777 == 0o640
-    for noise in ("absl::InitializeLog", "port.cc", "oneDNN", "fully_quantize"):
+    for noise in ("absl::InitializeLog", "port.cc", "oneDNN", "fully_quantize", "XNNPACK", "INFO:"):
         assert noise not in proc.stderr, proc.stderr
+    # 10 images hold out 2, fewer than the default 50: no notice about --val or --eval, not given
+    assert "--val" not in proc.stderr and "--eval" not in proc.stderr, proc.stderr
 
 
 def read_only(folder: Path) -> list[str]:
@@ -47,7 +50,7 @@ def read_only(folder: Path) -> list[str]:
 
 def test_convert_checks_output_and_calibration_before_loading_tensorflow(tmp_path, tiny_data):
     model = tmp_path / "m.keras"
-    model.write_bytes(b"not loaded anyway")
+    model.write_bytes(b"PK\x03\x04 a zip's signature, not loaded anyway")
     prefix = read_only(tmp_path / "ro")
     r = subprocess.run([*prefix, sys.executable, "-m", "edgeapp", "convert", str(model), "-o",
                         str(tmp_path / "ro" / "m.tflite"), "-c", str(tiny_data / "train")],
@@ -129,6 +132,11 @@ def test_convert_report_says_what_it_left_out_and_none_of_tflites_chatter(tiny_k
                            "--report"], capture_output=True, text=True, cwd=ROOT, env=environ)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "XNNPACK" not in proc.stderr and "INFO:" not in proc.stderr, proc.stderr
+    # every ranked layer named by its source: the Keras layer, else its op and position (the
+    # Softmax's tensor is named after the signature, `StatefulPartitionedCall:0`)
+    layers = json.loads(out.with_suffix(".report.json").read_text())["layers"]
+    assert all(row.get("source") and "PartitionedCall" not in row["source"] for row in layers), layers
+    assert any(row["op"] == "SOFTMAX" and row["source"].startswith("SOFTMAX #") for row in layers), layers
     total = sum(1 for p in (tiny_data / "train").rglob("*") if p.suffix in (".png", ".jpg"))
     assert f"edgeapp: --val 100: {total // 5} of the {total} image(s) held out to measure agreement " \
            "(at most a fifth" in proc.stderr, proc.stderr
@@ -137,3 +145,18 @@ def test_convert_report_says_what_it_left_out_and_none_of_tflites_chatter(tiny_k
            "'edgeapp[plot]'" in proc.stderr
     (row,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("layer report")]
     assert row.endswith("no plot (the report's plot needs matplotlib: pip install 'edgeapp[plot]')"), row
+
+
+@pytest.mark.parametrize("name, data", [("notes.keras", b"a text file, not a model\n" * 5),
+                                        ("weights.h5", b"\x89PNG\r\n\x1a\n a picture"),
+                                        ("empty.keras", b"")])
+def test_a_file_that_is_no_keras_model_is_refused_before_tensorflow(tmp_path, tiny_data, name, data):
+    """A .keras file is a zip archive and a .h5 an HDF5 file: anything else is one line, exit 4,
+    before TensorFlow loads (not Keras' "File not found" after it)."""
+    model = tmp_path / name
+    model.write_bytes(data)
+    r = edgeapp("convert", model, "-o", tmp_path / "m.tflite", "-c", tiny_data / "train")
+    assert r.returncode == ExitCode.MODEL_INVALID, r.stderr
+    assert r.stderr.strip().splitlines() == [f"edgeapp: error: {model}: not a Keras model: the file is "
+                                             + ("empty" if not data else "neither a zip archive (.keras) "
+                                                "nor an HDF5 file (.h5)")]

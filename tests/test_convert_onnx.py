@@ -59,11 +59,14 @@ def onnx_converted(onnx_data, tmp_path_factory):
         "colors_softmax": ["-c", onnx_data / "photos", "--scale", "1/255"],
         "colors_outlier": ["-c", onnx_data / "white", "--report"],
         "colors_hardswish": ["-c", onnx_data / "photos"],
+        # the docs' --report example: ordinary photos never fire the outlier's branch
+        "colors_outlier on photos": ["-c", onnx_data / "photos", "--report"],
     }
     done = {}
     for name, args in runs.items():
-        target = out / name / f"{name}.tflite"
-        proc = run_convert(FIXTURES / f"{name}.onnx", "-o", target, *args, "--format", "json")
+        fixture = name.split(" ")[0]
+        target = out / name.replace(" ", "_") / f"{fixture}.tflite"
+        proc = run_convert(FIXTURES / f"{fixture}.onnx", "-o", target, *args, "--format", "json")
         done[name] = (json.loads(proc.stdout), target, proc.stderr)
     return done
 
@@ -173,6 +176,48 @@ def test_report_names_the_outlier_layer_first(onnx_converted):
     assert harm == sorted(harm) and first["output_sqnr_db"] == harm[0]  # worst first, by harm at the output
     assert out.with_suffix(".report.png").stat().st_size > 5000
     assert report["report"]["layers"][0]["source"] == "outlier_add"
+
+
+def test_a_branch_the_calibration_never_fires_is_floored_and_named(onnx_converted):
+    """The docs' --report example: calibrated on photos without a near-white pixel, the outlier
+    branch's convolution stays at 0 on every image. Its int8 range is floored to one input step
+    times its largest weight step (else an output step of 1e-9 the CPU runtime refuses): the
+    model runs, is written with its sidecar, and the silent layer is named."""
+    report, out, stderr = onnx_converted["colors_outlier on photos"]
+    (silent,) = report["silent_layers"]
+    assert silent["recorded"] == [0.0, 0.0] and silent["floored"][1] > 0.1, silent
+    assert f"warning: layer {silent['layer']} stays within 0..0 on every calibration image" in stderr
+    assert out.with_suffix(".json").is_file() and report["agreement"] >= 0.97
+    rows = json.loads(out.with_suffix(".report.json").read_text())["layers"]
+    (row,) = [r for r in rows if r.get("silent")]
+    assert row["source"] == silent["layer"] and "stays within 0..0" in row["cause"], row
+    m = load_model(out)
+    conv = next(op for op in m.operators if op.op == "CONV_2D" and m.tensors[op.outputs[0]].name == silent["tensor"])
+    x, w, y = (m.tensors[i].quantization for i in (conv.inputs[0], conv.inputs[1], conv.outputs[0]))
+    assert x.scale[0] * max(w.scale) <= y.scale[0] * (1 + 1e-5)  # a requantization multiplier of at most 1
+
+
+def test_a_model_the_runtime_refuses_is_not_written(tmp_path):
+    """A conversion whose result the CPU runtime refuses (an output step of 1e-12: XNNPACK
+    "failed to prepare") writes nothing and is a conversion failure (exit 6), not a model
+    left without its sidecar."""
+    import struct
+
+    from edgeapp.errors import ConvertError
+    from edgeapp.flows.convert.quantize import write_runnable
+
+    good = ROOT / "models" / "digits_int8.tflite"
+    m = load_model(good)
+    conv = next(op for op in m.operators if op.op == "CONV_2D")
+    scale = struct.pack("<f", m.tensors[conv.outputs[0]].quantization.scale[0])
+    broken = good.read_bytes().replace(scale, struct.pack("<f", 1e-12))
+    out = tmp_path / "new" / "m.tflite"
+    with pytest.raises(ConvertError, match=r"cannot be run \(.*m.tflite not written\)") as e:
+        write_runnable(out, broken)
+    assert e.value.exit_code == ExitCode.CONVERT_FAILED and "failed to prepare" in str(e.value)
+    assert list(out.parent.iterdir()) == []  # nor a temporary file
+    write_runnable(out, good.read_bytes())  # the same path for a model the runtime runs
+    assert out.read_bytes() == good.read_bytes()
 
 
 def test_onnx2tf_chatter_goes_to_the_log(onnx_converted):

@@ -32,12 +32,11 @@ def edgeapp(*args, cwd=ROOT):
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    """(report, output path): the export converted once, with the per-layer report."""
-    out = tmp_path_factory.mktemp("yolo") / "shapes.tflite"
-    proc = edgeapp("convert", ONNX, "-o", out, "--calibration", FIXTURES / "shapes_calib", "--report",
-                   "--format", "json")
-    return json.loads(proc.stdout), out
+def converted(yolov8_converted):
+    """(report, output path): the export converted once (tests/convert_fixtures.py), with the
+    per-layer report and a --max-drop its plain conversion meets."""
+    report, out, _ = yolov8_converted
+    return report, out
 
 
 def test_converts_fully_mapped_with_the_decode_on_the_cpu(converted):

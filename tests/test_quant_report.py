@@ -208,6 +208,33 @@ def test_the_kept_trial_loses_least_then_keeps_most_on_the_edge_tpu():
     assert tail_cuts([0, 2, 4, 7], 8, 2, outliers=[3]) == [7, 4, 3, 1]
 
 
+def test_a_trial_below_the_tpu_floor_is_never_the_kept_one():
+    """--min-tpu: a float tail that loses least but leaves 40% of the MACs on the Edge TPU is
+    not kept under a 0.9 floor; the floor is at most what the plain conversion maps."""
+    from edgeapp.core.quant.tune import best_of, mapped, tpu_floor
+
+    trials = [{"trial": "plain", "order": 0, "drop": 0.02, "macs_tpu_share": 1.0},
+              {"trial": "tail", "order": 1, "drop": 0.001, "macs_tpu_share": 0.4},
+              {"trial": "bias", "order": 2, "drop": 0.01, "macs_tpu_share": 1.0}]
+    assert best_of(trials)["trial"] == "tail" and best_of(trials, 0.9)["trial"] == "bias"
+    assert not mapped(trials[1], 0.9) and mapped(trials[1], 0.0) and mapped(trials[1], 0.4)
+    assert tpu_floor(0.9, trials[0]) == 0.9 and tpu_floor(0.9, {"macs_tpu_share": 0.5}) == 0.5
+
+
+def test_equalization_is_kept_when_it_measures_better():
+    """Less of the metric lost wins; the same loss (50 held-out images: top-1 moves by steps of
+    2 points) is decided by the outputs' SQNR against the float model, by more than 0.1 dB."""
+    from edgeapp.core.quant.tune import improves
+
+    def row(drop, *sqnr):
+        return {"drop": drop, "detail": {"outputs": [{"sqnr_db": v} for v in sqnr]}}
+
+    assert improves(row(0.0, 10.0), row(0.02, 30.0)) and not improves(row(0.02, 30.0), row(0.0, 10.0))
+    assert improves(row(0.02, 30.1), row(0.02, 20.5)) and not improves(row(0.02, 20.55), row(0.02, 20.5))
+    assert not improves(row(0.02, 30.0, 5.0), row(0.02, 20.5))  # the worst output counts
+    assert not improves({"drop": 0.02, "detail": {}}, row(0.02, 20.5)) and not improves({"drop": None}, row(0.02))
+
+
 def test_bias_correction_takes_the_mean_error_off_each_channel():
     from edgeapp.core.quant.tune import bias_shift
 

@@ -192,16 +192,16 @@ def _run_plan(ctx: typer.Context, model: Optional[Path], dev: str, plan: str, fm
 
 def render_plan(doc: dict) -> str:
     """The plan's verdict, each part's load and each group's frame rate, for a terminal."""
-    p = doc["prediction"]
+    pred = doc["prediction"]
     parts = {"decode": "decode (capture threads over the cores)",
              "device": f"the device's thread on {doc['device']} (prepare, invoke, interpret)",
              "cpu": f"all CPU work over {doc['cores']} cores"}
-    verdict = (f"fits: {p['bound']} is the busiest at {p['load']:.0%}, {p['headroom']:.0%} headroom"
-               if p["fits"] else f"does not fit: {p['bound']} is asked {p['load']:.0%}; each stream "
+    verdict = (f"fits: {pred['bound']} is the busiest at {pred['load']:.0%}, {pred['headroom']:.0%} headroom"
+               if pred["fits"] else f"does not fit: {pred['bound']} is asked {pred['load']:.0%}; each stream "
                                  "gets its share of the frame rate asked")
     lines = [f"plan on {doc['device']} ({Path(doc['model']).name}, {doc['task']}): {verdict}", ""]
-    lines += [f"  {parts[k]:<60} {v:>6.0%}" + ("  <- bound" if k == p["bound"] else "")
-              for k, v in p["loads"].items()]
+    lines += [f"  {parts[k]:<60} {v:>6.0%}" + ("  <- bound" if k == pred["bound"] else "")
+              for k, v in pred["loads"].items()]
     lines += ["", f"  {'streams':<22} {'asked fps':>9} {'gets fps':>9}"]
     lines += [f"  {str(g['streams']) + ' x ' + str(g['width']) + 'x' + str(g['height']):<22} "
               f"{g['fps']:>9g} {g['predicted_fps']:>9.1f}" for g in doc["plan"]]

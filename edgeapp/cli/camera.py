@@ -144,6 +144,52 @@ EventsOpt = Annotated[Optional[Path], typer.Option(
     help="Write one JSON line per event to FILE: the engine's (engine_lost, engine_recovered) and, "
          "with --track, the tracks' (track_started, track_ended, line_crossed, zone_entered, "
          "zone_left).", show_default=False)]
+AlertOpt = Annotated[Optional[List[str]], typer.Option(
+    "--alert", metavar="NAME:KIND[,key=value...]",
+    help="With --track: fire an alert (an event; a clip with --clips, a notification with "
+         "--notify) when NAME:line=LINE[,direction=in|out] is crossed, NAME:zone=ZONE[,dwell=S] "
+         "is entered (and stayed in S seconds), NAME:count=ZONE,over=N[,for=S] holds more than N "
+         "(for S seconds), or NAME:appear (a new track). Each kind takes label=L, source=S; zones "
+         "and appear take inertia=N (frames in a row, default 3). Repeatable. See docs/alerts.md.",
+    show_default=False)]
+RulesOpt = Annotated[Optional[Path], typer.Option(
+    "--rules", metavar="FILE", help="With --track: alert rules from a YAML or TOML file (as --alert "
+                                    "writes them; see docs/alerts.md).", show_default=False)]
+ClipsOpt = Annotated[Optional[Path], typer.Option(
+    "--clips", metavar="DIR", help="On each alert, write DIR/<time>_<rule>_<track>.mp4 (from --pre "
+                                   "seconds before the trigger to --post after), a .jpg snapshot of "
+                                   "the track's best frame and a .json sidecar.", show_default=False)]
+PreOpt = Annotated[float, typer.Option(
+    "--pre", min=0.0, max=3600.0, metavar="SECONDS", help="Seconds of video a clip keeps before "
+                                                          "its trigger (kept in memory as JPEG).")]
+PostOpt = Annotated[float, typer.Option(
+    "--post", min=0.0, max=3600.0, metavar="SECONDS",
+    help="Seconds a clip goes on after its last alert (alerts in that time extend it).")]
+ClipsMaxOpt = Annotated[float, typer.Option(
+    "--clips-max-gb", min=0.001, metavar="GB", help="Keep at most this much in --clips (the oldest "
+                                                     "files go first).")]
+NotifyOpt = Annotated[Optional[List[str]], typer.Option(
+    "--notify", metavar="URL",
+    help="Send each alert through Apprise (ntfy://topic, tgram://..., mailto://..., json://host, "
+         "~100 services), the snapshot attached where the service takes files; retried until "
+         "delivered. Repeatable. Needs `pip install 'edgeapp[notify]'`.", show_default=False)]
+NotifyHoldoffOpt = Annotated[float, typer.Option(
+    "--notify-holdoff", min=0.0, metavar="SECONDS",
+    help="The same rule on the same track notifies again only after this long.")]
+NotifyTemplateOpt = Annotated[Optional[str], typer.Option(
+    "--notify-template", metavar="TEXT",
+    help="The message: an alert field's name in braces is replaced by its value (rule, label, "
+         "source, track_id, frame, time, count). Default: the rule, label, source and time.",
+    show_default=False)]
+MetricsOpt = Annotated[Optional[str], typer.Option(
+    "--metrics-port", metavar="ADDRESS",
+    help="Prometheus metrics at http://ADDRESS/metrics (also at the live view's /metrics): PORT, "
+         "HOST or HOST:PORT, 127.0.0.1 unless a HOST is given, then with --serve-token as the live "
+         "view. Needs `pip install 'edgeapp[metrics]'`.", show_default=False)]
+TrackScoreOpt = Annotated[Optional[str], typer.Option(
+    "--track-score", metavar="median:SCORE",
+    help="With --track: show, count and alert on a track only while the median of its recent "
+         "scores is at least SCORE (e.g. median:0.6).", show_default=False)]
 SummaryOpt = Annotated[SummaryFormat, typer.Option(
     "--summary", help="End-of-run summary on stderr: one text line or one JSON object.")]
 SummaryFileOpt = Annotated[Optional[Path], typer.Option(
@@ -164,7 +210,11 @@ FLAGS = {"source": SourceOpt, "width": WidthOpt, "height": HeightOpt, "display":
          "serve_fps": ServeFpsOpt, "serve_token": ServeTokenOpt, "serve_token_file": ServeTokenFileOpt,
          "mqtt": MqttOpt, "mqtt_mode": MqttModeOpt, "mqtt_debounce": DebounceOpt,
          "mqtt_queue": MqttQueueOpt, "mqtt_discovery": MqttDiscoveryOpt, "track": TrackOpt,
-         "count_lines": CountLineOpt, "zones": ZoneOpt, "events": EventsOpt}
+         "count_lines": CountLineOpt, "zones": ZoneOpt, "events": EventsOpt,
+         "track_score": TrackScoreOpt, "alerts": AlertOpt, "rules": RulesOpt, "clips": ClipsOpt,
+         "pre": PreOpt, "post": PostOpt, "clips_max_gb": ClipsMaxOpt, "notify": NotifyOpt,
+         "notify_holdoff": NotifyHoldoffOpt, "notify_template": NotifyTemplateOpt,
+         "metrics_port": MetricsOpt}
 
 
 @dataclass
@@ -276,11 +326,16 @@ def _check_flags(ctx: typer.Context, s: "CameraSettings") -> None:
     finite("--serve-fps", s.serve_fps)
     finite("--mqtt-debounce", s.mqtt_debounce)
     finite("--duration", s.duration)
+    for name in ("pre", "post", "clips_max_gb", "notify_holdoff"):
+        finite(f"--{name.replace('_', '-')}", getattr(s, name))
     if s.display and not has_display():
         raise UsageError("--display: there is no display here (DISPLAY is not set); use --no-display")
-    unused = {"serve": (s.serve, ("serve_fps", "serve_token", "serve_token_file")),
-              "mqtt": (s.mqtt, ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery"))}
-    for parent, (value, names) in unused.items():
+    unused = [("serve", (s.serve, ("serve_fps",))),  # the token is --metrics-port's too
+              ("serve", (s.serve or s.metrics_port, ("serve_token", "serve_token_file"))),
+              ("mqtt", (s.mqtt, ("mqtt_mode", "mqtt_debounce", "mqtt_queue", "mqtt_discovery"))),
+              ("clips", (s.clips, ("pre", "post", "clips_max_gb"))),
+              ("notify", (s.notify or None, ("notify_holdoff", "notify_template")))]
+    for parent, (value, names) in unused:
         if value is None:
             for name in names:
                 if given(ctx, name):
@@ -322,6 +377,13 @@ def _outputs_line(extra: dict) -> str:
         text += f"; live view: {v['viewers_total']} viewer(s), {v['frames_encoded']} frame(s) encoded"
     if "tracking" in extra:
         text += "; " + tracking_line(extra["tracking"])
+    if "clips" in extra:
+        c = extra["clips"]
+        text += (f"; clips: {c['clips']} clip(s), {c['snapshots']} snapshot(s) in {c['folder']}, "
+                 f"buffer peak {c['buffer_peak_bytes'] / 1e6:.1f} MB")
+    if "notify" in extra:
+        n = extra["notify"]
+        text += f"; notify: {n['sent']} sent, {n['held']} held, {n['undelivered']} undelivered"
     if "engine" in extra:
         e = extra["engine"]
         text += (f"; engine lost {e['engine_lost']} time(s), recovered {e['engine_recovered']}, "
@@ -340,6 +402,8 @@ def tracking_line(counts: dict) -> str:
         parts.append(f"line {name}: {c['in']} in, {c['out']} out")
     for name, c in counts["zones"].items():
         parts.append(f"zone {name}: {c['entered']} entered, {c['left']} left, {c['now']} inside")
+    for name, n in (counts.get("alerts") or {}).items():
+        parts.append(f"alert {name}: {n}")
     return ", ".join(parts)
 
 

@@ -1,6 +1,7 @@
 """`edgeapp convert`: a Keras or ONNX model to a full-integer int8 TFLite model, with a report."""
 
 import json
+import math
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -39,9 +40,9 @@ CalibrationOpt = Annotated[Path, typer.Option(
     "quoted glob, or an .npy array (N,H,W,C) of uint8 pixels or of float model inputs.")]
 SizeOpt = Annotated[int, typer.Option("--calibration-size", "--samples", "-n", min=1,
                                       help="Calibration images to use (a random subset).")]
-ValOpt = Annotated[int, typer.Option(
-    "--val", min=0, help="Calibration images held out (never calibrated on) to measure float vs int8 "
-    "agreement; at most a fifth of them. 0: measure on the calibration images.")]
+ValOpt = Annotated[Optional[int], typer.Option(
+    "--val", min=0, show_default=False, help="Calibration images held out (never calibrated on) to measure "
+    "float vs int8 agreement; at most a fifth of them (default 50). 0: measure on the calibration images.")]
 IOOpt = Annotated[IOType, typer.Option("--io", help="Input/output tensor type. uint8 is what Coral's models "
                                                     "and examples use.")]
 MeanOpt = Annotated[float, typer.Option(
@@ -82,6 +83,11 @@ MaxDropOpt = Annotated[Optional[float], typer.Option(
     "more, fixes are tried cheapest first (per-channel weights, more calibration images, ranges re-measured "
     "and clipped, the last layers in float on the CPU) and the first within it is kept; exit 14 when none "
     "is (the best is written).")]
+MinTpuOpt = Annotated[float, typer.Option(
+    "--min-tpu", metavar="F", min=0.0, max=1.0,
+    help="With --max-drop: the share of the model's MACs a trial must leave on the Edge TPU (0.9: 90%; "
+    "at most what the plain conversion maps). A trial within the budget below it is not kept: exit 14 "
+    "with the best trial above it written, and the trade said. 0: any share.")]
 CompileOpt = Annotated[bool, typer.Option(
     "--compile", help="Then compile it for the Edge TPU with edgetpu_compiler, when installed (`edgeapp "
     "compiler install`; natively on x86-64 Linux, else under QEMU or Docker): writes OUT_edgetpu.tflite beside "
@@ -94,12 +100,12 @@ CompilerOpt = Annotated[Optional[str], typer.Option(
 
 @app.command("convert")
 def convert_command(model: ModelArg, output: OutputOpt, calibration: CalibrationOpt, samples: SizeOpt = 300,
-                    val: ValOpt = 50, io: IOOpt = IOType.uint8, mean: MeanOpt = 0.0, std: StdOpt = None,
+                    val: ValOpt = None, io: IOOpt = IOType.uint8, mean: MeanOpt = 0.0, std: StdOpt = None,
                     scale: ScaleOpt = None, eval_dir: EvalOpt = None, labels: LabelsOpt = None,
                     val_labels: ValLabelsOpt = None, input_size: InputSizeOpt = None, report: ReportOpt = False,
                     max_drop: MaxDropOpt = None, fmt: ReportFormatOpt = ReportFormat.table,
                     compile_: CompileOpt = False, compiler: CompilerOpt = None,
-                    decode: ConvertDecodeOpt = Decode.full) -> None:
+                    decode: ConvertDecodeOpt = Decode.full, min_tpu: MinTpuOpt = 0.9) -> None:
     """Quantize a Keras or ONNX model to full-integer int8 TFLite, calibrated on your images.
 
     Writes OUT.tflite and OUT.json (labels, preprocessing and the measured agreement, read by
@@ -115,7 +121,8 @@ def convert_command(model: ModelArg, output: OutputOpt, calibration: Calibration
         eval_dir=eval_dir, io=io.value, mean=finite("--mean", mean), std=_std(std, scale),
         labels=read_labels(labels) if labels else None,
         val_labels=read_labels(val_labels) if val_labels else None,
-        input_size=parse_input_size(input_size), report=report, decode=decode.value, max_drop=max_drop)
+        input_size=parse_input_size(input_size), report=report, decode=decode.value, max_drop=max_drop,
+        min_tpu=min_tpu)
     prepared = convert_job.prepare(job)  # everything checkable before TensorFlow loads
     result = convert_job.run(prepared, say, progress_bar)
     agreement = result.get("agreement")
@@ -132,8 +139,13 @@ def over_budget(result: dict) -> int:
     tuned = result.get("max_drop")
     if not tuned or tuned["met"]:
         return 0
-    say(f"error: no trial kept the loss within --max-drop {tuned['budget']:g}; kept the best, "
-        f"{tuned['chosen']!r} ({result['model']})")
+    for t in tuned.get("traded") or []:
+        say(f"warning: trial {t['trial']!r} keeps the loss within --max-drop {tuned['budget']:g} (drop "
+            f"{t['drop'] * 100:+.2f} points) but leaves {t['macs_tpu_share'] or 0:.1%} of the MACs on the Edge "
+            f"TPU, under --min-tpu {tuned['min_tpu']:g}: not kept (--min-tpu "
+            f"{math.floor((t['macs_tpu_share'] or 0) * 100) / 100:g} takes it, slower)")
+    say(f"error: no trial kept the loss within --max-drop {tuned['budget']:g} with {tuned['min_tpu']:.0%} of "
+        f"the MACs on the Edge TPU; kept the best, {tuned['chosen']!r} ({result['model']})")
     return int(ExitCode.OVER_BUDGET)
 
 

@@ -1,7 +1,7 @@
 """`edgeapp eval`: models measured on the same labelled data, in the task's own metric."""
 
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import typer
 from typing_extensions import Annotated
@@ -40,6 +40,9 @@ PlotOpt = Annotated[Optional[Path], typer.Option(
     "--plot", metavar="FILE", show_default=False,
     help="Draw precision-recall curves (detect), confusion matrices (classify) or per-class IoU "
          "(segment) into a .png/.svg/.pdf (pip install 'edgeapp[plot]').")]
+
+if TYPE_CHECKING:
+    from edgeapp.flows.evaluate import ModelEval, Progress
 
 
 @app.command("eval")
@@ -90,7 +93,7 @@ def run_eval(models: List[str], place, data: Path, images: Optional[Path],
              labels: Optional[Path], mean: Optional[float], std: Optional[float], fmt: ReportFormat,
              save: Optional[Path], plot: Optional[Path], workers: Optional[int],
              published: Optional[dict] = None, predictions: Sequence[Path] = (),
-             progress: Any = shared.progress_bar, task_options: Optional[dict] = None) -> None:
+             progress: "Progress" = shared.progress_bar, task_options: Optional[dict] = None) -> None:
     """The body of `eval` (and `models eval`, which adds what Coral `published`): `place`
     (flows.open_task.Placement) is where every model runs; `predictions`: saved predictions
     measured instead of models. Each model's predictions are written as it finishes; Ctrl-C
@@ -134,7 +137,7 @@ def run_eval(models: List[str], place, data: Path, images: Optional[Path],
 
 def _run_models(models: List[str], place, found, labels: Optional[Path], mean: Optional[float],
                 std: Optional[float], fmt: ReportFormat, save: Optional[Path],
-                workers: Optional[int], measure: bool, progress: Any,
+                workers: Optional[int], measure: bool, progress: "Progress",
                 published: Optional[dict], task_options: Optional[dict]) -> list:
     """Every model measured in turn; each one's predictions written when it is done. Ctrl-C:
     the finished models' table, and what was kept."""
@@ -146,7 +149,7 @@ def _run_models(models: List[str], place, found, labels: Optional[Path], mean: O
     paths = prediction_paths(save, [str(p) for p, _ in pairs], found.kind) if save else []
     done: list = []
 
-    def finished(n: int, result: Any) -> None:
+    def finished(n: int, result: "ModelEval") -> None:
         if save is not None:
             write_predictions(paths[n], result.scorer.predictions(), found.kind)
         done.append(result)

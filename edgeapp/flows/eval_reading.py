@@ -83,7 +83,7 @@ def load_json(path: PathLike) -> Any:
     return doc
 
 
-def _check_depth(doc: Any, path: PathLike) -> None:
+def _check_depth(doc: object, path: PathLike) -> None:
     level = [doc]
     for depth in range(MAX_NESTING + 1):
         level = [v for node in level if isinstance(node, (list, dict))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, Optional
 from edgeapp.core.eval.coco import cocotools
 from edgeapp.core.labels import read_labels
 from edgeapp.core.meta import read_meta
+from edgeapp.core.naming import sidecar_path
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import EdgeappError, InvalidModel, UsageError, WrongTask
 from edgeapp.execution.runner import SingleRunner
@@ -244,9 +245,16 @@ def conversion_meta(path: Path, sidecars: Sequence[PathLike]) -> Optional[ModelM
     for other in sidecars:
         meta = read_meta(other)
         source = meta.extra.get("source")
-        if source and Path(source).resolve() == path.resolve():
+        if source and any(c.resolve() == path.resolve() for c in source_candidates(source, sidecar_path(Path(other)))):
             return meta
     return None
+
+
+def source_candidates(entry: str, sidecar: Path) -> list:
+    """Where a sidecar's "source" may be: relative to the sidecar's folder (what `convert`
+    writes), else (older sidecars) relative to the working folder."""
+    path = Path(entry)
+    return [path] if path.is_absolute() else [sidecar.resolve().parent / path, path]
 
 
 def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Placement(), *,

@@ -18,7 +18,7 @@ import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple, Union
 
 from typing_extensions import Protocol
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from edgeapp.core.tflite.model import TfliteModel
+    from edgeapp.core.vision.tiles import Tiles
     from edgeapp.hw.device_choice import DeviceSpec
 
 from edgeapp.errors import DeviceFailed, DeviceUnavailable, InvalidModel, MissingDependency, UsageError
@@ -483,7 +484,7 @@ def _interpreter(rt: Runtime, model: TfliteModel, delegates: Optional[list], thr
     return interpreter
 
 
-def run_payload(engine: Engine, payload: Any) -> Any:
+def run_payload(engine: Engine, payload: "Union[np.ndarray, Tiles]") -> Any:
     """The model run on one payload: one input tensor, or the windows of one image (`--tiles`:
     core/vision/tiles.Tiles), each in turn on the same engine, their outputs as a list."""
     from edgeapp.core.vision.tiles import Tiles  # loaded once a run runs: not for --help

@@ -80,9 +80,9 @@ def resolve_token(option: Optional[str], file: Optional[Path],
     return token, False
 
 
-def token_required(where: str) -> UsageError:
+def token_required(where: str, flag: str = "--serve") -> UsageError:
     """The refusal to serve beyond loopback without a token or an explicit `none`."""
-    return UsageError(f"--serve {where} lets other machines see the camera: give --serve-token "
+    return UsageError(f"{flag} {where} lets other machines see the camera: give --serve-token "
                       f"TOKEN (or --serve-token-file FILE, or ${TOKEN_ENV}), or --serve-token none "
                       "to serve it without one")
 
@@ -186,26 +186,15 @@ class Guard:
 # The handler
 
 
-class LiveHandler(BaseHTTPRequestHandler):
-    """One request to the live view; `make_handler` gives it its view and guard."""
+class GuardedHandler(BaseHTTPRequestHandler):
+    """A request behind a `Guard` (Host check, token): the live view's and the metrics
+    server's (sinks/metrics.py). Subclasses set `guard` and answer in `_route`."""
 
-    server_version = "edgeapp-live"
+    server_version = "edgeapp"
     protocol_version = "HTTP/1.0"  # one response per connection; streams end by closing
     timeout = SEND_TIMEOUT
     cookie: Optional[str] = None
-    view: Any = None  # the LiveView
     guard: Any = None  # the Guard
-
-    def setup(self) -> None:
-        super().setup()
-        self.view.track(self, self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        except OSError:
-            pass
-        self.view.untrack(self)
 
     def log_message(self, format: str, *args) -> None:  # nothing logged (tokens in URLs)
         pass
@@ -223,21 +212,7 @@ class LiveHandler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _route(self, path: str) -> None:
-        if path in ("/", "/index.html"):
-            self._send(HTTPStatus.OK, "text/html; charset=utf-8", PAGE.read_bytes())
-        elif path == "/stats":
-            self._send(HTTPStatus.OK, "application/json", json.dumps(self.view.stats()).encode())
-        elif path == "/snapshot.jpg":
-            jpeg = self.view.snapshot()
-            if jpeg is None:
-                self._send(HTTPStatus.SERVICE_UNAVAILABLE, "text/plain", b"no frame yet\n",
-                           headers=(("Retry-After", "1"),))
-            else:
-                self._send(HTTPStatus.OK, "image/jpeg", jpeg)
-        elif path == "/stream.mjpg":
-            self._stream()
-        else:
-            self._send(HTTPStatus.NOT_FOUND, "text/plain", b"not found\n")
+        self._send(HTTPStatus.NOT_FOUND, "text/plain", b"not found\n")
 
     def _head(self, status: int, ctype: str, reason: Optional[str] = None,
               headers: Iterable[Tuple[str, str]] = ()) -> None:
@@ -256,6 +231,44 @@ class LiveHandler(BaseHTTPRequestHandler):
         self._head(status, ctype, reason, (("Content-Length", str(len(body))), *headers))
         self.end_headers()
         self.wfile.write(body)
+
+
+class LiveHandler(GuardedHandler):
+    """One request to the live view; `make_handler` gives it its view and guard."""
+
+    server_version = "edgeapp-live"
+    view: Any = None  # the LiveView
+
+    def setup(self) -> None:
+        super().setup()
+        self.view.track(self, self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except OSError:
+            pass
+        self.view.untrack(self)
+
+    def _route(self, path: str) -> None:
+        if path in ("/", "/index.html"):
+            self._send(HTTPStatus.OK, "text/html; charset=utf-8", PAGE.read_bytes())
+        elif path == "/stats":
+            self._send(HTTPStatus.OK, "application/json", json.dumps(self.view.stats()).encode())
+        elif path == "/snapshot.jpg":
+            jpeg = self.view.snapshot()
+            if jpeg is None:
+                self._send(HTTPStatus.SERVICE_UNAVAILABLE, "text/plain", b"no frame yet\n",
+                           headers=(("Retry-After", "1"),))
+            else:
+                self._send(HTTPStatus.OK, "image/jpeg", jpeg)
+        elif path == "/stream.mjpg":
+            self._stream()
+        elif path == "/metrics" and self.view.metrics is not None:  # camera --metrics-port
+            body, ctype = self.view.metrics()
+            self._send(HTTPStatus.OK, ctype, body)
+        else:
+            self._send(HTTPStatus.NOT_FOUND, "text/plain", b"not found\n")
 
     def _stream(self) -> None:
         if not self.view.add_viewer():

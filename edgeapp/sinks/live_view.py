@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 STATS_WINDOW = 300  # frames behind the live percentiles
+ALERTS = 20  # the latest alerts /stats shows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,7 +74,7 @@ class ServeAddress:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-def parse_serve(text: str) -> ServeAddress:
+def parse_serve(text: str, flag: str = "--serve") -> ServeAddress:
     """`8080`, `HOST`, `HOST:PORT`, `:PORT`, `[::1]:8080`; the host defaults to 127.0.0.1 and
     the port to 8080. Binding beyond loopback is only ever what the user typed."""
     t = text.strip()
@@ -81,7 +82,7 @@ def parse_serve(text: str) -> ServeAddress:
     if t.startswith("["):
         end = t.find("]")
         if end < 0 or (len(t) > end + 1 and t[end + 1] != ":"):
-            raise UsageError(f"--serve {text}: expected [IPv6]:PORT, e.g. [::1]:8080")
+            raise UsageError(f"{flag} {text}: expected [IPv6]:PORT, e.g. [::1]:8080")
         host, port = t[1:end], t[end + 2:] or port
     elif t.isdigit():
         port = t
@@ -92,20 +93,21 @@ def parse_serve(text: str) -> ServeAddress:
         try:
             host = str(ipaddress.IPv6Address(t))
         except ValueError:
-            raise UsageError(f"--serve {text}: write an IPv6 address with a port as [ADDR]:PORT") from None
+            raise UsageError(f"{flag} {text}: write an IPv6 address with a port as [ADDR]:PORT") from None
     elif t:
         host = t
     if not port.isdigit() or int(port) > 65535:
-        raise UsageError(f"--serve {text}: the port must be a number from 0 to 65535")
+        raise UsageError(f"{flag} {text}: the port must be a number from 0 to 65535")
     if not host or any(c.isspace() or c in "/?#@" for c in host):
-        raise UsageError(f"--serve {text}: not a host name or address")
+        raise UsageError(f"{flag} {text}: not a host name or address")
     return ServeAddress(host, int(port))
 
 
-def check_exposure(addr: ServeAddress, token: Optional[str], declined: bool) -> None:
+def check_exposure(addr: ServeAddress, token: Optional[str], declined: bool,
+                   flag: str = "--serve") -> None:
     """Beyond loopback, a token or an explicit `--serve-token none`: UsageError otherwise."""
     if not addr.loopback and token is None and not declined:
-        raise token_required(str(addr))
+        raise token_required(str(addr), flag)
 
 
 def exposure_warning(addr: ServeAddress, port: int, token: Optional[str]) -> Optional[str]:
@@ -167,6 +169,41 @@ class _Latest:
         self.annotated, self.fps, self.extras, self.counting = annotated, fps, extras, counting
 
 
+def bind_server(address: ServeAddress, handler: type, flag: str = "--serve") -> ThreadingHTTPServer:
+    """A threading HTTP server bound to `address` (both IP families for `::`); a port in use or
+    an address not on this machine is a UsageError naming `flag`. The live view's and the
+    metrics server's (sinks/metrics.py)."""
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    dual = address.host == "::"
+
+    class Server(ThreadingHTTPServer):
+        address_family = family
+        daemon_threads = True
+        allow_reuse_address = True
+        request_queue_size = 16
+
+        def server_bind(self) -> None:
+            if dual:  # IPv4 clients too, whatever the system's default
+                try:
+                    self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                except (AttributeError, OSError):
+                    pass
+            super().server_bind()
+
+        def handle_error(self, request, client_address) -> None:  # no tracebacks on stderr
+            pass
+
+    try:
+        return Server((address.host, address.port), handler)
+    except socket.gaierror as e:
+        raise UsageError(f"{flag} {address}: cannot resolve {address.host!r} ({e.strerror})") from None
+    except OSError as e:
+        why = {98: "the port is in use (choose another, or stop the other program)",
+               13: "permission denied (ports below 1024 need root; use 8080)",
+               99: "this machine has no such address"}.get(e.errno, e.strerror or str(e))
+        raise UsageError(f"{flag} {address}: cannot listen: {why}") from None
+
+
 class LiveView:
     """The web server and its newest-frame hand-off; `on_frame` is the inference loop's side.
 
@@ -174,13 +211,15 @@ class LiveView:
     `info`: fixed facts for the page (source, model, task, device, device_note).
     `extra`: called per /stats request for more numbers (the MQTT counters).
     `token`: required of every request when given (live_http.py); None beyond loopback only
-    after check_exposure.
+    after check_exposure. `metrics`: what /metrics serves (camera --metrics-port).
     """
 
     def __init__(self, address: ServeAddress, *, fps: float = 10.0, quality: int = 80,
                  kind: Optional[TaskKind] = None, info: Optional[dict] = None,
-                 extra: Optional[Callable[[], dict]] = None, token: Optional[str] = None) -> None:
+                 extra: Optional[Callable[[], dict]] = None, token: Optional[str] = None,
+                 metrics: Optional[Callable[[], tuple]] = None) -> None:
         self.address = address
+        self.metrics = metrics  # /metrics: () -> (body, content type), sinks/metrics.py
         self.guard = Guard.from_env(address.host, token)
         self.kind = kind
         self.interval = 1.0 / fps if fps > 0 else 0.0
@@ -204,6 +243,7 @@ class LiveView:
         self._encode_lock = threading.Lock()
         self._closed = threading.Event()
         self._done_times: deque[float] = deque(maxlen=120)
+        self._alerts: deque[dict] = deque(maxlen=ALERTS)  # the latest, newest last
         self._stats_ref: Any = None  # the loop's CameraStats, updated by the loop
         self._started = time.monotonic()
         self._conns: dict[int, socket.socket] = {}
@@ -219,36 +259,7 @@ class LiveView:
     def start(self) -> "LiveView":
         """Bind and serve in background threads; a port in use or an address not on this
         machine is a UsageError."""
-        handler = make_handler(self, self.guard)
-        family = socket.AF_INET6 if ":" in self.address.host else socket.AF_INET
-        dual = self.address.host == "::"
-
-        class Server(ThreadingHTTPServer):
-            address_family = family
-            daemon_threads = True
-            allow_reuse_address = True
-            request_queue_size = 16
-
-            def server_bind(self) -> None:
-                if dual:  # IPv4 clients too, whatever the system's default
-                    try:
-                        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-                    except (AttributeError, OSError):
-                        pass
-                super().server_bind()
-
-            def handle_error(self, request, client_address) -> None:  # no tracebacks on stderr
-                pass
-
-        try:
-            self._server = Server((self.address.host, self.address.port), handler)
-        except socket.gaierror as e:
-            raise UsageError(f"--serve {self.address}: cannot resolve {self.address.host!r} ({e.strerror})") from None
-        except OSError as e:
-            why = {98: "the port is in use (choose another, or stop the other program)",
-                   13: "permission denied (ports below 1024 need root; use 8080)",
-                   99: "this machine has no such address"}.get(e.errno, e.strerror or str(e))
-            raise UsageError(f"--serve {self.address}: cannot listen: {why}") from None
+        self._server = bind_server(self.address, make_handler(self, self.guard))
         self.port = self.guard.port = int(self._server.server_address[1])
         self.urls = open_urls(self.address, self.port)
         self.url = self.urls[0]
@@ -443,7 +454,17 @@ class LiveView:
                 out["results_title"] = self.kind.field
         if self.extra is not None:
             out.update(self.extra())
+        with self._lock:
+            if self._alerts:
+                out["alerts"] = list(self._alerts)
         return out
+
+    def on_events(self, events: list, counts: dict) -> None:
+        """camera --alert: the latest alerts, for /stats."""
+        alerts = [e for e in events if e.get("event") == "alert"]
+        if alerts:
+            with self._lock:
+                self._alerts.extend(alerts)
 
     def summary(self) -> dict:
         return {"url": self.url, "viewers_max": self.viewers_max, "viewers_total": self.viewers_total,

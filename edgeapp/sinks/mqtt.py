@@ -323,10 +323,11 @@ class MqttOut:
             self._put(self.topic("state"), self.detector.state(), 1, True)
 
     def on_events(self, events: Sequence[dict], counts: dict) -> None:
-        """camera --track: each event on PREFIX/tracks, the counts (retained) on PREFIX/counts."""
+        """camera --track: each event on PREFIX/tracks (an --alert's on PREFIX/alerts), the counts
+        (retained) on PREFIX/counts."""
         self.events += len(events)
         for ev in events:
-            self._put(self.topic("tracks"), ev, 1, False)
+            self._put(self.topic("alerts" if ev.get("event") == "alert" else "tracks"), ev, 1, False)
         self._put(self.topic("counts"), counts, 1, True)
 
     def _put(self, topic: str, payload: Union[dict, list, str], qos: int, retain: bool) -> None:
@@ -367,7 +368,7 @@ class MqttOut:
 
     # -- paho callbacks (paho's thread; the argument lists differ between paho 1 and 2) -----------
 
-    def _on_connect(self, client: MqttClient, userdata: Any, flags: Any, rc: Any, *props: Any) -> None:
+    def _on_connect(self, client: MqttClient, userdata: object, flags: object, rc: object, *props: object) -> None:
         code = int(getattr(rc, "value", rc))
         if code != 0:
             self._settled.set()
@@ -395,7 +396,7 @@ class MqttOut:
         for topic, payload in self.announce:
             client.publish(topic, payload, qos=1, retain=True)
 
-    def _on_disconnect(self, client: MqttClient, userdata: Any, *args: Any) -> None:
+    def _on_disconnect(self, client: MqttClient, userdata: object, *args: object) -> None:
         rc = args[1] if len(args) >= 2 else args[0]  # paho 2: (flags, rc, props); paho 1: (rc,)
         with self._lock:
             was, self.connected = self.connected, False
@@ -406,7 +407,7 @@ class MqttOut:
                            f"(every {RECONNECT_MIN}-{RECONNECT_MAX} s) and dropping the oldest "
                            f"results beyond {self.queue_size}")
 
-    def _on_connect_fail(self, client: MqttClient, userdata: Any) -> None:
+    def _on_connect_fail(self, client: MqttClient, userdata: object) -> None:
         self.last_error = "cannot reach the broker"
         self._settled.set()
         if not self._outage_noted and not self._closing:

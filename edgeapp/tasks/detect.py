@@ -17,6 +17,8 @@ import numpy as np
 
 from edgeapp.core.eval.coco import box_summary, coco_evaluate, means_over, pr_curves
 from edgeapp.core.eval.metrics import match_names
+from edgeapp.core.vision.box_filters import NAMES as FILTERS
+from edgeapp.core.vision.box_filters import BoxFilters, filter_boxes
 from edgeapp.core.vision.boxes import translate
 from edgeapp.core.vision.detect import Object, engine_layout, get_objects, object_fields
 from edgeapp.core.vision.overlay import draw_objects
@@ -71,6 +73,7 @@ class DetectPlan:
     quantization: list  # (scale, zero point) per output
     threshold: float  # the option, else this decoder's default
     floor: float  # boxes kept down to this score: the threshold, lower when tracking
+    filters: BoxFilters = BoxFilters()  # area and ratio bounds (core/vision/box_filters.py)
 
 
 class Detect(TaskKind):
@@ -107,6 +110,15 @@ class Detect(TaskKind):
                    "(IoU) are dropped (NMS).", min=0.0, max=1.0),
         TaskOption("max_det", MAX_DET, "YOLO: at most this many objects per image after NMS.",
                    min=1),
+        TaskOption("min_area", None, "Drop boxes smaller than this: pixels, or a fraction of the "
+                   "image when at most 1 (0.01: 1% of it). Records count the boxes dropped.",
+                   type=float, min=0.0, metavar="AREA", default_text="none"),
+        TaskOption("max_area", None, "Drop boxes larger than this: pixels, or a fraction of the "
+                   "image when at most 1.", type=float, min=0.0, metavar="AREA", default_text="none"),
+        TaskOption("min_ratio", None, "Drop boxes whose width / height is below this (0.5: twice "
+                   "as tall as wide).", type=float, min=0.0, metavar="RATIO", default_text="none"),
+        TaskOption("max_ratio", None, "Drop boxes whose width / height is above this.", type=float,
+                   min=0.0, metavar="RATIO", default_text="none"),
         TaskOption("then", None, "A cascade: run a second model on the crop of each box, with its "
                    "own preprocessing, and add its result to the box (classify: the box's "
                    "`classes`, top-k as classify writes them): TASK:MODEL, e.g. "
@@ -181,7 +193,7 @@ class Detect(TaskKind):
                 raise UsageError(str(e)) from None
         return options
 
-    def prepare(self, source: ImageSource, spec: InputSpec, options: dict, plan: Any = None,
+    def prepare(self, source: ImageSource, spec: InputSpec, options: dict, plan: Optional[DetectPlan] = None,
                 keep_image: bool = False) -> tuple:
         if options.get("tiles"):  # the whole photo, cut into windows
             decoded = decode_image(source, spec.channels, None, "letterbox")
@@ -197,7 +209,7 @@ class Detect(TaskKind):
         return tensor, Prepared(decoded.fit_of_photo(fit),
                                 kept_image(decoded, source, spec) if keep_image else None, source)
 
-    def _tiles(self, frame: np.ndarray, spec: InputSpec, options: dict, plan: Any) -> tuple:
+    def _tiles(self, frame: np.ndarray, spec: InputSpec, options: dict, plan: Optional[DetectPlan]) -> tuple:
         """Each window of a BGR (or grey) frame fitted into its own input tensor."""
         h, w = frame.shape[:2]
         tensors, tiles = [], []
@@ -210,7 +222,7 @@ class Detect(TaskKind):
         return Tiles(tuple(tensors)), Prepared(tiles[-1][1], tiles=tuple(tiles))
 
     def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
-                      plan: Any = None) -> tuple:
+                      plan: Optional[DetectPlan] = None) -> tuple:
         if options.get("tiles"):
             return self._tiles(frame, spec, options, plan)
         if plan is None or plan.decoder == "ssd":
@@ -237,8 +249,15 @@ class Detect(TaskKind):
             objects = [found[i] for i in keep.tolist()][:options["top_k"]]
         else:
             objects = self._objects(outputs, prepared.fit, plan, options, options["top_k"])
-        return Result({"objects": object_fields(objects, labels)},
-                      {"boxes": [o.bbox.as_list() for o in objects]})  # unrounded, for eval
+        fields = {"objects": object_fields(objects, labels)}
+        boxes = [o.bbox.as_list() for o in objects]  # unrounded, for eval
+        if plan.filters.active:  # --min-area, --max-area, --min-ratio, --max-ratio
+            kept, removed = filter_boxes(fields["objects"], prepared.fit.src_w, prepared.fit.src_h,
+                                         plan.filters)
+            ids = {id(o) for o in kept}
+            boxes = [b for o, b in zip(fields["objects"], boxes) if id(o) in ids]
+            fields = {"objects": kept, "filtered": removed}
+        return Result(fields, {"boxes": boxes})
 
     @staticmethod
     def _objects(outputs, fit, plan: DetectPlan, options: dict, top_k: Optional[int]) -> list:
@@ -375,7 +394,9 @@ def _plan(decoder: str, layout: Union[SsdLayout, YoloLayout], quant: list, thres
     """With --track (`track_low` given) boxes down to it are kept for the tracker, which shows
     only those above the threshold (or on a track)."""
     low = options.get("track_low")
-    return DetectPlan(decoder, layout, quant, threshold, threshold if low is None else min(threshold, low))
+    filters = BoxFilters(*(options.get(n) for n in FILTERS)).check()
+    return DetectPlan(decoder, layout, quant, threshold, threshold if low is None else min(threshold, low),
+                      filters)
 
 
 def given_or(value: Optional[float], default: float) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Hashable, Iterable, List, Optional
 
 from edgeapp.errors import UsageError
 
@@ -33,11 +33,11 @@ class EvalData:
     category_ids: Dict[Any, Any] = field(default_factory=dict)  # class key -> the data's own id
     class_at: Dict[Any, str] = field(default_factory=dict)  # class key -> where it is first used
 
-    def own_category(self, key: Any) -> Any:
+    def own_category(self, key: Hashable) -> Hashable:
         """A class key as the data itself names it (a COCO category id), for saved predictions."""
         return self.category_ids.get(key, key)
 
-    def class_key(self, own: Any) -> Any:
+    def class_key(self, own: Hashable) -> Optional[Hashable]:
         """The class key of a category as the data names it (a saved prediction's category_id);
         None when the data has no such category."""
         if self.category_ids:
@@ -56,7 +56,7 @@ class EvalData:
             raise UsageError(f"{self.class_at.get(beyond[0], self.source)}: class {beyond[0]} is out "
                              f"of range (the model has {count} classes: 0..{count - 1})")
 
-    def truth_share(self, keys: Any) -> float:
+    def truth_share(self, keys: Iterable[Hashable]) -> float:
         """The share of the ground truth (objects, or images) whose class is among `keys`."""
         keys = set(keys)
         if self.coco is not None:

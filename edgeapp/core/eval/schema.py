@@ -12,7 +12,7 @@ sees small ints.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from edgeapp.core.limits import MAX_CLASSES
 from edgeapp.errors import UsageError
@@ -20,7 +20,7 @@ from edgeapp.errors import UsageError
 INT64 = 2 ** 63
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> bool:
     """An int or float (not a bool) that is finite."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
@@ -29,7 +29,7 @@ def is_number(value: Any) -> bool:
     return math.isfinite(value)
 
 
-def _id(value: Any, where: str) -> Any:
+def _id(value: object, where: str) -> Union[int, str]:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise UsageError(f"{where}: expected an id (an integer or a string), got {_show(value)}")
     if isinstance(value, int) and not -INT64 <= value < INT64:
@@ -39,12 +39,12 @@ def _id(value: Any, where: str) -> Any:
     return value
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _object(value: Any, where: str, keys: Tuple[str, ...]) -> dict:
+def _object(value: object, where: str, keys: Tuple[str, ...]) -> dict:
     if not isinstance(value, dict):
         raise UsageError(f"{where}: expected an object, got {type(value).__name__}")
     missing = [k for k in keys if k not in value]
@@ -53,13 +53,13 @@ def _object(value: Any, where: str, keys: Tuple[str, ...]) -> dict:
     return value
 
 
-def _name(value: Any, where: str) -> str:
+def _name(value: object, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise UsageError(f"{where}: expected a non-empty string as the name, got {_show(value)}")
     return value
 
 
-def bbox(value: Any, where: str) -> List[float]:
+def bbox(value: object, where: str) -> List[float]:
     """[x, y, width, height]: four finite numbers, width and height above 0."""
     if not isinstance(value, list) or len(value) != 4 or not all(is_number(v) for v in value):
         raise UsageError(f"{where}: expected 4 finite numbers [x, y, width, height], got {_show(value)}")
@@ -69,7 +69,7 @@ def bbox(value: Any, where: str) -> List[float]:
     return box
 
 
-def check_coco(doc: Any, source: str) -> dict:
+def check_coco(doc: object, source: str) -> dict:
     """A COCO JSON checked and renumbered: {"keypoints": bool, "names": {category index: name},
     "category_ids": {index: the data's id}, "file_names", "image_ids" (the data's, in order),
     "sizes" [(w, h) or None], "annotations" (image_id = image position, category_id = index),
@@ -215,7 +215,7 @@ def label_line(line: str, where: str, names: Dict[int, str]) -> Tuple[int, float
     return (cls, values[1], values[2], values[3], values[4])
 
 
-def yaml_names(value: Any, where: str) -> Dict[int, str]:
+def yaml_names(value: object, where: str) -> Dict[int, str]:
     """A data.yaml's `names`: a list of names, or a mapping of class index to name."""
     if isinstance(value, list):
         value = dict(enumerate(value))

@@ -121,8 +121,9 @@ def source_name(tensor_name: str, weights_name: Optional[str] = None) -> Optiona
     for name in (tensor_name, weights_name or ""):
         part = name.split(";")[0]
         scopes = part.split("/")
-        if len(scopes) >= 3 or (len(scopes) == 2 and "PartitionedCall" not in part):
-            return re.sub(r"_\d+$", "", scopes[1])
+        if len(scopes) < 2 or "PartitionedCall" in scopes[1] or (len(scopes) == 2 and "PartitionedCall" in part):
+            continue  # the signature's name, not a layer's
+        return re.sub(r"_\d+$", "", scopes[1])
     return None
 
 

@@ -111,12 +111,43 @@ def meets(drop: float, budget: float) -> bool:
     return drop <= budget + 1e-9
 
 
-def best_of(trials: list) -> Optional[dict]:
-    """The trial losing least; ties go to the most MACs on the Edge TPU, then the earliest."""
-    done = [t for t in trials if t.get("drop") is not None]
+def mapped(trial: dict, floor: float) -> bool:
+    """The trial leaves at least `floor` of the MACs on the Edge TPU (`--min-tpu`)."""
+    return floor <= 0 or (trial.get("macs_tpu_share") or 0.0) >= floor - 1e-9
+
+
+def tpu_floor(min_tpu: float, plain: dict) -> float:
+    """The share of MACs a trial must leave on the Edge TPU: `--min-tpu`, or what the plain
+    conversion maps when that is less (a model the Edge TPU cannot run whole is not a trade)."""
+    return min(float(min_tpu), float(plain.get("macs_tpu_share") or 0.0))
+
+
+def best_of(trials: list, floor: float = 0.0) -> Optional[dict]:
+    """The trial losing least among those leaving at least `floor` of the MACs on the Edge TPU;
+    ties go to the most MACs on the Edge TPU, then the earliest."""
+    done = [t for t in trials if t.get("drop") is not None and mapped(t, floor)]
     if not done:
         return None
     return min(done, key=lambda t: (t["drop"], -(t.get("macs_tpu_share") or 0.0), t["order"]))
+
+
+def improves(trial: dict, than: dict) -> bool:
+    """`trial` is better than `than`: it loses less of the metric, or as much with a higher
+    output SQNR against the float model (a held-out set too small to move top-1 still shows
+    the gain in the outputs)."""
+    if trial.get("drop") is None or than.get("drop") is None:
+        return False
+    if trial["drop"] != than["drop"]:
+        return trial["drop"] < than["drop"]
+    mine, theirs = output_sqnr(trial), output_sqnr(than)
+    return mine is not None and theirs is not None and mine > theirs + 0.1
+
+
+def output_sqnr(trial: dict) -> Optional[float]:
+    """The worst output's SQNR (dB) float vs int8 of a trial measured by agreement, else None."""
+    outputs = (trial.get("detail") or {}).get("outputs") or []
+    values = [o["sqnr_db"] for o in outputs if o.get("sqnr_db") is not None]
+    return min(values) if values else None
 
 
 def tail_cuts(weighted: list, count: int, limit: int, outliers: Sequence[int] = ()) -> list:

@@ -54,7 +54,7 @@ class EngineWatch:
         if self._publish is not None:
             self._publish(record)
 
-    def on_frame(self, image: Any, record: dict, *, stats: Any = None, **_: Any) -> None:
+    def on_frame(self, image: object, record: dict, *, stats: object = None, **_: object) -> None:
         if stats is None:
             return
         with self._lock:

@@ -62,10 +62,21 @@ class CameraSettings:
     count_lines: Sequence[str] = field(default=(), metadata={"flag": "--count-line"})
     zones: Sequence[str] = field(default=(), metadata={"flag": "--zone"})
     events: Optional[Path] = field(default=None, metadata=OUTPUT)
+    track_score: Optional[str] = None  # median:SCORE
+    alerts: Sequence[str] = field(default=(), metadata={"flag": "--alert"})
+    rules: Optional[Path] = None  # a YAML or TOML file of alert rules
+    clips: Optional[Path] = field(default=None, metadata=OUTPUT)  # a folder
+    pre: float = 5.0
+    post: float = 10.0
+    clips_max_gb: float = 1.0
+    notify: Sequence[str] = ()  # Apprise URLs
+    notify_holdoff: float = 60.0
+    notify_template: Optional[str] = None
+    metrics_port: Optional[str] = None  # ADDRESS, as --serve's
 
 
 SETTING_NAMES = tuple(f.name for f in fields(CameraSettings))
-TRACKED = ("count_lines", "zones")  # what counts tracked objects: needs `track`
+TRACKED = ("count_lines", "zones", "track_score", "alerts", "rules")  # need `track`
 
 
 def flag(name: str) -> str:
@@ -131,7 +142,8 @@ class CameraRequest:
     records_stdout: Optional[bool] = False  # None: when nothing else shows the results
     live_view: Optional[LiveViewSettings] = None
     mqtt: Optional[MqttSettings] = None
-    tracking: Optional[TrackingSettings] = None  # --track and its lines, zones, events
+    tracking: Optional[TrackingSettings] = None  # --track and its lines, zones, events, rules
+    alerts: Any = None  # flows/camera/alerts.AlertSettings: --clips, --notify, --metrics-port
     on_record: Optional[Callable[[dict], None]] = None  # every frame's record, as it is made
 
 
@@ -161,7 +173,7 @@ def camera_request(settings: CameraSettings, words: Words, *, model: PathLike, t
                          labels_file=labels_file, mean=mean, std=std, settings=s,
                          records_format=_format(s.format, words),
                          records_stdout=records_stdout, live_view=view, mqtt=mqtt,
-                         tracking=_tracking(s), on_record=on_record)
+                         tracking=_tracking(s, words), alerts=_alert_outputs(s), on_record=on_record)
 
 
 def _paths(s: CameraSettings) -> CameraSettings:
@@ -208,6 +220,11 @@ def _check(s: CameraSettings, words: Words) -> None:
                                  f"{words.turn_on('track')}")
     if s.events is not None and _is_folder(s.events):
         raise UsageError(f"{words.name('events')} {s.events} is a folder")
+    if (s.clips is not None or s.notify) and not (s.alerts or s.rules is not None):
+        raise UsageError(f"{words.name('clips')} and {words.name('notify')} follow alerts: add "
+                         f"{words.name('alerts')} or {words.name('rules')}")
+    if s.clips is not None and s.clips.exists() and not _is_folder(s.clips):
+        raise UsageError(f"{words.name('clips')} {s.clips} is a file, not a folder")
     check_outputs(s, words)
 
 
@@ -249,12 +266,36 @@ def _same_file_key(path: Path) -> Optional[str]:
     return f"inode {st.st_dev}:{st.st_ino}"
 
 
-def _tracking(s: CameraSettings) -> Optional[TrackingSettings]:
-    """--track's settings: its lines and zones parsed (a usage error names the flag)."""
+def _tracking(s: CameraSettings, words: Words) -> Optional[TrackingSettings]:
+    """--track's settings: its lines, zones and alert rules parsed (a usage error names the
+    flag), the rules checked against the lines and zones."""
     if not s.track:
         return None
+    from edgeapp.core.track.rules import check_rules
+    from edgeapp.core.track.score import parse_track_score
+    from edgeapp.flows.camera.alerts import read_rules
+
     lines = [parse_line(x) for x in s.count_lines]
     zones = [parse_zone(z) for z in s.zones]
     check_names(lines, zones)
-    return TrackingSettings(lines=lines, zones=zones, events=s.events)
+    rules = read_rules(s.alerts, s.rules)
+    check_rules(rules, [x.name for x in lines], [z.name for z in zones])
+    return TrackingSettings(lines=lines, zones=zones, events=s.events, rules=rules,
+                            track_score=parse_track_score(s.track_score) if s.track_score else None)
+
+
+def _alert_outputs(s: CameraSettings) -> Any:
+    """Where alerts go besides the events: clips, notifications, metrics (None: nowhere)."""
+    if s.clips is None and not s.notify and s.metrics_port is None:
+        return None
+    from edgeapp.flows.camera.alerts import AlertSettings, MetricsSettings
+    from edgeapp.sinks.clips import ClipSettings
+    from edgeapp.sinks.notify import TEMPLATE, NotifySettings
+
+    return AlertSettings(
+        clips=ClipSettings(s.clips, s.pre, s.post, s.clips_max_gb) if s.clips is not None else None,
+        notify=NotifySettings(list(s.notify), s.notify_holdoff, s.notify_template or TEMPLATE)
+        if s.notify else None,
+        metrics=MetricsSettings(s.metrics_port, s.serve_token, s.serve_token_file)
+        if s.metrics_port is not None else None)
 

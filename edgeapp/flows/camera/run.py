@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from edgeapp.core.version import VERSION
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
+from edgeapp.flows.camera.alerts import AlertOutputs
 from edgeapp.flows.camera.engine_watch import EngineWatch
 from edgeapp.flows.camera.loop import CameraStats, run_camera
 from edgeapp.flows.camera.request import CameraRequest
@@ -67,9 +68,12 @@ class CameraRun:
         self.tracker: Any = None
         self.engine_watch: Optional[EngineWatch] = None
         self.output_error: List[EdgeappError] = []
+        self._events_lock = threading.Lock()  # the loop and the clips' writer both write events
         self._network()
         if request.tracking is not None:
             check_tracking_available()  # missing: exit 7 with the install line, before the model
+        self.alerting = (AlertOutputs(request.alerts, self.say)
+                         if request.alerts is not None else None)
 
     def _network(self) -> None:
         view, mqtt = self.request.live_view, self.request.mqtt
@@ -102,6 +106,7 @@ class CameraRun:
                          "their size")
             window = Display(f"edgeapp {Path(opened.engine.model_path).name}") if show else None
             self._records(show, kind)
+            self._alerts(kind, cap)
             self._tracking(kind)
             outputs = self._outputs(kind, cap.name)
             if self.publisher is not None and not cap.live:  # a file: every record to the broker
@@ -153,7 +158,20 @@ class CameraRun:
         high = kind.track_threshold(self.opened.task.plan)
         self.tracker = TrackStage(settings, high, kind.tracks,
                                   labels=lambda i: str(labels.get(int(i), i)),
-                                  write_events=self._write_events if self.events else None)
+                                  write_events=self._write_events if self.events else None,
+                                  source=self.cap.name,
+                                  on_alert=self.alerting.claim if self.alerting is not None else None)
+
+    def _alerts(self, kind: TaskKind, cap: OpenCVSource) -> None:
+        """Clips, notifications and metrics, before the tracking stage that feeds them."""
+        if self.alerting is None:
+            return
+        if self.alerting.wants_health:
+            self.health = TpuHealth(self.request.place.engine.performance).start()
+        if self.events is not None:  # a clip that cannot be written: its event
+            self.alerting.on_event = lambda e: self._write_events([e])
+        self.alerting.start(kind, cap.name, cap.fps or 30.0, self.health,
+                            lambda: self.engine_watch.state() if self.engine_watch is not None else None)
 
     def _on_record(self, record: dict) -> None:
         """A results file that cannot be written (a full disk) stops the run, with its summary."""
@@ -164,7 +182,8 @@ class CameraRun:
 
     def _write_events(self, events: List[dict]) -> None:
         """The --events file, as the records: a write error stops the run, with its summary."""
-        self._output(self.events.write, events)
+        with self._events_lock:
+            self._output(self.events.write, events)
 
     def _output(self, write: Callable[[Any], None], what: Any) -> None:
         if self.output_error:
@@ -176,14 +195,16 @@ class CameraRun:
             self.stop.set()
 
     def _outputs(self, kind: TaskKind, source: str) -> list:
-        if self.address is not None or self.target is not None:  # the Edge TPU's heat and clock
-            self.health = TpuHealth(self.request.place.engine.performance).start()
+        if (self.address is not None or self.target is not None) and self.health is None:
+            self.health = TpuHealth(self.request.place.engine.performance).start()  # heat, clock
         self.engine_watch = EngineWatch(self._write_events if self.events else None)
         if self.address is not None:  # first: a port in use fails before anything connects
             self._live_view(kind, source)
         if self.target is not None:
             self._mqtt(kind)
-        return [o for o in (self.live, self.publisher, self.health, self.engine_watch) if o is not None]
+        more = self.alerting.outputs() if self.alerting is not None else []
+        return [o for o in (self.live, self.publisher, self.health, self.engine_watch)
+                if o is not None] + more
 
     def _live_view(self, kind: TaskKind, source: str) -> None:
         from edgeapp.sinks.live_view import LiveView, announcement
@@ -198,7 +219,10 @@ class CameraRun:
                                             **self.health.stats(), **self.engine_watch.stats()},
                              info={"model": Path(engine.model_path).name, "task": kind.name,
                                    "device": engine.device, "device_note": note,
-                                   "source": source}).start()
+                                   "source": source},
+                             metrics=self.alerting.metrics.exposition
+                             if self.alerting is not None and self.alerting.metrics is not None
+                             else None).start()
         for line in announcement(self.live, self.address, self.token, view.show_token):
             self.say(line)
 
@@ -222,8 +246,8 @@ class CameraRun:
         self.engine_watch.publish_to(self.publisher)
 
     def close(self) -> None:
-        for part in (self.opened, self.live, self.publisher, self.writer, self.health, self.tracker,
-                     self.events, self.cap):
+        for part in (self.opened, self.live, self.publisher, self.writer, self.alerting, self.health,
+                     self.tracker, self.events, self.cap):
             if part is not None:
                 part.close()
 
@@ -235,9 +259,12 @@ class CameraRun:
             outputs["mqtt"] = self.publisher.summary()
         if self.tracker is not None:
             outputs["tracking"] = self.tracker.summary()
+        if self.alerting is not None:
+            outputs.update(self.alerting.summary())
         if self.engine_watch is not None and self.engine_watch.tally.events:
             outputs["engine"] = self.engine_watch.state()
         warnings = self._warnings(stats, outputs.get("mqtt"))
+        warnings += self.alerting.warnings() if self.alerting is not None else []
         return CameraOutcome(stats, self.opened.engine.model_path, self.opened.task.name, outputs,
                              warnings, self._error(stats, outputs.get("mqtt")))
 

@@ -1,11 +1,13 @@
 """`camera --track`: identities, line counts and zone times over a detection run's frames.
 
 One `TrackStage` per run sits between the task's result and the sinks (flows/camera/loop.py):
-it gives each object of the record a `track_id` (core/track/tracking.py, ByteTrack), decides which
-tracks crossed a counting line or entered or left a zone (core/track/zones.py), and turns that into
-events: `track_started`, `track_ended` (duration, path length), `line_crossed` (line,
-direction), `zone_entered`, `zone_left` (zone, seconds inside). Counts go into the run's summary,
-the overlay, the live view and MQTT; events into `--events FILE` (JSON lines) and MQTT.
+it gives each object of the record a `track_id` (core/track/tracking.py, ByteTrack), decides
+which tracks crossed a counting line or entered or left a zone (core/track/zones.py), and turns
+that into events: `track_started`, `track_ended` (duration, path length), `line_crossed` (line,
+direction), `zone_entered`, `zone_left` (zone, seconds inside), and the `alert`s of `--alert`
+rules (core/track/alerts.py). Counts go into the run's summary, the overlay, the live view and
+MQTT; events into `--events FILE` (JSON lines) and MQTT. With `--track-score`, a track is shown,
+counted and alerted on only while the median of its recent scores passes (core/track/score.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
+from edgeapp.core.track.alerts import Alerts, Sighting
+from edgeapp.core.track.rules import Rule
+from edgeapp.core.track.score import ScoreHistory, TrackScore
 from edgeapp.core.track.tracking import ByteTracker, Track, TrackerSettings
 from edgeapp.core.track.zones import Line, Zone, centre, check_inside, crossing, inside, side
 from edgeapp.errors import MissingDependency, WrongTask
@@ -37,6 +42,8 @@ class TrackingSettings:
     zones: Sequence[Zone] = ()
     events: Optional[Path] = None  # JSON lines, one per event
     lost_frames: int = 30
+    rules: Sequence[Rule] = ()  # --alert, --rules
+    track_score: Optional[TrackScore] = None  # --track-score median:0.6
 
 
 def check_tracking_available() -> None:
@@ -93,9 +100,16 @@ class TrackStage:
 
     def __init__(self, settings: TrackingSettings, high: float, field: str = "objects",
                  labels: Optional[Callable[[int], str]] = None,
-                 write_events: Optional[Callable[[List[dict]], None]] = None) -> None:
-        """`write_events` gets each frame's events (the --events file, opened by the run)."""
+                 write_events: Optional[Callable[[List[dict]], None]] = None, source: str = "",
+                 on_alert: Optional[Callable[[dict], None]] = None) -> None:
+        """`write_events` gets each frame's events (the --events file, opened by the run);
+        `source`: the camera's name (rules' `source=`); `on_alert`: called with each alert
+        before it is written anywhere, to fill in its clip's paths (sinks/clips.py)."""
         self.settings, self.high, self.field = settings, high, field
+        self.alerts = Alerts(settings.rules, source) if settings.rules else None
+        self.on_alert = on_alert
+        self.scores = ScoreHistory(settings.track_score) if settings.track_score else None
+        self.pending: Dict[int, Track] = {}  # confirmed tracks whose score does not pass yet
         self.tracker = ByteTracker(TrackerSettings(high=high, low=min(LOW, high),
                                                    lost_frames=settings.lost_frames))
         self.label_of = labels or str
@@ -136,21 +150,46 @@ class TrackStage:
         step = self.tracker.update([o["bbox"] for o in objects], [o["score"] for o in objects],
                                    [o.get("id", 0) for o in objects])
         kept, events, moved = [], [], []
+        self.pending.update((track.track_id, track) for track in step.started)
+        weak = 0
         for o, tid, smooth in zip(objects, step.ids, step.smoothed):
             if tid is None and o["score"] < self.high:
                 continue
+            if tid is not None and self.scores is not None and not self.scores.add(tid, o["score"]):
+                weak += 1  # not shown, counted or alerted on while its median fails
+                continue
             kept.append({**o, "track_id": tid})
             if tid is not None:
-                moved.append((tid, smooth))
+                moved.append((tid, smooth, o["score"]))
         fields[self.field] = kept
-        for track in step.started:
-            events.append(self._start(track, clock))
-        for tid, smooth in moved:
+        if self.scores is not None:
+            fields["filtered"] = {**(fields.get("filtered") or {}), "track_score": weak}
+        for tid, _, _ in moved:
+            if tid in self.pending:
+                events.append(self._start(self.pending.pop(tid), clock))
+        for tid, smooth, _ in moved:
             events.extend(self._move(tid, smooth, clock))
+        events.extend(self._alerts(moved, events, clock))
         for track in step.ended:
             events.extend(self._end(track, clock))
         self._write(events)
         return events
+
+    def _alerts(self, moved: list, events: List[dict], clock: "_Clock") -> List[dict]:
+        """The rules' alerts of this frame (their clip paths filled in by `on_alert`), timed in
+        the clock's seconds (a file's own time), stamped with the wall clock as every event."""
+        if self.alerts is None:
+            return []
+        seen = [Sighting(tid, self.states[tid].label,
+                         frozenset(z.name for z in self.zones if inside(centre(box), z.points)), score)
+                for tid, box, score in moved]
+        fired = self.alerts.update(clock.frame, clock.seconds, seen,
+                                   [e for e in events if e["event"] == "line_crossed"])
+        for alert in fired:
+            alert["timestamp"] = round(clock.t, 3)
+            if self.on_alert is not None:
+                self.on_alert(alert)
+        return fired
 
     def finish(self, frame: int, t: float, source_ms: Optional[float] = None) -> List[dict]:
         """The stream ended (after frame `frame`, as `update` was told it): every track still
@@ -223,6 +262,11 @@ class TrackStage:
         per[key] = per.get(key, 0) + 1
 
     def _end(self, track: Track, clock: "_Clock") -> List[dict]:
+        self.pending.pop(track.track_id, None)
+        if self.scores is not None:
+            self.scores.end(track.track_id)
+        if self.alerts is not None:
+            self.alerts.end(track.track_id)
         state = self.states.pop(track.track_id, None)
         if state is None:
             return []
@@ -256,8 +300,11 @@ class TrackStage:
         return (self.lines, self.zones, json.loads(json.dumps(self.counts)), self.trails())
 
     def summary(self) -> dict:
-        return {"tracks": self.counts["tracks"], "lines": self.counts["lines"],
-                "zones": {k: {kk: vv for kk, vv in v.items()} for k, v in self.counts["zones"].items()}}
+        out = {"tracks": self.counts["tracks"], "lines": self.counts["lines"],
+               "zones": {k: {kk: vv for kk, vv in v.items()} for k, v in self.counts["zones"].items()}}
+        if self.alerts is not None:
+            out["alerts"] = dict(self.alerts.fired)
+        return out
 
     def close(self) -> None:
         """Nothing of its own to close (the run closes the events file)."""

@@ -208,3 +208,13 @@ def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def source_entry(source: Path, model: Path) -> str:
+    """A converted model's float source as its sidecar records it: relative to the sidecar's
+    folder, so `eval` finds it from any working folder (and when both move together); absolute
+    when they share no root."""
+    try:
+        return os.path.relpath(os.path.abspath(source), os.path.abspath(model.parent))
+    except ValueError:  # another drive (Windows)
+        return os.path.abspath(source)

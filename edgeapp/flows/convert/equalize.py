@@ -31,6 +31,7 @@ LINEAR = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 HOMOGENEOUS = ("RELU", "LEAKY_RELU", "MAX_POOL_2D", "AVERAGE_POOL_2D", "PAD", "ADD")
 LINEAR_ACTIVATIONS = (0, 1)  # a fused NONE or RELU: f(x / s) = f(x) / s; RELU6 is not
 SCORE_SAMPLES = 32  # calibration images each candidate's output error is measured on
+GATE_SAMPLES = 32  # calibration images `worth_trying` calibrates and measures on
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,9 @@ class Equalized:
     settings: dict
 
 
-def find_pairs(model: TfliteModel) -> list:
-    """Every producer -> homogeneous ops -> consumer chain of the model's main graph."""
+def find_pairs(model: TfliteModel, structural: bool = False) -> list:
+    """Every producer -> homogeneous ops -> consumer chain of the model's main graph; with
+    `structural`, of any model (an int8 one too: whether equalization may apply at all)."""
     readers: dict = {}
     for op in model.operators:
         for i in op.inputs:
@@ -62,20 +64,20 @@ def find_pairs(model: TfliteModel) -> list:
                 readers.setdefault(i, []).append(op)
     pairs = []
     for op in model.operators:
-        if _float_weights(op, model) and op.option("fused_activation_function") in LINEAR_ACTIVATIONS:
-            pair = _follow(op, model, readers)
+        if _float_weights(op, model, structural) and op.option("fused_activation_function") in LINEAR_ACTIVATIONS:
+            pair = _follow(op, model, readers, structural)
             if pair is not None:
                 pairs.append(pair)
     return pairs
 
 
-def _float_weights(op: Operator, model: TfliteModel) -> bool:
+def _float_weights(op: Operator, model: TfliteModel, structural: bool = False) -> bool:
     if op.op not in LINEAR or len(op.inputs) < 2 or len(op.outputs) != 1:
         return False
     w = model.tensors[op.inputs[1]]
     bias = model.tensors[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
-    return (w.is_constant and w.dtype == "float32"
-            and (bias is None or (bias.is_constant and bias.dtype == "float32")))
+    floats = structural or (w.dtype == "float32" and (bias is None or bias.dtype == "float32"))
+    return w.is_constant and (bias is None or bias.is_constant) and floats
 
 
 def _out_channels(op: Operator, model: TfliteModel) -> int:
@@ -90,7 +92,7 @@ def _reads_channels(op: Operator, model: TfliteModel, channels: int) -> bool:
     return shape[-1] == channels
 
 
-def _follow(producer: Operator, model: TfliteModel, readers: dict) -> Optional[LayerPair]:
+def _follow(producer: Operator, model: TfliteModel, readers: dict, structural: bool = False) -> Optional[LayerPair]:
     channels = _out_channels(producer, model)
     t = producer.outputs[0]
     chain, constants = [t], []
@@ -100,10 +102,10 @@ def _follow(producer: Operator, model: TfliteModel, readers: dict) -> Optional[L
         if t in outputs or len(users) != 1 or model.tensors[t].shape[-1:] != (channels,):
             return None
         op = users[0]
-        if op.op in LINEAR and _float_weights(op, model) and op.inputs[0] == t and t not in op.inputs[1:]:
+        if op.op in LINEAR and _float_weights(op, model, structural) and op.inputs[0] == t and t not in op.inputs[1:]:
             return LayerPair(producer, op, tuple(chain), tuple(constants)) \
                 if _reads_channels(op, model, channels) else None
-        added = _passes(op, t, model, channels)
+        added = _passes(op, t, model, channels, structural)
         if added is None or len(op.outputs) != 1:
             return None
         constants += added
@@ -111,7 +113,7 @@ def _follow(producer: Operator, model: TfliteModel, readers: dict) -> Optional[L
         chain.append(t)
 
 
-def _passes(op: Operator, t: int, model: TfliteModel, channels: int) -> Optional[list]:
+def _passes(op: Operator, t: int, model: TfliteModel, channels: int, structural: bool = False) -> Optional[list]:
     """The constants `op` adds to the channels when f(x / s) = f(x) / s for it, else None."""
     if op.op not in HOMOGENEOUS or op.inputs[0] != t:
         return None
@@ -122,7 +124,7 @@ def _passes(op: Operator, t: int, model: TfliteModel, channels: int) -> Optional
     if len(op.inputs) != 2 or op.option("fused_activation_function") not in LINEAR_ACTIVATIONS:
         return None
     c = model.tensors[op.inputs[1]]
-    if not c.is_constant or c.dtype != "float32" or c.shape[-1:] != (channels,):
+    if not c.is_constant or (c.dtype != "float32" and not structural) or c.shape[-1:] != (channels,):
         return None  # a constant the same for every channel cannot be scaled per channel
     return [c.index]
 
@@ -176,11 +178,10 @@ def rescaled(data: bytes, model: TfliteModel, pairs: list, scales: list, stats: 
         raise ConvertError(f"cannot rescale: {e}") from None
 
 
-def equalize(source: bytes, calibration: np.ndarray, io: str, samples: int) -> Equalized:
-    """The rescaling with the least output error, quantized. `source`: the calibrated float
-    model (the other tensors keep its recorded ranges); `samples`: calibration images the
-    channel ranges are measured on. ConvertError when no pair has a range its outlier channels
-    set."""
+def wide_pairs(source: bytes, calibration: np.ndarray, samples: int) -> tuple:
+    """(model, pairs, their channel ranges, channel stats) of the pairs whose range a few
+    channels set, measured on `samples` calibration images of the calibrated float model
+    `source`; ConvertError (why) when there is none."""
     model = parse_model(source, "calibrated")
     pairs = find_pairs(model)
     if not pairs:
@@ -191,7 +192,27 @@ def equalize(source: bytes, calibration: np.ndarray, io: str, samples: int) -> E
     if not wide:
         raise ConvertError(f"no range between two linear layers is {eq.OUTLIER_RATIO:g}x what "
                            f"{eq.TARGET_PERCENTILE:g}% of its channels need")
-    pairs, ranges = [pairs[i] for i in wide], [ranges[i] for i in wide]
+    return model, [pairs[i] for i in wide], [ranges[i] for i in wide], stats
+
+
+def worth_trying(saved_model: str, calibration: np.ndarray, io: str) -> Optional[str]:
+    """None when equalization may help this model, else why not: a calibration on a few images
+    (a fraction of the full one's time) shows whether any range between two linear layers is
+    set by a few channels. Most models have none, and then pay no full second calibration."""
+    try:
+        few = rq.calibrate(saved_model, calibration[:GATE_SAMPLES], io)
+        wide_pairs(few.data, calibration, GATE_SAMPLES)
+    except ConvertError as e:
+        return str(e)
+    return None
+
+
+def equalize(source: bytes, calibration: np.ndarray, io: str, samples: int) -> Equalized:
+    """The rescaling with the least output error, quantized. `source`: the calibrated float
+    model (the other tensors keep its recorded ranges); `samples`: calibration images the
+    channel ranges are measured on. ConvertError when no pair has a range its outlier channels
+    set."""
+    model, pairs, ranges, stats = wide_pairs(source, calibration, samples)
     x = calibration[:SCORE_SAMPLES]
     want = rq.run_float(source, x)  # recorded ranges do not change the float function
     best = None

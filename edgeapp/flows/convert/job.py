@@ -8,7 +8,7 @@ import contextlib
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -26,13 +26,14 @@ from edgeapp.flows.convert.data import (
     find_sources,
     load_dataset,
     normalize,
+    source_entry,
     split_held_out,
 )
 from edgeapp.flows.convert.measures import TaskMetric
 from edgeapp.flows.convert.quantize import exported, quantize
-from edgeapp.flows.convert.report import layer_report
+from edgeapp.flows.convert.report import layer_report, mark_silent, silent_layers, silent_line
 from edgeapp.flows.convert.source import open_source
-from edgeapp.flows.convert.tune import tune
+from edgeapp.flows.convert.tune import Tuning, equalization_line
 from edgeapp.flows.evaluate import bind_float, is_labelled_data, read_data
 from edgeapp.flows.sources import source_format
 from edgeapp.flows.sources.base import FloatModel, Progress, no_progress
@@ -41,6 +42,7 @@ from edgeapp.flows.sources.source import ModelSource
 from edgeapp.tasks import guess_from, kind
 
 Say = Callable[[str], None]
+VAL_DEFAULT = 50  # calibration images held out for agreement when --val is not given
 
 
 @dataclass
@@ -51,7 +53,7 @@ class ConvertJob:
     output: Path
     calibration: Path
     calibration_size: int = 300
-    val: int = 50  # held-out calibration images for measuring agreement (0: none held out)
+    val: Optional[int] = None  # --val: held-out calibration images for agreement (0: none; None: VAL_DEFAULT)
     eval_dir: Optional[Path] = None  # held-out images, or labelled data (flows/eval_data.py)
     io: str = "uint8"
     mean: float = 0.0
@@ -62,6 +64,7 @@ class ConvertJob:
     report: bool = False
     max_drop: Optional[float] = None  # --max-drop: the task metric's points int8 may lose (0.01 = 1)
     decode: str = "full"  # JPEGs decoded as --decode does at inference; the sidecar records it
+    min_tpu: float = 0.9  # --min-tpu: the share of MACs a --max-drop trial must leave on the Edge TPU
 
 
 @dataclass
@@ -88,9 +91,9 @@ def prepare(job: ConvertJob) -> Prepared:
     notes = []
     if held is None:
         total = len(found.paths)
-        found, held = split_held_out(found, job.calibration_size, job.val)
+        found, held = split_held_out(found, job.calibration_size, VAL_DEFAULT if job.val is None else job.val)
         kept = len(held.paths) if held is not None else 0
-        if kept < job.val:
+        if job.val is not None and kept < job.val:  # the default is capped silently: the report says how many
             notes.append(f"--val {job.val}: {kept} of the {total} image(s) held out to measure "
                          "agreement (at most a fifth, so that calibration keeps most); --eval DIR "
                          "measures on a folder of its own")
@@ -125,8 +128,27 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
                 saved = stack.enter_context(exported(model))
             with _timed(times, "calibrate and quantize"), progress(len(calibration), "calibrating") as advance:
                 q = quantize(saved, calibration, job.output, job.io, progress=advance)
-            report = _report_base(p, model, q, len(cal.x))
+            silent = silent_layers(q.floored, model.layer_names)
+            for row in silent:
+                say(silent_line(row))
             embedding = None if p.source.task is not None else _embedding_depth(p, q.model, cal)
+            task = _task_metric(p, model, cal, embedding, say)
+            if task is not None:
+                stack.callback(task.close)
+            tuning = Tuning(p, saved, cal, calibration, q, lambda: _trial_measure(
+                p, model, cal, task, embedding is None, say), say, fit=_fit(p))
+            stack.callback(tuning.close)
+            equalized = tuning.equalize()
+            if equalized is not None:
+                times["equalization"] = equalized["seconds"]
+            if tuning.written != "plain":
+                q = replace(q, model=load_model(job.output), flatbuffer=job.output.read_bytes())
+            report = _report_base(p, model, q, len(cal.x))
+            report["silent_layers"] = silent
+            if equalized is not None:
+                report["equalization"] = equalized
+                if "plain" in equalized:  # measured (a model it cannot help is not talked about)
+                    say(equalization_line(equalized))
             if embedding is not None:
                 report["embedding_depth"] = embedding
             with _timed(times, "agreement on held-out images"):
@@ -134,12 +156,9 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             if job.report:
                 with _timed(times, "--report per layer"):
                     report["report"] = _layer_report(p, model, saved, calibration, q, say)
-            task = _task_metric(p, model, cal, embedding, say)
-            if task is not None:
-                stack.callback(task.close)
             if job.max_drop is not None:
                 with _timed(times, "--max-drop trials"):
-                    _max_drop(p, model, saved, cal, calibration, q, report, task, embedding is None, say)
+                    _max_drop(p, model, cal, report, tuning, embedding is None, say)
             if task is not None:
                 with _timed(times, "--eval: the int8 model on labelled data"):
                     report["eval"] = task.report(job.output)
@@ -240,22 +259,25 @@ def _box_agreement(p: Prepared, data, source: str, say: Say):
     return p.source.boxes(data, p.job.mean, p.job.std, source, say)
 
 
-def _max_drop(p: Prepared, model: FloatModel, saved: str, cal, calibration, q, report: dict, task,
-              class_scores: bool, say: Say) -> None:
-    """--max-drop's trials, measured in the task's metric on labelled data (`task`), else in box
-    agreement (a YOLO export), else in top-1 or cosine agreement; when another model than the
-    plain one is kept, the report describes the kept one."""
-    measure = task
-    if measure is None:
-        data, source, labels = _held_out(p, model, cal, say)
-        boxes = _box_agreement(p, data, source, say)
-        if boxes is not None:
-            measure = measures.boxes(boxes, say)
-        if measure is None:
-            measure = measures.Agreement(model, data, p.job.mean, p.job.std, source, labels, class_scores)
-    say(f"--max-drop {p.job.max_drop:g}: each trial measured in {measure.what} on {measure.source}")
-    report["max_drop"] = tuned = tune(p, saved, cal, calibration, q, measure, say, fit=_fit(p))
-    if tuned["chosen"] not in (None, "plain"):
+def _trial_measure(p: Prepared, model: FloatModel, cal, task, class_scores: bool, say: Say):
+    """What the trials (equalization by default, --max-drop's) are measured by: the task's
+    metric on labelled data (`task`), else box agreement (a YOLO export), else top-1 or cosine
+    agreement on the held-out images."""
+    if task is not None:
+        return task
+    data, source, labels = _held_out(p, model, cal, say)
+    boxes = _box_agreement(p, data, source, say)
+    measure = measures.boxes(boxes, say) if boxes is not None else None
+    return measure or measures.Agreement(model, data, p.job.mean, p.job.std, source, labels, class_scores)
+
+
+def _max_drop(p: Prepared, model: FloatModel, cal, report: dict, tuning: Tuning, class_scores: bool,
+              say: Say) -> None:
+    """--max-drop's trials (flows/convert/tune.py); when another model than the one written is
+    kept, the report describes the kept one."""
+    written = tuning.written
+    report["max_drop"] = tuned = tuning.tune()
+    if tuned["chosen"] not in (None, written):
         kept = load_model(p.job.output)
         report.update(size_bytes=kept.size, ops=dict(Counter(op.op for op in kept.operators).most_common()),
                       op_versions={op.op: op.version for op in kept.operators})
@@ -275,7 +297,8 @@ def _task_metric(p: Prepared, model: FloatModel, cal, embedding: Optional[int], 
     own = p.source.metadata()
     written = _labels(p, cal)  # the sidecar's: `eval` reads them for the int8 model and its source
     labels = written or own.labels  # without them, `eval` runs the float source with its own
-    meta = ModelMeta(labels=labels, mean=job.mean, std=job.std, ultralytics_task=own.ultralytics_task)
+    meta = ModelMeta(labels=labels, mean=job.mean, std=job.std, ultralytics_task=own.ultralytics_task,
+                     decode=job.decode)  # one decode for both, the one the sidecar records
     say(f"measuring float and int8 on {p.eval_data.describe()}")
     engine = engine_for(job.model, model, meta)
     engine.close = lambda: None  # the float model is closed once, by `run`
@@ -306,6 +329,7 @@ def _labels(p: Prepared, cal) -> Optional[dict]:
 def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, say: Say) -> dict:
     say(f"measuring each layer's quantization error on {min(len(calibration), 32)} image(s)")
     layers = layer_report(saved, calibration, q.model, q.flatbuffer, model.layer_names)
+    mark_silent(layers, silent_layers(q.floored, model.layer_names))
     out = report_path(p.job.output)
     doc = {"model": str(p.job.output), "source": str(p.job.model), "samples": min(len(calibration), 32),
            "layers": layers}
@@ -339,12 +363,14 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
         if warning:
             say(f"warning: {warning}")
     agreement = {k: v for k, v in report["agreement_detail"].items()}
-    extra = {"source": str(job.model), "agreement": agreement}
+    extra = {"source": source_entry(job.model, job.output), "agreement": agreement}
     extra.update(p.source.sidecar_layout())
     if report.get("eval"):
         ev = report["eval"]
         extra["eval"] = {"data": ev["data"], "float": ev["float"]["metrics"],
                          "int8": ev["int8"]["metrics"], "drop": ev["drop"]}
+    if report.get("equalization"):
+        extra["equalization"] = report["equalization"]
     if report.get("max_drop"):
         extra["max_drop"] = report["max_drop"]
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,

@@ -31,7 +31,6 @@ from edgeapp.core.tflite.model import TfliteModel
 from edgeapp.core.tflite.patch import EQUIVALENT_OLDER_OPS
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert import requantize as rq
-from edgeapp.flows.convert.quantize import make_converter
 from edgeapp.flows.sources.base import first_line, tensorflow
 from edgeapp.hw.native_stderr import filtered_native_stderr
 
@@ -72,16 +71,16 @@ def layer_report(saved_model: str, calibration: np.ndarray, tflite: TfliteModel,
             collector.next_sample()
             yield [x[i:i + 1]]
 
+    cal = rq.calibrate(saved_model, calibration, "float32")
     try:
         with filtered_native_stderr():
             debug = tf.lite.experimental
-            calibrated = debug.QuantizationDebugger(converter=make_converter(saved_model, calibration, None),
-                                                    debug_dataset=dataset)
-            # Run the debug model it made from its bytes: only then does the debugger's interpreter
-            # keep every intermediate tensor (and skip XNNPACK, which does not write them), so the
-            # float values the direct comparison reads are real, not a reused buffer's.
+            # The debugger runs the debug model from its bytes: only then does its interpreter keep
+            # every intermediate tensor (and skip XNNPACK, which does not write them), so the float
+            # values the direct comparison reads are real, not a reused buffer's. Made here from
+            # the calibrated model with the written model's floored ranges (quantize.py).
             debugger = debug.QuantizationDebugger(
-                quant_debug_model_content=calibrated.quant_model, debug_dataset=dataset,
+                quant_debug_model_content=rq.debug_model(rq.floor_ranges(cal.data)[0]), debug_dataset=dataset,
                 debug_options=debug.QuantizationDebugOptions(layer_direct_compare_metrics={"edgeapp": collector}))
             debugger.run()
     except MemoryError:
@@ -105,15 +104,15 @@ def layer_report(saved_model: str, calibration: np.ndarray, tflite: TfliteModel,
         if layer["op"] not in written and layer["op"] in EQUIVALENT_OLDER_OPS:  # swapped after the debugger
             layer["debugged_as"], layer["op"] = layer["op"], EQUIVALENT_OLDER_OPS[layer["op"]][0]
         weights = layer.pop("weights_name", None)
-        source = (_source_layer(row["tensor_name"], layer_names or {})
-                  or _source_layer(weights or "", layer_names or {})
-                  or source_name(row["tensor_name"], weights))
-        if source:
-            layer["source"] = source
+        position = layer.pop("op_index", None)
+        layer["source"] = (source_layer(row["tensor_name"], layer_names or {})
+                           or source_layer(weights or "", layer_names or {})
+                           or source_name(row["tensor_name"], weights)
+                           or _by_position(layer["op"], position, index))
         layers.append(layer)
     attribute_shared_ranges(layers)
     try:
-        output_harm(saved_model, calibration, layers, samples)
+        output_harm(cal, calibration, layers, samples)
     except ConvertError:  # the ranking falls back to each layer's own error
         pass
     for layer in layers:
@@ -121,16 +120,15 @@ def layer_report(saved_model: str, calibration: np.ndarray, tflite: TfliteModel,
     return rank(layers)
 
 
-def output_harm(saved_model: str, calibration: np.ndarray, layers: list, samples: int) -> None:
+def output_harm(cal: rq.Calibrated, calibration: np.ndarray, layers: list, samples: int) -> None:
     """Per layer (the worst few and every outlier): the harm at the model's output. The model
     with only that layer quantized (at the ranges its values really take) is run against the
     float model; what the layer adds over the inputs it reads (each measured alone the same
     way) is its `output_sqnr_db`. A layer's own error says little about what it costs: an error
     the next layers amplify or ignore, an outlier the output never sees."""
     x = calibration[:samples]
-    cal = rq.calibrate(saved_model, calibration, "float32")
     rq.measure_ranges(cal, x)
-    ranged, _ = rq.with_ranges(cal)
+    ranged = rq.floor_ranges(rq.with_ranges(cal)[0])[0]
     reference = rq.run_float(cal.data, x)
     signal = sum(float(np.sum(np.square(r, dtype=np.float64))) for r in reference)
     noise = {}
@@ -151,7 +149,7 @@ def output_harm(saved_model: str, calibration: np.ndarray, layers: list, samples
         row["output_sqnr_db"] = round(10 * math.log10(signal / added), 2)
 
 
-def _source_layer(tensor_name: str, layer_names: dict) -> Optional[str]:
+def source_layer(tensor_name: str, layer_names: dict) -> Optional[str]:
     """The source model's layer (an ONNX node) behind a TFLite tensor name such as
     `model_5/block2/conv/Relu;model_5/tf.math.add_3/Add;...`: the first fused part whose scope
     is a TF layer onnx2tf named (the longest such layer name wins)."""
@@ -161,6 +159,13 @@ def _source_layer(tensor_name: str, layer_names: dict) -> Optional[str]:
         if best:
             return layer_names[best]
     return None
+
+
+def _by_position(op: str, position: Optional[int], index: int) -> str:
+    """A layer no source name is known for (a Softmax or a Reshape without weights, whose TFLite
+    tensor is named after TensorFlow's signature, `StatefulPartitionedCall:0`): its op and its
+    position in the written model (`SOFTMAX #7`), else in the report's order."""
+    return f"{op} #{position}" if position is not None else f"{op} (layer {index} of the report)"
 
 
 def _context_for(context: dict, name: str, op: str) -> dict:
@@ -185,7 +190,7 @@ def _model_context(tflite: TfliteModel, data: bytes) -> dict:
         if not op.outputs or op.outputs[0] < 0:
             continue
         name = tflite.tensors[op.outputs[0]].name
-        info = {"op": op.op}
+        info = {"op": op.op, "op_index": op.index}
         if len(op.inputs) > 1 and op.inputs[1] >= 0 and tflite.tensors[op.inputs[1]].is_constant:
             info["weights_name"] = tflite.tensors[op.inputs[1]].name
         if op.op in WEIGHTED_OPS and len(op.inputs) > 1 and op.inputs[1] >= 0:
@@ -215,3 +220,35 @@ def _weight_ratio(tensor, read, axis: int) -> Optional[float]:
         shape[q_axis] = len(scales)
         values = values * scales.reshape(shape)
     return channel_range_ratio(values, q_axis)
+
+
+def silent_layers(floored: list, layer_names: dict) -> list:
+    """The layers whose range quantize.py floored (requantize.Floored), named by their source:
+    a branch no calibration image fires, worth saying whatever --report says."""
+    rows = []
+    for f in floored:
+        name = (source_layer(f.tensor, layer_names) or source_name(f.tensor)
+                or f.tensor.split(";")[0])
+        rows.append({"layer": name, "tensor": f.tensor, "recorded": [round(v, 6) for v in f.recorded],
+                     "floored": [float(f"{v:.4g}") for v in f.floored]})
+    return rows
+
+
+def silent_line(row: dict) -> str:
+    """One silent layer as `convert` says it."""
+    low, high = row["recorded"]
+    return (f"warning: layer {row['layer']} stays within {low:g}..{high:g} on every calibration image "
+            f"(a branch they never fire): its int8 range floored to {row['floored'][0]:g}.."
+            f"{row['floored'][1]:g} so that the model runs; calibrate on images that exercise it")
+
+
+def mark_silent(layers: list, silent: list) -> None:
+    """The --report rows of silent layers say so, as their cause."""
+    tensors = {s["tensor"]: s for s in silent}
+    for layer in layers:
+        s = tensors.get(layer["name"])
+        if s is not None:
+            layer["silent"] = True
+            layer["cause"] = (f"it stays within {s['recorded'][0]:g}..{s['recorded'][1]:g} on every "
+                              "calibration image: its range was floored so that the model runs")
+            layer["fix"] = "calibrate on images that exercise this branch"

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from edgeapp.core.quant.tune import RangeStats
 from edgeapp.errors import ConvertError
-from edgeapp.flows.convert.quantize import make_converter
 from edgeapp.flows.sources.base import first_line, tensorflow
 from edgeapp.hw.native_stderr import filtered_native_stderr
 
@@ -37,6 +36,29 @@ class Calibrated:
     op_outputs: list = field(default_factory=list)  # output tensor name of every op, in order
     producers: dict = field(default_factory=dict)  # op output name -> the op outputs it reads
     stats: dict = field(default_factory=dict)  # tensor index -> RangeStats (measure_ranges)
+
+
+def make_converter(saved_model: str, calibration: np.ndarray, io_type: Optional[str],
+                   progress: Optional[Callable[[], None]] = None):
+    """TensorFlow Lite's converter set up for full-integer int8 (io_type None: float I/O, as
+    the quantization debugger wants it)."""
+    tf = tensorflow()
+
+    def samples():
+        for i in range(len(calibration)):
+            yield [calibration[i:i + 1]]
+            if progress is not None:
+                progress()
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = samples
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    if io_type is not None:
+        dtypes = {"uint8": tf.uint8, "int8": tf.int8, "float32": tf.float32}
+        converter.inference_input_type = dtypes[io_type]
+        converter.inference_output_type = dtypes[io_type]
+    return converter
 
 
 def calibrate(saved_model: str, calibration: np.ndarray, io: str) -> Calibrated:
@@ -73,10 +95,10 @@ def _name(tensor) -> str:
 def interpreter(data: bytes, keep_all: bool = False):
     """TensorFlow's own interpreter (the one its quantization debugger uses), quietly."""
     tf = tensorflow()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), filtered_native_stderr():  # "INFO: Created ... XNNPACK delegate"
         warnings.simplefilter("ignore")  # its deprecation notice and the keep-all warning
         it = tf.lite.Interpreter(model_content=data, experimental_preserve_all_tensors=keep_all)
-    it.allocate_tensors()
+        it.allocate_tensors()
     return it
 
 
@@ -122,10 +144,68 @@ def with_ranges(cal: Calibrated, percentile: Optional[float] = None, ratio: floa
     return bytes(flatbuffer_utils.convert_object_to_bytearray(obj)), changed
 
 
+@dataclass(frozen=True)
+class Floored:
+    """A tensor whose calibrated range was floored: its name, the range calibration recorded,
+    the one it got."""
+
+    tensor: str
+    recorded: tuple
+    floored: tuple
+
+
+FLOORED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+
+
+def floor_ranges(calibrated: bytes) -> tuple:
+    """(calibrated bytes, [Floored]): each weighted op's output range made at least 255 steps
+    of one input step times its largest weight step (int8 steps: range / 255, |w| / 127), so the
+    requantization multiplier stays at most 1. Only a range calibration never opened (a branch
+    that stays at 0 on every image) is that narrow; the others are untouched."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    obj = _object(calibrated)
+    sg = obj.subgraphs[0]
+    codes = {i: _op_name(c) for i, c in enumerate(obj.operatorCodes)}
+    floored = []
+    for op in sg.operators:
+        if codes.get(op.opcodeIndex) not in FLOORED_OPS or len(op.inputs) < 2 or not len(op.outputs):
+            continue
+        x, w, y = (sg.tensors[int(i)] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        weights = obj.buffers[w.buffer].data if w.buffer < len(obj.buffers) else None
+        if not _ranged(x) or not _ranged(y) or weights is None or not len(weights) or w.type != 0:  # 0: FLOAT32
+            continue
+        x_span = max(float(x.quantization.max[0]), 0.0) - min(float(x.quantization.min[0]), 0.0)
+        w_max = float(np.max(np.abs(np.frombuffer(bytes(weights), "<f4"))))
+        low, high = float(y.quantization.min[0]), float(y.quantization.max[0])
+        need = x_span * w_max / 127.0
+        if need <= 0 or max(high, 0.0) - min(low, 0.0) >= need:
+            continue
+        new = (0.0, need) if low >= 0 else ((-need, 0.0) if high <= 0 else (-need / 2, need / 2))
+        y.quantization.min = np.array([new[0]], np.float32)
+        y.quantization.max = np.array([new[1]], np.float32)
+        floored.append(Floored(_name(y), (low, high), new))
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(obj)), floored
+
+
+def _ranged(tensor) -> bool:
+    q = tensor.quantization
+    return q is not None and q.min is not None and q.max is not None and len(q.min) == 1
+
+
+def _op_name(code) -> str:
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    return names.get(builtin, "")
+
+
 def requantize(calibrated: bytes, io: str, denylisted: Optional[list] = None,
-               dense_per_channel: bool = True) -> bytes:
+               dense_per_channel: bool = True, per_channel: bool = True) -> bytes:
     """The calibrated model quantized as the converter would (same MLIR pass, same I/O type);
-    `denylisted` ops (by output tensor name) stay float."""
+    `denylisted` ops (by output tensor name) stay float; `per_channel` False: one scale per
+    weight tensor (what Ultralytics' TFLite export forces)."""
     from tensorflow.lite.python import convert as tf_convert
 
     tf = tensorflow()
@@ -134,8 +214,22 @@ def requantize(calibrated: bytes, io: str, denylisted: Optional[list] = None,
         with filtered_native_stderr():
             return bytes(tf_convert.mlir_quantize(
                 calibrated, input_data_type=dtypes[io], output_data_type=dtypes[io],
-                denylisted_nodes=list(denylisted or []) or None,
+                denylisted_nodes=list(denylisted or []) or None, disable_per_channel=not per_channel,
                 disable_per_channel_for_dense_layers=not dense_per_channel))
+    except MemoryError:
+        raise ConvertError("not enough memory to quantize this model") from None
+    except Exception as e:  # the MLIR quantizer's errors
+        raise ConvertError(f"TFLite quantizer failed: {first_line(e)}") from None
+
+
+def debug_model(calibrated: bytes) -> bytes:
+    """The calibrated model quantized with TensorFlow's NumericVerify ops after each quantized op
+    (float I/O): what its QuantizationDebugger runs (`QuantizationDebugger._get_quantized_model`)."""
+    from tensorflow.lite.python import convert as tf_convert
+
+    try:
+        with filtered_native_stderr():
+            return bytes(tf_convert.mlir_quantize(calibrated, enable_numeric_verify=True))
     except MemoryError:
         raise ConvertError("not enough memory to quantize this model") from None
     except Exception as e:  # the MLIR quantizer's errors

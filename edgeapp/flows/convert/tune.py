@@ -1,6 +1,10 @@
-"""`convert --max-drop X`: when plain int8 loses more than X points of the task metric on
-held-out images, try the fixes cheapest first and keep the first that meets the budget with
-the most work on the Edge TPU.
+"""Equalization as part of every conversion, and `convert --max-drop X`: when the written int8
+model loses more than X points of the task metric on held-out images, try the fixes cheapest
+first and keep the first that meets the budget with at least `--min-tpu` of the MACs on the
+Edge TPU (a float tail under that floor is listed as a trade, not kept: exit 14).
+
+Equalization runs by default (`Tuning.equalize`) when the plain model has two linear layers it
+may rescale across: measured like every trial, written when it measures better than plain.
 
 The trials, each on top of the best one so far (a fix that does not help is not kept):
   per-channel weights   dense layers' weights per channel, when they were per tensor;
@@ -30,14 +34,14 @@ from typing import Callable, Optional
 import numpy as np
 
 from edgeapp.core.edgetpu.check_report import check_model
-from edgeapp.core.quant.tune import best_of, drop_of, meets, tail_cuts
+from edgeapp.core.quant.tune import best_of, drop_of, improves, mapped, meets, output_sqnr, tail_cuts, tpu_floor
 from edgeapp.core.tflite.model import parse_model
 from edgeapp.core.tflite.patch import older_equivalents
-from edgeapp.errors import ConvertError
+from edgeapp.errors import ConvertError, EdgeappError
 from edgeapp.flows.convert import requantize as rq
 from edgeapp.flows.convert.bias import correct_biases
 from edgeapp.flows.convert.data import Dataset, load_dataset, normalize, write_atomic
-from edgeapp.flows.convert.equalize import equalize
+from edgeapp.flows.convert.equalize import equalize, find_pairs, worth_trying
 from edgeapp.flows.convert.quantize import non_integer_ops
 
 Say = Callable[[str], None]
@@ -50,12 +54,16 @@ WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
 
 
 class _Trials:
-    """Runs and records the trials, each measured by `measure` (its float side computed once)."""
+    """Runs and records the trials, each measured by `measure` (its float side computed once).
+    `budget` None: equalization by default, before any --max-drop (no verdict, lines kept
+    until --max-drop prints them)."""
 
-    def __init__(self, measure: Measure, io: str, budget: float, say: Say) -> None:
+    def __init__(self, measure: Measure, io: str, budget: Optional[float], say: Say) -> None:
         self.measure_file, self.io, self.budget, self.say = measure, io, budget, say
         self.rows: list = []
         self.files: dict = {}  # trial name -> flatbuffer
+        self.floor = 0.0  # the share of MACs a trial must leave on the Edge TPU (--min-tpu)
+        self.written = "plain"  # the trial whose file --output holds
         self.tmp = tempfile.TemporaryDirectory(prefix="edgeapp-trials-")
 
     def measure(self, name: str, flatbuffer: bytes, started: float, settings: dict,
@@ -69,73 +77,166 @@ class _Trials:
         else:
             path = Path(self.tmp.name) / f"trial{len(self.rows)}.tflite"
             path.write_bytes(flatbuffer)
-            metric, ref, got, detail = self.measure_file(path)
-            summary = check_model(tflite, flatbuffer).summary
-            row.update(metric=metric, float=ref, int8=got, drop=drop_of(ref, got), detail=detail,
-                       ops_tpu=summary["ops_tpu"], ops_total=summary["ops_total"],
-                       macs_tpu=summary["macs_tpu"], macs_total=summary["macs_total"],
-                       macs_tpu_share=summary["macs_tpu_share"], size_bytes=len(flatbuffer))
-            self.files[name] = flatbuffer
+            try:
+                metric, ref, got, detail = self.measure_file(path)
+            except EdgeappError as e:  # a trial the runtime refuses to run is a failed trial
+                row.update(drop=None, error=str(e).replace(str(path), "the trial's model"))
+            else:
+                summary = check_model(tflite, flatbuffer).summary
+                row.update(metric=metric, float=ref, int8=got, drop=drop_of(ref, got), detail=detail,
+                           ops_tpu=summary["ops_tpu"], ops_total=summary["ops_total"],
+                           macs_tpu=summary["macs_tpu"], macs_total=summary["macs_total"],
+                           macs_tpu_share=summary["macs_tpu_share"], size_bytes=len(flatbuffer))
+                self.files[name] = flatbuffer
         row["seconds"] = round(time.monotonic() - started, 2)
         self.rows.append(row)
-        self.say(line(row, self.budget))
+        if self.budget is not None:
+            self.say(line(row, self.budget, self.floor))
         return row
 
     def skip(self, name: str, why: str) -> None:
         row = {"trial": name, "order": len(self.rows), "drop": None, "skipped": why, "seconds": 0.0}
         self.rows.append(row)
-        self.say(f"trial {name}: skipped ({why})")
+        if self.budget is not None:
+            self.say(f"trial {name}: skipped ({why})")
+
+    def row(self, name: str) -> Optional[dict]:
+        return next((r for r in self.rows if r["trial"] == name), None)
 
     def best(self) -> dict:
-        return best_of(self.rows)
+        return best_of(self.rows, self.floor)
+
+    def ok(self, row: dict) -> bool:
+        """Within the budget with at least the floor's share of MACs on the Edge TPU."""
+        return (row.get("drop") is not None and self.budget is not None and meets(row["drop"], self.budget)
+                and mapped(row, self.floor))
 
     def met(self) -> Optional[dict]:
-        return next((r for r in self.rows if r.get("drop") is not None and meets(r["drop"], self.budget)), None)
+        """The first trial within the budget and the floor: the written one when it is."""
+        written = self.row(self.written)
+        return next((r for r in [written, *self.rows] if r is not None and self.ok(r)), None)
+
+    def traded(self) -> list:
+        """Trials within the budget that leave less than the floor's share on the Edge TPU."""
+        return [r for r in self.rows if r.get("drop") is not None and self.budget is not None
+                and meets(r["drop"], self.budget) and not mapped(r, self.floor)]
 
 
-def line(row: dict, budget: float) -> str:
+def line(row: dict, budget: Optional[float], floor: float = 0.0) -> str:
     """One trial as `convert` prints it."""
     if row.get("drop") is None:
         return f"trial {row['trial']}: failed ({row.get('error') or row.get('skipped')})"
-    verdict = "meets" if meets(row["drop"], budget) else "over"
+    verdict = "" if budget is None else (", meets" if meets(row["drop"], budget) else ", over") + \
+        f" the budget {budget * 100:.2f}"
     share = row.get("macs_tpu_share")
     macs = f"{share:.1%} of MACs" if share is not None else "no MACs"
+    under = "" if mapped(row, floor) else f" (under --min-tpu {floor:g})"
     return (f"trial {row['trial']}: {row['metric']} float {row['float']:.4f}, int8 {row['int8']:.4f} "
-            f"(drop {row['drop'] * 100:+.2f} points, {verdict} the budget {budget * 100:.2f}); Edge TPU: "
-            f"{row['ops_tpu']}/{row['ops_total']} ops, {macs}; {row['seconds']:.1f} s")
+            f"(drop {row['drop'] * 100:+.2f} points{verdict}); Edge TPU: "
+            f"{row['ops_tpu']}/{row['ops_total']} ops, {macs}{under}; {row['seconds']:.1f} s")
 
 
-def tune(p, saved: str, cal: Dataset, calibration: np.ndarray, plain, measure: Measure, say: Say,
-         fit: Optional[Callable] = None) -> dict:
-    """The trials, each measured by `measure` (with `source` and `samples`: where, on how many
-    images); writes the kept model over `--output` when it is not the plain one. `fit`: how
-    images become inputs when more calibration images are loaded (a YOLO export's letterbox).
-    Returns what the sidecar records: budget, metric, every trial, the choice, and whether it met."""
-    job = p.job
-    trials = _Trials(measure, job.io, job.max_drop, say)
-    try:
-        trials.measure("plain", plain.flatbuffer, time.monotonic(), {})
-        if not trials.met():
-            _fixes(trials, p, saved, cal, calibration, plain, say, fit)
-        chosen = trials.met() or trials.best()
-        if chosen is not None and chosen["trial"] != "plain":
-            write_atomic(job.output, trials.files[chosen["trial"]])
-    finally:
-        trials.tmp.cleanup()
-    rows = [{k: v for k, v in r.items() if k not in ("detail", "order")} for r in trials.rows]
-    return {"budget": job.max_drop, "metric": next((r["metric"] for r in rows if r.get("metric")), None),
-            "measured_on": getattr(measure, "source", None), "samples": getattr(measure, "samples", None),
-            "trials": rows, "chosen": chosen["trial"] if chosen else None,
-            "met": bool(chosen and meets(chosen["drop"], job.max_drop))}
+class Tuning:
+    """One conversion's trials: equalization by default, then --max-drop's fixes. They share one
+    measure (built when first needed: its float side computed once), one calibrated model and
+    the plain conversion's row."""
+
+    def __init__(self, p, saved: str, cal: Dataset, calibration: np.ndarray, plain, measure: Callable[[], Measure],
+                 say: Say, fit: Optional[Callable] = None) -> None:
+        self.p, self.saved, self.cal, self.calibration, self.plain = p, saved, cal, calibration, plain
+        self._measure, self.say, self.fit = measure, say, fit
+        self.trials: Optional[_Trials] = None
+        self.base: Optional[dict] = None
+        self.measured_by = None
+
+    def _started(self) -> _Trials:
+        if self.trials is None:
+            self.measured_by = self._measure()
+            self.trials = _Trials(self.measured_by, self.p.job.io, None, self.say)
+            self.trials.measure("plain", self.plain.flatbuffer, time.monotonic(), {})
+        return self.trials
+
+    def _calibrated(self) -> dict:
+        if self.base is None:
+            job = self.p.job
+            self.base = {"ranges": None, "calibrated": rq.calibrate(self.saved, self.calibration, job.io),
+                         "calibration": self.calibration, "saved": self.saved, "fit": self.fit}
+        return self.base
+
+    def equalize(self) -> Optional[dict]:
+        """Equalization as part of every conversion: tried when two linear layers of the plain
+        model are joined only by ops it may rescale across, kept (written over --output) when it
+        measures better than plain. None when the model has no such pair (nothing was run)."""
+        if not find_pairs(self.plain.model, structural=True):
+            return None
+        started = time.monotonic()
+        why = worth_trying(self.saved, self.calibration, self.p.job.io)
+        if why is not None:
+            return {"kept": False, "why": why, "seconds": round(time.monotonic() - started, 2)}
+        trials = self._started()
+        try:
+            _equalization(trials, self._calibrated(), self.p, self.cal, self.plain, self.say)
+        except ConvertError as e:
+            trials.skip("equalization", str(e))
+            return {"kept": False, "why": str(e), "seconds": round(time.monotonic() - started, 2)}
+        plain, eq = trials.row("plain"), trials.row("equalization")
+        kept = improves(eq, plain)
+        if kept:
+            write_atomic(self.p.job.output, trials.files["equalization"])
+            trials.written = "equalization"
+        keys = ("float", "int8", "drop", "macs_tpu_share")
+        return {"kept": kept, "metric": plain.get("metric"), "measured_on": getattr(self.measured_by, "source", None),
+                "samples": getattr(self.measured_by, "samples", None),
+                "plain": {**{k: plain.get(k) for k in keys}, "output_sqnr_db": output_sqnr(plain)},
+                "equalized": {**{k: eq.get(k) for k in keys}, "output_sqnr_db": output_sqnr(eq)},
+                **{k: eq.get(k) for k in ("pairs", "alpha", "max_scale")},
+                "seconds": round(time.monotonic() - started, 2)}
+
+    @property
+    def written(self) -> str:
+        return self.trials.written if self.trials is not None else "plain"
+
+    def tune(self) -> dict:
+        """--max-drop's trials after what ran by default; writes the kept model over --output
+        when it is not the one written. Returns what the sidecar records: budget, metric, the
+        Edge TPU floor, every trial, the choice, whether it met, and the trials the floor refused."""
+        job = self.p.job
+        trials = self._started()
+        trials.budget = job.max_drop
+        trials.floor = tpu_floor(job.min_tpu, trials.row("plain"))
+        say = self.say
+        say(f"--max-drop {job.max_drop:g}: each trial measured in {self.measured_by.what} on "
+            f"{self.measured_by.source}; a trial must leave {trials.floor:.0%} of the MACs on the Edge TPU "
+            "(--min-tpu)")
+        for row in trials.rows:  # measured by default, before the budget was known
+            self.say(line(row, trials.budget, trials.floor) if not row.get("skipped")
+                     else f"trial {row['trial']}: skipped ({row['skipped']})")
+        try:
+            if not trials.met():
+                say(f"--max-drop {job.max_drop:g}: the {trials.written} model loses more; trying the fixes")
+                _fixes(trials, self._calibrated(), self.p, self.cal, self.plain, self.say)
+            chosen = trials.met() or trials.best()
+            if chosen is not None and chosen["trial"] != trials.written:
+                write_atomic(job.output, trials.files[chosen["trial"]])
+        finally:
+            trials.tmp.cleanup()
+        rows = [{k: v for k, v in r.items() if k not in ("detail", "order")} for r in trials.rows]
+        return {"budget": job.max_drop, "min_tpu": trials.floor,
+                "metric": next((r["metric"] for r in rows if r.get("metric")), None),
+                "measured_on": getattr(self.measured_by, "source", None),
+                "samples": getattr(self.measured_by, "samples", None),
+                "trials": rows, "chosen": chosen["trial"] if chosen else None,
+                "met": bool(chosen and trials.ok(chosen)),
+                "traded": [{k: r.get(k) for k in ("trial", "drop", "macs_tpu_share")} for r in trials.traded()]}
+
+    def close(self) -> None:
+        if self.trials is not None:
+            self.trials.tmp.cleanup()
 
 
-def _fixes(trials: _Trials, p, saved: str, cal: Dataset, calibration: np.ndarray, plain, say: Say,
-           fit: Optional[Callable]) -> None:
-    """The trials after plain, cheapest first, stopping at the first that meets the budget."""
-    job = p.job
-    say(f"--max-drop {job.max_drop:g}: plain int8 loses more; calibrating once for the trials")
-    base = {"ranges": None, "calibrated": rq.calibrate(saved, calibration, job.io), "calibration": calibration,
-            "saved": saved, "fit": fit}
+def _fixes(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    """The trials after plain (and equalization, when it ran by default), cheapest first,
+    stopping at the first that meets the budget."""
     for step in (_per_channel, _more_calibration, _ranges, _equalization, _bias_correction, _float_tail):
         try:
             step(trials, base, p, cal, plain, say)
@@ -188,12 +289,16 @@ def _ranges(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> No
 
 
 def _equalization(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+    name = "equalization"
+    if trials.row(name) is not None:  # ran by default on the calibrated ranges
+        if base["ranges"] is None:
+            return
+        name = "equalization on the best ranges"
     started = time.monotonic()
     source = base["ranges"] or base["calibrated"].data  # the other tensors keep the best ranges so far
     done = equalize(source, base["calibration"], p.job.io, RANGE_SAMPLES)
-    row = trials.measure("equalization", done.int8, started, done.settings)
-    if _better(row, trials):
-        base["float_of"] = {"equalization": done.float_model}
+    trials.measure(name, done.int8, started, done.settings)
+    base.setdefault("float_of", {})[name] = done.float_model
 
 
 def _bias_correction(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
@@ -224,9 +329,9 @@ def _float_tail(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -
     for cut in tail_cuts(weighted, len(names), TAIL_TRIALS, outliers):
         started = time.monotonic()
         data = rq.requantize(source, job.io, denylisted=names[cut:])
-        trials.measure(f"float tail from op {cut}", data, started,
-                       {"float_from_op": cut, "float_ops": len(names) - cut}, allow_float=True)
-        if trials.met():
+        row = trials.measure(f"float tail from op {cut}", data, started,
+                             {"float_from_op": cut, "float_ops": len(names) - cut}, allow_float=True)
+        if trials.met() or row in trials.traded():  # earlier cuts leave the Edge TPU less still
             return
 
 
@@ -243,3 +348,17 @@ def _per_tensor_weights(tflite) -> bool:
             if w.quantization and len(w.quantization.scale) == 1 and w.shape and w.shape[0] > 1:
                 return True
     return False
+
+
+def equalization_line(done: dict) -> str:
+    """Equalization by default, as `convert` says it."""
+    if done.get("why"):
+        return f"equalization: not applied ({done['why']})"
+    plain, eq = done["plain"], done["equalized"]
+    verdict = "kept" if done["kept"] else "not kept (no better than plain)"
+    sqnr = ""
+    if plain.get("output_sqnr_db") is not None and eq.get("output_sqnr_db") is not None:
+        sqnr = f", output SQNR {plain['output_sqnr_db']:.1f} -> {eq['output_sqnr_db']:.1f} dB"
+    return (f"equalization: {done['metric']} float {plain['float']:.4f}, int8 {plain['int8']:.4f} plain -> "
+            f"{eq['int8']:.4f} equalized{sqnr} on {done['measured_on']} ({', '.join(done['pairs'] or [])}, "
+            f"channels rescaled up to {done['max_scale']:g}x): {verdict}")

@@ -26,6 +26,7 @@ Options = Any
 
 if TYPE_CHECKING:
     from edgeapp.core.tflite.model import TfliteModel
+    from edgeapp.hw.recovery import HardwareOps
 
 RuntimeName = namedtuple("RuntimeName", "name version")  # the worker's runtime, as records name it
 _lock = threading.Lock()
@@ -131,7 +132,8 @@ def _release(key: Optional[tuple], supervisor: Supervisor) -> None:
 
 
 def open_isolated(model: TfliteModel, device: str, options: Options, *, requested: str,
-                  trust_model: bool = False, twin: bool = False, ops: Any = None) -> IsolatedEngine:
+                  trust_model: bool = False, twin: bool = False,
+                  ops: Optional[HardwareOps] = None) -> IsolatedEngine:
     """An engine for `model` on `device` in a worker: the run's one worker for that Edge TPU
     and model when there is one already, else a new one. `twin`: the CPU twin may take over
     when the ladder cannot bring the Edge TPU back (`auto`)."""

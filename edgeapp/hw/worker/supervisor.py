@@ -44,7 +44,8 @@ class Supervisor:
     """The worker of one (model, device), shared by every engine of the run that uses it."""
 
     def __init__(self, model: str, device: str, options: Options, *, trust_model: bool = False,
-                 twin: bool = False, ops: Any = None, spawn: Spawn = WorkerProcess) -> None:
+                 twin: bool = False, ops: Optional[HardwareOps] = None,
+                 spawn: Spawn = WorkerProcess) -> None:
         self.model, self.options, self._spawn = model, options, spawn
         self.ops = ops if ops is not None else HardwareOps()
         self.deadline = Deadline(options.invoke_timeout)
