@@ -153,6 +153,22 @@ def test_imports_only_go_down():
     assert not upward, "upward imports:\n" + "\n".join(sorted(upward))
 
 
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_float_sources_are_shared_not_borrowed_from_convert():
+    """convert and eval both read float models through flows/sources/: no flow outside the convert
+    package imports it (an eval of a .tflite never loads convert), and flows/sources/ imports
+    neither convert nor any other flow."""
+    convert, sources = "edgeapp.flows.convert", "edgeapp.flows.sources"
+    wrong = sorted(f"{mod} -> {dep}" for mod, deps in graph().items()
+                   if within(mod, "edgeapp.flows") and not within(mod, convert)
+                   for dep in deps if within(dep, convert)
+                   or within(mod, sources) and within(dep, "edgeapp.flows") and not within(dep, sources))
+    assert not wrong, "imports across flows/sources/ and flows/convert/:\n" + "\n".join(wrong)
+
 # Layers of one rank that never import each other: what a task does with a model's outputs and
 # where inferences run are joined only by flows/ (CONTRIBUTING.md, "Where things are").
 APART = [("tasks", "execution")]

@@ -381,7 +381,7 @@ def resume_hint(written: int, output: Optional[Path], fmt: Optional[Format], kep
 class progress_bar:
     """A progress bar on stderr when it is a terminal and there is more than one item.
 
-    Used as `with progress_bar(n, "classify") as advance: ... advance()`; `advance` is None
+    Used as `with progress_bar(n, "calibrating") as advance: ... advance()`; `advance` is None
     when no bar is shown, so callers pay nothing in scripts and pipes.
     """
 

@@ -24,10 +24,10 @@ from edgeapp.errors import EdgeappError, InvalidModel, UsageError, WrongTask
 from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows import eval_coco
 from edgeapp.flows.batch import iter_ran
-from edgeapp.flows.convert.float_engine import is_float_source, open_float
 from edgeapp.flows.eval_data import EvalData, read_class_folders, read_csv, read_masks
 from edgeapp.flows.eval_reading import file_kind
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
+from edgeapp.flows.sources.float_engine import is_float_source, open_float
 from edgeapp.hw.hostinfo import usable_cores
 from edgeapp.tasks import guess_from, kind, names, task_for
 from edgeapp.tasks.base import BoundTask, Scorer, TaskKind, bind
@@ -36,7 +36,7 @@ from edgeapp.tasks.model import ImageModel, input_spec
 if TYPE_CHECKING:
     from edgeapp.core.meta import ModelMeta
     from edgeapp.core.naming import PathLike
-    from edgeapp.flows.convert.float_engine import FloatEngine
+    from edgeapp.flows.sources.float_engine import FloatEngine
 
 Say = Callable[[str], None]
 # progress(total, label): a context manager yielding `advance` (cli.options.progress_bar)
@@ -227,7 +227,7 @@ def _open_float(path: Path, labels_file: Optional[PathLike], mean: Optional[floa
 
 def bind_float(engine: FloatEngine, meta: ModelMeta, labels: Optional[dict], mean: Optional[float] = None,
                 std: Optional[float] = None) -> OpenTask:
-    """A float engine (flows/convert/float_engine.py) bound to its task as `classify` binds a
+    """A float engine (flows/sources/float_engine.py) bound to its task as `classify` binds a
     .tflite: the task from `meta` or the outputs, the input fitted as the int8 model's is."""
     try:
         model = ImageModel(engine, meta, labels, input_spec(engine, meta, mean, std))

@@ -233,7 +233,7 @@ def load_edgetpu_delegate(runtime: Runtime, spec: DeviceSpec, extra: Optional[di
 
 class Engine(Protocol):
     """What tasks and runners read of an opened model, whatever runs it: `TfliteEngine` (a
-    .tflite on the Edge TPU or the CPU), eval's float source (flows/convert/float_engine.py) and
+    .tflite on the Edge TPU or the CPU), eval's float source (flows/sources/float_engine.py) and
     a segment pipeline seen as one model (execution/pipeline.PipelineView) declare it."""
 
     inputs: List[dict]  # the runtime's tensor details: index, shape, dtype, quantization

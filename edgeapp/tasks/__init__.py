@@ -102,6 +102,13 @@ def noun_for(shapes: Sequence[Sequence[int]], ops: Sequence[str] = ()) -> Option
     return kind(found).noun if found is not None else None
 
 
+def for_ultralytics(ultralytics_task: Optional[str]) -> Optional[str]:
+    """The task whose `ultralytics_task` is the one Ultralytics' metadata names, or None."""
+    if ultralytics_task is None:
+        return None
+    return next((n for n in names() if kind(n).ultralytics_task == ultralytics_task), None)
+
+
 def task_for(engine: Engine, meta: Optional[ModelMeta] = None) -> str:
     """The task to run a model as when the user did not say: its metadata's (an edgeapp sidecar's
     task, or the task whose `ultralytics_task` an Ultralytics export names), else its outputs'."""
@@ -109,11 +116,9 @@ def task_for(engine: Engine, meta: Optional[ModelMeta] = None) -> str:
 
     if meta is not None and meta.task in names():
         return str(meta.task)
-    ultralytics = meta.ultralytics_task if meta is not None else None
+    ultralytics = for_ultralytics(meta.ultralytics_task if meta is not None else None)
     if ultralytics is not None:
-        for name in names():
-            if kind(name).ultralytics_task == ultralytics:
-                return name
+        return ultralytics
     found = guess_task(engine)
     if found is None:
         raise InvalidModel(f"{engine.model_path}: outputs {describe_outputs(engine)} are not those "

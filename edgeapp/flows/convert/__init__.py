@@ -1,6 +1,8 @@
 """Any model to a full-integer int8 TFLite model: one flow, one converter per source format.
 
-  keras.py       .keras / .h5 / SavedModel  -> FloatModel (Keras runs the float original)
+  source.py      the model file's source class (Keras, ONNX, Ultralytics YOLO ONNX), told apart once
+  onnx_source.py an ONNX file's source: checked graph, onnx2tf conversion, its own metadata
+  yolo_source.py a YOLO export's source: letterboxed calibration, box agreement, names, task, sidecar
   onnx_graph.py  .onnx read and checked before TensorFlow loads (inputs, ops, memory)
   onnx.py        .onnx -> onnx2tf's float NHWC graph -> FloatModel (ONNX Runtime runs the original)
   yolo_onnx.py   Ultralytics YOLO exports found in the graph and cut before their decode
@@ -11,56 +13,8 @@
   job.py         the steps in order, for the CLI and the Python API
   data.py        images and paths, checked before TensorFlow loads
 
-TensorFlow, onnx, onnx2tf and ONNX Runtime are imported only in this package, and only inside
-functions: `edgeapp --help` and `classify` never pay for them.
+The float models themselves (which format a path is, Keras, the TensorFlow import, a float
+source as an engine) are flows/sources/, which `eval` shares. TensorFlow, onnx, onnx2tf and ONNX
+Runtime are imported only in these two packages, and only inside functions: `edgeapp --help` and
+`classify` never pay for them.
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-
-from edgeapp.errors import InvalidModel
-
-ONNX_SUFFIXES = (".onnx",)
-KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
-TORCH_SUFFIXES = (".pt", ".pth", ".pt2", ".torchscript")
-
-
-def source_format(path: Path) -> str:
-    """"onnx" or "keras" (a file or a SavedModel folder), by name, before anything is loaded;
-    a missing model is exit 4, as for every other command."""
-    if not path.exists():
-        raise InvalidModel(f"model not found: {path}")
-    suffix = path.suffix.lower()
-    if path.is_dir():
-        return "keras"
-    if suffix in KERAS_SUFFIXES:
-        check_keras_signature(path)
-        return "keras"
-    if suffix in ONNX_SUFFIXES:
-        return "onnx"
-    if suffix in TORCH_SUFFIXES:
-        raise InvalidModel(f"{path}: a PyTorch file; export it to ONNX first (torch.onnx.export, "
-                           "see docs/onnx-and-pytorch.md), then convert the .onnx")
-    raise InvalidModel(f"{path}: expected a .keras, .h5 or .onnx file or a SavedModel folder")
-
-
-ZIP_SIGNATURE = b"PK\x03\x04"  # a .keras file (Keras 3): a zip archive
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"  # a .h5 file, at 0 or after a user block of 512 * 2^k bytes
-HDF5_OFFSETS = (0, 512, 1024, 2048, 4096, 8192)
-
-
-def check_keras_signature(path: Path) -> None:
-    """A Keras file is a zip archive (.keras) or an HDF5 file (.h5, and .keras of old Keras):
-    anything else is refused in a millisecond (exit 4), before TensorFlow takes seconds to
-    load and Keras answers "File not found"."""
-    if not path.is_file():
-        raise InvalidModel(f"{path}: not a file (a Keras model is a .keras or .h5 file, or a SavedModel folder)")
-    with open(path, "rb") as f:
-        head = f.read(max(HDF5_OFFSETS) + len(HDF5_SIGNATURE))
-    if head.startswith(ZIP_SIGNATURE):
-        return
-    if any(head[o:o + len(HDF5_SIGNATURE)] == HDF5_SIGNATURE for o in HDF5_OFFSETS):
-        return
-    what = "empty" if not head else "neither a zip archive (.keras) nor an HDF5 file (.h5)"
-    raise InvalidModel(f"{path}: not a Keras model: the file is {what}")

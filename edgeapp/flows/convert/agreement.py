@@ -17,8 +17,8 @@ import numpy as np
 from edgeapp.core.quant.metrics import align, class_agreement, compare_outputs, is_class_vector
 from edgeapp.core.vision.preprocess import quantize_input
 from edgeapp.execution.runner import SingleRunner
-from edgeapp.flows.convert.base import FloatModel
 from edgeapp.flows.convert.data import Dataset, normalize
+from edgeapp.flows.sources.base import FloatModel
 from edgeapp.hw.runtime import open_engine
 
 

@@ -12,34 +12,33 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from edgeapp.core.eval.data import EvalData
 from edgeapp.core.learn.embedding import EMBED_TASK, embedding_output
 from edgeapp.core.meta import ModelMeta, write_sidecar
-from edgeapp.core.naming import convert_log_path, report_path, report_plot_path
+from edgeapp.core.naming import report_path, report_plot_path
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import MissingDependency, UsageError
-from edgeapp.flows.convert import detection, measures, onnx_graph, source_format, yolo_onnx
+from edgeapp.flows.convert import measures
 from edgeapp.flows.convert.agreement import measure, truth_labels
-from edgeapp.flows.convert.base import FloatModel, Progress, no_progress
 from edgeapp.flows.convert.data import (
     Sources,
     check_model_output,
     find_sources,
     load_dataset,
-    make_output_folder,
     normalize,
     source_entry,
     split_held_out,
 )
-from edgeapp.flows.convert.detection import letterboxer, sidecar_entry
-from edgeapp.flows.convert.float_engine import engine_for, meta_from_props
-from edgeapp.flows.convert.keras import load_keras
 from edgeapp.flows.convert.measures import TaskMetric
-from edgeapp.flows.convert.onnx import load_onnx, ort_session
-from edgeapp.flows.convert.onnx_graph import fixed_model
 from edgeapp.flows.convert.quantize import exported, quantize
 from edgeapp.flows.convert.report import layer_report, mark_silent, silent_layers, silent_line
+from edgeapp.flows.convert.source import open_source
 from edgeapp.flows.convert.tune import Tuning, equalization_line
 from edgeapp.flows.evaluate import bind_float, is_labelled_data, read_data
+from edgeapp.flows.sources import source_format
+from edgeapp.flows.sources.base import FloatModel, Progress, no_progress
+from edgeapp.flows.sources.float_engine import engine_for
+from edgeapp.flows.sources.source import ModelSource
 from edgeapp.tasks import guess_from, kind
 
 Say = Callable[[str], None]
@@ -73,16 +72,12 @@ class Prepared:
     """Everything checked before TensorFlow loads."""
 
     job: ConvertJob
-    format: str  # "keras" or "onnx"
+    source: ModelSource  # the model file as its format reads it (flows/sources/source.py)
     calibration: Sources
     held_out: Optional[Sources]
-    onnx: object = None  # the parsed ModelProto
-    onnx_input: object = None  # onnx_graph.OnnxInput
-    yolo: object = None  # yolo_onnx.YoloHead of an Ultralytics detection export
-    onnx_float: object = None  # what onnx2tf converts: the model, or a YOLO export cut before its decode
     notes: list = field(default_factory=list)
     times: dict = field(default_factory=dict)  # seconds per step, for the report
-    eval_data: object = None  # flows/eval_data.EvalData: --eval's labelled data, if it is some
+    eval_data: Optional[EvalData] = None  # --eval's labelled data, if it is some
 
 
 def prepare(job: ConvertJob) -> Prepared:
@@ -102,21 +97,9 @@ def prepare(job: ConvertJob) -> Prepared:
             notes.append(f"--val {job.val}: {kept} of the {total} image(s) held out to measure "
                          "agreement (at most a fifth, so that calibration keeps most); --eval DIR "
                          "measures on a folder of its own")
-    prepared = Prepared(job, fmt, found, held, notes=notes, eval_data=labelled)
-    if fmt == "onnx":
-        start = time.perf_counter()
-        onnx_graph.onnx2tf_ops_folder()  # the extra is installed (exit 7 otherwise)
-        model = onnx_graph.read_onnx(job.model)
-        prepared.onnx_input = inp = onnx_graph.image_input(model, job.input_size, job.model)
-        prepared.yolo = yolo_onnx.find_head(onnx_graph.fixed_model(model, inp), job.model)
-        prepared.onnx_float = model if prepared.yolo is None else yolo_onnx.cut_head(
-            onnx_graph.fixed_model(model, inp), prepared.yolo)
-        onnx_graph.refuse_unmappable(prepared.onnx_float, job.model)
-        prepared.onnx = model
-        prepared.times["read and check the ONNX graph"] = round(time.perf_counter() - start, 2)
-    elif job.input_size is not None:
-        raise UsageError("--input-size is for ONNX models with symbolic height/width")
-    return prepared
+    times: dict = {}
+    source = open_source(job.model, fmt, job.input_size, times)
+    return Prepared(job, source, found, held, notes=notes, times=times, eval_data=labelled)
 
 
 def _eval_sources(eval_dir: Optional[Path]) -> tuple:
@@ -148,7 +131,7 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             silent = silent_layers(q.floored, model.layer_names)
             for row in silent:
                 say(silent_line(row))
-            embedding = None if p.yolo is not None else _embedding_depth(p, q.model, cal)
+            embedding = None if p.source.task is not None else _embedding_depth(p, q.model, cal)
             task = _task_metric(p, model, cal, embedding, say)
             if task is not None:
                 stack.callback(task.close)
@@ -205,39 +188,34 @@ def _timed(times: dict, step: str):
 
 
 def _float_model_and_calibration(p: Prepared, say: Say, progress: Progress) -> tuple:
-    job = p.job
-    if p.format == "keras":
-        say(f"loading {job.model} (TensorFlow)")
-        model = load_keras(job.model)
+    """The float model and the calibration images, in the order the source needs them: a source
+    whose input size is known before loading (ONNX) is converted with its calibration images."""
+    job, source = p.job, p.source
+
+    def load(calibration):
+        return source.load(calibration, job.output, say, progress, lambda step: _timed(p.times, step))
+
+    size = source.input_size()
+    model = load(None) if size is None else None
+    if model is not None:
         h, w, c = model.input_shape
-        with _timed(p.times, "load the calibration images"):
-            return model, load_dataset(p.calibration, (w, h), c, job.calibration_size, say=say,
-                                      decode=job.decode)
-    inp = p.onnx_input
+        size = (w, h, c)
     with _timed(p.times, "load the calibration images"):
-        cal = load_dataset(p.calibration, (inp.width, inp.height), inp.channels, job.calibration_size, say=say,
+        cal = load_dataset(p.calibration, size[:2], size[2], job.calibration_size, say=say,
                            decode=job.decode, fit=_fit(p))
-    make_output_folder(job.output)  # for the log
-    log = convert_log_path(job.output)
-    say(f"converting {job.model} with onnx2tf (log: {log})")
-    if p.yolo is not None:
-        say(f"an Ultralytics YOLO detection export ({p.yolo.nc} classes, strides "
-            f"{'/'.join(map(str, p.yolo.strides))}): cut before its decode, which runs on the CPU")
-    with _timed(p.times, "onnx2tf: the float TensorFlow graph"):
-        model = load_onnx(p.onnx_float, inp, normalize(cal, job.mean, job.std), log, progress, p.yolo)
+    if model is None:
+        model = load(normalize(cal, job.mean, job.std))
     return model, cal
 
 
 def _fit(p: Prepared):
-    """How images become inputs besides classify's resize: a YOLO export's letterbox."""
-    if p.yolo is None:
-        return None
-    return letterboxer((p.onnx_input.width, p.onnx_input.height))
+    """How images become inputs besides classify's resize (a YOLO export's letterbox), or None."""
+    return p.source.fit()
 
 
 def _report_base(p: Prepared, model: FloatModel, q, samples: int) -> dict:
     job, tflite = p.job, q.model
-    return {"model": str(job.output), "source": str(job.model), "source_format": p.format,
+    return {"model": str(job.output), "source": str(job.model), "source_format": p.source.format,
             "io": job.io, "size_bytes": tflite.size, "input_shape": list(tflite.input_tensors[0].shape),
             "calibration_samples": samples,
             "notes": list(model.notes) + [f"{n} (same int8 result; compiler 16 knows it)" for n in q.swapped],
@@ -269,18 +247,16 @@ def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
 def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
     data, source, labels = _held_out(p, model, cal, say)
     found = measure(p.job.output, model, data, p.job.mean, p.job.std, source, labels, class_scores)
-    if p.yolo is not None:
-        found["detection"] = _box_agreement(p, data, source, say)(p.job.output)
+    boxes = _box_agreement(p, data, source, say)
+    if boxes is not None:
+        found["detection"] = boxes(p.job.output)
     return found
 
 
 def _box_agreement(p: Prepared, data, source: str, say: Say):
-    """flows/convert/detection.BoxAgreement on `data`: the float export's boxes found once."""
-    inp = p.onnx_input
-    say(f"measuring detections of float vs int8 on {len(data.x)} image(s)")
-    session = ort_session(fixed_model(p.onnx, inp))
-    return detection.BoxAgreement(session, inp, data, p.job.mean, p.job.std,
-                                  detection.sidecar_entry(p.yolo, inp.width, inp.height), source)
+    """The source's box agreement on `data` (a detector's: the float export's boxes found once),
+    or None for a model without boxes."""
+    return p.source.boxes(data, p.job.mean, p.job.std, source, say)
 
 
 def _trial_measure(p: Prepared, model: FloatModel, cal, task, class_scores: bool, say: Say):
@@ -290,7 +266,8 @@ def _trial_measure(p: Prepared, model: FloatModel, cal, task, class_scores: bool
     if task is not None:
         return task
     data, source, labels = _held_out(p, model, cal, say)
-    measure = measures.boxes(_box_agreement(p, data, source, say), say) if p.yolo is not None else None
+    boxes = _box_agreement(p, data, source, say)
+    measure = measures.boxes(boxes, say) if boxes is not None else None
     return measure or measures.Agreement(model, data, p.job.mean, p.job.std, source, labels, class_scores)
 
 
@@ -317,7 +294,7 @@ def _task_metric(p: Prepared, model: FloatModel, cal, embedding: Optional[int], 
         say("an embedding extractor has no task metric: --eval measures agreement only")
         return None
     job = p.job
-    own = meta_from_props({m.key: m.value for m in getattr(p.onnx, "metadata_props", [])})
+    own = p.source.metadata()
     written = _labels(p, cal)  # the sidecar's: `eval` reads them for the int8 model and its source
     labels = written or own.labels  # without them, `eval` runs the float source with its own
     meta = ModelMeta(labels=labels, mean=job.mean, std=job.std, ultralytics_task=own.ultralytics_task,
@@ -333,21 +310,19 @@ def _task_metric(p: Prepared, model: FloatModel, cal, embedding: Optional[int], 
 def _int8_meta(p: Prepared, labels: Optional[dict]):
     """What the written model's sidecar will say about opening it (labels, preprocessing, the
     JPEG decode, a YOLO export's layout): each int8 file `eval`'s flow measures opens with it."""
-    extra = {}
-    if p.yolo is not None:
-        extra["yolo"] = sidecar_entry(p.yolo, p.onnx_input.width, p.onnx_input.height)
     job = p.job
-    return ModelMeta(labels=labels, mean=job.mean, std=job.std, task="detect" if p.yolo is not None else None,
-                     decode=job.decode, extra=extra)
+    return ModelMeta(labels=labels, mean=job.mean, std=job.std, task=p.source.task,
+                     decode=job.decode, extra=p.source.sidecar_layout())
 
 
 def _labels(p: Prepared, cal) -> Optional[dict]:
-    """The written model's labels (its sidecar's): --labels, else a YOLO export's names, else
-    the class folders' names."""
+    """The written model's labels (its sidecar's): --labels, else the names the model carries
+    (a YOLO export's), else the class folders' names."""
     if p.job.labels:
         return p.job.labels
-    if p.yolo is not None:
-        return p.yolo.names
+    own = p.source.labels()
+    if own is not None:
+        return own
     return {i: n for i, n in enumerate(cal.class_names)} if cal.class_names else None
 
 
@@ -375,8 +350,8 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
     """The task by the outputs, and the sidecar X.json: labels, preprocessing, agreement."""
     job = p.job
     shapes = [t.shape for t in tflite.output_tensors]
-    if p.yolo is not None:  # a YOLO export names its classes
-        task, label_map = "detect", _labels(p, cal)
+    if p.source.task is not None:  # the format fixes its task (a YOLO export), and names its classes
+        task, label_map = p.source.task, _labels(p, cal)
     elif report.get("embedding_depth") is not None:  # features: the folders name no outputs
         task, label_map = EMBED_TASK, job.labels
     else:
@@ -389,8 +364,7 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
             say(f"warning: {warning}")
     agreement = {k: v for k, v in report["agreement_detail"].items()}
     extra = {"source": source_entry(job.model, job.output), "agreement": agreement}
-    if p.yolo is not None:
-        extra["yolo"] = sidecar_entry(p.yolo, p.onnx_input.width, p.onnx_input.height)
+    extra.update(p.source.sidecar_layout())
     if report.get("eval"):
         ev = report["eval"]
         extra["eval"] = {"data": ev["data"], "float": ev["float"]["metrics"],

@@ -27,10 +27,11 @@ from edgeapp.core.naming import sidecar_path
 from edgeapp.core.quant.tune import box_metric_of, metric_of, task_metric_of
 from edgeapp.errors import ConvertError, MissingDependency, UsageError
 from edgeapp.flows.convert.agreement import measure
-from edgeapp.flows.convert.base import FloatModel
 from edgeapp.flows.convert.data import Dataset, normalize
 from edgeapp.flows.evaluate import compared, evaluate, scalar_metrics
 from edgeapp.flows.open_task import Placement, open_task
+from edgeapp.flows.sources.base import FloatModel
+from edgeapp.flows.sources.source import BoxCheck
 
 Say = Callable[[str], None]
 
@@ -79,7 +80,7 @@ class Boxes:
 
     what = "box agreement (the int8 model's mAP50-95, the float model's boxes as the truth)"
 
-    def __init__(self, agreement: Any) -> None:
+    def __init__(self, agreement: BoxCheck) -> None:
         self.agreement = agreement
         self.source, self.samples = agreement.source, int(len(agreement.data.x))
 
@@ -90,7 +91,7 @@ class Boxes:
         return Measured(*box_metric_of(detail), detail)
 
 
-def boxes(agreement: Any, say: Say) -> Optional[Boxes]:
+def boxes(agreement: BoxCheck, say: Say) -> Optional[Boxes]:
     """Box agreement as the trials' measure, or None (said why) when it cannot measure: the
     float model finds no box on the held-out images, or no COCO evaluator is installed."""
     why = None if agreement.has_boxes else f"the float model finds no box on {agreement.source}"

@@ -27,9 +27,9 @@ import numpy as np
 
 from edgeapp.errors import ConvertError, MissingDependency
 from edgeapp.flows.convert.attention import rewrite_attention
-from edgeapp.flows.convert.base import FloatModel, Progress, first_line, no_progress, tensorflow
 from edgeapp.flows.convert.onnx_graph import INSTALL, OnnxInput, fixed_model
 from edgeapp.flows.convert.yolo_onnx import REG_MAX, join_levels
+from edgeapp.flows.sources.base import FloatModel, Progress, first_line, no_progress, tensorflow
 from edgeapp.hw.native_stderr import chatter_into
 
 SAMPLE_DATA = "calibration_image_sample_data_20x128x128x3_float32.npy"  # what onnx2tf looks for

@@ -26,8 +26,8 @@ from edgeapp.core.tflite.model import TfliteModel, parse_model
 from edgeapp.core.tflite.patch import older_equivalents
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert import requantize as rq
-from edgeapp.flows.convert.base import FloatModel, first_line
 from edgeapp.flows.convert.data import write_atomic
+from edgeapp.flows.sources.base import FloatModel, first_line
 from edgeapp.hw.native_stderr import filtered_native_stderr
 
 

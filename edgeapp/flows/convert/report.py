@@ -31,7 +31,7 @@ from edgeapp.core.tflite.model import TfliteModel
 from edgeapp.core.tflite.patch import EQUIVALENT_OLDER_OPS
 from edgeapp.errors import ConvertError
 from edgeapp.flows.convert import requantize as rq
-from edgeapp.flows.convert.base import first_line, tensorflow
+from edgeapp.flows.sources.base import first_line, tensorflow
 from edgeapp.hw.native_stderr import filtered_native_stderr
 
 WEIGHTED_OPS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}

@@ -22,7 +22,7 @@ import numpy as np
 
 from edgeapp.core.quant.tune import RangeStats
 from edgeapp.errors import ConvertError
-from edgeapp.flows.convert.base import first_line, tensorflow
+from edgeapp.flows.sources.base import first_line, tensorflow
 from edgeapp.hw.native_stderr import filtered_native_stderr
 
 

@@ -7,11 +7,24 @@ ops the Edge TPU cannot run).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from edgeapp.errors import InvalidModel
-from edgeapp.flows.convert.base import FloatModel, first_line, tensorflow
+from edgeapp.flows.sources.base import FloatModel, Progress, first_line, tensorflow
+from edgeapp.flows.sources.source import ModelSource, SayLine, TimeStep
+
+
+class KerasSource(ModelSource):
+    """A .keras/.h5 file or a SavedModel folder: loaded first, its input shape then known."""
+
+    format = "keras"
+
+    def load(self, calibration: Optional[np.ndarray], output: Path, say: SayLine, progress: Progress,
+             timed: TimeStep) -> FloatModel:
+        say(f"loading {self.path} (TensorFlow)")
+        return load_keras(self.path)
 
 
 def load_keras(path: Path) -> FloatModel:

@@ -3,7 +3,7 @@ batch pipeline runs like a .tflite: one NHWC float image in, its outputs out, so
 the float original through the same task code (preprocessing, decoding, metric) as its int8.
 
 ONNX runs on ONNX Runtime from the file itself (an NCHW input gets the NHWC image transposed);
-Keras through convert's own loader (flows/convert/keras.py). An Ultralytics YOLO ONNX export
+Keras through the shared loader (flows/sources/keras.py). An Ultralytics YOLO ONNX export
 gives its boxes in input pixels where its TFLite export gives them normalized: they are
 normalized here, so the one YOLO decoder (core/vision/yolo.py) reads both. Its metadata (class names,
 pixels / 255, its task) is read from the ONNX file's metadata_props.
@@ -13,16 +13,18 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, List, Optional
+from typing import Callable, List, Optional
 
 import numpy as np
 
 from edgeapp.core.meta import ModelMeta, metadata_names
 from edgeapp.errors import InvalidModel, MissingDependency
-from edgeapp.flows.convert import source_format
-from edgeapp.flows.convert.base import first_line
-from edgeapp.flows.convert.keras import load_keras
+from edgeapp.flows.sources import source_format
+from edgeapp.flows.sources.base import FloatModel, first_line
+from edgeapp.flows.sources.keras import load_keras
 from edgeapp.hw.runtime import Engine
+
+ULTRALYTICS_DETECT = "detect"  # Ultralytics' metadata name ('task') of its detection exports
 
 
 class FloatEngine(Engine):
@@ -70,8 +72,8 @@ def _keras(path: Path) -> FloatEngine:
     return engine_for(path, load_keras(path), ModelMeta())
 
 
-def engine_for(path: Path, model: Any, meta: ModelMeta) -> FloatEngine:
-    """An engine over a loaded flows/convert FloatModel (what `convert --eval` measures);
+def engine_for(path: Path, model: FloatModel, meta: ModelMeta) -> FloatEngine:
+    """An engine over a loaded flows/sources FloatModel (what `convert --eval` measures);
     `meta` says its labels, normalization and, for an Ultralytics export, its task."""
     h, w, c = model.input_shape
     outs = [tuple(o.shape) for o in model.predict(np.zeros((1, h, w, c), np.float32))]
@@ -134,7 +136,7 @@ def meta_from_props(props: dict) -> ModelMeta:
 
 def _yolo_box_scale(meta: ModelMeta, outs: List[tuple], size: tuple) -> Optional[np.ndarray]:
     """(w, h, w, h) to divide an Ultralytics detection export's box rows by, or None."""
-    if meta.ultralytics_task != "detect" or len(outs) != 1 or len(outs[0]) != 3:
+    if meta.ultralytics_task != ULTRALYTICS_DETECT or len(outs) != 1 or len(outs[0]) != 3:
         return None
     w, h = size
     scale = np.ones((outs[0][1], 1), np.float32)  # rows: cx, cy, w, h, then class scores
