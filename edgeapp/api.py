@@ -178,7 +178,7 @@ class Model:
             return self._opened.cascade
         key = tuple(bound.options.get(k) for k in ("then", "on", "then_every"))
         if key not in self._cascades:
-            self._cascades[key] = open_cascade(bound.options, self._reopen.get("place", Placement()),
+            self._cascades[key] = open_cascade(bound, self._reopen.get("place", Placement()),
                                                lambda _text: None)
         return self._cascades[key]
 

@@ -108,4 +108,4 @@ def test_the_api_takes_then_per_call(tiny_model, shapes):
 
 
 def test_then_is_written_task_colon_model():
-    assert parse_then("classify:a/b:c.tflite") == ("classify", "a/b:c.tflite")
+    assert parse_then("classify:a/b:c.tflite", "detect") == ("classify", "a/b:c.tflite")

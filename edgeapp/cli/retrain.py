@@ -76,11 +76,11 @@ def retrain_command(
     written after the extractor as one .tflite that `classify`, `camera` and `bench` take.
     Unreadable photos are reported and skipped.
     """
-    from edgeapp.core.learn.embedding import EMBED_TASK
     from edgeapp.flows.embedding_cache import EmbeddingCache
     from edgeapp.flows.open_task import open_task
     from edgeapp.flows.retrain import class_folders, retrain
     from edgeapp.hw.hostinfo import decode_workers, usable_cores
+    from edgeapp.tasks.internal.embed import EMBED_TASK
 
     options = _options(method, val, epochs, lr, l2, seed)
     total = len(class_folders(data_dir).paths)  # refusals of the folder come before any model

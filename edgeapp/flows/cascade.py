@@ -27,10 +27,11 @@ if TYPE_CHECKING:
 GROWTH = 1.5  # a track's box this many times larger than when last run: run it again
 
 
-def parse_then(text: str) -> Tuple[str, str]:
-    """(task, model) of `TASK:MODEL` (`classify:birds.tflite`); UsageError names the tasks."""
+def parse_then(text: str, first: str) -> Tuple[str, str]:
+    """(task, model) of `TASK:MODEL` (`classify:birds.tflite`) following a model of the task
+    `first`, which the second cannot be; UsageError names the tasks it can be."""
     task, sep, model = str(text).partition(":")
-    choices = [n for n in names() if n != "detect"]
+    choices = [n for n in names() if n != first]
     if not sep or not model or task not in choices:
         raise UsageError(f"--then {text!r}: write TASK:MODEL, TASK one of {', '.join(choices)} "
                          "(e.g. classify:birds.tflite)")

@@ -127,7 +127,7 @@ def open_task(model: PathLike, task: Optional[str] = None, place: Placement = Pl
             takes = kind(name).defaults
             options = {k: v for k, v in (options or {}).items() if k in takes}
         bound = holder["task"] = bind(name, loaded, options)
-        cascade = open_cascade(bound.options, place, notices) if bound.options.get("then") else None
+        cascade = open_cascade(bound, place, notices) if bound.options.get("then") else None
     except BaseException:
         runner.close()
         raise
@@ -135,9 +135,10 @@ def open_task(model: PathLike, task: Optional[str] = None, place: Placement = Pl
     return OpenTask(runner, loaded, bound, notices.kept, cascade)
 
 
-def open_cascade(options: dict, place: Placement, notices: Notice) -> Cascade:
-    """The second model of `--then TASK:MODEL`, opened where the first runs."""
-    task, model = parse_then(options["then"])
+def open_cascade(first: BoundTask, place: Placement, notices: Notice) -> Cascade:
+    """The second model of `--then TASK:MODEL` after `first`, opened where the first runs."""
+    options = first.options
+    task, model = parse_then(options["then"], first.name)
     second = open_task(model, task, place, on_notice=notices)
     for note in second.notices:
         notices(f"--then: {note}")

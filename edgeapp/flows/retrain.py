@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from edgeapp.core.learn.embedding import EMBED_TASK, require_extractor
+from edgeapp.core.learn.embedding import require_extractor
 from edgeapp.core.learn.head import head_tensors, logit_range
 from edgeapp.core.learn.holdout import confusion_matrix, overall_accuracy, per_class_accuracy, stratified_split
 from edgeapp.core.learn.train import SgdOptions, head_scores, imprint, train_softmax
@@ -38,6 +38,7 @@ from edgeapp.flows.inputs import IMAGE_SUFFIXES
 from edgeapp.tasks import noun_for
 from edgeapp.tasks.base import bind
 from edgeapp.tasks.classify import KIND as CLASSIFY
+from edgeapp.tasks.internal.embed import EMBED_TASK
 from edgeapp.tasks.model import image_model
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 
-from edgeapp.core.learn.embedding import EMBED_TASK, embedding_note
+from edgeapp.core.learn.embedding import embedding_note
 from edgeapp.core.vision.classify import (
     class_fields,
     get_classes_from_scores,
@@ -21,6 +21,7 @@ from edgeapp.core.vision.classify import (
 )
 from edgeapp.errors import UsageError
 from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskOption, event_name
+from edgeapp.tasks.internal.embed import EMBED_TASK
 from edgeapp.tasks.model import ImageModel, output_quantization, output_shapes
 
 if TYPE_CHECKING:

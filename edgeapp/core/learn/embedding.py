@@ -97,7 +97,6 @@ def require_extractor(model: TfliteModel, label_count: Optional[int] = None,
 
 
 POOLING = frozenset({"AVERAGE_POOL_2D", "MEAN", "L2_NORMALIZATION"})
-EMBED_TASK = "embed"  # the task a sidecar records for an embedding extractor (tasks/internal/embed.py)
 
 
 def pooled_output(model: TfliteModel) -> Optional[Operator]:
@@ -136,6 +135,6 @@ def embedding_note(model: TfliteModel, declared: bool = False) -> Optional[str]:
     for d in model.output_tensors[0].shape:
         size *= max(int(d), 1)
     why = (f"its output ({size} values) comes from {source.op}, not from a classifier layer"
-           if source is not None else f"its sidecar records it as one (task: {EMBED_TASK})")
+           if source is not None else "its sidecar records it as an embedding extractor")
     return (f"{model.path} looks like an embedding model: {why}, so the 'scores' below are feature "
             "values, not class probabilities; `edgeapp retrain` puts a classifier on it")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from edgeapp.core.eval.data import EvalData
-from edgeapp.core.learn.embedding import EMBED_TASK, embedding_output
+from edgeapp.core.learn.embedding import embedding_output
 from edgeapp.core.meta import ModelMeta, write_sidecar
 from edgeapp.core.naming import report_path, report_plot_path
 from edgeapp.core.tflite.model import load_model
@@ -40,6 +40,7 @@ from edgeapp.flows.sources.base import FloatModel, Progress, no_progress
 from edgeapp.flows.sources.float_engine import engine_for
 from edgeapp.flows.sources.source import ModelSource
 from edgeapp.tasks import guess_from, kind
+from edgeapp.tasks.internal.embed import EMBED_TASK
 
 Say = Callable[[str], None]
 VAL_DEFAULT = 50  # calibration images held out for agreement when --val is not given

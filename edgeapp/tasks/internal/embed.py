@@ -54,3 +54,6 @@ class Embed(TaskKind):
 
 
 KIND = Embed()
+
+
+EMBED_TASK = Embed.name  # the task a sidecar records for an embedding extractor; retrain runs it
