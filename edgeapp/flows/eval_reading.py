@@ -10,6 +10,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Union
 
 from edgeapp.core.limits import MAX_JSON_BYTES, MAX_NESTING, MAX_TEXT_BYTES, MAX_YAML_BYTES
@@ -118,7 +119,7 @@ def load_yaml(path: PathLike) -> Any:
 _LOADER: Any = None
 
 
-def _bounded_loader(yaml: Any) -> Any:
+def _bounded_loader(yaml: ModuleType) -> Any:
     """SafeLoader whose composer refuses aliases and nodes deeper than MAX_NESTING."""
     global _LOADER
     if _LOADER is not None:
@@ -127,7 +128,7 @@ def _bounded_loader(yaml: Any) -> Any:
     class BoundedLoader(yaml.SafeLoader):
         depth = 0
 
-        def compose_node(self, parent: Any, index: Any) -> Any:
+        def compose_node(self, parent: object, index: object) -> Any:
             if self.check_event(yaml.AliasEvent):
                 mark = self.peek_event().start_mark
                 raise yaml.YAMLError(f"line {mark.line + 1}: aliases (*name) are not allowed here")

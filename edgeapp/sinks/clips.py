@@ -24,6 +24,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Deque, List, Optional
 
 import numpy as np
@@ -368,7 +369,7 @@ def _failed(path: Path, frames: List[Buffered], written: int, why: str) -> None:
     raise OSError(errno.EIO, why, str(path))
 
 
-def _frame_count(cv2: Any, path: Path) -> int:
+def _frame_count(cv2: ModuleType, path: Path) -> int:
     """Frames a written clip gives back (0: it cannot be opened, a truncated MP4)."""
     cap = cv2.VideoCapture(str(path))
     try:

@@ -60,7 +60,7 @@ class Metrics:
         self._fps: Optional[float] = None
         self._busy: Dict[str, Deque[Tuple[float, float]]] = {}
 
-    def on_frame(self, image: Any, record: dict, *, annotated: bool = False,
+    def on_frame(self, image: object, record: dict, *, annotated: bool = False,
                  fps: Optional[float] = None, stats: Any = None, extras: Optional[dict] = None,
                  counting: Optional[tuple] = None) -> None:
         latency = record.get("latency_ms")

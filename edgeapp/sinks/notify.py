@@ -107,7 +107,7 @@ class Notifier:
         self._thread = threading.Thread(target=self._loop, name="notify", daemon=True)
         self._thread.start()
 
-    def on_frame(self, image: Any, record: dict, **_frame: Any) -> None:
+    def on_frame(self, image: object, record: dict, **_frame: object) -> None:
         """Frames are not its business (it is an output for its `on_events`)."""
 
     def on_events(self, events: List[dict], counts: dict) -> None:

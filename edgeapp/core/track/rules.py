@@ -78,7 +78,7 @@ def parse_alert(text: str) -> Rule:
     return _rule(name.strip(), head.strip(), values, where)
 
 
-def parse_rules(data: Any, where: str) -> List[Rule]:
+def parse_rules(data: object, where: str) -> List[Rule]:
     """A rules file's contents (YAML or TOML, read): `alerts:` as a list of tables with a
     `name`, or as a table of tables keyed by name. Each table has one kind key (line, zone,
     count, or appear: true) and that kind's keys."""

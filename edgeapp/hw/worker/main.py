@@ -17,9 +17,13 @@ import sys
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from edgeapp.hw.worker.wire import ARGV_MARK, DONE, RUN
+
+if TYPE_CHECKING:
+    from edgeapp.hw.runtime import TfliteEngine
+    from edgeapp.hw.worker.shared import RegionLayout
 
 
 def _die_with_parent() -> None:
@@ -45,7 +49,7 @@ def error_message(error: BaseException) -> tuple:
     return ("error", name, text, getattr(error, "device", None))
 
 
-def _describe(engine: Any, layout: Any) -> dict:
+def _describe(engine: "TfliteEngine", layout: "RegionLayout") -> dict:
     return {"inputs": engine.inputs, "outputs": engine.outputs, "device": engine.device,
             "name": engine.name, "notice": engine.notice, "model_path": engine.model_path,
             "requested_model": engine.requested_model, "cpu_kernels": engine.cpu_kernels,
