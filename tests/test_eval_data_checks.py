@@ -122,6 +122,25 @@ def test_coco_nested_beyond_the_recursion_limit_is_one_line(shapes, tmp_path):
     refused(path, "nested deeper than 64 levels")
 
 
+def test_deep_json_is_refused_even_when_a_library_raised_the_recursion_limit(tmp_path):
+    """onnx2tf raises the recursion limit when it is imported; json's C parser then recurses
+    past the stack on deep input and the process dies (a segfault took a whole test run down).
+    The depth is counted before json parses: one line, in a child so a crash stays contained."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "deep.json"
+    path.write_text('{"images": [], "x": ' + "[" * 200000 + "]" * 200000 + "}")
+    code = ("import sys; sys.setrecursionlimit(10 ** 6)\n"
+            "from edgeapp.errors import UsageError\n"
+            "from edgeapp.flows.eval_reading import load_json\n"
+            f"try:\n    load_json({str(path)!r})\nexcept UsageError as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=str(ROOT))
+    assert r.returncode == 0, (r.returncode, r.stderr[-500:])
+    assert "nested deeper than 64 levels" in r.stdout
+
+
 def test_coco_string_ids_read_as_ids_and_saved_as_given(shapes, tmp_path):
     def strings(doc):
         for c in doc["categories"]:

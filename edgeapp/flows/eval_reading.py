@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from types import ModuleType
@@ -72,8 +73,12 @@ def read_text(path: PathLike, limit: int = MAX_TEXT_BYTES, what: str = "labelled
 
 
 def load_json(path: PathLike) -> Any:
-    """A JSON document at most MAX_NESTING deep."""
+    """A JSON document at most MAX_NESTING deep: the depth is counted before json parses it, as
+    json's parser recurses in C and overflows the stack (a crash, not a RecursionError) on deep
+    input once any library has raised the recursion limit (onnx2tf does)."""
     text = read_text(path, MAX_JSON_BYTES)
+    if json_nesting(text) > MAX_NESTING:
+        raise UsageError(f"labelled data {path}: nested deeper than {MAX_NESTING} levels")
     try:
         doc = json.loads(text)
     except RecursionError:
@@ -82,6 +87,26 @@ def load_json(path: PathLike) -> Any:
         raise UsageError(f"labelled data {path}: not a readable JSON file ({e})") from None
     _check_depth(doc, path)
     return doc
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_CHUNK = 1 << 24
+
+
+def json_nesting(text: str) -> int:
+    """The deepest nesting of a JSON text's arrays and objects, counted on its brackets outside
+    strings (in chunks, so a large file costs no more than a chunk's arrays)."""
+    import numpy as np
+
+    bare = _JSON_STRING.sub("", text).encode("utf-8", "ignore")
+    depth = deepest = 0
+    for start in range(0, len(bare), _CHUNK):
+        b = np.frombuffer(bare, dtype=np.uint8, count=min(_CHUNK, len(bare) - start), offset=start)
+        steps = (b == 91).astype(np.int64) + (b == 123) - (b == 93) - (b == 125)  # [ { ] }
+        running = np.cumsum(steps) + depth
+        if running.size:
+            deepest, depth = max(deepest, int(running.max())), int(running[-1])
+    return deepest
 
 
 def _check_depth(doc: object, path: PathLike) -> None:
