@@ -27,7 +27,7 @@ from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.flows.bench import thermal as bench_thermal
 from edgeapp.hw import hostinfo, power
 from edgeapp.hw.libedgetpu import edgetpu_library
-from edgeapp.hw.runtime import find_runtime, open_engine
+from edgeapp.hw.runtime import Engine, find_runtime, open_engine
 
 
 @dataclass
@@ -93,7 +93,7 @@ def unavailable(device: str, reason: str, model: str) -> dict:
 class Ready:
     """An engine opened, run once cold and warmed up: where its timed runs start from."""
 
-    engine: Any
+    engine: Engine
     device: str
     threads: Optional[int]
     load_ms: float
