@@ -13,9 +13,13 @@ naming why each device could not run.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from edgeapp.errors import DeviceUnavailable
 from edgeapp.hw.device_choice import DeviceChoice, find_tpus, parse_devices
+
+if TYPE_CHECKING:
+    from edgeapp.flows.bench.run import BenchDoc
 
 
 @dataclass(frozen=True)
@@ -65,13 +69,13 @@ def plan_devices(device: str) -> DevicePlan:
     return DevicePlan(choice, choice.tpus, lenient=choice.fallback, cpu_after=choice.fallback)
 
 
-def measured(doc: dict) -> bool:
+def measured(doc: BenchDoc) -> bool:
     """Whether a bench document holds at least one measurement."""
     sections = [doc.get("parallel") or {}, doc.get("pipeline") or {}]
     return any(r.get("available") for r in doc.get("results", []) + sections)
 
 
-def check_measured(doc: dict, plan: DevicePlan) -> dict:
+def check_measured(doc: BenchDoc, plan: DevicePlan) -> BenchDoc:
     """The document, or a DeviceUnavailable naming why nothing could be measured."""
     if measured(doc):
         return doc
