@@ -26,6 +26,7 @@ from edgeapp.tasks.model import ImageModel, output_quantization, output_shapes
 
 if TYPE_CHECKING:
     from edgeapp.core.eval.data import EvalData
+    from edgeapp.core.eval.metrics import ClassificationMetrics
     from edgeapp.core.naming import PathLike
     from edgeapp.hw.runtime import Engine
 
@@ -128,7 +129,7 @@ class ClassScorer(Scorer):
         self.ranked[index] = [c["id"] for c in classes]
         self.scores[index] = classes
 
-    def metrics(self, done: List[int]) -> dict:
+    def metrics(self, done: List[int]) -> ClassificationMetrics:
         from edgeapp.core.eval.metrics import classification_metrics, confusion
 
         names = self.labels or {i: str(n) for i, n in self.data.names.items()}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from edgeapp.core.eval.coco import box_summary, coco_evaluate, means_over, pr_curves
+from edgeapp.core.eval.coco import BoxMetrics, box_summary, coco_evaluate, means_over, pr_curves
 from edgeapp.core.eval.metrics import match_names
 from edgeapp.core.vision.box_filters import NAMES as FILTERS
 from edgeapp.core.vision.box_filters import BoxFilters, filter_boxes
@@ -55,6 +55,7 @@ from edgeapp.tasks.model import InputSpec
 
 if TYPE_CHECKING:
     from edgeapp.core.eval.data import EvalData
+    from edgeapp.core.eval.schema import CocoTruth
     from edgeapp.core.vision.detect import SsdLayout
     from edgeapp.core.vision.preprocess import ImageSource
     from edgeapp.core.vision.yolo import YoloLayout
@@ -358,7 +359,7 @@ class BoxScorer(Scorer):
                                      "bbox": [round(x0, 3), round(y0, 3), round(x1 - x0, 3),
                                               round(y1 - y0, 3)]})
 
-    def metrics(self, done: List[int]) -> dict:
+    def metrics(self, done: List[int]) -> BoxMetrics:
         gt = self._named_truth()
         ev = coco_evaluate(gt, self.results, "bbox", done)
         names = {c["id"]: c["name"] for c in gt["categories"]}
@@ -371,7 +372,7 @@ class BoxScorer(Scorer):
                 out["map_model_classes"], out["map50_model_classes"] = known
         return out
 
-    def _named_truth(self) -> dict:
+    def _named_truth(self) -> CocoTruth:
         """The data's ground truth, its classes named by the model's labels (its sidecar's or
         metadata's names) when the data has only numbers (YOLO labels without names)."""
         if self.data.named or not self.labels:

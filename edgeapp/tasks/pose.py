@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from edgeapp.core.eval.coco import keypoint_metrics
+from edgeapp.core.eval.coco import KeypointMetrics, keypoint_metrics
 from edgeapp.core.vision.overlay import draw_poses
 from edgeapp.core.vision.pose import (
     KEYPOINTS,
@@ -129,7 +129,7 @@ class KeypointScorer(Scorer):
             self.results.append({"image_id": index, "category_id": self.category,
                                  "keypoints": flat, "score": p["score"]})
 
-    def metrics(self, done: List[int]) -> dict:
+    def metrics(self, done: List[int]) -> KeypointMetrics:
         return keypoint_metrics(self.data.coco, self.results, done)
 
     def predictions(self) -> List[dict]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from edgeapp.core.eval.metrics import IGNORE, add_masks, segmentation_metrics
+from edgeapp.core.eval.metrics import IGNORE, SegmentationMetrics, add_masks, segmentation_metrics
 from edgeapp.core.limits import MAX_CLASSES
 from edgeapp.core.vision.overlay import draw_classes, draw_mask
 from edgeapp.core.vision.segmentation import (
@@ -167,7 +167,7 @@ class MaskScorer(Scorer):
         add_masks(self.counts, truth, predicted)
         self.rows[index] = {"image": self.data.ids[index], "classes": result.fields["classes"]}
 
-    def metrics(self, done: List[int]) -> dict:
+    def metrics(self, done: List[int]) -> SegmentationMetrics:
         if done and not self.counts.sum():
             raise UsageError(f"labelled data {self.data.source}: nothing to measure: no mask has a "
                              f"labelled pixel (every value is {IGNORE})")
