@@ -23,6 +23,7 @@ from edgeapp.core.vision.yolo import (
     MAX_DET,
     PAD_VALUE,
     YoloLayout,
+    YoloSidecar,
     decode,
     engine_yolo_layout,
     find_yolo_layout,
@@ -34,6 +35,7 @@ from edgeapp.errors import MissingDependency
 from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows.convert.data import Dataset, normalize
 from edgeapp.flows.convert.yolo_onnx import REG_MAX, YoloHead
+from edgeapp.flows.sources.source import BoxAgreementReport
 from edgeapp.hw.runtime import open_engine
 
 EVAL_CONF = 0.001  # the score floor of a mAP evaluation (Ultralytics' val uses the same)
@@ -49,10 +51,10 @@ def letterboxer(size: tuple[int, int]):
     return fit
 
 
-def sidecar_entry(head: YoloHead, width: int, height: int) -> dict:
+def sidecar_entry(head: YoloHead, width: int, height: int) -> YoloSidecar:
     """What `detect` needs beyond the graph: which output is which, the size, the letterbox."""
     meta = head.metadata
-    entry = {"layout": "dfl", "boxes": 0, "scores": 1, "classes": head.nc, "reg_max": REG_MAX,
+    entry: YoloSidecar = {"layout": "dfl", "boxes": 0, "scores": 1, "classes": head.nc, "reg_max": REG_MAX,
              "input_size": [width, height], "strides": list(head.strides),
              "letterbox": {"pad_value": PAD_VALUE, "centered": True, "auto": False},
              "exported_by": " ".join(str(meta[k]) for k in ("author", "version") if meta.get(k)) or None,
@@ -146,7 +148,7 @@ class BoxAgreement:
     def has_boxes(self) -> bool:
         return any(self.truth)
 
-    def __call__(self, path: Path) -> dict:
+    def __call__(self, path: Path) -> BoxAgreementReport:
         found = int8_detections(path, self.data, self.mean, self.std, self.entry)
         scores = coco_map(self.truth, found, self.entry["classes"])
         return {"samples": int(len(self.data.x)), "measured_on": self.source, "float_runtime": "ONNX Runtime",
