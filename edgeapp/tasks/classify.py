@@ -20,7 +20,7 @@ from edgeapp.core.vision.classify import (
     label_count_warning,
 )
 from edgeapp.errors import UsageError
-from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskOption, event_name
+from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskFields, TaskKind, TaskOption, event_name
 from edgeapp.tasks.internal.embed import EMBED_TASK
 from edgeapp.tasks.model import ImageModel, output_quantization, output_shapes
 
@@ -81,12 +81,12 @@ class Classify(TaskKind):
     def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return ClassScorer(data, labels)
 
-    def draw(self, img, fields: dict, extras: dict) -> None:
+    def draw(self, img, fields: TaskFields, extras: dict) -> None:
         from edgeapp.core.vision.overlay import draw_classes
 
         draw_classes(img, fields["classes"])
 
-    def top(self, fields: dict) -> Optional[tuple]:
+    def top(self, fields: TaskFields) -> Optional[tuple]:
         classes = fields.get("classes") or []
         return (event_name(classes[0]), classes[0]["score"]) if classes else None
 

@@ -44,6 +44,7 @@ from edgeapp.tasks.base import (
     Prepared,
     Result,
     Scorer,
+    TaskFields,
     TaskKind,
     TaskOption,
     event_name,
@@ -271,7 +272,7 @@ class Detect(TaskKind):
     def track_threshold(self, plan: DetectPlan) -> float:
         return plan.threshold
 
-    def rows(self, fields: dict) -> List[dict]:
+    def rows(self, fields: TaskFields) -> List[dict]:
         rows = []
         for r, o in enumerate(fields["objects"], 1):
             x0, y0, x1, y1 = o["bbox"]
@@ -283,13 +284,13 @@ class Detect(TaskKind):
     def item_text(self, item: dict) -> str:
         return f"{item_name(item)} {item['score']:.2f} [{', '.join(str(v) for v in item['bbox'])}]"
 
-    def summary_text(self, fields: dict) -> str:
+    def summary_text(self, fields: TaskFields) -> str:
         objects = fields["objects"]
         if not objects:
             return self.nothing
         return f"{len(objects)} object(s): " + " | ".join(self.item_text(o) for o in objects)
 
-    def draw(self, img, fields: dict, extras: dict) -> None:
+    def draw(self, img, fields: TaskFields, extras: dict) -> None:
         draw_objects(img, fields["objects"])
 
     def class_count(self, plan: DetectPlan) -> Optional[int]:
@@ -299,7 +300,7 @@ class Detect(TaskKind):
     def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return BoxScorer(data, labels)
 
-    def presence(self, fields: dict) -> Dict[Any, tuple]:
+    def presence(self, fields: TaskFields) -> Dict[Any, tuple]:
         seen: dict = {}
         for o in fields.get("objects") or []:
             count, best = seen.get(event_name(o), (0, 0.0))

@@ -28,6 +28,7 @@ from edgeapp.tasks.base import (
     Prepared,
     Result,
     Scorer,
+    TaskFields,
     TaskKind,
     TaskOption,
     jinja_literal,
@@ -87,7 +88,7 @@ class PoseKind(TaskKind):
     def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return KeypointScorer(data)
 
-    def rows(self, fields: dict) -> List[dict]:
+    def rows(self, fields: TaskFields) -> List[dict]:
         # a keypoint's rank is its pose's; its id is its COCO keypoint index
         return [{"pose": n, "pose_score": p["score"], "keypoint": k["name"], "x": k["x"],
                  "y": k["y"], "score": k["score"]}
@@ -97,10 +98,10 @@ class PoseKind(TaskKind):
         return f"pose {item['score']:.2f}: " + ", ".join(
             f"{k['name']} ({k['x']:.0f}, {k['y']:.0f}) {k['score']:.2f}" for k in item["keypoints"])
 
-    def draw(self, img, fields: dict, extras: dict) -> None:
+    def draw(self, img, fields: TaskFields, extras: dict) -> None:
         draw_poses(img, fields["poses"])
 
-    def presence(self, fields: dict) -> Dict[Any, tuple]:
+    def presence(self, fields: TaskFields) -> Dict[Any, tuple]:
         poses = fields.get("poses") or []
         return {PERSON: (len(poses), max(p["score"] for p in poses))} if poses else {}
 
