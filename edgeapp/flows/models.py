@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
 
+from typing_extensions import TypedDict
+
 from edgeapp import tasks
 from edgeapp.core.labels import read_labels
 from edgeapp.core.meta import ModelMeta, write_sidecar
@@ -226,6 +228,13 @@ def _cache_lock(folder: Path) -> Iterator[None]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
+class Stamp(TypedDict):
+    """A file as it was when verified: its registry id, size and modification time."""
+    id: str
+    size: int
+    mtime_ns: int
+
+
 class _Manifest:
     """Files verified earlier: path -> registry id, size and mtime at verification."""
 
@@ -238,7 +247,7 @@ class _Manifest:
         self.data: dict = data if isinstance(data, dict) else {}
 
     @staticmethod
-    def _stamp(ref: FileRef, path: Path) -> dict:
+    def _stamp(ref: FileRef, path: Path) -> Stamp:
         st = path.stat()
         return {"id": ref.expected_id, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 

@@ -14,7 +14,9 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.registry import file_sha256
 
@@ -86,6 +88,14 @@ def _verdict(entry: Optional[dict]) -> Optional[Verdict]:
                    entry.get("model"), entry.get("probed_at"), entry.get("stage"))
 
 
+class CacheFile(TypedDict):
+    """probe.json: pair verdicts and model verdicts by key, and files' SHA-256 by path (each
+    with the stat it was computed at)."""
+    verdicts: Dict[str, dict]
+    models: Dict[str, dict]
+    files: Dict[str, dict]
+
+
 class VerdictCache:
     """probe.json in the cache directory: {"verdicts": {pair key: ...}, "models": {model key: ...}}.
 
@@ -97,10 +107,10 @@ class VerdictCache:
         self.path = Path(directory) / "probe.json"
         self.environment = environment
 
-    def _load(self) -> dict:
+    def _load(self) -> CacheFile:
         try:
             data = json.loads(self.path.read_text())
-            return {k: dict(data.get(k, {})) for k in ("verdicts", "models", "files")}
+            return {k: dict(data.get(k, {})) for k in ("verdicts", "models", "files")}  # type: ignore[return-value]
         except (OSError, ValueError, AttributeError, TypeError):
             return {"verdicts": {}, "models": {}, "files": {}}  # absent or damaged: probe again
 
