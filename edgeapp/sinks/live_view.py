@@ -30,16 +30,18 @@ from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import numpy as np
+from typing_extensions import TypedDict
 
-from edgeapp.core.stats import p50_p99
+from edgeapp.core.stats import P50P99, p50_p99
 from edgeapp.errors import UsageError
 from edgeapp.hw.netif import local_addresses
 from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, make_handler, token_required
-from edgeapp.tasks.base import Result, annotate_frame
+from edgeapp.tasks.base import Result, TaskFields, annotate_frame
 
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
 
+    from edgeapp.sinks.mqtt import MqttSummary
     from edgeapp.tasks.base import TaskKind
 
 DEFAULT_HOST = "127.0.0.1"
@@ -157,6 +159,46 @@ def open_urls(addr: ServeAddress, port: int, dual_stack: bool = True) -> List[st
 # ---------------------------------------------------------------------------------------------
 # The hand-off
 
+
+
+class LiveSummary(TypedDict):
+    """The live view of a camera run: its address, viewers, frames encoded, snapshots, refusals."""
+    url: str
+    viewers_max: int
+    viewers_total: int
+    frames_encoded: int
+    snapshots: int
+    refused: int
+
+
+class LiveStats(TaskFields, total=False):
+    """What /stats serves and the page shows: the run (the camera's `info`: model, task, device,
+    source), its rates and latencies, the last frame's results (the task's own field, and as
+    lines of text), the alerts; the camera adds its own figures (`extra`: MQTT, tracking, the
+    Edge TPU's health)."""
+    running: bool
+    model: str
+    task: str
+    device: str
+    device_note: str
+    source: str
+    fps: float
+    uptime_s: float
+    viewers: int
+    frames_encoded: int
+    frames_captured: int
+    frames_processed: int
+    frames_dropped: int
+    inference_ms: P50P99
+    frame_ms: P50P99
+    stop: Optional[str]
+    frame: Optional[int]
+    latency_ms: Optional[float]
+    results: List[str]
+    results_title: str
+    alerts: List[dict]
+    mqtt: MqttSummary
+    tracking: dict
 
 class _Latest:
     """The newest processed frame, as the loop left it."""
@@ -430,11 +472,11 @@ class LiveView:
             return 0.0
         return (len(recent) - 1) / (recent[-1] - recent[0])
 
-    def stats(self) -> dict:
+    def stats(self) -> LiveStats:
         """What /stats serves and the page shows."""
         with self._lock:
             latest, stats, viewers = self._latest, self._stats_ref, self.viewers
-        out: dict = {"running": not self._closed.is_set() and not (stats is not None and stats.stop),
+        out: LiveStats = {"running": not self._closed.is_set() and not (stats is not None and stats.stop),
                      **self.info, "fps": round(self.fps(), 2),
                      "uptime_s": round(time.monotonic() - self._started, 1), "viewers": viewers,
                      "frames_encoded": self.frames_encoded}
@@ -466,7 +508,7 @@ class LiveView:
             with self._lock:
                 self._alerts.extend(alerts)
 
-    def summary(self) -> dict:
+    def summary(self) -> LiveSummary:
         return {"url": self.url, "viewers_max": self.viewers_max, "viewers_total": self.viewers_total,
                 "frames_encoded": self.frames_encoded, "snapshots": self.snapshots,
                 "refused": self.refused}
