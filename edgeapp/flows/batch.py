@@ -20,7 +20,8 @@ from edgeapp.hw.native_stderr import quiet_libtiff
 from edgeapp.hw.worker import events as engine_events
 from edgeapp.hw.worker.events import Tally
 from edgeapp.sinks.records import RecordWriter
-from edgeapp.tasks.base import BoundTask, Prepared, Result, TaskFields, TaskKind
+from edgeapp.tasks import TaskFields
+from edgeapp.tasks.base import BoundTask, Prepared, Result, TaskKind
 
 
 class Record(TaskFields, total=False):

@@ -17,7 +17,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Optional
+from typing import Dict, Iterator, List, Mapping, Optional, Union
 
 from typing_extensions import TypedDict
 
@@ -226,6 +226,34 @@ def _cache_lock(folder: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+class ModelFileDoc(TypedDict):
+    """One file of a registry model in `models list --format json`: where it comes from, what it
+    must hash to, where it goes and whether it is there."""
+    role: str  # cpu, edgetpu, segmentN, labels
+    path: str
+    size: Optional[int]
+    sha256: Optional[str]
+    git_blob_sha1: Optional[str]
+    verified_by: str  # sha256 or git
+    url: str
+    local: str
+    cached: bool
+
+
+class ModelDoc(TypedDict):
+    """One registry model in `models list --format json`."""
+    name: str
+    task: str
+    description: str
+    input: Optional[List[int]]
+    size: Optional[int]
+    cached: bool
+    cached_models: List[str]
+    needs_ops: List[str]
+    published: Optional[Dict[str, Union[float, str]]]  # metric -> fraction, and its source
+    files: List[ModelFileDoc]
 
 
 class Stamp(TypedDict):

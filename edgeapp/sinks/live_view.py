@@ -30,18 +30,16 @@ from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import numpy as np
-from typing_extensions import TypedDict
 
-from edgeapp.core.stats import P50P99, p50_p99
+from edgeapp.core.stats import p50_p99
 from edgeapp.errors import UsageError
 from edgeapp.hw.netif import local_addresses
-from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, make_handler, token_required
-from edgeapp.tasks.base import Result, TaskFields, annotate_frame
+from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, LiveStats, LiveSummary, make_handler, token_required
+from edgeapp.tasks.base import Result, annotate_frame
 
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
 
-    from edgeapp.sinks.mqtt import MqttSummary
     from edgeapp.tasks.base import TaskKind
 
 DEFAULT_HOST = "127.0.0.1"
@@ -160,45 +158,6 @@ def open_urls(addr: ServeAddress, port: int, dual_stack: bool = True) -> List[st
 # The hand-off
 
 
-
-class LiveSummary(TypedDict):
-    """The live view of a camera run: its address, viewers, frames encoded, snapshots, refusals."""
-    url: str
-    viewers_max: int
-    viewers_total: int
-    frames_encoded: int
-    snapshots: int
-    refused: int
-
-
-class LiveStats(TaskFields, total=False):
-    """What /stats serves and the page shows: the run (the camera's `info`: model, task, device,
-    source), its rates and latencies, the last frame's results (the task's own field, and as
-    lines of text), the alerts; the camera adds its own figures (`extra`: MQTT, tracking, the
-    Edge TPU's health)."""
-    running: bool
-    model: str
-    task: str
-    device: str
-    device_note: str
-    source: str
-    fps: float
-    uptime_s: float
-    viewers: int
-    frames_encoded: int
-    frames_captured: int
-    frames_processed: int
-    frames_dropped: int
-    inference_ms: P50P99
-    frame_ms: P50P99
-    stop: Optional[str]
-    frame: Optional[int]
-    latency_ms: Optional[float]
-    results: List[str]
-    results_title: str
-    alerts: List[dict]
-    mqtt: MqttSummary
-    tracking: dict
 
 class _Latest:
     """The newest processed frame, as the loop left it."""

@@ -33,10 +33,8 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Union
 from urllib.parse import parse_qs, unquote, urlsplit
-
-from typing_extensions import TypedDict
 
 from edgeapp.errors import MissingDependency, UsageError
 
@@ -125,25 +123,6 @@ def _frame_time(record: dict) -> float:
     return ms / 1000.0 if ms is not None else float(record.get("timestamp") or time.time())
 
 
-class MqttState(TypedDict, total=False):
-    """The retained `state` topic: the labels present (--events presence) or the top label."""
-    labels: List[Union[str, int]]  # the confirmed labels (a class id without labels), sorted
-    label: Optional[Union[str, int]]  # the confirmed top result (None: nothing passes)
-
-
-class MqttSummary(TypedDict):
-    """MQTT of a camera run: where, how it went, what was published, dropped, still queued."""
-    url: str
-    mode: str  # frames or events
-    connected: bool
-    ever_connected: bool
-    published: int
-    dropped: int
-    queued: int
-    events: int
-    reconnects: int
-    last_error: Optional[str]
-
 class ChangeDetector:
     """Turns per-frame records into debounced events, as the task (tasks/) defines them.
 
@@ -173,7 +152,7 @@ class ChangeDetector:
             return self._presence(self.kind.presence(record), t)
         return self._top(self.kind.top(record), t)
 
-    def state(self) -> MqttState:
+    def state(self) -> dict:
         """The confirmed state, for the retained `state` topic."""
         if self.kind.events == "presence":
             return {"labels": sorted(self.present, key=str)}
@@ -438,7 +417,7 @@ class MqttOut:
 
     # -- numbers ----------------------------------------------------------------------------------
 
-    def summary(self) -> MqttSummary:
+    def summary(self) -> dict:
         with self._lock:
             queued = len(self._queue)
         return {"url": str(self.target), "mode": self.mode, "connected": self.connected,

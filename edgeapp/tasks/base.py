@@ -19,16 +19,16 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from typing_extensions import Protocol, TypedDict
+from typing_extensions import Protocol
 
 from edgeapp.core.vision.boxes import Fit
 from edgeapp.core.vision.preprocess import decode_image, fit_pixels, load_image, quantize_input
 from edgeapp.errors import UsageError, WrongTask
 from edgeapp.hw.runtime import run_payload
-from edgeapp.tasks import guess_task, kind
+from edgeapp.tasks import TaskFields, guess_task, kind
 from edgeapp.tasks.model import (
     ImageModel,
     InputSpec,
@@ -46,11 +46,7 @@ if TYPE_CHECKING:
     from edgeapp.core.eval.metrics import Metrics
     from edgeapp.core.naming import PathLike
     from edgeapp.core.tflite.model import TfliteModel
-    from edgeapp.core.vision.classify import ClassItem
-    from edgeapp.core.vision.detect import ObjectItem
-    from edgeapp.core.vision.pose import PoseItem
     from edgeapp.core.vision.preprocess import Decoded, ImageSource
-    from edgeapp.core.vision.segmentation import ClassShare
     from edgeapp.hw.runtime import Engine
 
 # The paths a task option can reach: its own command (and --cluster), the camera, the Python API.
@@ -126,17 +122,6 @@ class Prepared:
     source: Any = None  # the path (or bytes) it came from
     # --tiles: each window of the image (x0, y0, x1, y1) with how it went into its own tensor
     tiles: Tuple[Tuple[Tuple[int, int, int, int], Fit], ...] = ()
-
-
-class TaskFields(TypedDict, total=False):
-    """A record's task fields: each task fills its own (`TaskKind.field`; an image that failed:
-    `TaskKind.empty`), plus what its output folders add (segmentation's --mask file)."""
-    classes: Union[List[ClassItem], List[ClassShare]]  # classify; segment: each class's share
-    objects: List[ObjectItem]  # detect
-    filtered: Dict[str, int]  # detect with box filters: objects each filter removed
-    poses: List[PoseItem]  # pose
-    mask: Optional[str]  # segment: the class map's PNG (--mask), else None
-    embedding: Optional[np.ndarray]  # embed: the feature vector
 
 
 @dataclass

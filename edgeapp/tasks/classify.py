@@ -20,7 +20,8 @@ from edgeapp.core.vision.classify import (
     label_count_warning,
 )
 from edgeapp.errors import UsageError
-from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskFields, TaskKind, TaskOption, event_name
+from edgeapp.tasks import TaskFields
+from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskOption, event_name
 from edgeapp.tasks.internal.embed import EMBED_TASK
 from edgeapp.tasks.model import ImageModel, output_quantization, output_shapes
 

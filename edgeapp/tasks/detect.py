@@ -38,13 +38,13 @@ from edgeapp.core.vision.yolo import (
     output_quantizations,
 )
 from edgeapp.errors import InvalidModel, UsageError
+from edgeapp.tasks import TaskFields
 from edgeapp.tasks.base import (
     RESIZE,
     Entity,
     Prepared,
     Result,
     Scorer,
-    TaskFields,
     TaskKind,
     TaskOption,
     event_name,

@@ -22,13 +22,13 @@ from edgeapp.core.vision.pose import (
     posenet_poses,
     posenet_refusal,
 )
+from edgeapp.tasks import TaskFields
 from edgeapp.tasks.base import (
     RESIZE,
     Entity,
     Prepared,
     Result,
     Scorer,
-    TaskFields,
     TaskKind,
     TaskOption,
     jinja_literal,

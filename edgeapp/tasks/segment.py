@@ -23,13 +23,13 @@ from edgeapp.core.vision.segmentation import (
     mask_to_original,
 )
 from edgeapp.errors import UsageError
+from edgeapp.tasks import TaskFields
 from edgeapp.tasks.base import (
     RESIZE,
     Entity,
     Prepared,
     Result,
     Scorer,
-    TaskFields,
     TaskKind,
     TaskOption,
     event_name,

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
-from typing_extensions import TypedDict
 
 from edgeapp.core.vision.boxes import BBox, Fit, letterbox_fit, to_original_array
 from edgeapp.core.vision.classify import dequantize
@@ -33,27 +32,8 @@ from edgeapp.core.vision.detect import Object
 from edgeapp.core.vision.preprocess import quantize_input
 from edgeapp.errors import InvalidModel, UsageError
 
-
-class Letterbox(TypedDict):
-    pad_value: int
-    centered: bool
-    auto: bool
-
-
-class YoloSidecar(TypedDict, total=False):
-    """The `yolo` entry `convert` writes in a YOLO export's sidecar (flows/convert/detection.py):
-    which output is which, the input size and strides, the letterbox (read by sidecar_layout)."""
-    layout: str  # "dfl"
-    boxes: int  # the box logits' output index
-    scores: int  # the class scores' output index
-    classes: int
-    reg_max: int
-    input_size: List[int]  # width, height
-    strides: List[int]
-    letterbox: Letterbox
-    exported_by: Optional[str]
-    decode: str
-    rewritten_for_edgetpu: List[str]
+if TYPE_CHECKING:
+    from edgeapp.core.meta import YoloSidecar
 
 LAYOUTS = ("yolov8", "yolov5", "dfl")
 STRIDE_SETS = ((8, 16, 32), (8, 16, 32, 64))  # P3-P5 heads, and the P6 models

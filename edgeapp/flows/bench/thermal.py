@@ -8,16 +8,13 @@ TOPS and TOPS/W are only comparable at a known clock: the result says which one 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from typing_extensions import TypedDict
 
 from edgeapp.core.edgetpu import thermal
 from edgeapp.core.stats import median
 from edgeapp.hw.tpu_state import TpuState, state_of
-
-if TYPE_CHECKING:
-    from edgeapp.flows.bench.one_device import DeviceResult
 
 
 class EdgeTpuHeat(TypedDict):
@@ -91,7 +88,7 @@ def windows_section(starts_s: Sequence[float], latencies_ms: Sequence[float]) ->
     return {"windows": windows, "drift": None if d is None else round(d, 4)}
 
 
-def throttling_of(result: DeviceResult) -> Throttling:
+def throttling_of(result: dict) -> Throttling:
     """`throttling` and its reasons for one result: drift past 15% or heat past trip point 0."""
     tpu = result.get("edgetpu") or {}
     reasons: List[str] = thermal.throttling(result.get("drift"), tpu.get("temperature_after_c"),

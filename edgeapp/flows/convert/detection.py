@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from edgeapp.core.eval.coco import box_metrics
+from edgeapp.core.meta import YoloSidecar
 from edgeapp.core.vision.preprocess import quantize_input
 from edgeapp.core.vision.yolo import (
     CONF,
@@ -23,7 +24,6 @@ from edgeapp.core.vision.yolo import (
     MAX_DET,
     PAD_VALUE,
     YoloLayout,
-    YoloSidecar,
     decode,
     engine_yolo_layout,
     find_yolo_layout,

@@ -20,7 +20,7 @@ from edgeapp.core.meta import ModelMeta
 from edgeapp.flows.sources.base import FloatModel, Progress
 
 if TYPE_CHECKING:
-    from edgeapp.core.vision.yolo import YoloSidecar
+    from edgeapp.core.meta import YoloSidecar
 
 SayLine = Callable[[str], None]
 TimeStep = Callable[[str], ContextManager[None]]  # timed(step): the block's seconds in the report's times

@@ -12,7 +12,8 @@ import numpy as np
 
 from edgeapp.core.vision.classify import dequantize
 from edgeapp.errors import InvalidModel
-from edgeapp.tasks.base import Prepared, Result, TaskFields, TaskKind
+from edgeapp.tasks import TaskFields
+from edgeapp.tasks.base import Prepared, Result, TaskKind
 from edgeapp.tasks.model import output_quantization
 
 if TYPE_CHECKING:
