@@ -98,7 +98,7 @@ def show(env: Optional[Mapping[str, str]] = None) -> CompilerShow:
     env = os.environ if env is None else env
     records = CI.installed(env)
     report: CompilerShow = {"folder": str(CI.compilers_dir(env)),
-              "installed": [describe_install(r, env) for r in records]}
+                            "installed": [describe_install(r, env) for r in records]}
     try:
         found = find_compiler(env=env)
         report["compile_uses"] = {"path": found.path, "source": found.source,

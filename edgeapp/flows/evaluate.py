@@ -128,10 +128,10 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
             advance()
     seconds = time.perf_counter() - start
     entry: ModelEntry = {"model": opened.runner.model_path, "runs_on": opened.where, "task": kind.name,
-             "images": len(done), "failed": len(errors),
-             "images_per_s": round(len(data.paths) / seconds, 2) if seconds > 0 else 0.0,
-             "median_ms": round(statistics.median(latencies), 3) if latencies else None,
-             "metrics": scorer.metrics(done) if measure else {}, "notes": list(scorer.notes)}
+                         "images": len(done), "failed": len(errors),
+                         "images_per_s": round(len(data.paths) / seconds, 2) if seconds > 0 else 0.0,
+                         "median_ms": round(statistics.median(latencies), 3) if latencies else None,
+                         "metrics": scorer.metrics(done) if measure else {}, "notes": list(scorer.notes)}
     return ModelEval(entry, scorer, errors)
 
 
@@ -170,8 +170,8 @@ def score_saved(files: Sequence[Path], data: EvalData, labels_file: Optional[Pat
         cocotools()
         done = list(range(len(data.paths)))
         entry: ModelEntry = {"model": str(path), "runs_on": "predictions file", "task": task.name,
-                 "images": len(done), "failed": 0, "images_per_s": None, "median_ms": None,
-                 "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
+                             "images": len(done), "failed": 0, "images_per_s": None, "median_ms": None,
+                             "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
         out.append(ModelEval(entry, scorer))
     differences([r.entry for r in out])
     return out

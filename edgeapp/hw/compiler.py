@@ -394,7 +394,7 @@ def cocompiled_models(models: list, pairs: list, result: CompileResult) -> List[
     out: List[CoCompiled] = []
     for m, (compiled, _log), block in zip(models, pairs, blocks):
         entry: CoCompiled = {"model": str(m), "output": str(compiled), "on_chip_bytes": None,
-                 "off_chip_bytes": None, "caching_token": None, "parameters": None}
+                             "off_chip_bytes": None, "caching_token": None, "parameters": None}
         try:
             use = parameter_use(map_model_file(compiled), str(compiled)) if compiled.is_file() else None
         except (InvalidModel, OSError):

@@ -138,7 +138,7 @@ def fetch_google(env: Mapping[str, str], rep: Reporter,
         _make_runnable(staging / CF.BIN)
         version, how = version_of(staging)
         source: InstallSource = {"kind": "google", "url": base, "repository": CF.REPOSITORY, "commit": CF.COMMIT,
-                  "folder": CF.FOLDER}
+                                 "folder": CF.FOLDER}
         verification = (f"git blob ids of all {len(CF.PINNED)} files match the ones pinned in "
                         f"edgeapp (commit {CF.COMMIT[:12]})")
         record = _finish(staging, root, version or CF.PINNED_VERSION,
@@ -316,9 +316,9 @@ def _finish(staging: Path, root: Path, version: str, version_from: str, source: 
     files = {str(p.relative_to(staging)): file_sha256(p)
              for p in sorted(staging.rglob("*")) if p.is_file() and not p.is_symlink()}
     record: InstallRecord = {"edgeapp_compiler": 1, "version": version, "version_from": version_from,
-              "source": source, "verification": verification, "files": files,
-              "notices": [f"{CF.BIN}/{n}" for n in CF.NOTICES if (staging / CF.BIN / n).is_file()],
-              "installed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+                             "source": source, "verification": verification, "files": files,
+                             "notices": [f"{CF.BIN}/{n}" for n in CF.NOTICES if (staging / CF.BIN / n).is_file()],
+                             "installed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     (staging / RECORD).write_text(json.dumps(record, indent=2))
     target = root / _folder_name(version)
     old = None

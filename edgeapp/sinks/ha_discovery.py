@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
 from typing_extensions import TypedDict
 
@@ -23,6 +23,13 @@ if TYPE_CHECKING:
 
 DISCOVERY_PREFIX = "homeassistant"
 STATE_TOPIC = {"frames": "frames", "events": "state"}
+
+
+class MqttState(TypedDict, total=False):
+    """The retained `state` topic (--mqtt-mode events) the entities' templates read: the labels
+    present (presence tasks) or the top label (None: nothing passes), as sinks/mqtt.py confirms them."""
+    labels: List[Union[str, int]]  # a class id where there are no labels; sorted
+    label: Optional[Union[str, int]]
 
 
 class HaDevice(TypedDict, total=False):

@@ -157,7 +157,7 @@ def check_coco(doc: object, source: str) -> CheckedCoco:
         if not (isinstance(crowd, bool) or is_number(crowd)) or crowd not in (0, 1):  # false/true too
             raise UsageError(f"{where}.iscrowd: expected 0 or 1, got {_show(crowd)}")
         ann: CocoAnnotation = {"id": n + 1, "image_id": position[iid], "category_id": index[cid], "bbox": box,
-               "area": float(area), "iscrowd": int(crowd)}
+                               "area": float(area), "iscrowd": int(crowd)}
         if keypoints:
             ann.update(_keypoints(a, where))
         class_at.setdefault(index[cid], f"{where}.category_id")

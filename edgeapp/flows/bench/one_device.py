@@ -285,8 +285,8 @@ def _figures(engine, threads: Optional[int], opts: BenchOptions, latencies, wind
 def _edgetpu(device: str, before: Optional[TpuState], after: Optional[TpuState], notes: list) -> EdgeTpuSection:
     """The `edgetpu` object: library version, USB links, clock mode, heat before and after."""
     section: EdgeTpuSection = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
-               "device": device, "usb": hostinfo.usb_accelerator_links(),
-               **bench_thermal.edgetpu_section(before, after)}
+                               "device": device, "usb": hostinfo.usb_accelerator_links(),
+                               **bench_thermal.edgetpu_section(before, after)}
     if any(u.get("speed_mbps") == "480" for u in section["usb"]):
         notes.append("the USB Accelerator is on a USB 2 link: expect 3–4× slower inference; "
                      "use a USB 3 port and cable")

@@ -129,7 +129,7 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     if plan.cpu_after and not any(r.get("available") for r in results):
         results += _measure(model, "cpu", counts, opts, progress, False)  # the CPU twin takes over
     doc: BenchDoc = {"schema": SCHEMA, "host": host_section(results), "model": _model_section(model),
-           "results": results}
+                     "results": results}
     _mark_best(doc)
     comparison = compare(results)
     if comparison:
@@ -165,7 +165,7 @@ def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
         results += _measure(str(whole), "cpu", counts, opts, progress, False)
     if plan.cpu_only:
         pipe: PipelineSection = {"mode": "pipeline", "available": False, "segments": n,
-                "reason": f"--device cpu runs the whole model {whole.name} instead"}
+                                 "reason": f"--device cpu runs the whole model {whole.name} instead"}
     else:
         pipe = bench_pipeline(segments, plan.text, opts, random_input, opts.samples)
     if not results and (plan.cpu_only or plan.tpu_optional and not pipe.get("available")):

@@ -80,8 +80,8 @@ def measure(path: Path, model: FloatModel, data: Dataset, mean: float, std: floa
     test = run_int8(path, data, mean, std)
     outputs = compare_outputs(reference, test, model.output_names)
     report: AgreementReport = {"samples": int(len(data.x)), "measured_on": source, "float_runtime": model.runtime,
-              "outputs": outputs, "agreement": None, "float_accuracy": None, "int8_accuracy": None,
-              "float_top5": None, "int8_top5": None}
+                               "outputs": outputs, "agreement": None, "float_accuracy": None, "int8_accuracy": None,
+                               "float_top5": None, "int8_top5": None}
     if class_scores and reference and test and is_class_vector(reference[0].shape):
         got = align(reference[0], test[0])
         if got is not None:

@@ -55,10 +55,10 @@ def sidecar_entry(head: YoloHead, width: int, height: int) -> YoloSidecar:
     """What `detect` needs beyond the graph: which output is which, the size, the letterbox."""
     meta = head.metadata
     entry: YoloSidecar = {"layout": "dfl", "boxes": 0, "scores": 1, "classes": head.nc, "reg_max": REG_MAX,
-             "input_size": [width, height], "strides": list(head.strides),
-             "letterbox": {"pad_value": PAD_VALUE, "centered": True, "auto": False},
-             "exported_by": " ".join(str(meta[k]) for k in ("author", "version") if meta.get(k)) or None,
-             "decode": "on the CPU: DFL softmax, anchors and strides, sigmoid (core/vision/yolo.py)"}
+                          "input_size": [width, height], "strides": list(head.strides),
+                          "letterbox": {"pad_value": PAD_VALUE, "centered": True, "auto": False},
+                          "exported_by": " ".join(str(meta[k]) for k in ("author", "version") if meta.get(k)) or None,
+                          "decode": "on the CPU: DFL softmax, anchors and strides, sigmoid (core/vision/yolo.py)"}
     if head.rewrites:  # what the int8 graph computes differently from the export (same function)
         entry["rewritten_for_edgetpu"] = [f"attention {r}" for r in head.rewrites]
     return entry
