@@ -37,7 +37,7 @@ from edgeapp.tasks.base import BoundTask, Scorer, TaskKind, bind
 from edgeapp.tasks.model import ImageModel, input_spec
 
 if TYPE_CHECKING:
-    from edgeapp.core.eval.metrics import Metrics
+    from edgeapp.core.eval.metrics import TaskMetrics
     from edgeapp.core.meta import ModelMeta
     from edgeapp.core.naming import PathLike
     from edgeapp.flows.sources.float_engine import FloatEngine
@@ -50,7 +50,7 @@ DATA_WORDS = {"classification": "classification data (class labels)",
               "keypoints": "pose data (keypoints)"}
 
 
-class ModelEntry(TypedDict, total=False):
+class EvalEntry(TypedDict, total=False):
     """One model's entry in eval's JSON (docs/eval.md): where it ran, how fast, its metrics;
     `delta`: its scalar metrics minus the first model's."""
     model: str
@@ -60,7 +60,7 @@ class ModelEntry(TypedDict, total=False):
     failed: int
     images_per_s: Optional[float]
     median_ms: Optional[float]
-    metrics: Union[Metrics, Dict[str, float]]  # {} when only predictions were asked for
+    metrics: Union[TaskMetrics, Dict[str, float]]  # {} when only predictions were asked for
     notes: List[str]
     delta: Dict[str, float]
 
@@ -68,14 +68,14 @@ class ModelEntry(TypedDict, total=False):
 class EvalReport(TypedDict):
     """`eval --format json`, and what `model.evaluate` returns."""
     data: DataSummary
-    models: List[ModelEntry]
+    models: List[EvalEntry]
 
 
 class FloatVsInt8(TypedDict):
     """A float original and its int8 conversion on the same data (convert --eval's sidecar)."""
     data: DataSummary
-    float: ModelEntry
-    int8: ModelEntry
+    float: EvalEntry
+    int8: EvalEntry
     drop: Dict[str, float]  # float minus int8, per metric
     left_out: List[str]
 
@@ -84,7 +84,7 @@ class FloatVsInt8(TypedDict):
 class ModelEval:
     """One model's measurement: its JSON entry, and the scorer (predictions, plot data)."""
 
-    entry: ModelEntry
+    entry: EvalEntry
     scorer: Scorer
     errors: List[str] = field(default_factory=list)  # one line per image left out
 
@@ -127,7 +127,7 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
         if advance is not None:
             advance()
     seconds = time.perf_counter() - start
-    entry: ModelEntry = {"model": opened.runner.model_path, "runs_on": opened.where, "task": kind.name,
+    entry: EvalEntry = {"model": opened.runner.model_path, "runs_on": opened.where, "task": kind.name,
                          "images": len(done), "failed": len(errors),
                          "images_per_s": round(len(data.paths) / seconds, 2) if seconds > 0 else 0.0,
                          "median_ms": round(statistics.median(latencies), 3) if latencies else None,
@@ -169,7 +169,7 @@ def score_saved(files: Sequence[Path], data: EvalData, labels_file: Optional[Pat
         scorer.load(rows, f"--predictions {path}")
         cocotools()
         done = list(range(len(data.paths)))
-        entry: ModelEntry = {"model": str(path), "runs_on": "predictions file", "task": task.name,
+        entry: EvalEntry = {"model": str(path), "runs_on": "predictions file", "task": task.name,
                              "images": len(done), "failed": 0, "images_per_s": None, "median_ms": None,
                              "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
         out.append(ModelEval(entry, scorer))
@@ -222,11 +222,11 @@ def _images_under(data: EvalData, images: Path) -> None:
                      f"is there (each is DIR/<its file_name>: {first} not found)")
 
 
-def scalar_metrics(metrics: Union[Metrics, Dict[str, float]]) -> Dict[str, float]:
+def scalar_metrics(metrics: Union[TaskMetrics, Dict[str, float]]) -> Dict[str, float]:
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def differences(entries: List[ModelEntry]) -> None:
+def differences(entries: List[EvalEntry]) -> None:
     """Each model's "delta": its scalar metrics minus the first model's (the reference)."""
     if not entries:
         return

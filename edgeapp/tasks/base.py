@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
     from edgeapp.core.eval.data import EvalData
-    from edgeapp.core.eval.metrics import Metrics
+    from edgeapp.core.eval.metrics import TaskMetrics
     from edgeapp.core.naming import PathLike
     from edgeapp.core.tflite.model import TfliteModel
     from edgeapp.core.vision.preprocess import Decoded, ImageSource
@@ -366,7 +366,7 @@ class Scorer:
     def add(self, index: int, result: Result) -> None:
         raise NotImplementedError
 
-    def metrics(self, done: List[int]) -> Metrics:
+    def metrics(self, done: List[int]) -> TaskMetrics:
         raise NotImplementedError
 
     def predictions(self) -> List[dict]:

@@ -31,7 +31,8 @@ class SegmentationMetrics(TypedDict):
     per_class: Dict[str, float]  # IoU by class name
 
 
-Metrics = Union[ClassificationMetrics, BoxMetrics, KeypointMetrics, SegmentationMetrics]  # a task's
+# What a task's scorer measures (tasks/base.Scorer.metrics): one of these, by the task
+TaskMetrics = Union[ClassificationMetrics, BoxMetrics, KeypointMetrics, SegmentationMetrics]
 
 IGNORE = 255  # a segmentation mask's "not labelled" value, left out of every count
 

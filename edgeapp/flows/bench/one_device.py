@@ -128,7 +128,7 @@ class DeviceResult(TypedDict, total=False):
     mj_per_inference: Optional[float]
     load_ms: float
     first_ms: float
-    windows: List[bench_thermal.Window]
+    windows: List[bench_thermal.LatencyWindow]
     drift: Optional[float]
     edgetpu: EdgeTpuSection
     throttling: bool

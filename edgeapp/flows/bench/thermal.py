@@ -32,7 +32,7 @@ class EdgeTpuHeat(TypedDict):
     sensor_fault: bool
 
 
-class Window(TypedDict):
+class LatencyWindow(TypedDict):
     start_s: float
     runs: int
     p50_ms: float
@@ -41,7 +41,7 @@ class Window(TypedDict):
 
 class WindowsSection(TypedDict, total=False):
     """A --duration run's latency per time window and its drift (none when too short)."""
-    windows: List[Window]
+    windows: List[LatencyWindow]
     drift: Optional[float]
 
 
@@ -78,7 +78,7 @@ def windows_section(starts_s: Sequence[float], latencies_ms: Sequence[float]) ->
     if len(groups) < 2:
         return {}
     t0 = starts_s[0]
-    windows: List[Window] = []
+    windows: List[LatencyWindow] = []
     offset = 0
     for g in groups:
         windows.append({"start_s": round(starts_s[offset] - t0, 3), "runs": len(g),
