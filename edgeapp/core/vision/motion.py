@@ -3,10 +3,10 @@
 A frame is compared with a running average of the frames before it (the background), on a
 copy shrunk `SHRINK` times (noise averages out, and it costs little); the pixels where a colour
 channel changed by more than `THRESHOLD` levels (so a red object on a grey of the same
-brightness moves too) are grouped into boxes, padded by `PAD` pixels,
-grown to at least the model's input side (so the object reaches the model at its native
-resolution, not shrunk with the whole frame: Frigate's motion regions) and merged while they
-overlap. The detector then runs on each region (windows, as `--tiles` has them:
+brightness moves too) are grouped into boxes, padded by `PAD` pixels and merged while they
+overlap, then each is grown to at least the model's input side (so the object reaches the model
+at its native resolution, not shrunk with the whole frame: Frigate's motion regions; grown
+windows that overlap stay apart, as tiles do). The detector then runs on each region (windows, as `--tiles` has them:
 core/vision/tiles.py), and the boxes of all regions are merged as tiles' are.
 
 Nothing moved: no region, no inference. The first frame, and a frame where most of the picture
@@ -74,19 +74,19 @@ def merge_overlapping(boxes: Sequence[Window]) -> List[Window]:
 def regions_of(mask: np.ndarray, scale: int, width: int, height: int, side: int,
                pad: int = PAD) -> List[Window]:
     """The windows of the frame to run the detector on, from a motion mask `scale` times
-    smaller than the frame: blobs padded, grown to `side`, merged; the whole frame when they
+    smaller than the frame: blobs padded and merged, then grown to `side`; the whole frame when they
     are too many or cover most of it."""
     import cv2
     import numpy as np
 
     mask = cv2.dilate(mask.astype(np.uint8), np.ones((3, 3), np.uint8), iterations=2)
     count, _labels, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
-    boxes = []
-    for x, y, w, h, _area in stats[1:count].tolist():
-        box = (max(0, x * scale - pad), max(0, y * scale - pad),
-               min(width, (x + w) * scale + pad), min(height, (y + h) * scale + pad))
-        boxes.append(grow(box, side, width, height))
-    boxes = merge_overlapping(boxes)
+    blobs = [(max(0, x * scale - pad), max(0, y * scale - pad),
+              min(width, (x + w) * scale + pad), min(height, (y + h) * scale + pad))
+             for x, y, w, h, _area in stats[1:count].tolist()]
+    # grown after merging, and not merged again: grown windows that overlap stay apart (their
+    # boxes are merged as tiles' are), where their union would shrink the objects again
+    boxes = [grow(b, side, width, height) for b in merge_overlapping(blobs)]
     covered = sum((b[2] - b[0]) * (b[3] - b[1]) for b in boxes)
     if len(boxes) > MAX_REGIONS or covered > WHOLE * width * height:
         return [(0, 0, width, height)]
