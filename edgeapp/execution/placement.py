@@ -79,7 +79,8 @@ def open_runner(model: str | Path, device: str = "auto", options: EngineOptions 
         engine = open_engine(model, choice.text, options)
         if engine.notice:
             say(engine.notice)
-        verify_cocompiled(engine, twin, options.cocompiled_check, say)
+        if engine.device == "edgetpu":
+            verify_cocompiled(engine, twin, options.cocompiled_check, say)
         if engine.device == "cpu" and options.threads is None and cpu_replicas > 1:
             return cpu_runner(engine, cpu_replicas, options, work=work,
                               on_notice=on_notice, meta_path=str(model), depth=depth)
