@@ -341,9 +341,8 @@ class TfliteEngine(Engine):
 class EngineOptions:
     """How every engine of a run is opened, whatever device it lands on: what --cpu-model,
     --runtime, --threads, --no-probe, --cpu-kernels, --performance, --usb-queue and
-    --cocompiled-check say. One
-    value travels from the command (or the API) through placement down to `open_engine`; plain
-    data, so the cluster ships it to its workers."""
+    --cocompiled-check say. One value travels from the command (or the API) through placement
+    down to `open_engine`; plain data, so the cluster ships it to its workers."""
 
     cpu_model: Optional[str] = None  # a compiled model's CPU twin (default: X.tflite beside it)
     runtime: Optional[str] = None  # one of RUNTIMES; None: the best installed
@@ -357,9 +356,7 @@ class EngineOptions:
     invoke_timeout: Optional[float] = None  # seconds; None: p99 of the latencies x 10, >= 1 s
     recover: str = "reset"  # how far the recovery ladder climbs (hw/worker.RECOVER)
     retry_tpu: float = 60.0  # seconds between tries of a lost Edge TPU while its CPU twin runs
-    # a co-compiled model's first run on an Edge TPU against its CPU twin (hw/cocompiled.py):
-    # warn, strict (a mismatch is an error, exit 4) or off
-    cocompiled_check: str = "warn"
+    cocompiled_check: str = "warn"  # a co-compiled model vs its CPU twin: warn|strict|off (hw/cocompiled.py)
 
 
 def open_engine(path: str | Path | TfliteModel, device: str = "auto",
