@@ -380,7 +380,7 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto",
     """
     from edgeapp.core.naming import edgetpu_twin_path
     from edgeapp.core.tflite.model import TfliteModel, load_model
-    from edgeapp.hw.device_choice import parse_device, tuned
+    from edgeapp.hw.device_choice import parse_device, tuned, wants_worker
 
     o = replace(options or EngineOptions(), **settings)
     cpu_model, threads, cpu_kernels = o.cpu_model, o.threads, o.cpu_kernels
@@ -492,18 +492,3 @@ def run_payload(engine: Engine, payload: "Union[np.ndarray, Tiles]") -> Any:
     if isinstance(payload, Tiles):
         return [engine.run(t) for t in payload.tensors]
     return engine.run(payload)
-
-
-def wants_worker(isolate: Optional[bool], device_kind: str, compiled: bool) -> bool:
-    """Whether an engine runs in a worker process (hw/worker/): as --isolate/--no-isolate say; by
-    default whenever an Edge TPU is used: asked for by name, or, for `auto` and a compiled model,
-    one the kernel lists (sysfs: libedgetpu is left to the worker, which owns the device)."""
-    if isolate is not None:
-        return isolate
-    if device_kind == "cpu" or not compiled:
-        return False
-    if device_kind == "edgetpu":
-        return True
-    from edgeapp.hw.devices import scan_sysfs
-
-    return bool(scan_sysfs())
