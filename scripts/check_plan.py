@@ -84,17 +84,34 @@ def predicted(cmd: str, model: str, device: str, plan: str) -> dict:
     return json.loads(r.stdout)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """The process's CPU time so far (user + system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measured(cmd: str, model: str, device: str, videos: List[Path], seconds: float, warmup: float,
-             folder: Path, several: bool) -> Dict[str, float]:
-    """Each source's frame rate in its records after `warmup` seconds."""
+             folder: Path, several: bool) -> Tuple[Dict[str, float], float, float]:
+    """Each source's frame rate in its records after `warmup` seconds; and over that window,
+    the CPU the run got (cores' worth) and its CPU milliseconds per frame (/proc, Linux)."""
     records, summary = folder / "records.jsonl", folder / "summary.json"
     args = ["camera", model, "--device", device, "--drop-frames", "--no-display", "-o", str(records),
             "--duration", f"{warmup + seconds:g}", "--summary", "json", "--summary-file", str(summary)]
     for i, v in enumerate(videos):
         args += ["--source", f"s{i}={v}" if several else str(v)]
-    r = edgeapp(cmd, *args, timeout=warmup + seconds + 300)
-    if r.returncode != 0:
-        sys.exit(f"camera failed ({r.returncode}): {r.stderr.strip()}")
+    env = {**os.environ, "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
+    proc = subprocess.Popen(shlex.split(cmd) + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    samples = []  # (time.time(), CPU seconds) every 0.2 s while it runs
+    while proc.poll() is None:
+        try:
+            samples.append((time.time(), _cpu_seconds(proc.pid)))
+        except (OSError, IndexError, ValueError):
+            pass
+        time.sleep(0.2)
+    _out, err = proc.communicate(timeout=60)
+    if proc.returncode != 0:
+        sys.exit(f"camera failed ({proc.returncode}): {err.strip()}")
     stamps: Dict[str, List[float]] = {}
     for line in records.read_text().splitlines():
         rec = json.loads(line)
@@ -104,7 +121,28 @@ def measured(cmd: str, model: str, device: str, videos: List[Path], seconds: flo
     for name, ts in sorted(stamps.items()):
         kept = sorted(t for t in ts if t >= start)
         fps[name] = (len(kept) - 1) / (kept[-1] - kept[0]) if len(kept) > 2 and kept[-1] > kept[0] else 0.0
-    return fps
+    window = [s for s in samples if s[0] >= start]
+    got = per_frame = float("nan")
+    if len(window) >= 2:
+        (t0, c0), (t1, c1) = window[0], window[-1]
+        frames = sum(1 for ts in stamps.values() for t in ts if t0 < t <= t1)
+        got = (c1 - c0) / (t1 - t0)
+        per_frame = (c1 - c0) * 1000.0 / frames if frames else float("nan")
+    return fps, got, per_frame
+
+
+def at_share(doc: dict, plan: str, got: float) -> float:
+    """The plan's prediction from bench's measured costs, had it measured the CPU the camera
+    run got (`got` cores' worth; one thread at most all of it)."""
+    from edgeapp.core.capacity import CpuShare, FrameCosts, parse_plan, predict_plan
+
+    if not got > 0:
+        return float("nan")
+    costs = {tuple(int(v) for v in k.split("x")): FrameCosts(c["decode_ms"], c["host_ms"], c["infer_ms"],
+                                                             c["infer_cpu_ms"])
+             for k, c in doc["costs"].items()}
+    cpu = CpuShare(doc["cores"], min(1.0, got), min(float(doc["cores"]), got))
+    return predict_plan(parse_plan(plan), costs, cpu, on_cpu=doc["device"].startswith("cpu")).fps[0]
 
 
 def main(argv=None) -> int:
@@ -131,25 +169,33 @@ def main(argv=None) -> int:
                 os.symlink(video, v)
             videos.append(v)
         print(f"plan {a.plan} of {Path(a.model).name} on {a.device}; {group.count} source(s) "
-              f"of a {frames}-frame MJPG video; camera run {a.warmup:g}+{a.seconds:g} s")
-        print(f"{'repeat':>6} {'predicted':>10} {'measured':>9} {'ratio':>6}  bound  cpu share  per source")
-        ratios, preds, meas = [], [], []
+              f"of a {frames}-frame MJPG video; camera run {a.warmup:g}+{a.seconds:g} s", flush=True)
+        print(f"{'repeat':>6} {'predicted':>9} {'measured':>8} {'ratio':>6} {'bound':<6} {'cpu got':>7} "
+              f"{'at run cpu':>10} {'ratio':>6} {'cpu ms/frame':>12} {'run':>6}  per source", flush=True)
+        rows = []
         for rep in range(a.repeats):
             doc = predicted(a.edgeapp, a.model, a.device, a.plan)
             pred = doc["plan"][0]["predicted_fps"]
-            got = measured(a.edgeapp, a.model, a.device, videos, a.seconds, a.warmup, folder, several)
+            got, cpu_got, per_frame = measured(a.edgeapp, a.model, a.device, videos, a.seconds, a.warmup,
+                                               folder, several)
             mean = statistics.mean(got.values())
-            ratio = pred / mean if mean > 0 else float("inf")
-            ratios.append(ratio)
-            preds.append(pred)
-            meas.append(mean)
-            share = doc.get("cpu_share", {})
-            print(f"{rep + 1:>6} {pred:>10.1f} {mean:>9.1f} {ratio:>6.2f}  {doc['prediction']['bound']:<6} "
-                  f"{share.get('total', float('nan')):>5.2f}/{doc['cores']}  "
-                  + " ".join(f"{k} {v:.1f}" for k, v in got.items()))
+            again = at_share(doc, a.plan, cpu_got)
+            c = doc["costs"][f"{group.width}x{group.height}"]
+            bench_ms = c["decode_ms"] + c["host_ms"] + c["infer_cpu_ms"]
+            row = (pred, mean, pred / mean if mean else float("inf"), cpu_got, again,
+                   again / mean if mean else float("inf"), bench_ms, per_frame)
+            rows.append(row)
+            print(f"{rep + 1:>6} {pred:>9.1f} {mean:>8.1f} {row[2]:>6.2f} {doc['prediction']['bound']:<6} "
+                  f"{doc['cpu_share']['total']:>4.2f}/{cpu_got:<4.2f} {again:>8.1f} {row[5]:>6.2f} "
+                  f"{bench_ms:>5.2f}/{per_frame:<6.2f}  " + " ".join(f"{k} {v:.1f}" for k, v in got.items()),
+                  flush=True)
             time.sleep(0.5)
-        print(f"{'median':>6} {statistics.median(preds):>10.1f} {statistics.median(meas):>9.1f} "
-              f"{statistics.median(ratios):>6.2f}  (ratio = predicted / measured; 1.15 is 15% over)")
+        med = [statistics.median(r[i] for r in rows) for i in range(len(rows[0]))]
+        print(f"{'median':>6} {med[0]:>9.1f} {med[1]:>8.1f} {med[2]:>6.2f} {'':<6} {'':>9} {med[4]:>8.1f} "
+              f"{med[5]:>6.2f} {med[6]:>5.2f}/{med[7]:<6.2f}")
+        print("ratio: predicted / measured (1.15: 15% over). cpu got: cores' worth of CPU bench measured "
+              "/ the camera run got. at run cpu: bench's costs with the CPU the run got. cpu ms/frame: "
+              "bench's costs / the run's (its CPU time over its frames).")
     return 0
 
 
