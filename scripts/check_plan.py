@@ -54,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def edgeapp(cmd: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
     return subprocess.run(shlex.split(cmd) + list(args), capture_output=True, text=True, env=env,
-                          timeout=timeout)
+                          timeout=timeout, cwd=tempfile.gettempdir())  # not this checkout's edgeapp
 
 
 def takes_several_sources(cmd: str) -> bool:
@@ -101,7 +101,7 @@ def measured(cmd: str, model: str, device: str, videos: List[Path], seconds: flo
         args += ["--source", f"s{i}={v}" if several else str(v)]
     env = {**os.environ, "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
     proc = subprocess.Popen(shlex.split(cmd) + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=env, cwd=tempfile.gettempdir())
     samples = []  # (time.time(), CPU seconds) every 0.2 s while it runs
     while proc.poll() is None:
         try:
@@ -147,6 +147,7 @@ def at_share(doc: dict, plan: str, got: float) -> float:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    a.model = str(Path(a.model).resolve())
     m = re.match(r"^(\d+)x(.+)@([0-9.]+)$", a.plan.strip())
     if not m or "," in a.plan:
         sys.exit("--plan: one group, NxRES@FPS (e.g. 1x1280x720@200)")

@@ -74,7 +74,30 @@ def test_on_the_cpu_decodes_and_inferences_share_the_cores():
     assert max_fps(cpu_costs[(1280, 720)], loaded, on_cpu=True) == pytest.approx(1000 / (10 / 0.8))
     slow = predict_plan(parse_plan("2x720p@100"), cpu_costs, loaded, on_cpu=True)
     assert slow.bound == "cpu" and slow.loads["cpu"] == pytest.approx(2.5)
-    assert slow.fps == pytest.approx((40.0,))  # 0.8 s of CPU a second / 10 ms / 2 streams
+    # the scheduler gives the 3 busy threads (2 capture threads, the device's) 0.8 / 3 each:
+    # each capture thread decodes 66.7 of its 100 frames, the dropped ones too, and the device's
+    # thread runs 266.7 / 6 = 44.4 frames a second, 22.2 of each stream
+    assert slow.fps == pytest.approx((800 / 3 / 6 / 2,), rel=1e-3)
+
+
+def test_decoding_frames_that_are_dropped_costs_the_inference_its_cpu():
+    # a camera sends 200 frames a second on one core; the device's thread cannot keep up: the
+    # capture thread decodes all it can, dropped frames included, and takes its fair share
+    c = {(640, 480): FrameCosts(decode_ms=6.0, host_ms=1.0, infer_ms=7.0, infer_cpu_ms=7.0)}
+    one_core = CpuShare(cores=1)
+    pred = predict_plan(parse_plan("1x480p@200"), c, one_core, on_cpu=True)
+    # both threads busy: half a core each; the device's 500 ms / 8 ms = 62.5 frames a second
+    # (not 1000 / 14 = 71.4, what it would be if only the frames processed were decoded)
+    assert pred.bound == "cpu" and pred.fps == pytest.approx((62.5,), rel=1e-3)
+    # the camera at 100: its decodes take 600 ms a second, more than half the core; the device's
+    # thread gets its half: 62.5 frames a second again
+    assert predict_plan(parse_plan("1x480p@100"), c, one_core, on_cpu=True).fps == pytest.approx((62.5,), rel=1e-3)
+    # at 50: the decodes take 300 ms, the device's thread the other 700: 87.5 > 50, it keeps up
+    # (a plan of 50 x 14 ms = 700 ms fits)
+    fits = predict_plan(parse_plan("1x480p@50"), c, one_core, on_cpu=True)
+    assert fits.fits and fits.fps == (50.0,)
+    # at 80: decodes 480 ms, the device's thread 520 ms / 8 = 65 frames a second
+    assert predict_plan(parse_plan("1x480p@80"), c, one_core, on_cpu=True).fps == pytest.approx((65.0,), rel=1e-3)
 
 
 def test_a_multithreaded_inference_costs_more_cpu_than_its_wall_time():

@@ -83,11 +83,17 @@ class FrameCosts:
     # TPU's time (USB and the worker's round trip included) or the CPU's
     infer_cpu_ms: Optional[float] = None  # the CPU time the inference costs this machine (every
     # interpreter thread); None: infer_ms on the CPU, nothing on an Edge TPU
+    loop_ms: float = 0.0  # CPU time the camera loop adds to these parts (frames handed between
+    # threads, Python, the GIL), counted in the device's thread
 
     def inference_cpu(self, on_cpu: bool) -> float:
         if self.infer_cpu_ms is not None:
             return self.infer_cpu_ms
         return self.infer_ms if on_cpu else 0.0
+
+    def cpu_ms(self, on_cpu: bool) -> float:
+        """All the CPU time one frame costs, decode to record."""
+        return self.decode_ms + self.host_ms + self.loop_ms + self.inference_cpu(on_cpu)
 
 
 @dataclass(frozen=True)
@@ -129,11 +135,11 @@ def _device_ms(c: FrameCosts, cpu: CpuShare, on_cpu: bool) -> float:
     and the inference (on the CPU, CPU work too: wall time, or CPU time when waiting for a
     core inflated the wall time measured)."""
     infer = min(c.infer_ms, c.inference_cpu(True)) / cpu.thread if on_cpu else c.infer_ms
-    return c.host_ms / cpu.thread + infer
+    return (c.host_ms + c.loop_ms) / cpu.thread + infer
 
 
 def _cpu_ms(c: FrameCosts, on_cpu: bool) -> float:
-    return c.decode_ms + c.host_ms + c.inference_cpu(on_cpu)
+    return c.cpu_ms(on_cpu)
 
 
 def _helpers(c: FrameCosts, on_cpu: bool) -> int:
@@ -170,22 +176,79 @@ def predict_plan(groups: Sequence[StreamGroup], costs: Dict[Tuple[int, int], Fra
     load = loads[bound]
     if load <= 1.0:
         return Prediction(loads, bound, load, True, 1.0 - load, tuple(asked))
-    own = [min(f, 1000.0 * cpu.thread / costs[g.size].decode_ms if costs[g.size].decode_ms > 0 else f)
-           for g, f in zip(groups, asked)]  # what each stream's capture thread can give
+    return Prediction(loads, bound, load, False, 1.0 - load,
+                      tuple(_overloaded(groups, costs, cpu, max(1, devices), on_cpu)))
 
-    def shared(x: float) -> float:
-        got = [min(f, x) for f in own]
-        parts = _loads(groups, costs, got, cpu, devices, on_cpu)
-        return max(parts["device"], parts["cpu"])
 
-    lo, hi = 0.0, max(own)
-    if shared(hi) > 1.0:
-        for _ in range(60):  # the equal frame rate that fills the device or the CPU exactly
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if shared(mid) <= 1.0 else (lo, mid)
-    else:
-        lo = hi
-    return Prediction(loads, bound, load, False, 1.0 - load, tuple(min(f, lo) for f in own))
+def _fair(wants: Sequence[float], total: float) -> List[float]:
+    """Max-min fair shares of `total` (the scheduler's way between busy threads): each gets
+    what it wants if it can, and the rest is split equally between those wanting more."""
+    alloc = [0.0] * len(wants)
+    active = [i for i, w in enumerate(wants) if w > 0]
+    left = total
+    while active and left > 1e-12:
+        each = left / len(active)
+        done = [i for i in active if wants[i] - alloc[i] <= each]
+        if not done:
+            for i in active:
+                alloc[i] += each
+            break
+        for i in done:
+            left -= wants[i] - alloc[i]
+            alloc[i] = wants[i]
+        active = [i for i in active if i not in done]
+    return alloc
+
+
+def _round_robin(caps: Sequence[float], counts: Sequence[int], per_frame: Sequence[float], budget: float) -> float:
+    """The equal frame rate x each stream gets, capped by its own cap, that spends at most
+    `budget` (sum of count * min(cap, x) * per_frame)."""
+    def spent(x: float) -> float:
+        return sum(n * min(c, x) * w for c, n, w in zip(caps, counts, per_frame))
+
+    hi = max(caps, default=0.0)
+    if spent(hi) <= budget:
+        return hi
+    lo = 0.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spent(mid) <= budget else (lo, mid)
+    return lo
+
+
+def _overloaded(groups: Sequence[StreamGroup], costs: Dict[Tuple[int, int], FrameCosts], cpu: CpuShare,
+                devices: int, on_cpu: bool) -> List[float]:
+    """Each stream's processed frame rate when the plan does not fit.
+
+    A camera's capture thread decodes every frame the camera sends, the ones dropped as stale
+    too, so decodes compete with the device's threads for the CPU; the scheduler shares it
+    fairly between busy threads (each at most the share of a core one thread gets). The
+    device's threads serve the streams round-robin. Found as a fixed point: what the capture
+    threads decode sets what the device's threads are asked, which sets the CPU left."""
+    c = [costs[g.size] for g in groups]
+    counts = [g.count for g in groups]
+    helpers = max((_helpers(x, on_cpu) for x in c), default=0)
+    dev_cpu = [x.host_ms + x.loop_ms + x.inference_cpu(on_cpu) for x in c]  # CPU ms a frame in a device's thread
+    dev_ms = [_device_ms(x, cpu, on_cpu) for x in c]  # its wall ms
+    threads = sum(counts) + devices * (1 + helpers)
+    total = cpu.capacity(threads)
+    captured = [g.fps for g in groups]
+    got = list(captured)
+    for _ in range(80):
+        want_dev = sum(n * r * w for n, r, w in zip(counts, captured, dev_cpu)) / 1000.0 / devices
+        wants = [min(cpu.thread, g.fps * x.decode_ms / 1000.0) for g, x in zip(groups, c) for _ in range(g.count)]
+        wants += [min(cpu.thread * (1 + helpers), want_dev)] * devices
+        alloc = _fair(wants, total)
+        decoded, i = [], 0
+        for g, x in zip(groups, c):
+            decoded.append(min(g.fps, alloc[i] * 1000.0 / x.decode_ms) if x.decode_ms > 0 else g.fps)
+            i += g.count
+        cpu_budget = sum(alloc[i:]) * 1000.0
+        x_cpu = _round_robin(decoded, counts, dev_cpu, cpu_budget) if any(dev_cpu) else max(decoded)
+        x_dev = _round_robin(decoded, counts, dev_ms, 1000.0 * devices)
+        got = [min(r, x_cpu, x_dev) for r in decoded]
+        captured = [(a + b) / 2 for a, b in zip(captured, decoded)]
+    return got
 
 
 def max_fps(costs: FrameCosts, cpu: CpuShare, on_cpu: bool = False) -> float:

@@ -17,6 +17,7 @@ import statistics
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -64,6 +65,11 @@ def _clip(folder: str, size: Tuple[int, int]) -> str:
     return path
 
 
+def _clip_path(folder: str, size: Tuple[int, int]) -> str:
+    path = os.path.join(folder, f"plan_{size[0]}x{size[1]}.avi")
+    return path if os.path.exists(path) else _clip(folder, size)
+
+
 class _Reader:
     """The clip's frames, read by cv2.VideoCapture over and over (reopened at its end)."""
 
@@ -88,11 +94,53 @@ class _Reader:
             self.cap.release()
 
 
+class _ClipSource:
+    """The clip as a camera run's source (hw/capture.FrameSource): `frames` frames, then its end."""
+
+    live = False
+    fps = 0.0
+
+    def __init__(self, path: str, frames: int) -> None:
+        self.name, self.reader, self.left, self.is_open = path, _Reader(path), frames, False
+
+    def open(self) -> None:
+        self.is_open = True
+
+    def read(self) -> Optional[np.ndarray]:
+        if self.left <= 0:
+            return None
+        self.left -= 1
+        return self.reader.read()
+
+    def at_end(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def measure_loop(runner, path: str, frames: int, folder: str) -> Tuple[float, int]:
+    """A camera run's CPU time per frame (ms) on the clip, every frame processed (the file
+    policy: as fast as it goes, nothing dropped), records written; and the frames it ran."""
+    from edgeapp.flows.camera.loop import run_camera
+
+    with open(os.path.join(folder, "loop.jsonl"), "w") as out:
+        def write(record: dict) -> None:
+            out.write(json.dumps(record, default=str) + "\n")
+            out.flush()
+
+        run_camera(_ClipSource(path, WARMUP), runner, drop=False, on_record=write)  # warm-up
+        c0 = time.process_time()
+        stats = run_camera(_ClipSource(path, frames), runner, drop=False, on_record=write)
+        spent = time.process_time() - c0
+    return spent * 1000.0 / max(1, stats.processed), stats.processed
+
+
 def measure_costs(task, size: Tuple[int, int], frames: int, folder: str) -> Tuple[FrameCosts, Dict[str, float]]:
     """FrameCosts of one frame size (medians of `frames` warmed-up repeats), and their p90s.
     CPU parts in process CPU time: nothing else of this process runs meanwhile, and the time
     spent waiting for a core (other programs' load) is left out; CpuShare accounts for it."""
-    reader = _Reader(_clip(folder, size))
+    reader = _Reader(_clip_path(folder, size))
     record_file = os.path.join(folder, "records.jsonl")
     rows: Dict[str, List[float]] = {"decode_ms": [], "host_ms": [], "infer_ms": [], "infer_cpu_ms": []}
     try:
@@ -159,15 +207,20 @@ def run_plan(model: str, groups: List[StreamGroup], place: Placement = Placement
              cores: Optional[int] = None, progress: Optional[Callable[[str], None]] = None) -> dict:
     """Measure the plan's frame costs with `model` where `place` says, and predict it."""
     cores = cores or usable_cores()
-    with open_task(model, None, place) as opened, tempfile.TemporaryDirectory(prefix="edgeapp-plan-") as folder:
+    with open_task(model, None, place, frames=True) as opened, \
+            tempfile.TemporaryDirectory(prefix="edgeapp-plan-") as folder:
         task = opened.task.on(opened.engine)
         where = opened.where
         on_cpu = where.startswith("cpu")
-        costs, p90s = {}, {}
+        costs, p90s, loops = {}, {}, {}
         for size in resolutions(groups):
             if progress:
                 progress(f"measuring {size[0]}x{size[1]} frames")
-            costs[size], p90s[size] = measure_costs(task, size, frames, folder)
+            parts, p90s[size] = measure_costs(task, size, frames, folder)
+            loop_cpu, _n = measure_loop(opened.runner, _clip_path(folder, size), frames, folder)
+            # what the loop adds to the parts: frames handed between threads, Python, the GIL
+            loops[size] = loop_cpu
+            costs[size] = replace(parts, loop_ms=max(0.0, loop_cpu - parts.cpu_ms(on_cpu)))
         notes = list(opened.notices)
     if progress:
         progress("measuring how much CPU this process gets")
@@ -180,6 +233,7 @@ def run_plan(model: str, groups: List[StreamGroup], place: Placement = Placement
             "costs": {f"{w}x{h}": {"decode_ms": round(c.decode_ms, 3), "host_ms": round(c.host_ms, 3),
                                    "infer_ms": round(c.infer_ms, 3),
                                    "infer_cpu_ms": round(c.inference_cpu(on_cpu), 3),
+                                   "loop_ms": round(c.loop_ms, 3), "run_cpu_ms": round(loops[(w, h)], 3),
                                    "p90": {k: round(v, 3) for k, v in p90s[(w, h)].items()},
                                    "one_stream_max_fps": round(max_fps(c, cpu, on_cpu), 2)}
                       for (w, h), c in costs.items()},
