@@ -139,7 +139,7 @@ def at_share(doc: dict, plan: str, got: float) -> float:
     if not got > 0:
         return float("nan")
     costs = {tuple(int(v) for v in k.split("x")): FrameCosts(c["decode_ms"], c["host_ms"], c["infer_ms"],
-                                                             c["infer_cpu_ms"])
+                                                             c["infer_cpu_ms"], c.get("loop_ms", 0.0))
              for k, c in doc["costs"].items()}
     cpu = CpuShare(doc["cores"], min(1.0, got), min(float(doc["cores"]), got))
     return predict_plan(parse_plan(plan), costs, cpu, on_cpu=doc["device"].startswith("cpu")).fps[0]
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
             mean = statistics.mean(got.values())
             again = at_share(doc, a.plan, cpu_got)
             c = doc["costs"][f"{group.width}x{group.height}"]
-            bench_ms = c["decode_ms"] + c["host_ms"] + c["infer_cpu_ms"]
+            bench_ms = c["decode_ms"] + c["host_ms"] + c["infer_cpu_ms"] + c.get("loop_ms", 0.0)
             row = (pred, mean, pred / mean if mean else float("inf"), cpu_got, again,
                    again / mean if mean else float("inf"), bench_ms, per_frame)
             rows.append(row)

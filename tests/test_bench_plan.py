@@ -107,6 +107,14 @@ def test_a_multithreaded_inference_costs_more_cpu_than_its_wall_time():
     assert max_fps(c, CpuShare(8), on_cpu=True) == pytest.approx(1000 / 4.0)  # the device's thread
 
 
+def test_what_the_camera_loop_adds_is_work_of_the_device_thread():
+    bare = FrameCosts(decode_ms=2.0, host_ms=1.0, infer_ms=3.0)
+    looped = FrameCosts(decode_ms=2.0, host_ms=1.0, infer_ms=3.0, loop_ms=1.0)
+    two = CpuShare(2)
+    assert max_fps(bare, two) == pytest.approx(1000 / 4) and max_fps(looped, two) == pytest.approx(1000 / 5)
+    assert looped.cpu_ms(on_cpu=True) == pytest.approx(7.0) and looped.cpu_ms(on_cpu=False) == pytest.approx(4.0)
+
+
 def test_the_cpu_a_process_gets_is_capped_by_its_busy_threads():
     share = CpuShare(cores=4, thread=0.9, total=3.0)
     assert share.capacity(1) == pytest.approx(0.9) and share.capacity(2) == pytest.approx(1.8)
@@ -120,11 +128,14 @@ def test_bench_plan_measures_each_resolution_and_predicts(cli):
     assert set(doc["costs"]) == {"1280x720", "640x480"} and doc["device"] == "cpu" and doc["task"] == "detect"
     for c in doc["costs"].values():
         assert c["decode_ms"] > 0 and c["infer_ms"] > 0 and c["host_ms"] > 0 and c["infer_cpu_ms"] >= 0
+        # the camera loop run on the clip costs at least its parts; loop_ms is the difference
+        parts = c["decode_ms"] + c["host_ms"] + c["infer_cpu_ms"]
+        assert c["loop_ms"] == pytest.approx(max(0.0, c["run_cpu_ms"] - parts), abs=0.01)
     share = doc["cpu_share"]
     assert 0 < share["thread"] <= 1 and 0 < share["total"] <= doc["cores"]
     # the prediction is the arithmetic of what was measured
     costs = {tuple(int(v) for v in k.split("x")): FrameCosts(c["decode_ms"], c["host_ms"], c["infer_ms"],
-                                                             c["infer_cpu_ms"])
+                                                             c["infer_cpu_ms"], c["loop_ms"])
              for k, c in doc["costs"].items()}
     cpu = CpuShare(doc["cores"], share["thread"], share["total"])
     again = predict_plan(parse_plan("2x720p@5,1x480p@10"), costs, cpu, on_cpu=True)

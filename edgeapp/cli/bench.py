@@ -207,9 +207,10 @@ def render_plan(doc: dict) -> str:
     lines += [f"  {str(g['streams']) + ' x ' + str(g['width']) + 'x' + str(g['height']):<22} "
               f"{g['fps']:>9g} {g['predicted_fps']:>9.1f}" for g in doc["plan"]]
     lines += ["", f"  {'frame':<10} {'decode ms':>10} {'host ms':>8} {'infer ms':>9} {'its CPU ms':>10} "
-                  f"{'one stream max fps':>19}"]
+                  f"{'loop ms':>8} {'one stream max fps':>19}"]
     lines += [f"  {size:<10} {c['decode_ms']:>10.2f} {c['host_ms']:>8.2f} {c['infer_ms']:>9.2f} "
-              f"{c['infer_cpu_ms']:>10.2f} {c['one_stream_max_fps']:>19.1f}" for size, c in doc["costs"].items()]
+              f"{c['infer_cpu_ms']:>10.2f} {c['loop_ms']:>8.2f} {c['one_stream_max_fps']:>19.1f}"
+              for size, c in doc["costs"].items()]
     share = doc["cpu_share"]
     lines += ["", f"  CPU this process gets now: {share['total']:.2f} of {doc['cores']} cores together, "
                   f"{share['thread']:.0%} of a core for one thread (other programs' load takes the rest)"]
