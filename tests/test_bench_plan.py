@@ -158,3 +158,13 @@ def test_bench_plan_refuses_what_it_cannot_measure(cli, plan, says):
     device = "cpu" if plan == "4x1080p" else "usb:0,usb:1"
     r = cli("bench", DETECTOR, "--device", device, "--plan", plan)
     assert r.exit_code == 2 and says in r.stderr, r.stderr
+
+
+def test_the_camera_loops_own_share_counts_when_it_got_more_than_busy_threads():
+    from edgeapp.flows.bench.plan import with_camera_share
+
+    probe = CpuShare(cores=2, thread=0.3, total=0.35)
+    assert with_camera_share(probe, 0.2) == probe  # less than the probe's: the probe's stands
+    more = with_camera_share(probe, 0.6)
+    assert more.capacity(2) == pytest.approx(0.6) and more.thread == pytest.approx(0.3)
+    assert with_camera_share(CpuShare(2), 1.5) == CpuShare(2)  # idle: all of both cores already
