@@ -20,7 +20,7 @@ from edgeapp.execution.placement import Notices, open_runner
 from edgeapp.execution.runner import Runner
 from edgeapp.flows.cascade import Cascade, parse_on, parse_then
 from edgeapp.hw.runtime import Engine, EngineOptions
-from edgeapp.tasks import kind, names, task_for
+from edgeapp.tasks import kind, names, options_for, task_for
 from edgeapp.tasks.base import BoundTask, bind
 from edgeapp.tasks.model import ImageModel, image_model
 
@@ -124,8 +124,7 @@ def open_task(model: PathLike, task: Optional[str] = None, place: Placement = Pl
                              labels)
         name = task or task_for(runner.engine, loaded.meta)
         if not strict_options:
-            takes = kind(name).defaults
-            options = {k: v for k, v in (options or {}).items() if k in takes}
+            options = options_for(name, options, path.name)
         bound = holder["task"] = bind(name, loaded, options)
         cascade = open_cascade(bound, place, notices) if bound.options.get("then") else None
     except BaseException:
