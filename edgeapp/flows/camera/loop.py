@@ -206,6 +206,7 @@ class _Feed:
         self.stats: Any = None
         self.in_flight = 0
         self.ended = False
+        self.ended_at: Optional[float] = None  # perf_counter() when it ended: its own seconds
         self.last_index: Optional[int] = None  # the last frame processed
         self.last_frame: Any = None  # (index, timestamp, source_ms) of the last frame delivered
 
@@ -224,6 +225,7 @@ class _Feed:
     def end(self, why: str) -> None:
         if not self.ended:
             self.ended, self.stats.stop = True, why
+            self.ended_at = time.perf_counter()
 
     def deliver(self, frame: Any, t0: float, ran: Done) -> bool:
         """One result to the sinks; False when the window was closed."""
@@ -286,9 +288,10 @@ class _Feed:
         if events:
             self._send_events(events)
 
-    def close(self, seconds: float) -> None:
+    def close(self, start: float, seconds: float) -> None:
+        """Its statistics final: its seconds are from the run's start to its own end."""
         stats, grabber, sinks = self.stats, self.grabber, self.sinks
-        stats.seconds = seconds
+        stats.seconds = seconds if self.ended_at is None else min(seconds, self.ended_at - start)
         if grabber.stop():
             self.source.close()
         if sinks.recorder is not None:
@@ -347,7 +350,7 @@ class _Loop:
                     feed.finish_tracking()
             finally:
                 for feed in self.feeds:
-                    feed.close(ran.seconds)
+                    feed.close(start, ran.seconds)
         for feed in self.feeds:
             feed.stats.device = run.label  # "..., then cpu" when a TPU was lost
         ran.streams = [feed.stats for feed in self.feeds]
