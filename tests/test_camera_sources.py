@@ -22,7 +22,6 @@ import edgeapp
 from edgeapp.errors import ExitCode, UsageError
 from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows.camera.loop import Sinks, Stream, run_cameras
-from edgeapp.flows.camera.request import API_WORDS, CLI_WORDS
 from edgeapp.flows.camera.sources import parse_sources, record_path, split_scope
 from edgeapp.hw.capture import ReconnectPolicy
 from edgeapp.tasks.base import Result
@@ -161,21 +160,21 @@ def test_bad_source_flags_exit_2_in_one_line_before_the_model(args, words, tiny_
 
 def test_source_names():
     got = parse_sources(["0", "/dev/video2", "v/yard.mp4", "x/yard.avi", "rtsp://u:p@cam:554/live?a=1",
-                         "gate=rtsp://h/s", "v4l2src device=/dev/video0 ! appsink"], CLI_WORDS)
+                         "gate=rtsp://h/s", "v4l2src device=/dev/video0 ! appsink"])
     assert [s.name for s in got] == ["camera0", "video2", "yard", "yard-2", "cam-554-live", "gate",
                                      "pipeline"]
     assert got[5].spec == "rtsp://h/s" and all(s.named for s in got)
-    lone, = parse_sources("v/yard.mp4", CLI_WORDS)
+    lone, = parse_sources("v/yard.mp4")
     assert (lone.name, lone.named) == ("v/yard.mp4", False)  # as the capture names it
-    named, = parse_sources({"porch": 1}, API_WORDS)
+    named, = parse_sources({"porch": 1}, "source")
     assert (named.name, named.spec, named.named) == ("porch", "1", True)
-    assert parse_sources((), CLI_WORDS)[0].spec == "0"
+    assert parse_sources(())[0].spec == "0"
     assert split_scope("yard/door:0,0,1,1") == ("yard", "door:0,0,1,1")
     assert split_scope("door:0,0,1,1") == (None, "door:0,0,1,1")
     assert record_path(Path("a/out.mp4"), got[0], True) == Path("a/out.camera0.mp4")
     assert record_path(Path("a/out.mp4"), got[0], False) == Path("a/out.mp4")
     with pytest.raises(UsageError, match="letters"):
-        parse_sources({"a/b": "0"}, API_WORDS)
+        parse_sources({"a/b": "0"}, "source")
 
 
 def test_api_takes_several_sources(tiny_model, videos):

@@ -168,7 +168,7 @@ def camera_request(settings: CameraSettings, words: Words, *, model: PathLike, t
     """The request both faces run: `settings` checked (a UsageError names the option in
     `words`), paths as Paths, lines and zones parsed, the live view, MQTT and tracking built."""
     s = _paths(settings)
-    sources = parse_sources(s.source, words)
+    sources = parse_sources(s.source, words.name("source"))
     _check(s, words)
     if len(sources) > 1 and s.clips is not None:
         raise UsageError(f"{words.name('clips')} records one source's clips: give one "

@@ -14,12 +14,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from edgeapp.errors import UsageError
-
-if TYPE_CHECKING:
-    from edgeapp.flows.camera.request import Words
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,39}$")  # as a line's name: no '/', no ':'
 _NAMED = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,39})=(.+)$", re.S)
@@ -36,9 +33,10 @@ class NamedSource:
     named: bool = True
 
 
-def parse_sources(value: Any, words: "Words") -> List[NamedSource]:
+def parse_sources(value: Any, flag: str = "--source") -> List[NamedSource]:
     """The run's sources from `--source` (repeated) or the API's `source` (one, a list, or a
-    dict name -> source). Names must be unique and may not hold '/' (a usage error)."""
+    dict name -> source). Names must be unique and may not hold '/' (a usage error naming
+    `flag`, as the face that was given it spells it)."""
     if isinstance(value, dict):
         given: List[Tuple[Optional[str], str]] = [(str(k), str(v)) for k, v in value.items()]
     elif isinstance(value, (list, tuple)):
@@ -47,7 +45,6 @@ def parse_sources(value: Any, words: "Words") -> List[NamedSource]:
         given = [_split(str(value))]
     if not given:
         given = [(None, "0")]
-    flag = words.name("source")
     for name, spec in given:
         if name is not None and not _NAME.match(name):
             raise UsageError(f"{flag} {name}={spec}: a source's name is letters, digits, _ . - "
