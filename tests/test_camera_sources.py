@@ -269,3 +269,23 @@ def test_a_fast_source_never_delays_a_slow_one():
     fast, slow = ran.streams
     assert fast.dropped > 0 and slow.processed >= 5
     assert slow.dropped <= 1, (slow.captured, slow.processed, slow.dropped)
+
+
+def test_live_view_shows_a_tile_per_source():
+    """Two sources' newest frames side by side in the snapshot (and the stream), each in its
+    place whatever order they came in."""
+    import cv2
+
+    from edgeapp.sinks.live_view import LiveView, parse_serve
+
+    rng = np.random.default_rng(0)
+    view = LiveView(parse_serve("0"))
+    view.on_frame(colour_frame("red", rng), {"source": "a", "frame": 0}, annotated=True)
+    assert cv2.imdecode(np.frombuffer(view.snapshot(), np.uint8), 1).shape == (240, 320, 3)
+    view.on_frame(colour_frame("blue", rng), {"source": "b", "frame": 0}, annotated=True)
+    view.on_frame(colour_frame("green", rng), {"source": "a", "frame": 1}, annotated=True)
+    tiles = cv2.imdecode(np.frombuffer(view.snapshot(), np.uint8), 1).astype(int)
+    assert tiles.shape == (240, 640, 3)
+    left, right = tiles[:, :320].mean(axis=(0, 1)), tiles[:, 320:].mean(axis=(0, 1))
+    assert left.argmax() == 1 and right.argmax() == 0  # BGR: a's newest is green, b is blue
+    assert view.stats()["sources"] == {"a": 1, "b": 0}
