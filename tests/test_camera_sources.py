@@ -136,8 +136,11 @@ def test_lines_scoped_to_a_source_count_there_only(tmp_path):
         assert plain([e for e in events if e["source"] == name]) == plain(expected), name
     crossed = [e for e in events if e["event"] == "line_crossed"]
     assert crossed and {e["source"] for e in crossed} == {"one"}
-    tracking = {x["source"]: x["tracking"] for x in json.loads(summary.read_text())["sources"]}
+    s = json.loads(summary.read_text())
+    tracking = {x["source"]: x["tracking"] for x in s["sources"]}
     assert set(tracking["one"]["lines"]) == {"door"} and tracking["two"]["lines"] == {}
+    assert s["tracking"]["tracks"] == tracking["one"]["tracks"] + tracking["two"]["tracks"]
+    assert s["tracking"]["lines"] == tracking["one"]["lines"]  # the totals: door is one's only
 
 
 @pytest.mark.parametrize("args, words", [
@@ -147,6 +150,8 @@ def test_lines_scoped_to_a_source_count_there_only(tmp_path):
     (["--source", "{v}", "--track", "--zone", "yard/z:0,0,1,0,1,1"], "no source is named 'yard'"),
     (["--source", "a={v}", "--source", "b={v}", "--clips", "{tmp}/clips", "--alert", "x:appear",
       "--track"], "--clips records one source"),
+    (["--source", "{v}", "--source", "{v}", "--mqtt", "mqtt://127.0.0.1/x", "--mqtt-mode", "events"],
+     "--mqtt-mode events follows one source"),
 ])
 def test_bad_source_flags_exit_2_in_one_line_before_the_model(args, words, tiny_model, videos, tmp_path):
     from cli_run import edgeapp as run

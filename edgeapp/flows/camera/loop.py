@@ -106,6 +106,7 @@ class Sinks:
     overlay: bool = True  # draw the results on the frames shown and recorded
     tracking: Any = None  # flows/camera/tracking.TrackStage: track ids, lines, zones, events
     cascade: Any = None  # flows/cascade.Cascade: a second model on the boxes' crops (--then)
+    counts: Optional[Callable[[], dict]] = None  # the counts outputs get with events (default: tracking's)
 
 
 def run_camera(source: FrameSource, runner: Runner, *, drop: Optional[bool] = None,
@@ -274,7 +275,7 @@ class _Feed:
         return keep_going
 
     def _send_events(self, events: list) -> None:
-        counts = self.sinks.tracking.summary()
+        counts = self.sinks.counts() if self.sinks.counts is not None else self.sinks.tracking.summary()
         for out in self.sinks.outputs:
             take = getattr(out, "on_events", None)
             if take is not None:

@@ -173,6 +173,9 @@ def camera_request(settings: CameraSettings, words: Words, *, model: PathLike, t
     if len(sources) > 1 and s.clips is not None:
         raise UsageError(f"{words.name('clips')} records one source's clips: give one "
                          f"{words.name('source')}, or run one camera per source")
+    if len(sources) > 1 and s.mqtt is not None and _plain(s.mqtt_mode) == "events":
+        raise UsageError(f"{words.name('mqtt_mode')} events follows one source's changes: use "
+                         "frames (each record has its source), or run one camera per source")
     view = mqtt = None
     if s.serve is not None:
         view = LiveViewSettings(s.serve, s.serve_fps, s.serve_token, s.serve_token_file,

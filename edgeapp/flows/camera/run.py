@@ -19,7 +19,7 @@ from edgeapp.flows.camera.loop import CameraStats, EngineLoad, RunStats, Sinks, 
 from edgeapp.flows.camera.request import CameraRequest
 from edgeapp.flows.camera.sources import record_path
 from edgeapp.flows.camera.tpu_health import TpuHealth
-from edgeapp.flows.camera.tracking import TrackStage, check_trackable, check_tracking_available
+from edgeapp.flows.camera.tracking import TrackStage, check_trackable, check_tracking_available, merge_counts
 from edgeapp.flows.open_task import open_task
 from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
 from edgeapp.hw.worker import events as engine_events
@@ -155,7 +155,7 @@ class CameraRun:
             streams = [Stream(cap, Sinks(on_record, Display(f"{title} {named.name}" if r.several else title)
                                          if show else None, recorder, outputs,
                                          tracking=self.trackers.get(named.name),
-                                         cascade=opened.cascade),
+                                         cascade=opened.cascade, counts=self._tracking_summary),
                               named.name if named.named else None)
                        for named, cap, recorder in zip(r.sources, self.caps, recorders)]
             with engine_events.listening(self.engine_watch, self.say):
@@ -211,10 +211,10 @@ class CameraRun:
                 stamp=named.named)
 
     def _tracking_summary(self) -> dict:
-        """The tracking counts: one source's, or with several, per source by name."""
+        """The tracking counts: one source's, or with several, theirs summed (merge_counts)."""
         if len(self.trackers) == 1:
             return next(iter(self.trackers.values())).summary()
-        return {name: tracker.summary() for name, tracker in self.trackers.items()}
+        return merge_counts([tracker.summary() for tracker in self.trackers.values()])
 
     def _alerts(self, kind: TaskKind) -> None:
         """Clips, notifications and metrics, before the tracking stage that feeds them."""
@@ -313,9 +313,9 @@ class CameraRun:
         if self.publisher is not None:
             outputs["mqtt"] = self.publisher.summary()
         per_source: Dict[str, dict] = {}
-        if len(self.trackers) == 1:
+        if self.trackers:
             outputs["tracking"] = self._tracking_summary()
-        elif self.trackers:
+        if len(self.trackers) > 1:
             per_source = {name: {"tracking": t.summary()} for name, t in self.trackers.items()}
         if self.alerting is not None:
             outputs.update(self.alerting.summary())

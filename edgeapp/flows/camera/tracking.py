@@ -326,3 +326,17 @@ class TrackStage:
 
     def close(self) -> None:
         """Nothing of its own to close (the run closes the events file)."""
+
+
+def merge_counts(parts: Sequence[dict]) -> dict:
+    """Several sources' tracking summaries as one (numbers summed key by key, at every depth):
+    what MQTT's retained counts, the live view and the run's totals show. A line or zone of
+    one source is its count; one that every source counts sums theirs."""
+    out: dict = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                out[key] = merge_counts([out.get(key) or {}, value])
+            else:
+                out[key] = out.get(key, 0) + value
+    return out
