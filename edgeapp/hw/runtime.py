@@ -39,7 +39,6 @@ from edgeapp.hw.runtime_errors import (
     numpy_mismatch_text,
     runtime_error_text,
 )
-from edgeapp.hw.worker import wants_worker
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
@@ -492,3 +491,18 @@ def run_payload(engine: Engine, payload: "Union[np.ndarray, Tiles]") -> Any:
     if isinstance(payload, Tiles):
         return [engine.run(t) for t in payload.tensors]
     return engine.run(payload)
+
+
+def wants_worker(isolate: Optional[bool], device_kind: str, compiled: bool) -> bool:
+    """Whether an engine runs in a worker process (hw/worker/): as --isolate/--no-isolate say; by
+    default whenever an Edge TPU is used: asked for by name, or, for `auto` and a compiled model,
+    one the kernel lists (sysfs: libedgetpu is left to the worker, which owns the device)."""
+    if isolate is not None:
+        return isolate
+    if device_kind == "cpu" or not compiled:
+        return False
+    if device_kind == "edgetpu":
+        return True
+    from edgeapp.hw.devices import scan_sysfs
+
+    return bool(scan_sysfs())
