@@ -7,7 +7,7 @@ statistics, warnings and the error that decides the exit code.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
@@ -150,14 +150,7 @@ class CameraRun:
             outputs = self._outputs(kind, ", ".join(cap.name for cap in self.caps))
             if self.publisher is not None and not all(cap.live for cap in self.caps):
                 self.publisher.wait_settled(MQTT_SETTLE)  # a file: every record to the broker
-            on_record = self._on_record if self.writer or r.on_record else None
-            title = f"edgeapp {Path(opened.engine.model_path).name}"
-            streams = [Stream(cap, Sinks(on_record, Display(f"{title} {named.name}" if r.several else title)
-                                         if show else None, recorder, outputs,
-                                         tracking=self.trackers.get(named.name),
-                                         cascade=opened.cascade, counts=self._tracking_summary),
-                              named.name if named.named else None)
-                       for named, cap, recorder in zip(r.sources, self.caps, recorders)]
+            streams = self._streams(show, recorders, outputs)
             with engine_events.listening(self.engine_watch, self.say):
                 ran = run_cameras(streams, opened.runner, kind=kind, drop=s.drop_frames,
                                   max_frames=s.max_frames, duration=s.duration,
@@ -166,6 +159,23 @@ class CameraRun:
         finally:
             self.close()
         return self._outcome(ran)
+
+    def _streams(self, show: bool, recorders: list, outputs: list) -> List[Stream]:
+        """Each source with its own window, recording, tracking and cascade state (a cascade's
+        tracks are one source's: the second model is shared, what it remembers is not)."""
+        r, opened = self.request, self.opened
+        on_record = self._on_record if self.writer or r.on_record else None
+        title = f"edgeapp {Path(opened.engine.model_path).name}"
+        streams = []
+        for named, cap, recorder in zip(r.sources, self.caps, recorders):
+            cascade = opened.cascade
+            if cascade is not None and r.several:
+                cascade = replace(cascade, runs=0, _tracks={})
+            window = Display(f"{title} {named.name}" if r.several else title) if show else None
+            sinks = Sinks(on_record, window, recorder, outputs, tracking=self.trackers.get(named.name),
+                          cascade=cascade, counts=self._tracking_summary)
+            streams.append(Stream(cap, sinks, named.name if named.named else None))
+        return streams
 
     def _open(self) -> Any:
         r = self.request
