@@ -152,7 +152,7 @@ class CameraRun:
                 self.publisher.wait_settled(MQTT_SETTLE)  # a file: every record to the broker
             streams = self._streams(show, recorders, outputs)
             with engine_events.listening(self.engine_watch, self.say):
-                ran = run_cameras(streams, opened.runner, kind=kind, drop=s.drop_frames,
+                ran = run_cameras(streams, self._runner(), kind=kind, drop=s.drop_frames,
                                   max_frames=s.max_frames, duration=s.duration,
                                   reconnect=ReconnectPolicy(timeout=s.reconnect),
                                   stop_event=self.stop, on_notice=self.say)
@@ -176,6 +176,16 @@ class CameraRun:
                           cascade=cascade, counts=self._tracking_summary)
             streams.append(Stream(cap, sinks, named.name if named.named else None))
         return streams
+
+    def _runner(self) -> Any:
+        """The opened model's runner; with --motion, its frames carry the regions that moved."""
+        opened = self.opened
+        if not opened.task.options.get("motion"):
+            return opened.runner
+        from edgeapp.flows.camera.motion_stage import MotionRunner
+
+        return MotionRunner(opened.runner, max(opened.task.spec.size),
+                            stream_of=lambda key: key[0])  # the loop's key: (source's feed, frame, t0)
 
     def _open(self) -> Any:
         r = self.request
