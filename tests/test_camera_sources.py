@@ -294,3 +294,24 @@ def test_live_view_shows_a_tile_per_source():
     left, right = tiles[:, :320].mean(axis=(0, 1)), tiles[:, 320:].mean(axis=(0, 1))
     assert left.argmax() == 1 and right.argmax() == 0  # BGR: a's newest is green, b is blue
     assert view.stats()["sources"] == {"a": 1, "b": 0}
+
+
+def test_motion_is_found_per_source(cli, tmp_path):
+    """--motion over two sources: each one's regions come from its own previous frames, so its
+    records are those of its run alone."""
+    from shapes_video import small_movers
+
+    videos = {name: small_movers(seed=seed, frames=8, objects=4).write(tmp_path / f"{name}.avi")
+              for name, seed in (("left", 3), ("right", 5))}
+    alone = {}
+    for name, path in videos.items():
+        r = cli("camera", DETECTOR, "--source", path, "--no-display", "--device", "cpu", "--motion")
+        assert r.exit_code == 0, r.stderr
+        alone[name] = jsonl(r.stdout)
+    r = cli("camera", DETECTOR, *[a for n, p in videos.items() for a in ("--source", f"{n}={p}")],
+            "--no-display", "--device", "cpu", "--motion", "-f", "jsonl")
+    assert r.exit_code == 0, r.stderr
+    together = jsonl(r.stdout)
+    for name, records in alone.items():
+        assert any(rec["objects"] for rec in records[1:])
+        assert comparable([x for x in together if x["source"] == name]) == comparable(records), name
