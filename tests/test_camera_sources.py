@@ -315,3 +315,28 @@ def test_motion_is_found_per_source(cli, tmp_path):
     for name, records in alone.items():
         assert any(rec["objects"] for rec in records[1:])
         assert comparable([x for x in together if x["source"] == name]) == comparable(records), name
+
+
+def test_frames_skipped_by_an_engine_outage_are_counted_per_source():
+    """Each source's frames dropped while the engine was gone count once, from its own count
+    (the sources' counts are not one number that jumps between them)."""
+    from edgeapp.flows.camera.engine_watch import EngineWatch
+    from edgeapp.hw.worker.events import LOST, RECOVERED, EngineEvent
+
+    watch = EngineWatch()
+
+    def frame(source: str, dropped: int) -> None:
+        watch.on_frame(None, {}, stats=SimpleNamespace(source=source, dropped=dropped))
+
+    frame("a", 3)
+    frame("b", 100)
+    watch(EngineEvent(LOST, "usb:0", "hang", None, 0.0))
+    watch(EngineEvent(RECOVERED, "usb:0", "hang", "restart", 2.0))
+    frame("a", 8)  # 5 skipped
+    frame("b", 130)  # 30 skipped
+    frame("a", 9)  # after the outage: not skipped by it
+    assert watch.skipped == 35
+    watch(EngineEvent(LOST, "usb:0", "hang", None, 0.0))
+    watch(EngineEvent(RECOVERED, "usb:0", "hang", "restart", 1.0))
+    frame("a", 12)
+    assert watch.skipped == 38
