@@ -340,3 +340,20 @@ def test_frames_skipped_by_an_engine_outage_are_counted_per_source():
     watch(EngineEvent(RECOVERED, "usb:0", "hang", "restart", 1.0))
     frame("a", 12)
     assert watch.skipped == 38
+
+
+def test_metrics_are_per_source():
+    pytest.importorskip("prometheus_client")
+    from edgeapp.sinks.metrics import Metrics
+
+    metrics = Metrics("a, b")
+    for source, processed in (("a", 4), ("b", 7)):
+        stats = SimpleNamespace(source=source, captured=9, processed=processed, dropped=9 - processed,
+                                reconnects=0)
+        metrics.on_frame(None, {"source": source, "device": "cpu", "latency_ms": 5.0}, stats=stats, fps=2.0)
+    metrics.on_events([{"event": "track_started", "source": "b"}], {})
+    text = metrics.exposition()[0].decode()
+    assert 'edgeapp_frames_total{source="a",state="processed"} 4.0' in text
+    assert 'edgeapp_frames_total{source="b",state="processed"} 7.0' in text
+    assert 'edgeapp_inference_seconds_count{device="cpu",source="b"} 1.0' in text
+    assert 'edgeapp_events_total{kind="track_started",source="b"} 1.0' in text
