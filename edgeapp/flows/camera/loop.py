@@ -4,6 +4,10 @@ view, MQTT), and keeps the statistics for the summary. flows/camera/run.py sets 
 
 The frame policy (newest frame for live sources, every frame for files) and reconnecting are
 the capture side's: see hw/capture.py. OpenCV is imported only inside functions.
+
+Several sources (`run_cameras`) share one runner: each has its own grabber, statistics and
+sinks, and when the runner has room the next source in turn with a frame ready gives one
+(round-robin), so a busy engine is shared equally and a fast source only drops its own frames.
 """
 
 from __future__ import annotations
