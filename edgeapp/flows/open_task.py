@@ -139,10 +139,11 @@ def open_cascade(first: BoundTask, place: Placement, notices: Notice) -> Cascade
     """The second model of `--then TASK:MODEL` after `first`, opened where the first runs."""
     options = first.options
     task, model = parse_then(options["then"], first.name)
+    on = parse_on(options.get("on"), first.model.labels)  # before the second model is opened
     second = open_task(model, task, place, on_notice=notices)
     for note in second.notices:
         notices(f"--then: {note}")
-    return Cascade(second, parse_on(options.get("on")), options.get("then_every") or 15)
+    return Cascade(second, on, options.get("then_every") or 15)
 
 
 def _resolve_quietly(path: Path, device: str) -> tuple:
