@@ -104,6 +104,34 @@ def test_the_camera_adds_the_crops_classes_to_every_frame(cli, tiny_model, tmp_p
     assert len(frames) == 6 and all(o.get("classes") for f in frames for o in f["objects"]), frames
 
 
+def test_a_camera_crop_is_classified_as_classify_classifies_it_cut_by_hand(cli, tmp_path):
+    """The frame's crop goes to the second model as the same crop saved as a PNG goes through
+    `classify` (the digits classifier: its scores move with any change of the resize)."""
+    import cv2
+    from PIL import Image
+    from shapes_video import crossing_scene
+
+    digits = ROOT / "models" / "digits_int8.tflite"
+    video = crossing_scene(frames=4).write(tmp_path / "cross.avi")
+    frames = _records(cli("camera", DETECTOR, "--source", video, "--then", f"classify:{digits}",
+                          "-f", "jsonl"))
+    capture, decoded = cv2.VideoCapture(str(video)), []
+    ok, frame = capture.read()
+    while ok:
+        decoded.append(Image.fromarray(frame[:, :, ::-1]))
+        ok, frame = capture.read()
+    crops, expected = tmp_path / "crops", {}
+    crops.mkdir()
+    for rec in frames:
+        for obj in rec["objects"]:
+            name = f"{len(expected):03d}.png"
+            decoded[rec["frame"]].crop(tuple(obj["bbox"])).save(crops / name)
+            expected[name] = obj["classes"]
+    assert len(expected) >= 8
+    by_hand = {Path(r["path"]).name: r["classes"] for r in _records(cli("classify", digits, crops, "-f", "jsonl"))}
+    assert by_hand == expected
+
+
 def test_the_api_takes_then_per_call(tiny_model, shapes):
     import edgeapp
 

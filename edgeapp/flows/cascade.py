@@ -88,7 +88,7 @@ class Cascade:
             crop = _crop(image, (x0, y0, x1, y1))
             if crop is None:
                 continue
-            result = task.run_frame(crop)[0] if isinstance(image, np.ndarray) else task.run(crop)
+            result = task.run(crop)
             value = result.fields[self.field]
             obj[self.field] = value
             self.runs += 1
@@ -113,12 +113,19 @@ class Cascade:
 
 
 def _crop(image: Union[PILImage, np.ndarray], box: Tuple[int, int, int, int]) -> Any:
-    """The box's pixels of a Pillow image or an array, clipped to it; None when empty."""
+    """The box's pixels of a Pillow image or a BGR frame, clipped to it; None when empty. A
+    frame's crop becomes an RGB Pillow image, so that it is prepared as `classify` prepares the
+    same crop saved as a file (Pillow's resize, not OpenCV's)."""
     x0, y0, x1, y1 = box
     if isinstance(image, np.ndarray):
+        from PIL import Image
+
         h, w = image.shape[:2]
         x0, x1, y0, y1 = max(0, x0), min(w, x1), max(0, y0), min(h, y1)
-        return np.ascontiguousarray(image[y0:y1, x0:x1]) if x1 > x0 and y1 > y0 else None
+        if not (x1 > x0 and y1 > y0):
+            return None
+        pixels = image[y0:y1, x0:x1]
+        return Image.fromarray(np.ascontiguousarray(pixels[:, :, ::-1] if pixels.ndim == 3 else pixels))
     w, h = image.size
     x0, x1, y0, y1 = max(0, x0), min(w, x1), max(0, y0), min(h, y1)
     return image.crop((x0, y0, x1, y1)) if x1 > x0 and y1 > y0 else None
