@@ -83,6 +83,15 @@ def test_a_label_the_detector_cannot_give_is_one_line_naming_its_labels(cli, sha
     assert len(r.stderr.strip().splitlines()) == 1 and not r.stdout
 
 
+@pytest.mark.parametrize("command", ["detect", "camera"])
+def test_on_without_then_is_one_line_and_exit_2(cli, shapes, tmp_path, command):
+    """`--on` alone would choose boxes for no second model: said, not silently ignored."""
+    where = [shapes["images"]] if command == "detect" else ["--source", sorted(shapes["images"].iterdir())[0]]
+    r = cli(command, DETECTOR, *where, "--on", "circle")
+    assert r.exit_code == 2 and "--then" in r.stderr and not r.stdout, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_then_after_a_classifier_is_no_option_of_it(cli, tiny_model, color_images):
     r = cli("classify", tiny_model, color_images["red"], "--then", f"classify:{tiny_model}")
     assert r.exit_code == 2 and "--then" in r.stderr

@@ -201,6 +201,9 @@ class Detect(TaskKind):
                 raise UsageError(str(e)) from None
             if options.get("motion"):
                 raise UsageError("--tiles and --motion both choose where the model looks: pick one")
+        if options.get("on") and not options.get("then"):  # else the labels would choose nothing
+            raise UsageError(f"--on {options['on']}: it chooses the boxes a second model runs on; "
+                             "give that model with --then TASK:MODEL")
         return options
 
     def prepare(self, source: ImageSource, spec: InputSpec, options: dict, plan: Optional[DetectPlan] = None,
