@@ -89,9 +89,11 @@ def test_detect_with_tiles_boxes_the_shapes_in_the_image_pixels(cli, small_shape
 
 
 @pytest.mark.parametrize("value", ["0x2", "2x2:0.95", "banana"])
-def test_bad_tiles_are_one_line_and_exit_2(cli, small_shapes, value):
+@pytest.mark.parametrize("command", ["detect", "eval"])
+def test_bad_tiles_are_one_line_and_exit_2(cli, small_shapes, value, command):
     image = sorted(small_shapes["images"].iterdir())[0]
-    r = cli("detect", DETECTOR, image, "--tiles", value)
+    where = [image] if command == "detect" else ["--data", small_shapes["yaml"]]
+    r = cli(command, DETECTOR, *where, "--tiles", value)
     assert r.exit_code == 2 and "--tiles" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 

@@ -82,6 +82,13 @@ def eval_command(
     """
     shared.check_common({}, model=None, mean=mean, std=std, device=device, cpu_model=None,
                         labels=labels)
+    if tiles:  # a bad value is one line before the data is read and the models open
+        from edgeapp.core.vision.tiles import parse_tiles
+
+        try:
+            parse_tiles(tiles)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     place = shared.placement(ctx, device=device, runtime=runtime, threads=threads,
                              no_probe=no_probe, cpu_kernels=cpu_kernels)
     run_eval(models or [], place, data, images, labels, mean, std, fmt, save_predictions, plot,
