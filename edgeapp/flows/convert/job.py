@@ -33,7 +33,7 @@ from edgeapp.flows.convert.measures import TaskMetric
 from edgeapp.flows.convert.quantize import exported, quantize
 from edgeapp.flows.convert.report import layer_report, mark_silent, silent_layers, silent_line
 from edgeapp.flows.convert.source import open_source
-from edgeapp.flows.convert.tune import Tuning, equalization_line
+from edgeapp.flows.convert.tune import Tuning, equalization_line, ranges_line
 from edgeapp.flows.evaluate import bind_float, is_labelled_data, read_data
 from edgeapp.flows.sources import source_format
 from edgeapp.flows.sources.base import FloatModel, Progress, no_progress
@@ -142,6 +142,9 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             equalized = tuning.equalize()
             if equalized is not None:
                 times["equalization"] = equalized["seconds"]
+            ranges = tuning.remeasure()
+            if ranges is not None:
+                times["ranges re-measured"] = ranges["seconds"]
             if tuning.written != "plain":
                 q = replace(q, model=load_model(job.output), flatbuffer=job.output.read_bytes())
             report = _report_base(p, model, q, len(cal.x))
@@ -150,6 +153,9 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
                 report["equalization"] = equalized
                 if "plain" in equalized:  # measured (a model it cannot help is not talked about)
                     say(equalization_line(equalized))
+            if ranges is not None:
+                report["ranges"] = ranges
+                say(ranges_line(ranges))
             if embedding is not None:
                 report["embedding_depth"] = embedding
             with _timed(times, "agreement on held-out images"):
@@ -261,7 +267,7 @@ def _box_agreement(p: Prepared, data, source: str, say: Say):
 
 
 def _trial_measure(p: Prepared, model: FloatModel, cal, task, class_scores: bool, say: Say):
-    """What the trials (equalization by default, --max-drop's) are measured by: the task's
+    """What the trials (equalization and re-measured ranges by default, --max-drop's) are measured by: the task's
     metric on labelled data (`task`), else box agreement (a YOLO export), else top-1 or cosine
     agreement on the held-out images."""
     if task is not None:
@@ -372,6 +378,8 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
                          "int8": ev["int8"]["metrics"], "drop": ev["drop"]}
     if report.get("equalization"):
         extra["equalization"] = report["equalization"]
+    if report.get("ranges"):
+        extra["ranges"] = report["ranges"]
     if report.get("max_drop"):
         extra["max_drop"] = report["max_drop"]
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,

@@ -5,6 +5,8 @@ Edge TPU (a float tail under that floor is listed as a trade, not kept: exit 14)
 
 Equalization runs by default (`Tuning.equalize`) when the plain model has two linear layers it
 may rescale across: measured like every trial, written when it measures better than plain.
+Ranges re-measured runs by default (`Tuning.remeasure`) for a source that asks for it (a YOLO
+export): measured like every trial, written when it measures better than the written model.
 
 The trials, each on top of the best one so far (a fix that does not help is not kept):
   per-channel weights   dense layers' weights per channel, when they were per tensor;
@@ -50,6 +52,7 @@ MORE_CALIBRATION = 4  # "more calibration images": up to this many times as many
 CLIP_PERCENTILE = 99.99
 RANGE_SAMPLES = 100  # calibration images the real ranges are measured on (every tensor kept: memory, time)
 TAIL_TRIALS = 8  # float-tail cut points tried, latest first
+RANGES = "ranges re-measured"
 WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
 
 
@@ -192,6 +195,37 @@ class Tuning:
                 **{k: eq.get(k) for k in ("pairs", "alpha", "max_scale")},
                 "seconds": round(time.monotonic() - started, 2)}
 
+    def remeasure(self) -> Optional[dict]:
+        """Ranges re-measured as part of the conversion when the source asks for it (a YOLO
+        export): every tensor's range the one its values take on the calibration images (the
+        calibrator records a tensor an in-place ADD overwrites at the ADD's range), floored as
+        `quantize` floors. Written over --output when it measures better than the written model
+        with as much of the MACs on the Edge TPU: on the fixtures neither ranges wins on every
+        calibration sample (scripts/bench_yolo_calibration.py), so the user's data decides. None
+        when the source does not ask."""
+        if not self.p.source.remeasures_ranges:
+            return None
+        started = time.monotonic()
+        trials = self._started()
+        before = trials.row(trials.written)
+        try:
+            ranged = _remeasured(trials, self._calibrated(), self.p.job.io, started)
+        except ConvertError as e:
+            trials.skip(RANGES, str(e))
+            return {"kept": False, "why": str(e), "seconds": round(time.monotonic() - started, 2)}
+        row = trials.row(RANGES)
+        kept = improves(row, before) and mapped(row, before.get("macs_tpu_share") or 0.0)
+        if kept:
+            write_atomic(self.p.job.output, trials.files[RANGES])
+            trials.written = RANGES
+            self.base["ranges"] = ranged
+        keys = ("float", "int8", "drop", "macs_tpu_share")
+        return {"kept": kept, "metric": before.get("metric"), "measured_on": getattr(self.measured_by, "source", None),
+                "samples": getattr(self.measured_by, "samples", None), "against": before["trial"],
+                "before": {k: before.get(k) for k in keys}, "remeasured": {k: row.get(k) for k in keys},
+                **{k: row.get(k) for k in ("calibration_samples", "tensors", "narrowed", "narrowed_most")},
+                "error": row.get("error"), "seconds": round(time.monotonic() - started, 2)}
+
     @property
     def written(self) -> str:
         return self.trials.written if self.trials is not None else "plain"
@@ -271,10 +305,29 @@ def _more_calibration(trials: _Trials, base: dict, p, cal: Dataset, plain, say: 
         base["calibrated"], base["calibration"] = more, bigger
 
 
+def _remeasured(trials: _Trials, base: dict, io: str, started: float) -> bytes:
+    """The `ranges re-measured` trial on the calibrated model; returns its calibrated bytes."""
+    calibrated = base["calibrated"]
+    rq.measure_ranges(calibrated, base["calibration"][:RANGE_SAMPLES])
+    ranged, _ = rq.with_ranges(calibrated)
+    ranged, _ = rq.floor_ranges(ranged)  # a branch silent on every image, as quantize floors it
+    trials.measure(RANGES, rq.requantize(ranged, io), started,
+                   {"calibration_samples": int(min(len(base["calibration"]), RANGE_SAMPLES)),
+                    **rq.narrowed(calibrated)})
+    return ranged
+
+
 def _ranges(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
     started = time.monotonic()
-    rq.measure_ranges(base["calibrated"], base["calibration"][:RANGE_SAMPLES])
-    for name, percentile in (("ranges re-measured", None), ("ranges clipped", CLIP_PERCENTILE)):
+    steps = [(RANGES, None), ("ranges clipped", CLIP_PERCENTILE)]
+    if trials.row(RANGES) is not None:  # re-measured by default (a YOLO export)
+        if base["calibrated"].stats:  # on the calibration still kept: only clipping is new
+            steps = steps[1:]
+        else:  # more calibration was kept since
+            steps[0] = ("ranges re-measured on more calibration", None)
+    if not base["calibrated"].stats:
+        rq.measure_ranges(base["calibrated"], base["calibration"][:RANGE_SAMPLES])
+    for name, percentile in steps:
         ranged, clipped = rq.with_ranges(base["calibrated"], percentile)
         if percentile and not clipped:
             trials.skip(name, f"no range is 4x its {percentile}th percentile")
@@ -348,6 +401,18 @@ def _per_tensor_weights(tflite) -> bool:
             if w.quantization and len(w.quantization.scale) == 1 and w.shape and w.shape[0] > 1:
                 return True
     return False
+
+
+def ranges_line(done: dict) -> str:
+    """Ranges re-measured by default, as `convert` says it."""
+    if done.get("why") or done.get("error"):
+        return f"ranges re-measured: not applied ({done.get('why') or done.get('error')})"
+    before, after = done["before"], done["remeasured"]
+    verdict = "kept" if done["kept"] else f"not kept (no better than {done['against']})"
+    return (f"ranges re-measured on {done['calibration_samples']} calibration image(s) ({done['narrowed']} of "
+            f"{done['tensors']} tensor ranges narrowed, up to {done['narrowed_most']:g}x): {done['metric']} float "
+            f"{before['float']:.4f}, int8 {before['int8']:.4f} {done['against']} -> {after['int8']:.4f} re-measured "
+            f"on {done['measured_on']}: {verdict}")
 
 
 def equalization_line(done: dict) -> str:
