@@ -267,9 +267,9 @@ def _box_agreement(p: Prepared, data, source: str, say: Say):
 
 
 def _trial_measure(p: Prepared, model: FloatModel, cal, task, class_scores: bool, say: Say):
-    """What the trials (equalization and re-measured ranges by default, --max-drop's) are measured by: the task's
-    metric on labelled data (`task`), else box agreement (a YOLO export), else top-1 or cosine
-    agreement on the held-out images."""
+    """What the trials (equalization and a YOLO export's re-measured ranges by default,
+    --max-drop's) are measured by: the task's metric on labelled data (`task`), else box
+    agreement (a YOLO export), else top-1 or cosine agreement on the held-out images."""
     if task is not None:
         return task
     data, source, labels = _held_out(p, model, cal, say)
