@@ -53,11 +53,11 @@ every op on the Edge TPU (237/237, 523/523, 257/257):
   mean (27 samples)             -0.42        -0.35    -0.19
   worst                         -1.08        -1.04    -0.75
 
-Neither ranges wins: the calibrator's lose more than a point once, the re-measured twice; one sample swings by 1.75 points between
-them, in either direction; more images do not help either (yolov5u loses most on 256). So
-`convert` tries both by default for a YOLO export and writes the one that measures better on
-the user's data (with `--eval`, mAP50-95: the last column, chosen on the same 84 images it is
-scored on, so it flatters the choice).
+Neither ranges wins: the calibrator's lose more than a point once, the re-measured twice; one
+sample swings by 1.75 points between them, in either direction; more images do not help either
+(yolov5u's plain loses most on 256). So `convert` tries both by default for a YOLO export and
+writes the one that measures better on the user's data (with `--eval`, mAP50-95: the last
+column, chosen on the same 84 images it is scored on, so it flatters the choice).
 
     python scripts/bench_yolo_calibration.py [--fixtures yolov8 yolo11 yolov5u]
         [--calibration DIR:SAMPLES:SEED ...] [--json out.json]
