@@ -81,8 +81,9 @@ PlotOpt = Annotated[Optional[Path], typer.Option(
 PlanOpt = Annotated[Optional[str], typer.Option(
     "--plan", metavar="COUNTxRES@FPS[,...]",
     help="How many cameras: measure what a frame of each resolution costs here (decode, the "
-         "task's host work, the inference on DEVICE) and say whether the plan fits, which part "
-         "bounds it (decode, the device's thread, the CPU) and the frame rate each stream gets, "
+         "task's host work, the inference on DEVICE) and how much CPU this process gets, and say "
+         "whether the plan fits, which part bounds it (decode, the device's thread, the CPU) and "
+         "the frame rate each stream gets, "
          "e.g. 4x1080p@10 or 2x720p@15,1x1280x960@5.",
     show_default=False)]
 UsbQueueOpt = Annotated[Optional[int], typer.Option(
@@ -193,9 +194,9 @@ def _run_plan(ctx: typer.Context, model: Optional[Path], dev: str, plan: str, fm
 def render_plan(doc: dict) -> str:
     """The plan's verdict, each part's load and each group's frame rate, for a terminal."""
     pred = doc["prediction"]
-    parts = {"decode": "decode (capture threads over the cores)",
+    parts = {"decode": "decode (the busiest stream's capture thread)",
              "device": f"the device's thread on {doc['device']} (prepare, invoke, interpret)",
-             "cpu": f"all CPU work over {doc['cores']} cores"}
+             "cpu": f"all CPU work over the {doc['cpu_share']['total']:.2f} cores this process gets"}
     verdict = (f"fits: {pred['bound']} is the busiest at {pred['load']:.0%}, {pred['headroom']:.0%} headroom"
                if pred["fits"] else f"does not fit: {pred['bound']} is asked {pred['load']:.0%}; each stream "
                                  "gets its share of the frame rate asked")
@@ -205,9 +206,14 @@ def render_plan(doc: dict) -> str:
     lines += ["", f"  {'streams':<22} {'asked fps':>9} {'gets fps':>9}"]
     lines += [f"  {str(g['streams']) + ' x ' + str(g['width']) + 'x' + str(g['height']):<22} "
               f"{g['fps']:>9g} {g['predicted_fps']:>9.1f}" for g in doc["plan"]]
-    lines += ["", f"  {'frame':<10} {'decode ms':>10} {'host ms':>8} {'infer ms':>9} {'one stream max fps':>19}"]
+    lines += ["", f"  {'frame':<10} {'decode ms':>10} {'host ms':>8} {'infer ms':>9} {'its CPU ms':>10} "
+                  f"{'loop ms':>8} {'one stream max fps':>19}"]
     lines += [f"  {size:<10} {c['decode_ms']:>10.2f} {c['host_ms']:>8.2f} {c['infer_ms']:>9.2f} "
-              f"{c['one_stream_max_fps']:>19.1f}" for size, c in doc["costs"].items()]
+              f"{c['infer_cpu_ms']:>10.2f} {c['loop_ms']:>8.2f} {c['one_stream_max_fps']:>19.1f}"
+              for size, c in doc["costs"].items()]
+    share = doc["cpu_share"]
+    lines += ["", f"  CPU this process gets now: {share['total']:.2f} of {doc['cores']} cores together, "
+                  f"{share['thread']:.0%} of a core for one thread (other programs' load takes the rest)"]
     lines += [""] + [f"note: {n}" for n in doc["notes"]]
     return "\n".join(lines)
 

@@ -340,9 +340,9 @@ class TfliteEngine(Engine):
 @dataclass(frozen=True)
 class EngineOptions:
     """How every engine of a run is opened, whatever device it lands on: what --cpu-model,
-    --runtime, --threads, --no-probe, --cpu-kernels, --performance and --usb-queue say. One
-    value travels from the command (or the API) through placement down to `open_engine`; plain
-    data, so the cluster ships it to its workers."""
+    --runtime, --threads, --no-probe, --cpu-kernels, --performance, --usb-queue and
+    --cocompiled-check say. One value travels from the command (or the API) through placement
+    down to `open_engine`; plain data, so the cluster ships it to its workers."""
 
     cpu_model: Optional[str] = None  # a compiled model's CPU twin (default: X.tflite beside it)
     runtime: Optional[str] = None  # one of RUNTIMES; None: the best installed
@@ -356,6 +356,7 @@ class EngineOptions:
     invoke_timeout: Optional[float] = None  # seconds; None: p99 of the latencies x 10, >= 1 s
     recover: str = "reset"  # how far the recovery ladder climbs (hw/worker.RECOVER)
     retry_tpu: float = 60.0  # seconds between tries of a lost Edge TPU while its CPU twin runs
+    cocompiled_check: str = "warn"  # a co-compiled model vs its CPU twin: warn|strict|off (hw/cocompiled.py)
 
 
 def open_engine(path: str | Path | TfliteModel, device: str = "auto",
@@ -379,7 +380,7 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto",
     """
     from edgeapp.core.naming import edgetpu_twin_path
     from edgeapp.core.tflite.model import TfliteModel, load_model
-    from edgeapp.hw.device_choice import parse_device, tuned
+    from edgeapp.hw.device_choice import parse_device, tuned, wants_worker
 
     o = replace(options or EngineOptions(), **settings)
     cpu_model, threads, cpu_kernels = o.cpu_model, o.threads, o.cpu_kernels
@@ -491,18 +492,3 @@ def run_payload(engine: Engine, payload: "Union[np.ndarray, Tiles]") -> Any:
     if isinstance(payload, Tiles):
         return [engine.run(t) for t in payload.tensors]
     return engine.run(payload)
-
-
-def wants_worker(isolate: Optional[bool], device_kind: str, compiled: bool) -> bool:
-    """Whether an engine runs in a worker process (hw/worker/): as --isolate/--no-isolate say; by
-    default whenever an Edge TPU is used: asked for by name, or, for `auto` and a compiled model,
-    one the kernel lists (sysfs: libedgetpu is left to the worker, which owns the device)."""
-    if isolate is not None:
-        return isolate
-    if device_kind == "cpu" or not compiled:
-        return False
-    if device_kind == "edgetpu":
-        return True
-    from edgeapp.hw.devices import scan_sysfs
-
-    return bool(scan_sysfs())

@@ -124,3 +124,23 @@ def task_for(engine: Engine, meta: Optional[ModelMeta] = None) -> str:
         raise InvalidModel(f"{engine.model_path}: outputs {describe_outputs(engine)} are not those "
                            f"of any task edgeapp knows ({', '.join(names())}); use --task")
     return found
+
+
+def options_for(name: str, options: Optional[Dict[str, Any]], model: str = "this model") -> Dict[str, Any]:
+    """The options task `name` takes, out of options meant for whichever task a model turns out
+    to be (the camera's). An option only other tasks take is dropped when left at nothing or at
+    their default, and is a UsageError when given (`camera classifier.tflite --tiles 2x2`
+    would otherwise run without what was asked for, saying nothing)."""
+    takes = kind(name).defaults
+    kept = {}
+    for key, value in (options or {}).items():
+        if key in takes:
+            kept[key] = value
+            continue
+        if value is None or value is False or value == "" or value == () or value == []:
+            continue
+        owners = [n for n in names() if n != name and key in kind(n).defaults]
+        if owners and all(value != kind(n).defaults[key] for n in owners):
+            raise UsageError(f"--{key.replace('_', '-')} is an option of {' and '.join(owners)} "
+                             f"models; {model} is a {name} model")
+    return kept
