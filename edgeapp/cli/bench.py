@@ -3,7 +3,7 @@
 import json
 import os
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -31,6 +31,9 @@ from edgeapp.core.units import counted
 from edgeapp.errors import CompileError, MissingDependency, UsageError
 from edgeapp.hw.power import POWER_MODES
 from edgeapp.sinks.records import append_line
+
+if TYPE_CHECKING:
+    from edgeapp.flows.bench.run import BenchDoc
 
 app = typer.Typer()
 
@@ -154,7 +157,7 @@ def _plot(doc: dict, opts: Any, plot: Optional[Path]) -> None:
         say(f"plot written to {plot}")
 
 
-def _run_model(model: Path, dev: str, threads: Optional[str], opts, progress) -> dict:
+def _run_model(model: Path, dev: str, threads: Optional[str], opts, progress) -> "BenchDoc":
     from edgeapp.flows.bench.run import run_bench
 
     model, notice = resolve_model(model, dev)  # a Coral model's name: pulled when absent
@@ -246,7 +249,7 @@ def _device(ctx: typer.Context, device: Optional[str], synthetic: bool) -> str:
     return dev
 
 
-def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
+def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> "BenchDoc":
     """The generated int8 model, compiled for the Edge TPU when one is asked for and there."""
     import tempfile
 

@@ -13,12 +13,20 @@ import importlib
 import importlib.util
 import pkgutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from typing_extensions import TypedDict
 
 from edgeapp.errors import InvalidModel, UsageError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from edgeapp.core.meta import ModelMeta
+    from edgeapp.core.vision.classify import ClassItem
+    from edgeapp.core.vision.detect import ObjectItem
+    from edgeapp.core.vision.pose import PoseItem
+    from edgeapp.core.vision.segmentation import ClassShare
     from edgeapp.hw.runtime import Engine
 
 _HERE = Path(__file__).resolve().parent
@@ -27,6 +35,16 @@ _INTERNAL = "internal"  # the sub-package of tasks that run inside other command
 _found: Dict[str, Tuple[str, ...]] = {}
 _kinds: dict = {}
 
+
+class TaskFields(TypedDict, total=False):
+    """A record's task fields: each task fills its own (`TaskKind.field`; an image that failed:
+    `TaskKind.empty`), plus what its output folders add (segmentation's --mask file)."""
+    classes: Union[List[ClassItem], List[ClassShare]]  # classify; segment: each class's share
+    objects: List[ObjectItem]  # detect
+    filtered: Dict[str, int]  # detect with box filters: objects each filter removed
+    poses: List[PoseItem]  # pose
+    mask: Optional[str]  # segment: the class map's PNG (--mask), else None
+    embedding: Optional[np.ndarray]  # embed: the feature vector
 
 def _discover(package: str, folder: Path) -> Tuple[str, ...]:
     if package not in _found:

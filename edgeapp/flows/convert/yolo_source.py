@@ -7,7 +7,7 @@ the sidecar. Its task is the one whose `ultralytics_task` is Ultralytics' name f
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Dict, Optional
 
 from edgeapp.flows.convert.data import Dataset
 from edgeapp.flows.convert.detection import BoxAgreement, letterboxer, sidecar_entry
@@ -16,7 +16,7 @@ from edgeapp.flows.convert.onnx_graph import OnnxInput, fixed_model
 from edgeapp.flows.convert.onnx_source import OnnxSource
 from edgeapp.flows.convert.yolo_onnx import YoloHead, cut_head
 from edgeapp.flows.sources.float_engine import ULTRALYTICS_DETECT
-from edgeapp.flows.sources.source import BoxCheck, FitPixels, SayLine
+from edgeapp.flows.sources.source import BoxCheck, FitPixels, SayLine, SidecarLayout
 from edgeapp.tasks import for_ultralytics
 
 
@@ -49,7 +49,7 @@ class YoloOnnxSource(OnnxSource):
     def labels(self) -> Optional[Dict[int, str]]:
         return self.yolo.names
 
-    def sidecar_layout(self) -> Dict[str, Any]:
+    def sidecar_layout(self) -> SidecarLayout:
         return {"yolo": sidecar_entry(self.yolo, self.inp.width, self.inp.height)}
 
     def boxes(self, data: Dataset, mean: float, std: float, source: str, say: SayLine) -> Optional[BoxCheck]:
