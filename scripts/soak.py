@@ -229,6 +229,19 @@ class Soak:
                        on_record=lambda r: frames.__setitem__(r["frame"], r["classes"]))
         return batch, frames
 
+    def hang_figures(self) -> dict:
+        """Each hang's deadline (the seconds its invoke waited, its `engine_lost` event's) and its
+        recovery beyond that deadline (the new worker started with its models open)."""
+        deadlines, beyond, lost = [], [], None
+        for e in self.tally.events:
+            if e.event == "engine_lost" and e.step is None:
+                lost = e
+            elif e.event == "engine_recovered" and lost is not None and e.cause == "hang":
+                deadlines.append(lost.seconds)
+                beyond.append(e.seconds - lost.seconds)
+                lost = None
+        return {"deadline_seconds": percentiles(deadlines), "beyond_deadline_seconds": percentiles(beyond)}
+
     def report(self, start: dict, end: dict) -> dict:
         recovered = [e for e in self.tally.events if e.event == "engine_recovered"]
         by_cause: dict = {}
@@ -239,6 +252,7 @@ class Soak:
                 "engine": self.tally.summary(),
                 "recovery_seconds": percentiles([e.seconds for e in recovered]),
                 "recovery_seconds_by_cause": {c: percentiles(v) for c, v in sorted(by_cause.items())},
+                "hang": self.hang_figures(),
                 "slowest": [e.as_dict() for e in sorted(recovered, key=lambda e: -e.seconds)[:3]],
                 "resources": {"start": start, "end": end}, "errors": self.errors}
 
@@ -258,6 +272,9 @@ def print_report(r: dict, minutes: float, seed: int) -> None:
     print(f"  recovery: p50 {p['p50']} s, p99 {p['p99']} s, max {p['max']} s")
     for cause, q in r["recovery_seconds_by_cause"].items():
         print(f"    {cause}: n {q['n']}, p50 {q['p50']} s, p99 {q['p99']} s, max {q['max']} s")
+    d, b = r["hang"]["deadline_seconds"], r["hang"]["beyond_deadline_seconds"]
+    print(f"    hang deadline: p50 {d['p50']} s, p99 {d['p99']} s, max {d['max']} s; recovered beyond it: "
+          f"p50 {b['p50']} s, p99 {b['p99']} s, max {b['max']} s")
     for e in r["slowest"]:
         print(f"    slowest: {e['cause']} on {e['device']}, back by {e['step']} after {e['seconds']} s")
     s, t = r["resources"]["start"], r["resources"]["end"]

@@ -160,3 +160,26 @@ def test_each_model_of_a_lost_edge_tpu_gets_its_own_cpu_twin(two_compiled, tpus,
     assert ops.done == [("reset", "edgetpu")]
     assert [e.step for e in tally.events if e.event == RECOVERED] == ["cpu twin"]
     assert not workers_of_this_process()
+
+
+def test_a_model_on_the_cpu_beside_the_edge_tpu_is_reopened_on_the_cpu(two_compiled, tpus):
+    """`auto`: a compiled model runs on the Edge TPU, a plain one beside it on the CPU, in the
+    same worker; the new worker after a crash opens each where it ran."""
+    tpus("usb")
+    options = EngineOptions(isolate=True)
+    engines = [open_engine(two_compiled[0], "auto", options), open_engine(CLASSIFIER, "auto", options)]
+    tally = Tally()
+    try:
+        assert engines[0].pid == engines[1].pid
+        assert [e.name for e in engines] == ["edgetpu", "cpu"]
+        x = np.zeros(engines[1].input_shape, engines[1].input_dtype)
+        before = engines[1].run(x)
+        with events.listening(tally):
+            os.kill(engines[0].pid, signal.SIGKILL)
+            after = engines[1].run(x)
+        assert all((a == b).all() for a, b in zip(before, after))
+        assert [e.name for e in engines] == ["edgetpu", "cpu"]
+        assert [e.step for e in tally.events if e.event == RECOVERED] == ["restart"]
+    finally:
+        for engine in engines:
+            engine.close()

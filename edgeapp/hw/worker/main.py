@@ -59,12 +59,13 @@ def _describe(engine: "TfliteEngine", layout: "RegionLayout") -> dict:
             "pid": os.getpid()}
 
 
-def _open(conn: Connection, opened: Opened, command: tuple, device: str, parent: int) -> None:
-    """("open", number, model, options, trust_model): the engine and its region, handed over."""
+def _open(conn: Connection, opened: Opened, command: tuple, parent: int) -> None:
+    """("open", number, model, device, options, trust_model): the engine and its region, handed
+    over."""
     from edgeapp.hw.runtime import EngineOptions, open_engine
     from edgeapp.hw.worker.shared import RegionLayout, new_region
 
-    _, number, model, options, trust_model = command
+    _, number, model, device, options, trust_model = command
     try:
         opts = replace(EngineOptions(**options), isolate=False)
         engine = open_engine(model, device, opts, trust_model=trust_model)
@@ -101,7 +102,7 @@ def _run(conn: Connection, opened: Opened, number: int) -> None:
     conn.send_bytes(DONE)
 
 
-def serve(conn: Connection, device: str, parent: int) -> int:
+def serve(conn: Connection, parent: int) -> int:
     """Answer opens, runs and closes until `q` or the end of the connection."""
     opened: Opened = {}
     while True:
@@ -117,7 +118,7 @@ def serve(conn: Connection, device: str, parent: int) -> int:
         else:
             command = pickle.loads(message)
             if command[0] == "open":
-                _open(conn, opened, command, device, parent)
+                _open(conn, opened, command, parent)
             elif command[0] == "close":
                 _close(opened, command[1])
 
@@ -126,7 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog=ARGV_MARK)
     parser.add_argument("mark")
     parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--device", required=True)
+    parser.add_argument("--device", required=True)  # for `ps`: each open names its device
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
     _die_with_parent()
@@ -134,7 +135,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     conn = Connection(args.fd)
     try:
-        return serve(conn, args.device, args.parent)
+        return serve(conn, args.parent)
     finally:
         conn.close()
 

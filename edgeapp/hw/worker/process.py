@@ -15,7 +15,7 @@ import subprocess
 import time
 from dataclasses import asdict
 from multiprocessing.reduction import recv_handle
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -70,17 +70,18 @@ class WorkerProcess:
         self.regions: Dict[int, Region] = {}
         self.describes: Dict[int, dict] = {}
 
-    def open(self, number: int, model: str, options: Options, *, trust_model: bool = False,
-             timeout: float = START_TIMEOUT_S) -> dict:
-        """Open `model` in the worker as model `number`: what it runs (its description). The
-        model's or the device's error as raised in the worker; WorkerLost when the worker dies
-        or does not answer within `timeout` (the first open includes the worker's start)."""
+    def open(self, number: int, model: str, device: str, options: Options, *,
+             trust_model: bool = False, timeout: float = START_TIMEOUT_S) -> dict:
+        """Open `model` on `device` in the worker as model `number`: what it runs (its
+        description). The model's or the device's error as raised in the worker; WorkerLost when
+        the worker dies or does not answer within `timeout` (the first open includes the
+        worker's start)."""
         fields = {k: v for k, v in asdict(options).items()}
         try:
-            self.conn.send(("open", number, str(model), fields, trust_model))
+            self.conn.send(("open", number, str(model), device, fields, trust_model))
         except (OSError, ValueError):
             raise WorkerLost("crash", f"worker {self.pid} {self._how()}") from None
-        message = self._answer(time.monotonic() + timeout, starting=timeout)
+        message = self._in_step(lambda: self._answer(time.monotonic() + timeout, starting=timeout))
         if message[0] == "error":
             raise _error(message)
         describe = message[1]
@@ -121,6 +122,17 @@ class WorkerProcess:
                     raise WorkerLost("hang", f"worker {self.pid} did not open the model within {starting:g} s")
                 raise WorkerLost("hang", f"worker {self.pid} did not answer within {self._waited(deadline)}")
 
+    def _in_step(self, wait: Callable[[], Any]) -> Any:
+        """`wait()` for an answer; interrupted (Ctrl-C), the answer would come to the next
+        question: the worker is ended, and the next call finds it gone and replaces it."""
+        try:
+            return wait()
+        except WorkerLost:
+            raise
+        except BaseException:
+            self.end()
+            raise
+
     def _waited(self, deadline: float) -> str:
         started = getattr(self, "_started", None)
         return f"{deadline - started:.1f} s" if started is not None else "its deadline"
@@ -149,7 +161,7 @@ class WorkerProcess:
         except (OSError, ValueError):
             raise WorkerLost("crash", f"worker {self.pid} {self._how()}") from None
         try:
-            answer = self._answer(deadline)
+            answer = self._in_step(lambda: self._answer(deadline))
         except WorkerLost as lost:
             lost.waited = time.monotonic() - self._started
             raise

@@ -91,6 +91,7 @@ class Model:
     options: Options
     trust_model: bool
     twin: bool  # its CPU twin may take over (`auto` and a compiled model)
+    device: str  # where it is opened again: the Edge TPU it ran on, or the CPU
     describe: dict = field(default_factory=dict)
     deadline: Optional[Deadline] = None
     users: int = 1  # engines sharing it (pipelines of one run on the same model)
@@ -152,15 +153,15 @@ class Supervisor:
         with self.lock:
             if self.closed:
                 return None
-            model = Model(next(self._numbers), str(path), options, trust_model, twin)
+            model = Model(next(self._numbers), str(path), options, trust_model, twin, self.device)
             if share:
                 for known in self.models.values():
                     if known.key == model.key:
                         known.users += 1
                         return known.number
             try:
-                model.opened(self.worker.open(model.number, model.path, options, trust_model=trust_model,
-                                              timeout=START_TIMEOUT_S))
+                model.opened(self.worker.open(model.number, model.path, "cpu" if self.on_twin else self.device,
+                                              options, trust_model=trust_model, timeout=START_TIMEOUT_S))
             except WorkerLost as lost:
                 if not self.models:  # a new worker that did not start: nothing else to keep
                     self.worker.end()
@@ -169,9 +170,10 @@ class Supervisor:
                 self._recover(lost)  # its other models are reopened in a new one
                 raise DeviceUnavailable(f"{self.name}: the worker died opening {path} "
                                         f"({lost.detail})") from None
-            if not self.on_twin and model.describe["device"] == "edgetpu":
-                model.on_tpu = True
-                if self.home == "cpu":
+            if not self.on_twin:
+                model.on_tpu = model.describe["device"] == "edgetpu"
+                model.device = model.describe["name"] if model.on_tpu else "cpu"
+                if model.on_tpu and self.home == "cpu":
                     self.home = model.describe["name"]
             self.models[model.number] = model
             return model.number
@@ -251,14 +253,17 @@ class Supervisor:
         raise DeviceFailed(f"{device} lost ({lost.detail}) and not brought back", self.home)
 
     def _start(self, device: str) -> WorkerProcess:
-        """A new worker on `device` with every model opened in it, within RESTART_TIMEOUT_S."""
+        """A new worker on `device` (the Edge TPU, or cpu for the twins) with every model opened
+        in it, within RESTART_TIMEOUT_S: on the Edge TPU each model where it ran before (a
+        model that ran on the CPU beside it stays there)."""
         worker = self._spawn(device)
         until = time.monotonic() + RESTART_TIMEOUT_S
         opened = {}
         try:
             for model in self.models.values():
                 opened[model.number] = worker.open(
-                    model.number, model.path, replace(model.options, probe=False), trust_model=True,
+                    model.number, model.path, "cpu" if device == "cpu" else model.device,
+                    replace(model.options, probe=False), trust_model=True,
                     timeout=max(0.1, until - time.monotonic()))
         except BaseException:
             worker.end()

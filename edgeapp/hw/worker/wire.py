@@ -1,7 +1,8 @@
 """What crosses a worker's control connection, and how an operator finds a worker.
 
 To the worker: `r` followed by a model's number in ASCII digits (run that model on the inputs
-in its region), `q` (quit), or a pickled command: ("open", number, model, options, trust_model)
+in its region), `q` (quit), or a pickled command: ("open", number, model, device, options,
+trust_model)
 (answered ("ready", description) and the region's file descriptor, or an error) and
 ("close", number) (no answer). From the worker: `k` (outputs written) or a pickled
 ("error", class name, message, device).
