@@ -17,12 +17,7 @@ import numpy as np
 import pytest
 from conftest import make_edgetpu_stand_in
 from media import CLASSES, make_images, make_video
-from worker_procs import (
-    only_worker,
-    this_tests_workers,  # noqa: F401 - autouse: earlier tests' workers set aside
-    without_timing,
-    workers_of_this_process,
-)
+from worker_procs import only_worker, set_aside_earlier_workers, without_timing, workers_of_this_process
 
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.camera.loop import run_camera
@@ -36,6 +31,11 @@ from edgeapp.hw.worker.events import LOST, RECOVERED, Tally
 
 MODEL = Path(__file__).resolve().parent.parent / "models" / "digits_int8.tflite"
 GUARD = 120.0  # seconds: a generous bound on waiting for something that must happen
+
+
+@pytest.fixture(autouse=True)
+def _only_this_tests_workers():
+    set_aside_earlier_workers()
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, make_edgetpu_stand_in
 from eval_sets import shapes_set
-from worker_procs import (
-    only_worker,
-    this_tests_workers,  # noqa: F401 - autouse: earlier tests' workers set aside
-    without_timing,
-    workers_of_this_process,
-)
+from worker_procs import only_worker, set_aside_earlier_workers, without_timing, workers_of_this_process
 
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.open_task import Placement, open_task
@@ -30,6 +25,11 @@ from edgeapp.hw.worker.events import LOST, RECOVERED, Tally
 
 DETECTOR = ROOT / "models" / "shapes_yolov8_int8.tflite"
 CLASSIFIER = ROOT / "models" / "digits_int8.tflite"  # any classifier: the crops' classes are compared
+
+
+@pytest.fixture(autouse=True)
+def _only_this_tests_workers():
+    set_aside_earlier_workers()
 
 
 @pytest.fixture(scope="module")

@@ -6,23 +6,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 TIMING = ("latency_ms", "frame_ms", "source_ms", "timestamp")  # when, not what
 
 _EARLIER: set = set()  # workers other tests' engines left running (ended when their engine is)
 
 
-@pytest.fixture(autouse=True)
-def this_tests_workers():
-    """Workers are this test's only: what earlier tests' unclosed engines still hold (Python 3.9
-    collects an engine in a reference cycle later than 3.11 does) is set aside first."""
+def set_aside_earlier_workers() -> None:
+    """Workers are this test's only (a test module's autouse fixture calls this first): what
+    earlier tests' unclosed engines still hold (Python 3.9 collects an engine in a reference
+    cycle later than 3.11 does) is set aside."""
     import gc
 
     gc.collect()
     _EARLIER.clear()
     _EARLIER.update(_all_workers())
-    yield
 
 
 def workers_of_this_process() -> list:
