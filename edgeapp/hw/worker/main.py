@@ -104,6 +104,10 @@ def _run(conn: Connection, opened: Opened, number: int) -> None:
 
 def serve(conn: Connection, parent: int) -> int:
     """Answer opens, runs and closes until `q` or the end of the connection."""
+    try:  # imported before the first open asks (a restart waits less); a failure is the open's to tell
+        import edgeapp.hw.runtime  # noqa: F401
+    except BaseException:  # noqa: BLE001, S110
+        pass
     opened: Opened = {}
     while True:
         try:

@@ -222,12 +222,15 @@ class Supervisor:
 
     def _recover(self, lost: WorkerLost) -> None:
         start, device = time.monotonic() - lost.waited, self.name  # since the invoke began
+        target = "cpu" if self.on_twin else self.home
+        # the new process starts (Python, its imports) while the old one is ended: it opens
+        # nothing before it is told to, once the old one is gone
+        fresh = self._spawn(target) if self.options.recover != "none" else None
         self.worker.end()
         events.publish(EngineEvent(LOST, device, lost.cause, None, lost.waited))
-        if self.options.recover == "none":
+        if fresh is None:
             self.closed = True
             raise DeviceFailed(f"{device} lost ({lost.detail}); --recover none", self.home)
-        target = "cpu" if self.on_twin else self.home
         for step in ["restart"] + ladder(self.options.recover, target):
             if step != "restart":
                 try:
@@ -237,7 +240,8 @@ class Supervisor:
                     continue
                 except NotApplicable:
                     continue
-            reason = self._reopen(target, SETTLE_S[step])
+            reason = self._reopen(target, SETTLE_S[step], fresh)
+            fresh = None
             if reason is None:
                 events.publish(EngineEvent(RECOVERED, device, lost.cause, step, time.monotonic() - start))
                 return
@@ -252,11 +256,11 @@ class Supervisor:
         self.closed = True
         raise DeviceFailed(f"{device} lost ({lost.detail}) and not brought back", self.home)
 
-    def _start(self, device: str) -> WorkerProcess:
-        """A new worker on `device` (the Edge TPU, or cpu for the twins) with every model opened
-        in it, within RESTART_TIMEOUT_S: on the Edge TPU each model where it ran before (a
-        model that ran on the CPU beside it stays there)."""
-        worker = self._spawn(device)
+    def _start(self, device: str, fresh: Optional[WorkerProcess] = None) -> WorkerProcess:
+        """A new worker (`fresh`, else one started now) on `device` (the Edge TPU, or cpu for
+        the twins) with every model opened in it, within RESTART_TIMEOUT_S: on the Edge TPU
+        each model where it ran before (a model that ran on the CPU beside it stays there)."""
+        worker = fresh if fresh is not None else self._spawn(device)
         until = time.monotonic() + RESTART_TIMEOUT_S
         opened = {}
         try:
@@ -272,16 +276,17 @@ class Supervisor:
             self.models[number].opened(describe)
         return worker
 
-    def _reopen(self, device: str, settle: float) -> Optional[str]:
-        """None once a new worker has `device` and every model open, else why not (after
-        `settle` seconds)."""
+    def _reopen(self, device: str, settle: float, fresh: Optional[WorkerProcess] = None) -> Optional[str]:
+        """None once a new worker (`fresh` first) has `device` and every model open, else why
+        not (after `settle` seconds)."""
         until = time.monotonic() + settle
         while True:
             try:
-                self.worker = self._start(device)
+                self.worker = self._start(device, fresh)
                 return None
             except (EdgeappError, WorkerLost) as e:
                 reason = str(e)
+            fresh = None
             if time.monotonic() + 1.0 > until:
                 return reason
             time.sleep(1.0)
