@@ -127,3 +127,20 @@ def random_scene(seed: int, frames: int = 150, objects: int = 8, width: int = 48
         scene.movers.append(Mover(int(rng.integers(0, 3)), size, colour, (x, y), v,
                                   (start, end), hidden))
     return scene
+
+
+def small_movers(seed: int, frames: int, objects: int, width: int = 1280, height: int = 720) -> Scene:
+    """Small shapes (40-56 px on a 1280x720 frame: a fifth of that to a 256-pixel detector
+    seeing the whole frame) on straight paths, all on screen for the whole video, on a still
+    background (camera --motion's measure, scripts/bench_motion.py)."""
+    rng = np.random.default_rng(seed)
+    scene = Scene(width, height, frames)
+    for _ in range(objects):
+        size = int(rng.integers(40, 57))
+        v = (float(rng.uniform(-5, 5)), float(rng.uniform(-3, 3)))
+        margin = size + 8
+        x = float(rng.uniform(margin + max(0, -v[0] * frames), width - margin - max(0, v[0] * frames)))
+        y = float(rng.uniform(margin + max(0, -v[1] * frames), height - margin - max(0, v[1] * frames)))
+        colour = tuple(int(c) for c in rng.integers(30, 256, 3))
+        scene.movers.append(Mover(int(rng.integers(0, 3)), size, colour, (x, y), v, (0, frames)))
+    return scene

@@ -242,13 +242,15 @@ class CameraOptions:
     invoke_timeout: shared.InvokeTimeoutOpt = None
     recover: shared.RecoverOpt = shared.Recover.reset
     retry_tpu: shared.RetryTpuOpt = 60.0
+    cocompiled_check: shared.CocompiledCheckOpt = shared.CocompiledCheck.warn
 
     def placement(self, ctx: typer.Context) -> "Placement":
         return shared.placement(ctx, device=self.device, cpu_model=self.cpu_model, runtime=self.runtime,
                                 threads=self.threads, no_probe=self.no_probe,
                                 cpu_kernels=self.cpu_kernels, performance=self.performance,
                                 isolate=self.isolate, invoke_timeout=self.invoke_timeout,
-                                recover=self.recover, retry_tpu=self.retry_tpu)
+                                recover=self.recover, retry_tpu=self.retry_tpu,
+                                cocompiled_check=self.cocompiled_check)
 
 
 def command() -> Any:

@@ -15,6 +15,7 @@ from typing_extensions import Annotated
 from edgeapp.cli.download import resolve_name
 from edgeapp.core.limits import MAX_THREADS
 from edgeapp.errors import EdgeappError, UsageError, is_interrupt
+from edgeapp.hw.cocompiled import CHECK_MODES
 from edgeapp.hw.runtime import RUNTIMES, EngineOptions
 from edgeapp.hw.worker import RECOVER
 from edgeapp.sinks.records import Format, format_for_path
@@ -113,6 +114,12 @@ RecoverOpt = Annotated[Recover, typer.Option(
 RetryTpuOpt = Annotated[float, typer.Option(
     "--retry-tpu", min=1.0, metavar="SECONDS",
     help="While the CPU twin stands in for a lost Edge TPU (auto), try the TPU again this often.")]
+CocompiledCheck = choices("CocompiledCheck", CHECK_MODES)
+CocompiledCheckOpt = Annotated[CocompiledCheck, typer.Option(
+    "--cocompiled-check", envvar="EDGEAPP_COCOMPILED_CHECK",
+    help="A co-compiled model's first run on an Edge TPU is compared with its CPU twin, once per "
+         "model file (docs/check-and-compile.md): warn on a mismatch and run, strict (a mismatch "
+         "ends the command, exit 4), or off.")]
 
 
 LabelsOpt = Annotated[Optional[Path], typer.Option(
@@ -221,7 +228,8 @@ def placement(ctx: typer.Context, *, device: Optional[str], cpu_model: Optional[
               performance: Union[Performance, str, None] = None,
               reconnect: float = 0.0, isolate: Optional[bool] = None,
               invoke_timeout: Optional[float] = None, recover: Union[Recover, str, None] = None,
-              retry_tpu: float = 60.0) -> "Placement":
+              retry_tpu: float = 60.0, cocompiled_check: Union[CocompiledCheck, str, None] = None
+              ) -> "Placement":
     """Where and how to run (flows.open_task.Placement), from an inference command's options:
     --device and --runtime fall back on the global ones."""
     from edgeapp.flows.open_task import Placement
@@ -229,7 +237,8 @@ def placement(ctx: typer.Context, *, device: Optional[str], cpu_model: Optional[
     engine = EngineOptions(str(cpu_model) if cpu_model else None, resolve_runtime(ctx, runtime), threads,
                            not no_probe, CpuKernels(choice_value(cpu_kernels) or "fast").value,
                            choice_value(performance), isolate=isolate, invoke_timeout=invoke_timeout,
-                           recover=choice_value(recover) or "reset", retry_tpu=float(retry_tpu))
+                           recover=choice_value(recover) or "reset", retry_tpu=float(retry_tpu),
+                           cocompiled_check=choice_value(cocompiled_check) or "warn")
     return Placement(resolve_device(ctx, device), engine, float(reconnect or 0.0))
 
 

@@ -29,6 +29,8 @@ from edgeapp.cli.options import (
     AnnotateOpt,
     ChunkSizeOpt,
     ClusterOpt,
+    CocompiledCheck,
+    CocompiledCheckOpt,
     CpuKernels,
     CpuKernelsOpt,
     CpuModelOpt,
@@ -115,6 +117,7 @@ class ImageOptions:
     invoke_timeout: InvokeTimeoutOpt = None
     recover: RecoverOpt = Recover.reset
     retry_tpu: RetryTpuOpt = 60.0
+    cocompiled_check: CocompiledCheckOpt = CocompiledCheck.warn
     cluster: ClusterOpt = None
     ship_bytes: ShipBytesOpt = False
     chunk_size: ChunkSizeOpt = 16
@@ -129,7 +132,8 @@ class ImageOptions:
                          threads=self.threads, no_probe=self.no_probe, cpu_kernels=self.cpu_kernels,
                          performance=self.performance, reconnect=self.tpu_reconnect,
                          isolate=self.isolate, invoke_timeout=self.invoke_timeout,
-                         recover=self.recover, retry_tpu=self.retry_tpu)
+                         recover=self.recover, retry_tpu=self.retry_tpu,
+                         cocompiled_check=self.cocompiled_check)
 
 
 _choice_types: Dict[Tuple[str, Tuple[str, ...]], type] = {}

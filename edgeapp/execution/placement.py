@@ -15,6 +15,7 @@ from edgeapp.execution.parallel import CpuPool, DevicePool
 from edgeapp.execution.pipeline import open_pipeline
 from edgeapp.execution.reconnect import Reconnect
 from edgeapp.execution.runner import Notice, Runner, SingleRunner, invoke
+from edgeapp.hw.cocompiled import verify_cocompiled
 from edgeapp.hw.device_choice import parse_devices, resolve_tpus
 from edgeapp.hw.runtime import EngineOptions, TfliteEngine, open_engine
 
@@ -54,6 +55,8 @@ def open_runner(model: str | Path, device: str = "auto", options: EngineOptions 
     one-thread interpreters side by side instead of one (see `cpu_runner`).
     `reconnect` seconds: an Edge TPU that fails mid-run is waited for that long before its work
     goes to the others or the CPU twin (execution/reconnect.py); 0 gives up at once.
+    A co-compiled model's first run on an Edge TPU is checked against its CPU twin
+    (hw/cocompiled.py), as `options.cocompiled_check` says.
     """
     choice = parse_devices(device)
     segments = find_segment_files(model)
@@ -76,6 +79,8 @@ def open_runner(model: str | Path, device: str = "auto", options: EngineOptions 
         engine = open_engine(model, choice.text, options)
         if engine.notice:
             say(engine.notice)
+        if engine.device == "edgetpu":
+            verify_cocompiled(engine, twin, options.cocompiled_check, say)
         if engine.device == "cpu" and options.threads is None and cpu_replicas > 1:
             return cpu_runner(engine, cpu_replicas, options, work=work,
                               on_notice=on_notice, meta_path=str(model), depth=depth)
@@ -88,6 +93,7 @@ def open_runner(model: str | Path, device: str = "auto", options: EngineOptions 
         member = twin()
         say(f"no Edge TPU usable: {member.notice or 'running on CPU'}")
         return SingleRunner(member, work=work, on_notice=on_notice, meta_path=str(model))
+    verify_cocompiled(engines[0], twin, options.cocompiled_check, say)
     return DevicePool(engines, work=work, fallback=twin if choice.fallback else None,
                       on_notice=on_notice, meta_path=str(model), depth=depth, reconnect=waiter)
 

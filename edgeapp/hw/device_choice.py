@@ -159,3 +159,18 @@ def tuned(spec: DeviceSpec, performance: Optional[str] = None, usb_queue: Option
         if why:
             raise UsageError(why)
     return spec, delegate_options(performance, usb_queue)
+
+
+def wants_worker(isolate: Optional[bool], device_kind: str, compiled: bool) -> bool:
+    """Whether an engine runs in a worker process (hw/worker/): as --isolate/--no-isolate say; by
+    default whenever an Edge TPU is used: asked for by name, or, for `auto` and a compiled model,
+    one the kernel lists (sysfs: libedgetpu is left to the worker, which owns the device)."""
+    if isolate is not None:
+        return isolate
+    if device_kind == "cpu" or not compiled:
+        return False
+    if device_kind == "edgetpu":
+        return True
+    from edgeapp.hw.devices import scan_sysfs
+
+    return bool(scan_sysfs())

@@ -39,7 +39,6 @@ from edgeapp.hw.runtime_errors import (
     numpy_mismatch_text,
     runtime_error_text,
 )
-from edgeapp.hw.worker import wants_worker
 
 # CPU preference order: ai-edge-litert uses XNNPACK for int8 (3.8 ms vs 71 ms measured on
 # MobileNetV2 with tflite-runtime 2.14), tflite-runtime is what 32-bit Raspberry Pi OS has.
@@ -341,9 +340,9 @@ class TfliteEngine(Engine):
 @dataclass(frozen=True)
 class EngineOptions:
     """How every engine of a run is opened, whatever device it lands on: what --cpu-model,
-    --runtime, --threads, --no-probe, --cpu-kernels, --performance and --usb-queue say. One
-    value travels from the command (or the API) through placement down to `open_engine`; plain
-    data, so the cluster ships it to its workers."""
+    --runtime, --threads, --no-probe, --cpu-kernels, --performance, --usb-queue and
+    --cocompiled-check say. One value travels from the command (or the API) through placement
+    down to `open_engine`; plain data, so the cluster ships it to its workers."""
 
     cpu_model: Optional[str] = None  # a compiled model's CPU twin (default: X.tflite beside it)
     runtime: Optional[str] = None  # one of RUNTIMES; None: the best installed
@@ -357,6 +356,7 @@ class EngineOptions:
     invoke_timeout: Optional[float] = None  # seconds; None: p99 of the latencies x 10, >= 1 s
     recover: str = "reset"  # how far the recovery ladder climbs (hw/worker.RECOVER)
     retry_tpu: float = 60.0  # seconds between tries of a lost Edge TPU while its CPU twin runs
+    cocompiled_check: str = "warn"  # a co-compiled model vs its CPU twin: warn|strict|off (hw/cocompiled.py)
 
 
 def open_engine(path: str | Path | TfliteModel, device: str = "auto",
@@ -380,7 +380,7 @@ def open_engine(path: str | Path | TfliteModel, device: str = "auto",
     """
     from edgeapp.core.naming import edgetpu_twin_path
     from edgeapp.core.tflite.model import TfliteModel, load_model
-    from edgeapp.hw.device_choice import parse_device, tuned
+    from edgeapp.hw.device_choice import parse_device, tuned, wants_worker
 
     o = replace(options or EngineOptions(), **settings)
     cpu_model, threads, cpu_kernels = o.cpu_model, o.threads, o.cpu_kernels

@@ -3,7 +3,9 @@
 Keyed by content hashes, so a check costs once per file (see probe.py for what is checked):
 - a model verdict by the model's SHA-256, the runtime's name and version, and for the Edge TPU
   the library's SHA-256 ("pass", "crash", "hang", or "invalid" with the runtime's message);
-- a pair verdict (runtime, Edge TPU library) by the library's SHA-256.
+- a pair verdict (runtime, Edge TPU library) by the library's SHA-256;
+- a co-compiled model's agreement with its CPU model (hw/cocompiled.py), by the model's SHA-256,
+  the runtime's name and version and the library's SHA-256.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Optional
 from edgeapp.core.registry import file_sha256
 
 MAX_MODEL_VERDICTS = 2000  # oldest forgotten first
+_SECTIONS = ("verdicts", "models", "files", "cocompiled")
 CACHED_NOTE = "`edgeapp doctor --forget-probes` to probe again"
 _PATHMARK = "{model}"  # in cached model messages: the path of the file as given this time
 
@@ -100,9 +103,9 @@ class VerdictCache:
     def _load(self) -> dict:
         try:
             data = json.loads(self.path.read_text())
-            return {k: dict(data.get(k, {})) for k in ("verdicts", "models", "files")}
+            return {k: dict(data.get(k, {})) for k in _SECTIONS}
         except (OSError, ValueError, AttributeError, TypeError):
-            return {"verdicts": {}, "models": {}, "files": {}}  # absent or damaged: probe again
+            return {k: {} for k in _SECTIONS}  # absent or damaged: probe again
 
     def sha256(self, path: str) -> str:
         """The file's SHA-256, remembered by (path, size, mtime, ctime, inode): a cache hit then
@@ -199,10 +202,24 @@ class VerdictCache:
             models.pop(next(iter(models)))
         self._write(data)
 
+    def get_agreement(self, key: str) -> Optional[dict]:
+        """A co-compiled model's cached agreement with its CPU model (hw/cocompiled.py)."""
+        entry = self._load()["cocompiled"].get(key)
+        return entry if isinstance(entry, dict) else None
+
+    def put_agreement(self, key: str, entry: dict) -> None:
+        data = self._load()
+        kept = data["cocompiled"]
+        kept.pop(key, None)
+        kept[key] = {**entry, "python": self.environment}
+        while len(kept) > MAX_MODEL_VERDICTS:
+            kept.pop(next(iter(kept)))
+        self._write(data)
+
     def clear(self) -> int:
         data = self._load()
-        n = len(data["verdicts"]) + len(data["models"])
-        self._write({"verdicts": {}, "models": {}, "files": {}})
+        n = len(data["verdicts"]) + len(data["models"]) + len(data["cocompiled"])
+        self._write({k: {} for k in _SECTIONS})
         return n
 
     def _write(self, data: dict) -> None:

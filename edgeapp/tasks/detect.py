@@ -19,11 +19,12 @@ from edgeapp.core.eval.coco import box_summary, coco_evaluate, means_over, pr_cu
 from edgeapp.core.eval.metrics import match_names
 from edgeapp.core.vision.box_filters import NAMES as FILTERS
 from edgeapp.core.vision.box_filters import BoxFilters, filter_boxes
-from edgeapp.core.vision.boxes import translate
+from edgeapp.core.vision.boxes import letterbox_fit, translate
 from edgeapp.core.vision.detect import Object, engine_layout, get_objects, object_fields
+from edgeapp.core.vision.motion import MotionFrame
 from edgeapp.core.vision.overlay import draw_objects
 from edgeapp.core.vision.preprocess import decode_image
-from edgeapp.core.vision.tiles import DEFAULT_OVERLAP, Tiles, merge, parse_tiles, windows
+from edgeapp.core.vision.tiles import DEFAULT_OVERLAP, Tiles, Window, merge, parse_tiles, windows
 from edgeapp.core.vision.yolo import (
     CONF,
     IOU,
@@ -135,6 +136,11 @@ class Detect(TaskKind):
                    f"{DEFAULT_OVERLAP:g}) and once on the whole, then merge the boxes: "
                    "COLSxROWS[:OVERLAP], e.g. 2x2 (5 inferences per image).", type=str,
                    metavar="COLSxROWS[:OVERLAP]", default_text="the whole frame only"),
+        TaskOption("motion", False, "Videos from a still camera: run the model only on the regions "
+                   "that moved since the frames before, each cropped at its native resolution "
+                   "(at least the model's input size), and merge their boxes; a frame where "
+                   "nothing moved costs no inference. Objects that stop are not looked for "
+                   "until they move again.", ("--motion",), type=bool, paths=("camera", "api")),
         TaskOption("track_low", None, "With --track: boxes down to this score keep a track alive "
                    "(ByteTrack's second round); only boxes above --threshold start tracks and are "
                    "shown.", type=float, min=0.0, max=1.0, paths=("camera", "api"),
@@ -191,6 +197,8 @@ class Detect(TaskKind):
                 parse_tiles(options["tiles"])
             except ValueError as e:
                 raise UsageError(str(e)) from None
+            if options.get("motion"):
+                raise UsageError("--tiles and --motion both choose where the model looks: pick one")
         return options
 
     def prepare(self, source: ImageSource, spec: InputSpec, options: dict, plan: Optional[DetectPlan] = None,
@@ -212,17 +220,30 @@ class Detect(TaskKind):
     def _tiles(self, frame: np.ndarray, spec: InputSpec, options: dict, plan: Optional[DetectPlan]) -> tuple:
         """Each window of a BGR (or grey) frame fitted into its own input tensor."""
         h, w = frame.shape[:2]
+        return self._windows(frame, windows(w, h, parse_tiles(options["tiles"])), spec, options, plan)
+
+    def _windows(self, frame: np.ndarray, chosen: List[Window], spec: InputSpec, options: dict,
+                 plan: Optional[DetectPlan]) -> tuple:
+        """Each of `chosen` windows of a frame fitted into its own input tensor (none: no
+        inference, and no object)."""
+        h, w = frame.shape[:2]
         tensors, tiles = [], []
-        for window in windows(w, h, parse_tiles(options["tiles"])):
+        for window in chosen:
             x0, y0, x1, y1 = window
             crop = np.ascontiguousarray(frame[y0:y1, x0:x1])
             tensor, prepared = self.prepare_frame(crop, spec, {**options, "tiles": None}, plan)
             tensors.append(tensor)
             tiles.append((window, prepared.fit))
-        return Tiles(tuple(tensors)), Prepared(tiles[-1][1], tiles=tuple(tiles))
+        whole = tiles[-1][1] if chosen and chosen[-1] == (0, 0, w, h) else letterbox_fit((w, h), spec.size)
+        return Tiles(tuple(tensors)), Prepared(whole, tiles=tuple(tiles))
 
-    def prepare_frame(self, frame: np.ndarray, spec: InputSpec, options: dict,
+    def prepare_frame(self, frame: Union[np.ndarray, MotionFrame], spec: InputSpec, options: dict,
                       plan: Optional[DetectPlan] = None) -> tuple:
+        if isinstance(frame, MotionFrame):  # --motion: the regions that moved
+            h, w = frame.image.shape[:2]
+            if frame.regions == [(0, 0, w, h)]:
+                return self.prepare_frame(frame.image, spec, options, plan)
+            return self._windows(frame.image, frame.regions, spec, options, plan)
         if options.get("tiles"):
             return self._tiles(frame, spec, options, plan)
         if plan is None or plan.decoder == "ssd":
@@ -239,7 +260,7 @@ class Detect(TaskKind):
 
     def interpret(self, outputs, prepared: Prepared, plan: DetectPlan, options: dict,
                   labels: Optional[dict]) -> Result:
-        if prepared.tiles:  # one set of outputs per window: boxes into the image, then merged
+        if prepared.tiles or not outputs:  # one set of outputs per window (none: nothing moved)
             found = [Object(o.id, o.score, translate(o.bbox, window[0], window[1]))
                      for out, (window, fit) in zip(outputs, prepared.tiles)
                      for o in self._objects(out, fit, plan, options, None)]

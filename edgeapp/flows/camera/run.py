@@ -112,7 +112,7 @@ class CameraRun:
             if self.publisher is not None and not cap.live:  # a file: every record to the broker
                 self.publisher.wait_settled(MQTT_SETTLE)
             with engine_events.listening(self.engine_watch, self.say):
-                stats = run_camera(cap, opened.runner, drop=s.drop_frames, max_frames=s.max_frames,
+                stats = run_camera(cap, self._runner(), drop=s.drop_frames, max_frames=s.max_frames,
                                    duration=s.duration, reconnect=ReconnectPolicy(timeout=s.reconnect),
                                    on_record=self._on_record if self.writer or r.on_record else None,
                                    display=window, recorder=recorder,
@@ -121,6 +121,15 @@ class CameraRun:
         finally:
             self.close()
         return self._outcome(stats)
+
+    def _runner(self) -> Any:
+        """The opened model's runner; with --motion, its frames carry the regions that moved."""
+        opened = self.opened
+        if not opened.task.options.get("motion"):
+            return opened.runner
+        from edgeapp.flows.camera.motion_stage import MotionRunner
+
+        return MotionRunner(opened.runner, max(opened.task.spec.size))
 
     def _open(self) -> Any:
         r = self.request

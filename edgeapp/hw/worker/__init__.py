@@ -17,23 +17,6 @@ another thread of the same process, but a process can be ended and replaced.
 
 from __future__ import annotations
 
-from typing import Optional
-
 # How far the recovery ladder climbs (--recover; hw/recovery.py): none, a new worker, + a USB
 # reset or PCIe rescan, + a power cycle of the hub port, all.
 RECOVER = ("none", "restart", "reset", "power", "all")
-
-
-def wants_worker(isolate: Optional[bool], device_kind: str, compiled: bool) -> bool:
-    """Whether an engine runs in a worker (--isolate/--no-isolate; by default whenever an Edge
-    TPU is used: asked for by name, or, for `auto` and a compiled model, one the kernel lists
-    (sysfs: libedgetpu is left to the worker, which owns the device))."""
-    if isolate is not None:
-        return isolate
-    if device_kind == "cpu" or not compiled:
-        return False
-    if device_kind == "edgetpu":
-        return True
-    from edgeapp.hw.devices import scan_sysfs
-
-    return bool(scan_sysfs())
