@@ -305,3 +305,33 @@ def test_the_camera_command_tells_the_outage_in_its_events_and_summary(tmp_path)
         ("engine_lost", "crash", None), ("engine_recovered", "crash", "restart")]
     assert summary["engine"]["engine_lost"] == 1 and summary["engine"]["engine_recovered"] == 1
     assert summary["frames_processed"] > 0
+
+
+def test_a_replaced_worker_keeps_the_deadline_its_model_measured(tmp_path):
+    """The start-up deadline (watchdog.START_S) is for a model never run on its device: the worker
+    that replaces a killed one, and the model opened again later, start from the latencies
+    measured already, so a hang right after a restart is noticed as fast as any other."""
+    from edgeapp.hw.runtime import open_engine
+    from edgeapp.hw.worker.watchdog import START_S, WARM_UP
+
+    model = tmp_path / MODEL.name  # a file of its own: no latencies measured before this test
+    model.write_bytes(MODEL.read_bytes())
+    options = EngineOptions(isolate=True)  # no --invoke-timeout: the deadline is measured
+    engine = open_engine(model, "cpu", options)
+    x = np.zeros(engine.input_shape, engine.input_dtype)
+    try:
+        deadline = engine.supervisor.models[engine.number].deadline
+        assert deadline.seconds == START_S
+        for _ in range(WARM_UP):
+            engine.run(x)
+        assert deadline.seconds < START_S
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.run(x)  # on the new worker
+        assert engine.supervisor.models[engine.number].deadline.seconds < START_S
+    finally:
+        engine.close()
+    again = open_engine(model, "cpu", options)
+    try:
+        assert again.supervisor.models[again.number].deadline.seconds < START_S
+    finally:
+        again.close()

@@ -39,8 +39,10 @@ if TYPE_CHECKING:
 # boot, a rescan), tried every second.
 SETTLE_S = {"restart": 2.0, "reset": 6.0, "power": 12.0, "rescan": 6.0}
 # A new worker opening its models on a device already checked and opened once (no probe, trusted
-# models): longer than that is a worker stuck in its start.
+# models): longer than that is a worker stuck in its start. Once a new worker was seen to start
+# on the device, START_FACTOR times that long, at least START_FLOOR_S, is enough.
 RESTART_TIMEOUT_S = 30.0
+START_FACTOR, START_FLOOR_S = 10.0, 5.0
 TWIN, HAND_BACK = "cpu twin", "hand-back"
 
 Spawn = Callable[[str], WorkerProcess]
@@ -126,6 +128,8 @@ class Supervisor:
         self._retry_at = 0.0
         self._outage: Optional[tuple] = None  # (cause, start) while on the twin
         self.closed = False
+        self._spawned = time.monotonic()
+        self._took: Dict[str, float] = {}  # device -> seconds its last new worker took to open all
 
     @property
     def pid(self) -> int:
@@ -175,6 +179,8 @@ class Supervisor:
                 model.device = model.describe["name"] if model.on_tpu else "cpu"
                 if model.on_tpu and self.home == "cpu":
                     self.home = model.describe["name"]
+            if not self.models:  # the worker's start, and its first model
+                self._took[self.name] = time.monotonic() - self._spawned
             self.models[model.number] = model
             return model.number
 
@@ -258,10 +264,14 @@ class Supervisor:
 
     def _start(self, device: str, fresh: Optional[WorkerProcess] = None) -> WorkerProcess:
         """A new worker (`fresh`, else one started now) on `device` (the Edge TPU, or cpu for
-        the twins) with every model opened in it, within RESTART_TIMEOUT_S: on the Edge TPU
-        each model where it ran before (a model that ran on the CPU beside it stays there)."""
+        the twins) with every model opened in it, within RESTART_TIMEOUT_S (or 10 times its
+        last start there): on the Edge TPU each model where it ran before (a model that ran on
+        the CPU beside it stays there)."""
         worker = fresh if fresh is not None else self._spawn(device)
-        until = time.monotonic() + RESTART_TIMEOUT_S
+        began = time.monotonic()
+        took = self._took.get(device)
+        until = began + (RESTART_TIMEOUT_S if took is None else
+                         min(RESTART_TIMEOUT_S, max(START_FLOOR_S, START_FACTOR * took)))
         opened = {}
         try:
             for model in self.models.values():
@@ -274,19 +284,24 @@ class Supervisor:
             raise
         for number, describe in opened.items():
             self.models[number].opened(describe)
+        self._took[device] = time.monotonic() - began
         return worker
 
     def _reopen(self, device: str, settle: float, fresh: Optional[WorkerProcess] = None) -> Optional[str]:
         """None once a new worker (`fresh` first) has `device` and every model open, else why
         not (after `settle` seconds)."""
-        until = time.monotonic() + settle
+        until, again = time.monotonic() + settle, True
         while True:
             try:
                 self.worker = self._start(device, fresh)
                 return None
             except (EdgeappError, WorkerLost) as e:
                 reason = str(e)
+                stuck = isinstance(e, WorkerLost) and e.cause == "hang"
             fresh = None
+            if stuck and again:  # the new worker stuck in its start, not the device: once more
+                again = False
+                continue
             if time.monotonic() + 1.0 > until:
                 return reason
             time.sleep(1.0)
