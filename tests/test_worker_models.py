@@ -183,3 +183,30 @@ def test_a_model_on_the_cpu_beside_the_edge_tpu_is_reopened_on_the_cpu(two_compi
     finally:
         for engine in engines:
             engine.close()
+
+
+def test_pipelines_sharing_a_worker_take_turns_in_the_order_they_asked():
+    import threading
+    import time
+
+    from edgeapp.hw.worker.supervisor import FifoLock
+
+    lock, order, threads = FifoLock(), [], []
+
+    def pipeline(name: str) -> None:
+        with lock:
+            order.append(name)
+
+    with lock:
+        with lock:  # the holder may take it again (an engine collected while it runs)
+            pass
+        for name in "abcd":
+            threads.append(threading.Thread(target=pipeline, args=(name,)))
+            threads[-1].start()
+            end = time.monotonic() + 60
+            while len(lock._waiting) < len(threads) and time.monotonic() < end:
+                time.sleep(0.001)  # queued before the next one asks
+        assert not order
+    for t in threads:
+        t.join(60)
+    assert order == list("abcd")

@@ -50,17 +50,23 @@ Spawn = Callable[[str], WorkerProcess]
 
 class FifoLock:
     """A lock granted in the order it was asked for, so pipelines sharing a worker take turns
-    (threading.Lock lets one thread take it again and again)."""
+    (threading.Lock lets one thread take it again and again). Reentrant: an engine collected
+    while its thread holds the lock releases its model from inside."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._waiting: Deque[threading.Lock] = collections.deque()
-        self._held = False
+        self._owner: Optional[int] = None
+        self._depth = 0
 
     def __enter__(self) -> "FifoLock":
+        me = threading.get_ident()
         with self._guard:
-            if not self._held:
-                self._held = True
+            if self._owner == me:
+                self._depth += 1
+                return self
+            if self._depth == 0:
+                self._owner, self._depth = me, 1
                 return self
             turn = threading.Lock()
             turn.acquire()
@@ -72,16 +78,22 @@ class FifoLock:
                 if turn in self._waiting:  # interrupted while waiting: give up our place
                     self._waiting.remove(turn)
                     raise
-            self.__exit__()  # the turn came as we were interrupted: pass it on
+                self._owner = me  # the turn came as we were interrupted: pass it on
+            self.__exit__()
             raise
+        with self._guard:
+            self._owner = me
         return self
 
     def __exit__(self, *exc: object) -> None:
         with self._guard:
+            self._depth -= 1
+            if self._depth > 0:
+                return
+            self._owner = None
             if self._waiting:
-                self._waiting.popleft().release()  # held on, by the next in line
-            else:
-                self._held = False
+                self._depth = 1  # held on, by the next in line
+                self._waiting.popleft().release()
 
 
 @dataclass
