@@ -119,7 +119,7 @@ class WorkerProcess:
                 raise WorkerLost("crash", f"worker {self.pid} {self._how()}")
             if left <= 0:
                 if starting is not None:
-                    raise WorkerLost("hang", f"worker {self.pid} did not open the model within {starting:g} s")
+                    raise WorkerLost("hang", f"worker {self.pid} did not open the model within {starting:.1f} s")
                 raise WorkerLost("hang", f"worker {self.pid} did not answer within {self._waited(deadline)}")
 
     def _in_step(self, wait: Callable[[], Any]) -> Any:
