@@ -246,7 +246,8 @@ class Soak:
         for e in self.tally.events:
             if e.event == "engine_lost" and e.step is None:
                 lost = e
-            elif e.event == "engine_recovered" and lost is not None and e.cause == "hang":
+            elif e.event == "engine_recovered" and lost is not None and lost.cause == "hang" \
+                    and e.step != "hand-back":
                 steps[e.step] = steps.get(e.step, 0) + 1
                 deadlines.append(lost.seconds)
                 if e.step == "restart":  # not a device gone meanwhile (the ladder, the twin)
