@@ -25,7 +25,7 @@ flows.camera.run, tasks/), so results are identical. Errors are edgeapp.errors e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
@@ -121,7 +121,9 @@ class Model:
         differences([result.entry])
         return report(found, [result])
 
-    def camera(self, source: Union[str, int, Path] = "0", *, task: Optional[str] = None,
+    def camera(self, source: Union[str, int, Path, Sequence[Union[str, int, Path]],
+                                   Mapping[str, Union[str, int, Path]]] = "0", *,
+               task: Optional[str] = None,
                on_record: Optional[Callable[[dict], None]] = None,
                on_notice: Optional[Callable[[str], None]] = None, stop: Optional[threading.Event] = None,
                **options: Any) -> Any:
@@ -136,7 +138,9 @@ class Model:
         `--count-line` / `--zone` write them) are counted, the events written to `events`
         (JSON lines); the counts are in the outcome's `outputs`. Returns the
         flows.camera.run.CameraOutcome (`stats`, `warnings`, `error`: None when the run
-        succeeded)."""
+        succeeded). Several sources share the model: a list (names made from them) or a dict
+        name -> source; the outcome's `sources` has each one's stats by name, `engines` each
+        device's busy fraction, and records carry `source` (docs/camera.md, Several sources)."""
         from edgeapp.flows.camera.run import CameraRun
 
         name = task or self.task

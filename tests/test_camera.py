@@ -230,6 +230,14 @@ def test_contradictory_limits_and_options_without_effect(cli, tiny_model, color_
     assert "warning" not in r.stderr  # the defaults say nothing
 
 
+@pytest.mark.parametrize("extra", [["--tiles", "2x2"], ["--motion"], ["--then", "classify:other.tflite"]])
+def test_a_detector_option_given_for_a_classifier_is_one_line_and_exit_2(cli, tiny_model, color_video, extra):
+    path, _ = color_video
+    r = cli("camera", tiny_model, "--source", path, "--no-display", *extra)
+    assert r.exit_code == ExitCode.USAGE and r.stdout == "", r.stderr
+    assert f"{extra[0]} is an option of detect models" in r.stderr and "classify model" in r.stderr
+
+
 def test_headless_is_automatic_without_a_display(cli, tiny_model, color_video, monkeypatch):
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)

@@ -77,6 +77,12 @@ def test_a_bad_then_is_one_line_and_exit_2(cli, shapes, then, says):
     assert r.exit_code == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+def test_a_label_the_detector_cannot_give_is_one_line_naming_its_labels(cli, shapes, tiny_model):
+    r = cli("detect", DETECTOR, shapes["images"], "--then", f"classify:{tiny_model}", "--on", "circle,bird")
+    assert r.exit_code == 2 and "bird" in r.stderr and "circle, square, triangle" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not r.stdout
+
+
 def test_then_after_a_classifier_is_no_option_of_it(cli, tiny_model, color_images):
     r = cli("classify", tiny_model, color_images["red"], "--then", f"classify:{tiny_model}")
     assert r.exit_code == 2 and "--then" in r.stderr

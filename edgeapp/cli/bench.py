@@ -3,7 +3,7 @@
 import json
 import os
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -31,6 +31,9 @@ from edgeapp.core.units import counted
 from edgeapp.errors import CompileError, MissingDependency, UsageError
 from edgeapp.hw.power import POWER_MODES
 from edgeapp.sinks.records import append_line
+
+if TYPE_CHECKING:
+    from edgeapp.flows.bench.run import BenchDoc
 
 app = typer.Typer()
 
@@ -81,8 +84,9 @@ PlotOpt = Annotated[Optional[Path], typer.Option(
 PlanOpt = Annotated[Optional[str], typer.Option(
     "--plan", metavar="COUNTxRES@FPS[,...]",
     help="How many cameras: measure what a frame of each resolution costs here (decode, the "
-         "task's host work, the inference on DEVICE) and say whether the plan fits, which part "
-         "bounds it (decode, the device's thread, the CPU) and the frame rate each stream gets, "
+         "task's host work, the inference on DEVICE) and how much CPU this process gets, and say "
+         "whether the plan fits, which part bounds it (decode, the device's thread, the CPU) and "
+         "the frame rate each stream gets, "
          "e.g. 4x1080p@10 or 2x720p@15,1x1280x960@5.",
     show_default=False)]
 UsbQueueOpt = Annotated[Optional[int], typer.Option(
@@ -153,7 +157,7 @@ def _plot(doc: dict, opts: Any, plot: Optional[Path]) -> None:
         say(f"plot written to {plot}")
 
 
-def _run_model(model: Path, dev: str, threads: Optional[str], opts, progress) -> dict:
+def _run_model(model: Path, dev: str, threads: Optional[str], opts, progress) -> "BenchDoc":
     from edgeapp.flows.bench.run import run_bench
 
     model, notice = resolve_model(model, dev)  # a Coral model's name: pulled when absent
@@ -193,9 +197,9 @@ def _run_plan(ctx: typer.Context, model: Optional[Path], dev: str, plan: str, fm
 def render_plan(doc: dict) -> str:
     """The plan's verdict, each part's load and each group's frame rate, for a terminal."""
     pred = doc["prediction"]
-    parts = {"decode": "decode (capture threads over the cores)",
+    parts = {"decode": "decode (the busiest stream's capture thread)",
              "device": f"the device's thread on {doc['device']} (prepare, invoke, interpret)",
-             "cpu": f"all CPU work over {doc['cores']} cores"}
+             "cpu": f"all CPU work over the {doc['cpu_share']['total']:.2f} cores this process gets"}
     verdict = (f"fits: {pred['bound']} is the busiest at {pred['load']:.0%}, {pred['headroom']:.0%} headroom"
                if pred["fits"] else f"does not fit: {pred['bound']} is asked {pred['load']:.0%}; each stream "
                                  "gets its share of the frame rate asked")
@@ -205,9 +209,14 @@ def render_plan(doc: dict) -> str:
     lines += ["", f"  {'streams':<22} {'asked fps':>9} {'gets fps':>9}"]
     lines += [f"  {str(g['streams']) + ' x ' + str(g['width']) + 'x' + str(g['height']):<22} "
               f"{g['fps']:>9g} {g['predicted_fps']:>9.1f}" for g in doc["plan"]]
-    lines += ["", f"  {'frame':<10} {'decode ms':>10} {'host ms':>8} {'infer ms':>9} {'one stream max fps':>19}"]
+    lines += ["", f"  {'frame':<10} {'decode ms':>10} {'host ms':>8} {'infer ms':>9} {'its CPU ms':>10} "
+                  f"{'loop ms':>8} {'one stream max fps':>19}"]
     lines += [f"  {size:<10} {c['decode_ms']:>10.2f} {c['host_ms']:>8.2f} {c['infer_ms']:>9.2f} "
-              f"{c['one_stream_max_fps']:>19.1f}" for size, c in doc["costs"].items()]
+              f"{c['infer_cpu_ms']:>10.2f} {c['loop_ms']:>8.2f} {c['one_stream_max_fps']:>19.1f}"
+              for size, c in doc["costs"].items()]
+    share = doc["cpu_share"]
+    lines += ["", f"  CPU this process gets now: {share['total']:.2f} of {doc['cores']} cores together, "
+                  f"{share['thread']:.0%} of a core for one thread (other programs' load takes the rest)"]
     lines += [""] + [f"note: {n}" for n in doc["notes"]]
     return "\n".join(lines)
 
@@ -240,7 +249,7 @@ def _device(ctx: typer.Context, device: Optional[str], synthetic: bool) -> str:
     return dev
 
 
-def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> dict:
+def _run_synthetic(dev: str, threads: Optional[str], opts, progress) -> "BenchDoc":
     """The generated int8 model, compiled for the Edge TPU when one is asked for and there."""
     import tempfile
 

@@ -54,9 +54,12 @@ class SummaryFormat(str, Enum):
     json = "json"
 
 
-SourceOpt = Annotated[str, typer.Option(
-    "--source", "-s", help="Camera index (0), /dev/videoN, a video file, rtsp://... or a GStreamer "
-                           "pipeline ending in appsink.")]
+SourceOpt = Annotated[Optional[List[str]], typer.Option(
+    "--source", "-s", metavar="[NAME=]SOURCE",
+    help="Camera index (0, the default), /dev/videoN, a video file, rtsp://... or a GStreamer "
+         "pipeline ending in appsink. Repeatable: several sources share the model, each with its "
+         "own capture, tracking and recording; NAME= names one (records' `source`, "
+         "--count-line NAME/LINE:...). See docs/camera.md, Several sources.", show_default=False)]
 WidthOpt = Annotated[Optional[int], typer.Option(
     "--width", min=1, help="Capture width to ask a camera for.", show_default=False)]
 HeightOpt = Annotated[Optional[int], typer.Option(
@@ -356,8 +359,13 @@ def _finish(outcome: "CameraOutcome", summary: SummaryFormat, summary_file: Opti
     if choice_value(summary) == "json":
         text = json.dumps(outcome.summary())
     else:
-        text = ("" if summary_file else "edgeapp: ") + outcome.stats.summary_line() + \
-            _outputs_line(outcome.outputs)
+        lead = "" if summary_file else "edgeapp: "
+        lines = outcome.summary_lines()
+        tracked = outcome.source_outputs
+        lines = [lead + line + ("; " + tracking_line(tracked[name]["tracking"])
+                                if name in tracked else "")
+                 for name, line in zip(list(outcome.sources) + [None], lines)]
+        text = "\n".join(lines) + _outputs_line(outcome.outputs)
     if summary_file is None:
         typer.echo(text, err=True)
     else:

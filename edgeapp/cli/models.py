@@ -2,7 +2,7 @@
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -16,6 +16,9 @@ from edgeapp.errors import InvalidModel
 from edgeapp.hw.runtime import available_runtimes, runtime_version
 from edgeapp.tasks import internal_names as internal_task_names
 from edgeapp.tasks import names as task_names
+
+if TYPE_CHECKING:
+    from edgeapp.flows.models import ModelDoc
 
 app = typer.Typer(
     name="models", no_args_is_help=True, cls=Group,
@@ -156,7 +159,7 @@ def path_command(
         typer.echo(str(p))
 
 
-def _model_doc(entry, reg) -> dict:
+def _model_doc(entry, reg) -> "ModelDoc":
     from edgeapp.flows import models as m
 
     files = []

@@ -14,12 +14,51 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Dict, List, Optional, Union
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.labels import parse_labels
 from edgeapp.core.naming import cpu_twin_path, sidecar_path
 
 SIDECAR_VERSION = 1
+
+
+
+class UltralyticsMetadata(TypedDict, total=False):
+    """What an Ultralytics export says of itself (the .tflite's appended metadata.json, an ONNX
+    file's metadata_props), as read: the keys edgeapp uses, their values as Ultralytics writes
+    them (not checked here: metadata_names checks the names)."""
+    names: Union[Dict[int, str], List[str], str]  # class id -> name (a dict literal in older files)
+    task: str  # detect, segment, pose, classify, obb
+    stride: int
+    imgsz: List[int]
+    author: str
+    version: str
+    end2end: bool  # NMS inside the graph (YOLO26, YOLOv10)
+
+
+class Letterbox(TypedDict):
+    pad_value: int
+    centered: bool
+    auto: bool
+
+
+class YoloSidecar(TypedDict, total=False):
+    """The `yolo` entry `convert` writes in a YOLO export's sidecar (flows/convert/detection.py):
+    which output is which, the input size and strides, the letterbox (read by
+    core/vision/yolo.sidecar_layout)."""
+    layout: str  # "dfl"
+    boxes: int  # the box logits' output index
+    scores: int  # the class scores' output index
+    classes: int
+    reg_max: int
+    input_size: List[int]  # width, height
+    strides: List[int]
+    letterbox: Letterbox
+    exported_by: Optional[str]
+    decode: str
+    rewritten_for_edgetpu: List[str]
 
 
 @dataclass
@@ -60,7 +99,7 @@ def read_meta(model_path: str | Path) -> ModelMeta:
     return ModelMeta(labels=labels, source=f"{model_path} (embedded)" if labels else None)
 
 
-def _ultralytics_file(model_path: str | Path) -> dict:
+def _ultralytics_file(model_path: str | Path) -> UltralyticsMetadata:
     """Ultralytics' metadata appended to the file, when it is there ({} otherwise)."""
     try:  # the zip's directory is at the end: only the appended part is read, not the model
         with open(model_path, "rb") as f:
@@ -100,7 +139,7 @@ def embedded_labels(model_path: str | Path) -> Optional[dict[int, str]]:
     return parse_labels(io.TextIOWrapper(io.BytesIO(text), encoding="utf-8", errors="replace").read()) or None
 
 
-def ultralytics_metadata(data) -> dict:
+def ultralytics_metadata(data) -> UltralyticsMetadata:
     """What Ultralytics appended to a .tflite (the file's bytes, or the open file): a zip holding
     metadata.json (8.3+), or older, a text file with a Python dict literal. {} when there is
     none or it cannot be read."""
@@ -118,7 +157,7 @@ def ultralytics_metadata(data) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def metadata_names(meta: dict) -> Optional[dict[int, str]]:
+def metadata_names(meta: UltralyticsMetadata) -> Optional[dict[int, str]]:
     """Class names {id: name} from Ultralytics metadata (keys may be strings, or a list)."""
     names = meta.get("names")
     if isinstance(names, str):

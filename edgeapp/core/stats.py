@@ -6,8 +6,31 @@ from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
 import numpy as np
+from typing_extensions import TypedDict
 
 PERCENTILES = (50, 90, 99)
+
+
+class LatencyJson(TypedDict):
+    """LatencyStats in a JSON document (ms, rounded; the count is the document's `runs`)."""
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+
+class P50P99(TypedDict):
+    p50: Optional[float]
+    p99: Optional[float]
+
+
+class EnergyFigures(TypedDict):
+    tops_per_watt: Optional[float]
+    inferences_per_joule: Optional[float]
+    mj_per_inference: Optional[float]
 
 
 @dataclass(frozen=True)
@@ -23,9 +46,9 @@ class LatencyStats:
     p99: float
     max: float
 
-    def to_dict(self, digits: int = 4) -> dict:
+    def to_dict(self, digits: int = 4) -> LatencyJson:
         return {k: (round(v, digits) if isinstance(v, float) else v) for k, v in asdict(self).items()
-                if k != "count"}
+                if k != "count"}  # type: ignore[return-value]
 
 
 def percentile(samples_ms: Sequence[float] | np.ndarray, q: float) -> float:
@@ -40,7 +63,7 @@ def median(samples: Sequence[float]) -> float:
     return percentile(samples, 50)
 
 
-def p50_p99(samples_ms: Sequence[float]) -> dict:
+def p50_p99(samples_ms: Sequence[float]) -> P50P99:
     """{"p50", "p99"} rounded to the microsecond, or None each with no samples (live summaries)."""
     if len(samples_ms) == 0:
         return {"p50": None, "p99": None}
@@ -75,7 +98,7 @@ def achieved_tops(ops_per_inference: Optional[int], inferences_per_s: float) -> 
 
 
 def energy_figures(tops: Optional[float], inferences_per_s: float,
-                   watts: Optional[float]) -> dict[str, Optional[float]]:
+                   watts: Optional[float]) -> EnergyFigures:
     """TOPS/W, inferences per joule and millijoules per inference at `watts` (None: unknown)."""
     if not watts or watts <= 0:
         return {"tops_per_watt": None, "inferences_per_joule": None, "mj_per_inference": None}

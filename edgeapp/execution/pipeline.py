@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, List, Optional
 
+from typing_extensions import TypedDict
+
 from edgeapp.core.edgetpu.pipeline_segments import check_chain, set_label
 from edgeapp.core.naming import segment_source
 from edgeapp.core.tflite.model import load_model
@@ -38,6 +40,15 @@ if TYPE_CHECKING:
 _END = object()
 _POLL_S = 0.1  # how often blocked threads look at the stop flag
 
+
+
+class SegmentStat(TypedDict):
+    """One segment of a pipeline run: its device and model, invokes, mean invoke time (ms)."""
+    segment: int
+    device: str
+    model: str
+    invokes: int
+    mean_ms: Optional[float]
 
 class _Failure:
     def __init__(self, error: BaseException, segment: int) -> None:
@@ -213,9 +224,9 @@ class SegmentPipeline(Runner):
         for t in self._threads:
             t.join(timeout=5.0)
 
-    def segment_stats(self) -> list[dict]:
+    def segment_stats(self) -> List[SegmentStat]:
         """Per segment: device, invokes and mean ms; the slowest one bounds the throughput."""
-        out = []
+        out: List[SegmentStat] = []
         for i, (engine, ms) in enumerate(zip(self._engines, self.segment_ms)):
             out.append({"segment": i, "device": engine.name, "model": engine.model_path,
                         "invokes": len(ms), "mean_ms": round(sum(ms) / len(ms), 3) if ms else None})

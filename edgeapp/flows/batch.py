@@ -20,9 +20,20 @@ from edgeapp.hw.native_stderr import quiet_libtiff
 from edgeapp.hw.worker import events as engine_events
 from edgeapp.hw.worker.events import Tally
 from edgeapp.sinks.records import RecordWriter
+from edgeapp.tasks import TaskFields
 from edgeapp.tasks.base import BoundTask, Prepared, Result, TaskKind
 
-OnResult = Callable[[str, Prepared, Result], Optional[dict]]
+
+class Record(TaskFields, total=False):
+    """The record of one input (a JSONL line, a cluster's and the API's too): the input, where
+    it ran, the task's fields, and the latency, or the error that left it without a result."""
+    path: str
+    device: Optional[str]
+    model: str
+    latency_ms: Optional[float]
+    error: Optional[str]
+
+OnResult = Callable[[str, Prepared, Result], Optional[TaskFields]]
 
 
 class Ran(NamedTuple):
@@ -143,7 +154,7 @@ def iter_ran(paths: Iterable[str], runner: Runner, task: BoundTask, workers: int
         yield Ran(index, path, prepared, task.interpret(done.outputs, prepared), done)
 
 
-def record(ran: Ran, model: str, device: Optional[str], kind: TaskKind) -> dict:
+def record(ran: Ran, model: str, device: Optional[str], kind: TaskKind) -> Record:
     """The record of one input (a JSONL line): `model` and `device` are what a record names when
     the `done` does not (the runner's model; `device_of_failures` for an input that never ran)."""
     if ran.done is None or ran.result is None:
@@ -155,7 +166,7 @@ def record(ran: Ran, model: str, device: Optional[str], kind: TaskKind) -> dict:
 
 def iter_records(paths: Iterable[str], runner: Runner, task: BoundTask, workers: int = 2,
                  on_result: Optional[OnResult] = None, sources: Optional[Iterable] = None
-                 ) -> Iterator[dict]:
+                 ) -> Iterator[Record]:
     """One record per input, in input order, as soon as it is produced (the JSONL records):
     `iter_ran`'s, each made by `record`. `on_result(path, prepared, result)` sees each image's
     result with its whole decoded image (--annotate, --mask) and may return fields to add to
@@ -173,7 +184,7 @@ def device_of_failures(runner: Runner) -> Optional[str]:
     return runner.engine.name if runner.label == runner.engine.name else None
 
 
-def failed_record(path: str, device: Optional[str], model: str, kind: TaskKind, error: str) -> dict:
+def failed_record(path: str, device: Optional[str], model: str, kind: TaskKind, error: str) -> Record:
     """The record of an input that gave no result (never ran, or its worker died): why."""
     return record(Ran(-1, path, None, None, None, error), model, device, kind)
 

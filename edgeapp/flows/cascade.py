@@ -38,9 +38,19 @@ def parse_then(text: str, first: str) -> Tuple[str, str]:
     return task, model
 
 
-def parse_on(text: Optional[str]) -> FrozenSet[str]:
-    """The labels whose boxes go to the second model (`bird` or `bird,cat`); empty: every box."""
-    return frozenset(p.strip() for p in str(text or "").split(",") if p.strip())
+def parse_on(text: Optional[str], labels: Optional[Dict[int, str]] = None) -> FrozenSet[str]:
+    """The labels whose boxes go to the second model (`bird` or `bird,cat`); empty: every box.
+    With the detector's `labels` known, a label it cannot give is a UsageError naming those it
+    can: the cascade would otherwise run on nothing, silently."""
+    on = frozenset(p.strip() for p in str(text or "").split(",") if p.strip())
+    known = set((labels or {}).values())
+    unknown = sorted(on - known) if known else []
+    if unknown:
+        shown = sorted(known)
+        more = f" and {len(shown) - 20} more" if len(shown) > 20 else ""
+        raise UsageError(f"--on {', '.join(unknown)}: the detector has no such label (its labels: "
+                         f"{', '.join(shown[:20])}{more})")
+    return on
 
 
 @dataclass

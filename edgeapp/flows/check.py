@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
-from edgeapp.core.edgetpu.check_report import CheckResult, check_model
+from typing_extensions import TypedDict
+
+from edgeapp.core.edgetpu.check_report import CheckDoc, CheckResult, check_model
 from edgeapp.core.edgetpu.cocompile import compiled_together, share_cache
 from edgeapp.core.edgetpu.compiler_files import DEFAULT_PREDICTION, major
 from edgeapp.core.edgetpu.package import parameter_use
@@ -36,6 +38,20 @@ def check_file(path: Union[str, Path], compiler: int = DEFAULT_PREDICTION) -> Ch
     return check_files([path], compiler).results[0]
 
 
+class SharedCache(TypedDict):
+    """Where the parameters of models checked for one Edge TPU go, together (None: unknown)."""
+    usable_bytes: int
+    compiled_together: Optional[bool]
+    on_chip_bytes: Optional[int]
+    off_chip_bytes: Optional[int]
+
+
+class CheckManyDoc(TypedDict):
+    """`check --format json` of several models: each one's report and the cache they share."""
+    models: List[CheckDoc]
+    cache: SharedCache
+
+
 @dataclass
 class OneTpuCheck:
     """Models checked for one Edge TPU, in the order given: each one's check, with where its
@@ -44,7 +60,7 @@ class OneTpuCheck:
     results: List[CheckResult]
     together: Optional[bool]  # compiled models: compiled in one call (None: not all compiled)
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> Union[CheckDoc, CheckManyDoc]:
         if len(self.results) == 1:
             return self.results[0].to_json()
         s = [r.summary for r in self.results]

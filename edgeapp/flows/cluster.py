@@ -22,7 +22,9 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, List, Optional
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.naming import cpu_twin_path, sidecar_path
 from edgeapp.core.tflite.model import load_model
@@ -35,6 +37,7 @@ from edgeapp.errors import (
 )
 from edgeapp.flows.batch import (
     BatchStats,
+    Record,
     device_of_failures,
     drain,
     failed_record,
@@ -269,11 +272,20 @@ def _result(fut, paths: list, job: Job) -> tuple:
 
 # ------------------------------------------------------------------------------- on the workers
 
+class ChunkDone(TypedDict, total=False):
+    """What a worker sends back for a chunk: its records and its address, or (`fatal`) why the
+    model could not be opened there and the exit code that error maps to."""
+    records: List[Record]
+    worker: str
+    fatal: str
+    exit_code: int
+
+
 _CACHE: dict = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def process_chunk(job: Job, items: list) -> dict:
+def process_chunk(job: Job, items: list) -> ChunkDone:
     """Run on a worker: the chunk's records, or {"fatal"} when the model cannot be opened there."""
     try:
         runner, task, lock = _runner_for(job)
@@ -325,7 +337,7 @@ def _materialize(job: Job) -> str:
     return os.path.join(folder, os.path.basename(job.model))
 
 
-def _shipped_records(items: list, runner, task, workers: int) -> list:
+def _shipped_records(items: list, runner, task, workers: int) -> List[Record]:
     """Records of (path, bytes) items, in order; an item the client could not read carries the
     one-line reason instead of bytes, and is that error's record."""
     readable = [(p, b) for p, b in items if not isinstance(b, str)]

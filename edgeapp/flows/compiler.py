@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.edgetpu import compiler_files as CF
 from edgeapp.errors import EdgeappError, MissingDependency
@@ -17,6 +19,36 @@ from edgeapp.hw import compiler_install as CI
 from edgeapp.hw.compiler import COMPILER_NAME, Compiler, find_compiler, read_version
 from edgeapp.hw.compiler_host import bundle_at, choose_runner
 from edgeapp.hw.download import Reporter
+
+
+class InstalledCompiler(TypedDict):
+    """One installed compiler as `compiler show` prints it."""
+    version: Optional[str]
+    version_from: Optional[str]
+    path: str
+    runs: str  # how it runs here, or why it cannot
+    runnable: bool
+    source: CI.InstallSource
+    verification: Optional[str]
+    sha256: Dict[str, Optional[str]]  # the compiler binary -> its sha256
+    files: int
+    installed_at: Optional[str]
+    notices: List[str]
+
+
+class CompilerUsed(TypedDict):
+    path: str
+    source: str
+    version: Optional[str]
+
+
+class CompilerShow(TypedDict, total=False):
+    """`compiler show`: every installed version (newest first) and what `compile` runs now
+    (None, and why in `missing`, when none is found)."""
+    folder: str
+    installed: List[InstalledCompiler]
+    compile_uses: Optional[CompilerUsed]
+    missing: str
 
 
 def _version_of(env: Mapping[str, str]):
@@ -30,7 +62,7 @@ def _version_of(env: Mapping[str, str]):
 
 
 def install(from_path: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
-            reporter: Optional[Reporter] = None) -> dict:
+            reporter: Optional[Reporter] = None) -> CI.InstallRecord:
     """Install Google's pinned files (verified by git blob id), or the compiler in `from_path`."""
     env = os.environ if env is None else env
     if from_path is not None:
@@ -38,12 +70,12 @@ def install(from_path: Optional[Path] = None, env: Optional[Mapping[str, str]] =
     return CI.fetch_google(env, reporter or Reporter(), _version_of(env))
 
 
-def notices(record: dict) -> list[Path]:
+def notices(record: CI.InstallRecord) -> list[Path]:
     """The NOTICE and LICENSES files of an install (shown before first use)."""
     return [Path(record["path"]) / n for n in record.get("notices", [])]
 
 
-def describe_install(record: dict, env: Mapping[str, str]) -> dict:
+def describe_install(record: CI.InstallRecord, env: Mapping[str, str]) -> InstalledCompiler:
     """One installed compiler as `show` prints it: version, path, how it runs here, source,
     verification, and the sha256 of what was installed."""
     try:
@@ -61,12 +93,12 @@ def describe_install(record: dict, env: Mapping[str, str]) -> dict:
             "notices": [str(p) for p in notices(record)]}
 
 
-def show(env: Optional[Mapping[str, str]] = None) -> dict:
+def show(env: Optional[Mapping[str, str]] = None) -> CompilerShow:
     """Every installed version (newest first, the one used) and what `compile` would run now."""
     env = os.environ if env is None else env
     records = CI.installed(env)
-    report = {"folder": str(CI.compilers_dir(env)),
-              "installed": [describe_install(r, env) for r in records]}
+    report: CompilerShow = {"folder": str(CI.compilers_dir(env)),
+                            "installed": [describe_install(r, env) for r in records]}
     try:
         found = find_compiler(env=env)
         report["compile_uses"] = {"path": found.path, "source": found.source,

@@ -13,9 +13,12 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, Optional, Sequence, Union
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.eval.coco import cocotools
+from edgeapp.core.eval.data import DataSummary
 from edgeapp.core.labels import read_labels
 from edgeapp.core.meta import read_meta
 from edgeapp.core.naming import sidecar_path
@@ -34,6 +37,7 @@ from edgeapp.tasks.base import BoundTask, Scorer, TaskKind, bind
 from edgeapp.tasks.model import ImageModel, input_spec
 
 if TYPE_CHECKING:
+    from edgeapp.core.eval.metrics import TaskMetrics
     from edgeapp.core.meta import ModelMeta
     from edgeapp.core.naming import PathLike
     from edgeapp.flows.sources.float_engine import FloatEngine
@@ -46,11 +50,41 @@ DATA_WORDS = {"classification": "classification data (class labels)",
               "keypoints": "pose data (keypoints)"}
 
 
+class EvalEntry(TypedDict, total=False):
+    """One model's entry in eval's JSON (docs/eval.md): where it ran, how fast, its metrics;
+    `delta`: its scalar metrics minus the first model's."""
+    model: str
+    runs_on: str
+    task: str
+    images: int
+    failed: int
+    images_per_s: Optional[float]
+    median_ms: Optional[float]
+    metrics: Union[TaskMetrics, Dict[str, float]]  # {} when only predictions were asked for
+    notes: List[str]
+    delta: Dict[str, float]
+
+
+class EvalReport(TypedDict):
+    """`eval --format json`, and what `model.evaluate` returns."""
+    data: DataSummary
+    models: List[EvalEntry]
+
+
+class FloatVsInt8(TypedDict):
+    """A float original and its int8 conversion on the same data (convert --eval's sidecar)."""
+    data: DataSummary
+    float: EvalEntry
+    int8: EvalEntry
+    drop: Dict[str, float]  # float minus int8, per metric
+    left_out: List[str]
+
+
 @dataclass
 class ModelEval:
     """One model's measurement: its JSON entry, and the scorer (predictions, plot data)."""
 
-    entry: dict
+    entry: EvalEntry
     scorer: Scorer
     errors: List[str] = field(default_factory=list)  # one line per image left out
 
@@ -93,11 +127,11 @@ def evaluate(opened: OpenTask, data: EvalData, workers: int = 2,
         if advance is not None:
             advance()
     seconds = time.perf_counter() - start
-    entry = {"model": opened.runner.model_path, "runs_on": opened.where, "task": kind.name,
-             "images": len(done), "failed": len(errors),
-             "images_per_s": round(len(data.paths) / seconds, 2) if seconds > 0 else 0.0,
-             "median_ms": round(statistics.median(latencies), 3) if latencies else None,
-             "metrics": scorer.metrics(done) if measure else {}, "notes": list(scorer.notes)}
+    entry: EvalEntry = {"model": opened.runner.model_path, "runs_on": opened.where, "task": kind.name,
+                         "images": len(done), "failed": len(errors),
+                         "images_per_s": round(len(data.paths) / seconds, 2) if seconds > 0 else 0.0,
+                         "median_ms": round(statistics.median(latencies), 3) if latencies else None,
+                         "metrics": scorer.metrics(done) if measure else {}, "notes": list(scorer.notes)}
     return ModelEval(entry, scorer, errors)
 
 
@@ -135,9 +169,9 @@ def score_saved(files: Sequence[Path], data: EvalData, labels_file: Optional[Pat
         scorer.load(rows, f"--predictions {path}")
         cocotools()
         done = list(range(len(data.paths)))
-        entry = {"model": str(path), "runs_on": "predictions file", "task": task.name,
-                 "images": len(done), "failed": 0, "images_per_s": None, "median_ms": None,
-                 "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
+        entry: EvalEntry = {"model": str(path), "runs_on": "predictions file", "task": task.name,
+                             "images": len(done), "failed": 0, "images_per_s": None, "median_ms": None,
+                             "metrics": scorer.metrics(done), "notes": list(scorer.notes)}
         out.append(ModelEval(entry, scorer))
     differences([r.entry for r in out])
     return out
@@ -188,11 +222,11 @@ def _images_under(data: EvalData, images: Path) -> None:
                      f"is there (each is DIR/<its file_name>: {first} not found)")
 
 
-def scalar_metrics(metrics: dict) -> Dict[str, float]:
+def scalar_metrics(metrics: Union[TaskMetrics, Dict[str, float]]) -> Dict[str, float]:
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def differences(entries: List[dict]) -> None:
+def differences(entries: List[EvalEntry]) -> None:
     """Each model's "delta": its scalar metrics minus the first model's (the reference)."""
     if not entries:
         return
@@ -297,7 +331,7 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
     return out
 
 
-def compared(ref: ModelEval, q: ModelEval, data: EvalData) -> dict:
+def compared(ref: ModelEval, q: ModelEval, data: EvalData) -> FloatVsInt8:
     """The task's metric of a float original and the int8 model made from it, on the same data
     (what `convert --eval` stores in the sidecar): {"data", "float", "int8", "drop"}; "drop" is
     float minus int8 per metric (positive: int8 lost that much)."""
@@ -316,7 +350,7 @@ def is_labelled_data(path: Path) -> bool:
         (path / "labels").is_dir() or (path / "masks").is_dir())
 
 
-def report(data: EvalData, results: List[ModelEval]) -> dict:
+def report(data: EvalData, results: List[ModelEval]) -> EvalReport:
     """What `eval --format json` prints and `model.evaluate` returns."""
     return {"data": data.summary(), "models": [r.entry for r in results]}
 

@@ -17,7 +17,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Optional
+from typing import Dict, Iterator, List, Mapping, Optional, Union
+
+from typing_extensions import TypedDict
 
 from edgeapp import tasks
 from edgeapp.core.labels import read_labels
@@ -226,6 +228,41 @@ def _cache_lock(folder: Path) -> Iterator[None]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
+class ModelFileDoc(TypedDict):
+    """One file of a registry model in `models list --format json`: where it comes from, what it
+    must hash to, where it goes and whether it is there."""
+    role: str  # cpu, edgetpu, segmentN, labels
+    path: str
+    size: Optional[int]
+    sha256: Optional[str]
+    git_blob_sha1: Optional[str]
+    verified_by: str  # sha256 or git
+    url: str
+    local: str
+    cached: bool
+
+
+class ModelDoc(TypedDict):
+    """One registry model in `models list --format json`."""
+    name: str
+    task: str
+    description: str
+    input: Optional[List[int]]
+    size: Optional[int]
+    cached: bool
+    cached_models: List[str]
+    needs_ops: List[str]
+    published: Optional[Dict[str, Union[float, str]]]  # metric -> fraction, and its source
+    files: List[ModelFileDoc]
+
+
+class Stamp(TypedDict):
+    """A file as it was when verified: its registry id, size and modification time."""
+    id: str
+    size: int
+    mtime_ns: int
+
+
 class _Manifest:
     """Files verified earlier: path -> registry id, size and mtime at verification."""
 
@@ -238,7 +275,7 @@ class _Manifest:
         self.data: dict = data if isinstance(data, dict) else {}
 
     @staticmethod
-    def _stamp(ref: FileRef, path: Path) -> dict:
+    def _stamp(ref: FileRef, path: Path) -> Stamp:
         st = path.stat()
         return {"id": ref.expected_id, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 

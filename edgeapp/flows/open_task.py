@@ -20,7 +20,7 @@ from edgeapp.execution.placement import Notices, open_runner
 from edgeapp.execution.runner import Runner
 from edgeapp.flows.cascade import Cascade, parse_on, parse_then
 from edgeapp.hw.runtime import Engine, EngineOptions
-from edgeapp.tasks import kind, names, task_for
+from edgeapp.tasks import kind, names, options_for, task_for
 from edgeapp.tasks.base import BoundTask, bind
 from edgeapp.tasks.model import ImageModel, image_model
 
@@ -120,8 +120,7 @@ def open_task(model: PathLike, task: Optional[str] = None, place: Placement = Pl
                              labels)
         name = task or task_for(runner.engine, loaded.meta)
         if not strict_options:
-            takes = kind(name).defaults
-            options = {k: v for k, v in (options or {}).items() if k in takes}
+            options = options_for(name, options, path.name)
         bound = holder["task"] = bind(name, loaded, options)
         cascade = open_cascade(bound, place, notices) if bound.options.get("then") else None
     except BaseException:
@@ -135,10 +134,11 @@ def open_cascade(first: BoundTask, place: Placement, notices: Notice) -> Cascade
     """The second model of `--then TASK:MODEL` after `first`, opened where the first runs."""
     options = first.options
     task, model = parse_then(options["then"], first.name)
+    on = parse_on(options.get("on"), first.model.labels)  # before the second model is opened
     second = open_task(model, task, place, on_notice=notices)
     for note in second.notices:
         notices(f"--then: {note}")
-    return Cascade(second, parse_on(options.get("on")), options.get("then_every") or 15)
+    return Cascade(second, on, options.get("then_every") or 15)
 
 
 def _resolve_quietly(path: Path, device: str) -> tuple:

@@ -18,9 +18,10 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.core.learn.embedding import require_extractor
 from edgeapp.core.learn.head import head_tensors, logit_range
@@ -199,11 +200,54 @@ def output_plan(requested: TfliteModel, out: Path, cpu_model: Optional[Path] = N
     return plan
 
 
+class ImageCounts(TypedDict):
+    total: int
+    used: int
+    train: int
+    val: int
+    skipped: int
+    extracted: int  # embeddings computed in this run
+    cached: int  # embeddings read from the cache
+
+
+# `class` is a keyword: the functional form names that key
+PerClass = TypedDict("PerClass", {"class": str, "images": int, "train": int, "val": int,
+                                  "val_accuracy": Optional[float]})
+
+
+class Training(TypedDict):
+    epochs: Optional[int]  # softmax regression: epochs run and the epoch kept
+    best_epoch: Optional[int]
+
+
+class Skipped(TypedDict):
+    path: str
+    error: str
+
+
+class RetrainReport(TypedDict):
+    """`retrain --format json`: where the models went, per class and overall validation accuracy
+    of the trained head (None without validation images), the confusion matrix, the time taken."""
+    model: str
+    models: List[str]
+    sidecar: str
+    device: str
+    method: str
+    classes: List[str]
+    images: ImageCounts
+    per_class: List[PerClass]
+    val_accuracy: Optional[float]
+    confusion: Optional[List[List[int]]]
+    training: Training
+    skipped: List[Skipped]
+    seconds: Dict[str, float]  # extract, train
+
+
 def retrain(runner: Runner, data_dir: str | Path, out: str | Path,
             options: RetrainOptions = RetrainOptions(), *, workers: int = 2,
             cache: Optional[EmbeddingCache] = None, progress: Optional[Callable[[], None]] = None,
             on_notice: Optional[Notice] = None, cpu_model: Optional[Path] = None,
-            base_name: Optional[str] = None) -> dict:
+            base_name: Optional[str] = None) -> RetrainReport:
     """Extract, train, score, write; the report (see `report`). `runner` runs the extractor
     (flows/open_task, as `classify` opens its model)."""
     if options.method not in METHODS:
@@ -308,7 +352,7 @@ def _write_sidecar(model_path: Path, names: list, normalization: tuple, info: di
 
 def retrain_report(folders: ClassFolders, y: np.ndarray, train: list, val: list, head: Head,
            ex: Extraction, options: RetrainOptions, written: list, sidecar: str,
-           seconds: dict, device: str) -> dict:
+           seconds: dict, device: str) -> RetrainReport:
     """What `retrain --format json` prints: per class and overall validation accuracy of the
     trained head (float, on the embeddings), the confusion matrix, where the files went."""
     k = len(folders.names)

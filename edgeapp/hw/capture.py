@@ -230,8 +230,12 @@ class FrameGrabber:
 
     def __init__(self, source: FrameSource, drop: bool, reconnect: ReconnectPolicy = ReconnectPolicy(),
                  queue_size: int = 4, pace: bool = False,
-                 on_notice: Optional[Callable[[str], None]] = None) -> None:
+                 on_notice: Optional[Callable[[str], None]] = None,
+                 ready: Optional[threading.Event] = None) -> None:
+        """`ready`: set when a frame comes or the capture ends (one event may serve several
+        grabbers: the loop of a run of several sources waits on it)."""
         self.source, self.drop, self.reconnect = source, drop, reconnect
+        self.ready = ready
         self.capacity = 1 if drop else max(1, queue_size)
         self.pace = pace and source.fps > 0
         self.on_notice = on_notice
@@ -296,6 +300,8 @@ class FrameGrabber:
             self._frames.append(frame)
             self.max_pending = max(self.max_pending, len(self._frames))
             self._cond.notify_all()
+        if self.ready is not None:
+            self.ready.set()
 
     def _run(self) -> None:
         src = self.source
@@ -335,6 +341,8 @@ class FrameGrabber:
             with self._cond:
                 self.finished = True
                 self._cond.notify_all()
+            if self.ready is not None:
+                self.ready.set()
 
     def _reopen(self) -> Optional[np.ndarray]:
         """Reconnect with backoff until a frame comes or the policy's time is up."""

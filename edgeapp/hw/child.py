@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Callable, List, Optional
 
-from typing_extensions import Protocol
+from typing_extensions import Protocol, TypedDict
 
 TIMEOUT_ENV = "EDGEAPP_PROBE_TIMEOUT"
 SPAWN_ENV = "EDGEAPP_PROBE_SPAWN"  # "1": always a fresh interpreter, never a fork
@@ -39,13 +39,19 @@ class TfliteRuntime(Protocol):
         """A TFLite Interpreter of the model (the runtime's own class)."""
 
 
+class ChildReport(TypedDict, total=False):
+    """What the child reports on its `result` line: pass, failed or invalid, and why."""
+    status: str
+    message: str
+
+
 @dataclass
 class ChildResult:
     ready: bool = False
     hung: bool = False
     returncode: Optional[int] = None
     stage: Optional[str] = None
-    result: Optional[dict] = None
+    result: Optional[ChildReport] = None  # the child's `result` line
     edgetpu_version: Optional[str] = None
     library: Optional[str] = None
     stderr: tuple = ()
@@ -273,6 +279,7 @@ def _child_setup() -> None:
         pass
 
 
+
 def run_child(rt: TfliteRuntime, model_path: str, library: Optional[str],
               load_delegate: Optional[Callable[[], object]],
               emit: Callable[[str], None]) -> int:
@@ -282,7 +289,7 @@ def run_child(rt: TfliteRuntime, model_path: str, library: Optional[str],
     try:
         result = _child_steps(rt, model_path, library, load_delegate, emit)
     except BaseException as e:  # noqa: BLE001 - reported, never raised in a child
-        result = {"status": "failed", "message": f"{type(e).__name__}: {e}"}
+        result: ChildReport = {"status": "failed", "message": f"{type(e).__name__}: {e}"}
     emit("result " + json.dumps(result))
     return 0
 
@@ -299,7 +306,7 @@ def label_child(library: str, emit: Callable[[str], None]) -> int:
     return 0
 
 
-def _load_library(library: str, emit: Callable[[str], None]) -> Optional[dict]:
+def _load_library(library: str, emit: Callable[[str], None]) -> Optional[ChildReport]:
     """None when loaded (and reported), else the failed result."""
     from edgeapp.hw.libedgetpu import build_label, explain_load_error, open_library
 
@@ -314,7 +321,7 @@ def _load_library(library: str, emit: Callable[[str], None]) -> Optional[dict]:
 
 def _child_steps(rt: TfliteRuntime, model_path: str, library: Optional[str],
                  load_delegate: Optional[Callable[[], object]],
-                 emit: Callable[[str], None]) -> dict:
+                 emit: Callable[[str], None]) -> ChildReport:
     import gc
 
     import numpy as np

@@ -18,10 +18,13 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.edgetpu.compiler_files import parse_version, runtime_needed
 from edgeapp.core.edgetpu.compiler_output import (
+    CompileJson,
     CompileResult,
     Judgement,
     apply_log,
@@ -221,6 +224,50 @@ def _kill_group(proc: subprocess.Popen) -> None:
 # ----------------------------------------------------------------------------- the whole step
 
 
+class CompiledFile(TypedDict):
+    model: str
+    log: str
+    exists: bool
+
+
+class CoCompiled(TypedDict):
+    """A model compiled together with others: where its parameters go, as its compiled file
+    records them (`parameters` "read") or as the compiler printed them ("printed")."""
+    model: str
+    output: str
+    on_chip_bytes: Optional[int]
+    off_chip_bytes: Optional[int]
+    caching_token: Optional[str]
+    parameters: Optional[str]
+
+
+class CompileReportJson(TypedDict, total=False):
+    """`compile --format json`: how the compiler ran, what it wrote, the verdict, its output
+    parsed (`result`); `models` for models compiled together."""
+    model: str
+    compiler: str
+    compiler_source: str
+    compiler_version: Optional[str]
+    runs: str
+    runtime_needed: Optional[int]
+    command: List[str]
+    returncode: Optional[int]
+    seconds: float
+    timed_out: bool
+    out_dir: str
+    outputs: List[CompiledFile]
+    cpu_model: Optional[str]
+    verdict: str
+    exit_code: int
+    errors: List[str]
+    warnings: List[str]
+    result: CompileJson
+    stdout: str
+    stderr: str
+    logs: Dict[str, str]  # log path -> text
+    models: List[CoCompiled]
+
+
 @dataclass
 class CompileReport:
     model: str
@@ -230,7 +277,7 @@ class CompileReport:
     seconds: float
     timed_out: bool
     out_dir: str
-    outputs: list[dict]  # {"model", "log", "exists"} per compiled file (one per segment)
+    outputs: List[CompiledFile]  # per compiled file (one per segment)
     cpu_model: Optional[str]  # the CPU twin beside the compiled model
     result: CompileResult
     judgement: Judgement
@@ -242,9 +289,7 @@ class CompileReport:
     min_runtime: Optional[int] = None
 
     recorded_version: Optional[str] = None  # what `compiler install` read, if it installed it
-    # co-compiled: each model's {"model", "output", "on_chip_bytes", "off_chip_bytes",
-    # "caching_token", "parameters": "read" (from the compiled file) | "printed" (stdout)}
-    models: list = field(default_factory=list)
+    models: List[CoCompiled] = field(default_factory=list)  # co-compiled
 
     @property
     def compiler_version(self) -> Optional[str]:
@@ -256,7 +301,7 @@ class CompileReport:
         """The Edge TPU runtime version the output needs (what this compiler version emits)."""
         return runtime_needed(self.compiler_version, self.min_runtime)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> CompileReportJson:
         return {"model": self.model, "compiler": self.compiler, "compiler_source": self.source,
                 "compiler_version": self.compiler_version, "runs": self.runs,
                 "runtime_needed": self.runtime_needed, "command": self.command,
@@ -342,14 +387,14 @@ def compile_model(model: str | Path, compiler: Compiler | str, out_dir: Optional
                          recorded_version=compiler.version, models=models)
 
 
-def cocompiled_models(models: list, pairs: list, result: CompileResult) -> list:
+def cocompiled_models(models: list, pairs: list, result: CompileResult) -> List[CoCompiled]:
     """Each co-compiled model's parameters: as its compiled file records them (its Edge TPU
     package), else as the compiler printed them (its block of stdout, in the order given)."""
     blocks = result.segments if len(result.segments) == len(models) else [None] * len(models)
-    out = []
+    out: List[CoCompiled] = []
     for m, (compiled, _log), block in zip(models, pairs, blocks):
-        entry = {"model": str(m), "output": str(compiled), "on_chip_bytes": None,
-                 "off_chip_bytes": None, "caching_token": None, "parameters": None}
+        entry: CoCompiled = {"model": str(m), "output": str(compiled), "on_chip_bytes": None,
+                             "off_chip_bytes": None, "caching_token": None, "parameters": None}
         try:
             use = parameter_use(map_model_file(compiled), str(compiled)) if compiled.is_file() else None
         except (InvalidModel, OSError):

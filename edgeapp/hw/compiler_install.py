@@ -19,8 +19,10 @@ import stat
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable, List, Mapping, Optional, Tuple
+from typing import BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import quote
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.edgetpu import compiler_files as CF
 from edgeapp.core.registry import digests, file_sha256
@@ -30,6 +32,31 @@ from edgeapp.hw.compiler_host import bundle_at
 from edgeapp.hw.download import Reporter, download, timeout_from_env, write_error
 
 RECORD = "install.json"
+
+
+class InstallSource(TypedDict, total=False):
+    """Where an installed compiler came from: Google's pinned files (url, repository, commit,
+    folder) or the user's own package or folder (path, and its sha256 for a file)."""
+    kind: str  # google, deb, tar, folder
+    url: str
+    repository: str
+    commit: str
+    folder: str
+    path: str
+    sha256: str
+
+
+class InstallRecord(TypedDict, total=False):
+    """An install's install.json (and, read back, the folder it is in: `path`)."""
+    edgeapp_compiler: int  # the record's format
+    version: str
+    version_from: str  # how the version was read
+    source: InstallSource
+    verification: str
+    files: Dict[str, str]  # relative path -> sha256
+    notices: List[str]
+    installed_at: str  # ISO 8601, UTC
+    path: str
 AR_MAGIC = b"!<arch>\n"
 
 
@@ -37,7 +64,7 @@ def compilers_dir(env: Optional[Mapping[str, str]] = None) -> Path:
     return data_dir(os.environ if env is None else env) / "compiler"
 
 
-def installed(env: Optional[Mapping[str, str]] = None) -> List[dict]:
+def installed(env: Optional[Mapping[str, str]] = None) -> List[InstallRecord]:
     """Every complete install (a version folder with its install.json), newest first."""
     base = compilers_dir(env)
     found = []
@@ -54,7 +81,7 @@ def installed(env: Optional[Mapping[str, str]] = None) -> List[dict]:
     return sorted(found, key=lambda r: CF.version_key(str(r.get("version", ""))), reverse=True)
 
 
-def newest_installed(env: Optional[Mapping[str, str]] = None) -> Optional[dict]:
+def newest_installed(env: Optional[Mapping[str, str]] = None) -> Optional[InstallRecord]:
     found = installed(env)
     return found[0] if found else None
 
@@ -80,7 +107,7 @@ def source_url(env: Mapping[str, str]) -> str:
 
 
 def fetch_google(env: Mapping[str, str], rep: Reporter,
-                 version_of: Callable[[Path], Tuple[Optional[str], str]]) -> dict:
+                 version_of: Callable[[Path], Tuple[Optional[str], str]]) -> InstallRecord:
     """Download every pinned file, verify each by its git blob id, install. `version_of(folder)`
     runs the staged compiler: (version or None, how it was read or why not)."""
     base = source_url(env)
@@ -110,8 +137,8 @@ def fetch_google(env: Mapping[str, str], rep: Reporter,
             os.replace(parts / (ref.path + ".part"), target)
         _make_runnable(staging / CF.BIN)
         version, how = version_of(staging)
-        source = {"kind": "google", "url": base, "repository": CF.REPOSITORY, "commit": CF.COMMIT,
-                  "folder": CF.FOLDER}
+        source: InstallSource = {"kind": "google", "url": base, "repository": CF.REPOSITORY, "commit": CF.COMMIT,
+                                 "folder": CF.FOLDER}
         verification = (f"git blob ids of all {len(CF.PINNED)} files match the ones pinned in "
                         f"edgeapp (commit {CF.COMMIT[:12]})")
         record = _finish(staging, root, version or CF.PINNED_VERSION,
@@ -127,7 +154,7 @@ def fetch_google(env: Mapping[str, str], rep: Reporter,
 
 
 def install_from(path: Path, env: Mapping[str, str],
-                 version_of: Callable[[Path], Tuple[Optional[str], str]]) -> dict:
+                 version_of: Callable[[Path], Tuple[Optional[str], str]]) -> InstallRecord:
     """Install from Coral's .deb, its .tar.gz, or an unpacked folder."""
     path = Path(os.path.expanduser(str(path)))
     if not path.exists():
@@ -145,7 +172,7 @@ def install_from(path: Path, env: Mapping[str, str],
             version, how = package_version, f"the package's control file ({how})"
         if version is None:
             raise MissingDependency(f"cannot read the version of the compiler in {path}: {how}")
-        source = {"kind": kind, "path": str(path.resolve())}
+        source: InstallSource = {"kind": kind, "path": str(path.resolve())}
         if path.is_file():
             source["sha256"] = file_sha256(path)
         record = _finish(staging, root, version, how, source,
@@ -283,15 +310,15 @@ def _make_runnable(bin_dir: Path) -> None:
             f.chmod(f.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def _finish(staging: Path, root: Path, version: str, version_from: str, source: dict,
-            verification: str) -> dict:
+def _finish(staging: Path, root: Path, version: str, version_from: str, source: InstallSource,
+            verification: str) -> InstallRecord:
     """Write install.json last, then rename the staged folder to its version's name."""
     files = {str(p.relative_to(staging)): file_sha256(p)
              for p in sorted(staging.rglob("*")) if p.is_file() and not p.is_symlink()}
-    record = {"edgeapp_compiler": 1, "version": version, "version_from": version_from,
-              "source": source, "verification": verification, "files": files,
-              "notices": [f"{CF.BIN}/{n}" for n in CF.NOTICES if (staging / CF.BIN / n).is_file()],
-              "installed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    record: InstallRecord = {"edgeapp_compiler": 1, "version": version, "version_from": version_from,
+                             "source": source, "verification": verification, "files": files,
+                             "notices": [f"{CF.BIN}/{n}" for n in CF.NOTICES if (staging / CF.BIN / n).is_file()],
+                             "installed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     (staging / RECORD).write_text(json.dumps(record, indent=2))
     target = root / _folder_name(version)
     old = None

@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from edgeapp.core.edgetpu.thermal import is_sensor_fault
+from typing_extensions import TypedDict
+
+from edgeapp.core.edgetpu.thermal import ApexThermal, is_sensor_fault
 from edgeapp.hw.libedgetpu import list_devices, open_library
 from edgeapp.hw.sysroot import Root, read_text, under
 
@@ -27,6 +29,18 @@ USB_STATES = {"1a6e:089a": "bootloader", "18d1:9302": "running"}  # the same ids
 USB_VENDORS = tuple(sorted({vendor for vendor, _ in USB_IDS}))  # what udev rules match on
 PCI_ID = ("0x1ac1", "0x089a")
 USB2_MBPS = 480.0
+
+
+class EdgeTpuJson(TypedDict):
+    """An EdgeTpu's fields, as `devices --format json` lists it."""
+    type: str
+    path: str
+    device: str
+    source: str
+    name: str
+    usb_id: Optional[str]
+    speed_mbps: Optional[float]
+    temperature_c: Optional[float]
 
 
 @dataclass(frozen=True)
@@ -42,8 +56,8 @@ class EdgeTpu:
     speed_mbps: Optional[float] = None
     temperature_c: Optional[float] = None
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> EdgeTpuJson:
+        return asdict(self)  # type: ignore[return-value]
 
 
 def usb_accelerators(root: Root = None) -> list[tuple[str, str, Optional[float]]]:
@@ -78,11 +92,11 @@ APEX_THERMAL_FILES = ("temp", "trip_point0_temp", "trip_point1_temp", "trip_poin
                       "hw_temp_warn1", "hw_temp_warn1_en", "hw_temp_warn2", "hw_temp_warn2_en")
 
 
-def apex_thermal(root: Root, node: str) -> dict[str, Optional[float]]:
+def apex_thermal(root: Root, node: str) -> ApexThermal:
     """What /sys/class/apex/apex_N says about heat: temp, trip points and hardware warnings in
     °C (the *_en switches as 0/1); a file that is absent or unreadable is None."""
     folder = f"/sys/class/apex/{Path(node).name}"
-    out: dict[str, Optional[float]] = {}
+    out: ApexThermal = {}
     for name in APEX_THERMAL_FILES:
         value = _float(read_text(under(root, f"{folder}/{name}")))
         out[name] = value if value is None or name.endswith("_en") else value / 1000.0

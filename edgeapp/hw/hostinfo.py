@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
+
+from typing_extensions import TypedDict
 
 from edgeapp.hw.sysroot import Root, sysroot
 
@@ -115,12 +117,33 @@ def usb_link(speed_mbps: Optional[float]) -> Optional[str]:
     return _USB_SPEEDS.get(text, f"{text} Mb/s")
 
 
-def usb_accelerator_links(root: Root = None) -> list[dict]:
+class UsbLink(TypedDict):
+    """A Coral USB Accelerator's link: its sysfs folder name, what it is, its speed."""
+    path: str
+    type: str
+    speed_mbps: Optional[str]  # as sysfs writes it: "480", "5000"
+    link: Optional[str]  # "USB 3 (5 Gb/s)"
+
+
+class HostInfo(TypedDict):
+    """The machine a benchmark ran on (bench's `host`)."""
+    cpu: Optional[str]
+    cores: Optional[int]
+    usable_cores: int
+    max_mhz: Optional[float]
+    governor: Optional[str]
+    governor_warning: Optional[str]
+    machine: str
+    os: str
+    python: str
+
+
+def usb_accelerator_links(root: Root = None) -> List[UsbLink]:
     """Coral USB Accelerators seen in sysfs (devices.usb_accelerators), with their link speed."""
     from edgeapp.hw.devices import USB_IDS
     from edgeapp.hw.devices import usb_accelerators as scan
 
-    out = []
+    out: List[UsbLink] = []
     for path, ident, speed in scan(root):
         text = None if speed is None else f"{speed:g}"
         out.append({"path": Path(path).name, "type": USB_IDS[tuple(ident.split(":"))], "speed_mbps": text,
@@ -135,7 +158,7 @@ def edgetpu_runtime_version(library: str) -> Optional[str]:
     return label_of(library)
 
 
-def host_info(root: Root = None) -> dict:
+def host_info(root: Root = None) -> HostInfo:
     """The `host` object of bench's JSON."""
     gov = governor(root)
     return {

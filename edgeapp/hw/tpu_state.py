@@ -8,18 +8,33 @@ core/edgetpu/clock.py. Everything is read under the sysroot (hw/sysroot.py).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 from edgeapp.core.edgetpu.clock import clock_at, usb_level
-from edgeapp.core.edgetpu.thermal import pcie_state, state_warnings
-from edgeapp.hw.devices import USB_STATES, EdgeTpu, apex_thermal, list_edge_tpus
+from edgeapp.core.edgetpu.thermal import PcieHeat, pcie_state, state_warnings
+from edgeapp.hw.devices import USB_STATES, EdgeTpu, EdgeTpuJson, apex_thermal, list_edge_tpus
 from edgeapp.hw.hostinfo import usb_link
 from edgeapp.hw.libedgetpu import clock_mode, edgetpu_library
 from edgeapp.hw.sysroot import Root
 
 
+class TpuState(EdgeTpuJson, total=False):
+    """One Edge TPU's listing plus its state: PCIe cards have `thermal`, USB Accelerators
+    `usb_state`, `link` and `performance`."""
+    clock_mode: Optional[str]  # std or max
+    clock_mode_source: str
+    thermal: PcieHeat
+    clock_mhz: Optional[float]
+    clock_basis: str
+    throttling: Optional[bool]
+    usb_state: Optional[str]
+    link: Optional[str]
+    performance: Optional[str]
+    warnings: List[str]
+
+
 def tpu_states(root: Root = None, library: Optional[str] = None,
-               performance: Optional[str] = None) -> list[dict]:
+               performance: Optional[str] = None) -> List[TpuState]:
     """The state of every Edge TPU found (libedgetpu's list, else sysfs)."""
     name = library or edgetpu_library()
     tpus = list_edge_tpus(root, name)
@@ -28,11 +43,11 @@ def tpu_states(root: Root = None, library: Optional[str] = None,
 
 
 def tpu_state(tpu: EdgeTpu, root: Root = None, mode: Optional[str] = None, evidence: str = "",
-              performance: Optional[str] = None) -> dict:
+              performance: Optional[str] = None) -> TpuState:
     """One Edge TPU's listing plus its state: `clock_mode` (std/max/None), `clock_mhz` (from the
     temperature for PCIe, from the build and --performance for USB), `throttling`, and
     `thermal` (PCIe) or `usb_state` and `link` (USB); `warnings` in words."""
-    out = tpu.to_dict()
+    out: TpuState = {**tpu.to_dict()}  # type: ignore[misc]
     out.update(clock_mode=mode, clock_mode_source=evidence)
     if tpu.type == "pci":
         thermal = pcie_state(apex_thermal(root, tpu.path))
@@ -49,7 +64,7 @@ def tpu_state(tpu: EdgeTpu, root: Root = None, mode: Optional[str] = None, evide
 
 
 def state_of(name: str, root: Root = None, library: Optional[str] = None,
-             performance: Optional[str] = None) -> Optional[dict]:
+             performance: Optional[str] = None) -> Optional[TpuState]:
     """The state of the TPU an engine runs on (`usb:0`, `pci:1`; `edgetpu`, `usb` or `pci`: the
     first one of that kind, which is the one libedgetpu opens when it is free)."""
     states = tpu_states(root, library, performance)

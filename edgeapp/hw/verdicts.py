@@ -16,7 +16,9 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.registry import file_sha256
 
@@ -89,6 +91,15 @@ def _verdict(entry: Optional[dict]) -> Optional[Verdict]:
                    entry.get("model"), entry.get("probed_at"), entry.get("stage"))
 
 
+class CacheFile(TypedDict):
+    """probe.json: pair verdicts and model verdicts by key, files' SHA-256 by path (each with the
+    stat it was computed at), co-compiled models' agreement by the model's SHA-256."""
+    verdicts: Dict[str, dict]
+    models: Dict[str, dict]
+    files: Dict[str, dict]
+    cocompiled: Dict[str, dict]
+
+
 class VerdictCache:
     """probe.json in the cache directory: {"verdicts": {pair key: ...}, "models": {model key: ...}}.
 
@@ -100,12 +111,12 @@ class VerdictCache:
         self.path = Path(directory) / "probe.json"
         self.environment = environment
 
-    def _load(self) -> dict:
+    def _load(self) -> CacheFile:
         try:
             data = json.loads(self.path.read_text())
-            return {k: dict(data.get(k, {})) for k in _SECTIONS}
+            return {k: dict(data.get(k, {})) for k in _SECTIONS}  # type: ignore[misc]
         except (OSError, ValueError, AttributeError, TypeError):
-            return {k: {} for k in _SECTIONS}  # absent or damaged: probe again
+            return {k: {} for k in _SECTIONS}  # type: ignore[misc]  # absent or damaged: probe again
 
     def sha256(self, path: str) -> str:
         """The file's SHA-256, remembered by (path, size, mtime, ctime, inode): a cache hit then

@@ -28,6 +28,7 @@ from types import ModuleType
 from typing import Any, Callable, Deque, List, Optional
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.errors import UsageError
 from edgeapp.sinks.clip_buffer import QUALITY, Buffered, Ring, jpeg_bytes, memory_bound, ring_frames
@@ -66,6 +67,24 @@ class _Clip:
     alerts: List[dict] = field(default_factory=list)
 
 
+
+class ClipCounts(TypedDict):
+    alerts: int
+    clips: int
+    snapshots: int
+    frames_skipped: int
+    disk_full: int
+    removed: int  # old files removed to stay under the folder's limit
+
+
+class ClipsSummary(ClipCounts):
+    """Alert clips of a camera run: the counts, the folder, the frame ring's memory."""
+    folder: str
+    buffer_peak_bytes: int
+    buffer_frames: Optional[int]
+    jpeg_mean_bytes: int
+    memory_bound_bytes: int
+
 class ClipSink:
     """The clips of one camera run. `fps`: the source's; `on_saved(alert, snapshot)`: after an
     alert's snapshot is on disk (or could not be written: None), from the writer thread;
@@ -88,7 +107,7 @@ class ClipSink:
         self._jobs_cond = threading.Condition()
         self._clip: Optional[_Clip] = None
         self._claimed: Optional[tuple] = None  # (stem, end) of the clip the loop last named
-        self.stats = {"alerts": 0, "clips": 0, "snapshots": 0, "frames_skipped": 0,
+        self.stats: ClipCounts = {"alerts": 0, "clips": 0, "snapshots": 0, "frames_skipped": 0,
                       "disk_full": 0, "removed": 0}
         self._warned = False
         self._size = (0, 0)  # the frames' width and height, once one came
@@ -317,7 +336,7 @@ class ClipSink:
             self._jobs_cond.notify_all()
         self._writer.join()
 
-    def summary(self) -> dict:
+    def summary(self) -> ClipsSummary:
         frames = list(self.ring.frames)
         jpeg = jpeg_bytes(frames)
         s = self.settings

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
+
+from typing_extensions import TypedDict
 
 if TYPE_CHECKING:
     from edgeapp.tasks.base import Entity, TaskKind
@@ -23,17 +25,53 @@ DISCOVERY_PREFIX = "homeassistant"
 STATE_TOPIC = {"frames": "frames", "events": "state"}
 
 
+class MqttState(TypedDict, total=False):
+    """The retained `state` topic (--mqtt-mode events) the entities' templates read: the labels
+    present (presence tasks) or the top label (None: nothing passes), as sinks/mqtt.py confirms them."""
+    labels: List[Union[str, int]]  # a class id where there are no labels; sorted
+    label: Optional[Union[str, int]]
+
+
+class HaDevice(TypedDict, total=False):
+    """The camera as one Home Assistant device (its entities share it)."""
+    identifiers: List[str]
+    name: str
+    manufacturer: str
+    model: str
+    sw_version: str
+
+
+class HaOrigin(TypedDict):
+    name: str
+
+
+class HaConfig(TypedDict, total=False):
+    """An entity's MQTT discovery config (Home Assistant's keys)."""
+    name: str
+    unique_id: str
+    state_topic: str
+    value_template: str
+    availability_topic: str
+    payload_available: str
+    payload_not_available: str
+    device: HaDevice
+    origin: HaOrigin
+    payload_on: str  # binary sensors
+    payload_off: str
+    state_class: str  # numeric sensors: "measurement"
+
+
 def node_id(prefix: str) -> str:
     """This camera's id in Home Assistant: from its topic prefix (one prefix per camera)."""
     return "edgeapp_" + (re.sub(r"[^a-z0-9_-]+", "_", prefix.lower()).strip("_") or "camera")
 
 
-def _config(entity: Entity, template: str, prefix: str, mode: str, node: str, device: dict) -> dict:
-    config = {"name": entity.name, "unique_id": f"{node}_{entity.key}",
-              "state_topic": f"{prefix}/{STATE_TOPIC[mode]}",
-              "value_template": template, "availability_topic": f"{prefix}/status",
-              "payload_available": "online", "payload_not_available": "offline",
-              "device": device, "origin": {"name": "edgeapp"}}
+def _config(entity: Entity, template: str, prefix: str, mode: str, node: str, device: HaDevice) -> HaConfig:
+    config: HaConfig = {"name": entity.name, "unique_id": f"{node}_{entity.key}",
+                        "state_topic": f"{prefix}/{STATE_TOPIC[mode]}",
+                        "value_template": template, "availability_topic": f"{prefix}/status",
+                        "payload_available": "online", "payload_not_available": "offline",
+                        "device": device, "origin": {"name": "edgeapp"}}
     if entity.component == "binary_sensor":
         config.update(payload_on="ON", payload_off="OFF")
     if entity.numeric:
@@ -47,8 +85,8 @@ def discovery_messages(kind: TaskKind, labels: Optional[Dict[int, str]], prefix:
     """(topic, payload) pairs, to publish retained: configs for `mode`'s entities, empty
     payloads (removal) for the others, and for all when `remove`."""
     node = node_id(prefix)
-    device = {"identifiers": [node], "name": f"edgeapp {prefix}", "manufacturer": "edgeapp",
-              "model": f"{kind.name} · {model}" if model else kind.name}
+    device: HaDevice = {"identifiers": [node], "name": f"edgeapp {prefix}", "manufacturer": "edgeapp",
+                        "model": f"{kind.name} · {model}" if model else kind.name}
     if version:
         device["sw_version"] = version
     out: Dict[str, str] = {}
@@ -66,8 +104,8 @@ def counting_discovery(prefix: str, lines: List[str], zones: List[str], *, remov
     """camera --track: a counter per line and direction and one per zone (objects in it now),
     read from the retained PREFIX/counts (flows/camera/tracking.py's summary)."""
     node = node_id(prefix)
-    device = {"identifiers": [node], "name": f"edgeapp {prefix}", "manufacturer": "edgeapp",
-              "model": f"{kind_name} · {model}" if model else kind_name}
+    device: HaDevice = {"identifiers": [node], "name": f"edgeapp {prefix}", "manufacturer": "edgeapp",
+                        "model": f"{kind_name} · {model}" if model else kind_name}
     entities = []
     for name in lines:
         for direction in ("in", "out"):

@@ -26,14 +26,60 @@ from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple
 from urllib.parse import parse_qs
+
+from typing_extensions import TypedDict
 
 from edgeapp.errors import UsageError
 from edgeapp.hw.netif import is_local_ip, local_addresses
+from edgeapp.tasks import TaskFields
 
 if TYPE_CHECKING:
     from email.message import Message
+
+    from edgeapp.core.stats import P50P99
+
+
+class LiveSummary(TypedDict):
+    """The live view of a camera run: its address, viewers, frames encoded, snapshots, refusals."""
+    url: str
+    viewers_max: int
+    viewers_total: int
+    frames_encoded: int
+    snapshots: int
+    refused: int
+
+
+class LiveStats(TaskFields, total=False):
+    """What /stats serves and the page shows: the run (the camera's `info`: model, task, device,
+    source), its rates and latencies, the last frame's results (the task's own field, and as
+    lines of text), the alerts; the camera adds its own figures (`extra`: MQTT, tracking, the
+    Edge TPU's health)."""
+    running: bool
+    model: str
+    task: str
+    device: str
+    device_note: str
+    source: str
+    fps: float
+    uptime_s: float
+    viewers: int
+    frames_encoded: int
+    frames_captured: int
+    frames_processed: int
+    frames_dropped: int
+    inference_ms: P50P99
+    frame_ms: P50P99
+    stop: Optional[str]
+    frame: Optional[int]
+    latency_ms: Optional[float]
+    results: List[str]
+    results_title: str
+    alerts: List[dict]
+    mqtt: dict  # sinks/mqtt.MqttOut.summary()
+    tracking: dict
+
 
 BOUNDARY = "edgeapp-frame"
 MAX_VIEWERS = 8  # streams at once: each is a thread and a socket; more get 503

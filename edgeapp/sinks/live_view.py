@@ -27,14 +27,15 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import numpy as np
 
 from edgeapp.core.stats import p50_p99
+from edgeapp.core.vision.frames import mosaic
 from edgeapp.errors import UsageError
 from edgeapp.hw.netif import local_addresses
-from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, make_handler, token_required
+from edgeapp.sinks.live_http import MAX_VIEWERS, Guard, LiveStats, LiveSummary, make_handler, token_required
 from edgeapp.tasks.base import Result, annotate_frame
 
 if TYPE_CHECKING:
@@ -158,6 +159,7 @@ def open_urls(addr: ServeAddress, port: int, dual_stack: bool = True) -> List[st
 # The hand-off
 
 
+
 class _Latest:
     """The newest processed frame, as the loop left it."""
 
@@ -236,6 +238,7 @@ class LiveView:
         self._frame_ready = threading.Condition(self._lock)  # the encoder waits here
         self._jpeg_ready = threading.Condition(self._lock)  # viewers wait here
         self._latest: Optional[_Latest] = None
+        self._by_source: Dict[str, _Latest] = {}  # several sources: each one's newest, a tile each
         self._frame_seq = 0
         self._jpeg: Optional[bytes] = None
         self._jpeg_seq = 0  # counts encodes; viewers remember the last one they sent
@@ -319,6 +322,8 @@ class LiveView:
         with self._lock:
             self._frame_seq += 1
             self._latest = _Latest(self._frame_seq, image, record, annotated, fps, extras or {}, counting)
+            if record.get("source") is not None:
+                self._by_source[record["source"]] = self._latest
             self._done_times.append(now)
             if stats is not None:
                 self._stats_ref = stats
@@ -350,16 +355,14 @@ class LiveView:
                     return None
                 if latest.seq == self._jpeg_from and self._jpeg is not None:
                     return self._jpeg
+                tiles = list(self._by_source.values()) if len(self._by_source) > 1 else [latest]
             from edgeapp.hw.capture import cv2_module
 
             cv2 = cv2_module()
-            if not latest.annotated:  # drawn here, off the inference loop, and only once
-                rec = latest.record
-                annotate_frame(self.kind, latest.image, Result(rec, latest.extras, latest.counting),
-                               rec.get("latency_ms"), latest.fps,
-                               str(rec.get("device", self.info.get("device", ""))))
-                latest.annotated = True
-            ok, buf = cv2.imencode(".jpg", latest.image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
+            for tile in tiles:
+                self._annotate(tile)
+            image = latest.image if len(tiles) == 1 else mosaic([t.image for t in tiles])
+            ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
             if not ok:
                 return None
             jpeg = buf.tobytes()
@@ -369,6 +372,15 @@ class LiveView:
                 self.frames_encoded += 1
                 self._jpeg_ready.notify_all()
             return jpeg
+
+    def _annotate(self, latest: _Latest) -> None:
+        """The overlay, drawn here (off the inference loop) and only once."""
+        if not latest.annotated:
+            rec = latest.record
+            annotate_frame(self.kind, latest.image, Result(rec, latest.extras, latest.counting),
+                           rec.get("latency_ms"), latest.fps,
+                           str(rec.get("device", self.info.get("device", ""))))
+            latest.annotated = True
 
     def wait_jpeg(self, after: int, timeout: float) -> tuple[Optional[bytes], int]:
         """The newest JPEG once it is newer than encode number `after`; (None, after) on
@@ -430,14 +442,18 @@ class LiveView:
             return 0.0
         return (len(recent) - 1) / (recent[-1] - recent[0])
 
-    def stats(self) -> dict:
+    def stats(self) -> LiveStats:
         """What /stats serves and the page shows."""
         with self._lock:
             latest, stats, viewers = self._latest, self._stats_ref, self.viewers
-        out: dict = {"running": not self._closed.is_set() and not (stats is not None and stats.stop),
+        out: LiveStats = {"running": not self._closed.is_set() and not (stats is not None and stats.stop),
                      **self.info, "fps": round(self.fps(), 2),
                      "uptime_s": round(time.monotonic() - self._started, 1), "viewers": viewers,
                      "frames_encoded": self.frames_encoded}
+        with self._lock:
+            several = {name: t.record for name, t in self._by_source.items()} if len(self._by_source) > 1 else {}
+        if several:  # each source's newest frame index (the tiles)
+            out["sources"] = {name: rec.get("frame") for name, rec in several.items()}
         if stats is not None:
             out.update({"source": stats.source, "frames_captured": stats.captured,
                         "frames_processed": stats.processed, "frames_dropped": stats.dropped,
@@ -466,7 +482,7 @@ class LiveView:
             with self._lock:
                 self._alerts.extend(alerts)
 
-    def summary(self) -> dict:
+    def summary(self) -> LiveSummary:
         return {"url": self.url, "viewers_max": self.viewers_max, "viewers_total": self.viewers_total,
                 "frames_encoded": self.frames_encoded, "snapshots": self.snapshots,
                 "refused": self.refused}

@@ -56,8 +56,8 @@ class Metrics:
                                  registry=self.registry)
         self.registry.register(_RunCollector(self))
         self._lock = threading.Lock()
-        self._stats: Any = None
-        self._fps: Optional[float] = None
+        self._stats: Dict[str, Any] = {}  # per source (a run of several: records carry `source`)
+        self._fps: Dict[str, float] = {}
         self._busy: Dict[str, Deque[Tuple[float, float]]] = {}
 
     def on_frame(self, image: object, record: dict, *, annotated: bool = False,
@@ -65,10 +65,14 @@ class Metrics:
                  counting: Optional[tuple] = None) -> None:
         latency = record.get("latency_ms")
         device = str(record.get("device", ""))
+        source = str(record.get("source", self.source))
         if latency is not None:
-            self.inference.labels(self.source, device).observe(latency / 1000.0)
+            self.inference.labels(source, device).observe(latency / 1000.0)
         with self._lock:
-            self._stats, self._fps = stats, fps
+            if stats is not None:
+                self._stats[source] = stats
+            if fps is not None:
+                self._fps[source] = fps
             if latency is not None:
                 window = self._busy.setdefault(device, deque())
                 now = time.monotonic()
@@ -78,9 +82,10 @@ class Metrics:
 
     def on_events(self, events: List[dict], counts: dict) -> None:
         for e in events:
-            self.events.labels(self.source, e.get("event", "")).inc()
+            source = str(e.get("source", self.source))
+            self.events.labels(source, e.get("event", "")).inc()
             if e.get("event") == "alert":
-                self.alerts.labels(self.source, e.get("rule", "")).inc()
+                self.alerts.labels(source, e.get("rule", "")).inc()
 
     def exposition(self) -> Tuple[bytes, str]:
         """The text format and its content type (what /metrics answers)."""
@@ -94,7 +99,7 @@ class Metrics:
                 if window:
                     span = min(BUSY_WINDOW, max(1e-6, now - window[0][0]))
                     busy[device] = min(1.0, sum(s for _, s in window) / span)
-            return self._stats, self._fps, busy
+            return dict(self._stats), dict(self._fps), busy
 
     def close(self) -> None:
         pass
@@ -115,17 +120,17 @@ class _RunCollector:
                                      labels=["source", "state"])
         reconnects = CounterMetricFamily("edgeapp_source_reconnects", "Times the source was reopened.",
                                          labels=["source"])
-        if stats is not None:
-            for state, value in (("captured", stats.captured), ("processed", stats.processed),
-                                 ("dropped", stats.dropped)):
-                frames.add_metric([src, state], value)
-            reconnects.add_metric([src], stats.reconnects)
+        for name, st in stats.items():
+            for state, value in (("captured", st.captured), ("processed", st.processed),
+                                 ("dropped", st.dropped)):
+                frames.add_metric([name, state], value)
+            reconnects.add_metric([name], st.reconnects)
         yield frames
         yield reconnects
         rate = GaugeMetricFamily("edgeapp_fps", "Frames processed per second (smoothed).",
                                  labels=["source"])
-        if fps is not None:
-            rate.add_metric([src], fps)
+        for name, value in fps.items():
+            rate.add_metric([name], value)
         yield rate
         load = GaugeMetricFamily("edgeapp_device_busy_ratio", "Fraction of the last 10 s spent in "
                                  "inference, per device.", labels=["source", "device"])

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     import numpy as np
     from paho.mqtt.client import Client as MqttClient
 
+    from edgeapp.sinks.ha_discovery import MqttState
     from edgeapp.tasks.base import TaskKind
 
 INSTALL = "pip install 'edgeapp[mqtt]'"
@@ -152,7 +153,7 @@ class ChangeDetector:
             return self._presence(self.kind.presence(record), t)
         return self._top(self.kind.top(record), t)
 
-    def state(self) -> dict:
+    def state(self) -> MqttState:
         """The confirmed state, for the retained `state` topic."""
         if self.kind.events == "presence":
             return {"labels": sorted(self.present, key=str)}

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Sequence
 
+from typing_extensions import TypedDict
+
 from edgeapp.errors import MissingDependency, UsageError
 
 INSTALL = "pip install 'edgeapp[notify]'"
@@ -81,6 +83,20 @@ def _redacted(url: str) -> str:
     return f"{scheme}://..." if sep else "URL"
 
 
+
+class NotifyCounts(TypedDict):
+    sent: int
+    held: int  # within a rule's cool-down: not sent
+    failed_attempts: int
+    undelivered: int
+    dropped: int  # the queue was full
+
+
+class NotifySummary(NotifyCounts):
+    """Notifications of a camera run: the counts, what is still queued, how many URLs."""
+    pending: int
+    urls: int
+
 class Notifier:
     """Sends alerts to every URL, in order, never blocking the caller."""
 
@@ -103,7 +119,7 @@ class Notifier:
         self._closing = False
         self._deadline: Optional[float] = None
         self._last: Dict[tuple, float] = {}
-        self.counts = {"sent": 0, "held": 0, "failed_attempts": 0, "undelivered": 0, "dropped": 0}
+        self.counts: NotifyCounts = {"sent": 0, "held": 0, "failed_attempts": 0, "undelivered": 0, "dropped": 0}
         self._thread = threading.Thread(target=self._loop, name="notify", daemon=True)
         self._thread.start()
 
@@ -184,6 +200,6 @@ class Notifier:
             self.counts["undelivered"] += len(self._queue)
             self._queue.clear()
 
-    def summary(self) -> dict:
+    def summary(self) -> NotifySummary:
         with self._cond:
             return {**self.counts, "pending": len(self._queue), "urls": len(self._targets)}

@@ -51,10 +51,14 @@ TRACK_ID = "track_id"  # each tracked item's id (flows/camera/tracking.py), a ro
 class Layout:
     """How one task's records read as CSV rows and table lines (batches, or camera frames)."""
 
-    def __init__(self, kind: TaskKind, frames: bool = False, tracked: bool = False) -> None:
-        """`tracked`: camera --track, whose objects carry a `track_id` column (after `rank`)."""
-        self.kind, self.frames = kind, frames
+    def __init__(self, kind: TaskKind, frames: bool = False, tracked: bool = False,
+                 sourced: bool = False) -> None:
+        """`tracked`: camera --track, whose objects carry a `track_id` column (after `rank`);
+        `sourced`: camera frames of named sources, each record's `source` first."""
+        self.kind, self.frames, self.sourced = kind, frames, sourced
         before, after = FRAME_FIELDS if frames else BATCH_FIELDS
+        if sourced:
+            before = ("source",) + tuple(before)
         self._base = before + after
         own = [c for c in kind.columns if c not in self._base]
         if tracked:
@@ -67,7 +71,8 @@ class Layout:
 
     def table_line(self, record: dict) -> str:
         if self.frames:
-            return (f"frame {record['frame']}  {self.kind.summary_text(record)}  "
+            where = f"{record['source']}  " if self.sourced else ""
+            return (where + f"frame {record['frame']}  {self.kind.summary_text(record)}  "
                     f"({record['latency_ms']:.1f} ms)")
         if record["error"]:
             return f"{record['path']}  ERROR: {record['error']}"

@@ -13,12 +13,20 @@ import importlib
 import importlib.util
 import pkgutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from typing_extensions import TypedDict
 
 from edgeapp.errors import InvalidModel, UsageError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from edgeapp.core.meta import ModelMeta
+    from edgeapp.core.vision.classify import ClassItem
+    from edgeapp.core.vision.detect import ObjectItem
+    from edgeapp.core.vision.pose import PoseItem
+    from edgeapp.core.vision.segmentation import ClassShare
     from edgeapp.hw.runtime import Engine
 
 _HERE = Path(__file__).resolve().parent
@@ -27,6 +35,16 @@ _INTERNAL = "internal"  # the sub-package of tasks that run inside other command
 _found: Dict[str, Tuple[str, ...]] = {}
 _kinds: dict = {}
 
+
+class TaskFields(TypedDict, total=False):
+    """A record's task fields: each task fills its own (`TaskKind.field`; an image that failed:
+    `TaskKind.empty`), plus what its output folders add (segmentation's --mask file)."""
+    classes: Union[List[ClassItem], List[ClassShare]]  # classify; segment: each class's share
+    objects: List[ObjectItem]  # detect
+    filtered: Dict[str, int]  # detect with box filters: objects each filter removed
+    poses: List[PoseItem]  # pose
+    mask: Optional[str]  # segment: the class map's PNG (--mask), else None
+    embedding: Optional[np.ndarray]  # embed: the feature vector
 
 def _discover(package: str, folder: Path) -> Tuple[str, ...]:
     if package not in _found:
@@ -124,3 +142,23 @@ def task_for(engine: Engine, meta: Optional[ModelMeta] = None) -> str:
         raise InvalidModel(f"{engine.model_path}: outputs {describe_outputs(engine)} are not those "
                            f"of any task edgeapp knows ({', '.join(names())}); use --task")
     return found
+
+
+def options_for(name: str, options: Optional[Dict[str, Any]], model: str = "this model") -> Dict[str, Any]:
+    """The options task `name` takes, out of options meant for whichever task a model turns out
+    to be (the camera's). An option only other tasks take is dropped when left at nothing or at
+    their default, and is a UsageError when given (`camera classifier.tflite --tiles 2x2`
+    would otherwise run without what was asked for, saying nothing)."""
+    takes = kind(name).defaults
+    kept = {}
+    for key, value in (options or {}).items():
+        if key in takes:
+            kept[key] = value
+            continue
+        if value is None or value is False or value == "" or value == () or value == []:
+            continue
+        owners = [n for n in names() if n != name and key in kind(n).defaults]
+        if owners and all(value != kind(n).defaults[key] for n in owners):
+            raise UsageError(f"--{key.replace('_', '-')} is an option of {' and '.join(owners)} "
+                             f"models; {model} is a {name} model")
+    return kept

@@ -28,7 +28,7 @@ from edgeapp.core.vision.boxes import Fit
 from edgeapp.core.vision.preprocess import decode_image, fit_pixels, load_image, quantize_input
 from edgeapp.errors import UsageError, WrongTask
 from edgeapp.hw.runtime import run_payload
-from edgeapp.tasks import guess_task, kind
+from edgeapp.tasks import TaskFields, guess_task, kind
 from edgeapp.tasks.model import (
     ImageModel,
     InputSpec,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
     from edgeapp.core.eval.data import EvalData
+    from edgeapp.core.eval.metrics import TaskMetrics
     from edgeapp.core.naming import PathLike
     from edgeapp.core.tflite.model import TfliteModel
     from edgeapp.core.vision.preprocess import Decoded, ImageSource
@@ -128,7 +129,7 @@ class Result:
     """One image's results: the record's task fields, and what is not for the record (a
     segmentation's class map at the image's size, "mask") but for overlays and files."""
 
-    fields: dict
+    fields: TaskFields
     extras: dict = field(default_factory=dict)
     # camera --track: the lines, zones, counts and trails to draw (flows/camera/tracking.TrackStage.snapshot)
     counting: Optional[tuple] = None
@@ -267,36 +268,36 @@ class TaskKind:
                   labels: Optional[dict]) -> Result:
         raise NotImplementedError
 
-    def empty(self) -> dict:
+    def empty(self) -> TaskFields:
         """The task fields of a record whose image failed."""
-        return {self.field: []}
+        return {self.field: []}  # type: ignore[misc]  # the kind's own field
 
     # -- results ----------------------------------------------------------------------------------
 
-    def items(self, fields: dict) -> list:
+    def items(self, fields: TaskFields) -> list:
         return list(fields.get(self.field) or [])
 
-    def rows(self, fields: dict) -> List[dict]:
+    def rows(self, fields: TaskFields) -> List[dict]:
         """Results-file rows (CSV) with `columns` as keys: one per item, ranked."""
         return [{"rank": r, **it} for r, it in enumerate(self.items(fields), 1)]
 
     def item_text(self, item: dict) -> str:
         return f"{item_name(item)} {item['score']:.3f}"
 
-    def summary_text(self, fields: dict) -> str:
+    def summary_text(self, fields: TaskFields) -> str:
         """The table format's text for one image (items apart with ` | `: labels hold commas)."""
         return " | ".join(self.item_text(it) for it in self.items(fields)) or self.nothing
 
-    def draw(self, img: np.ndarray, fields: dict, extras: dict) -> None:
+    def draw(self, img: np.ndarray, fields: TaskFields, extras: dict) -> None:
         """Draw the results on a BGR image in place (annotated files, camera overlay)."""
 
     # -- events (MQTT) ----------------------------------------------------------------------------
 
-    def top(self, fields: dict) -> Optional[tuple]:
+    def top(self, fields: TaskFields) -> Optional[tuple]:
         """events "top": (label, score) of the result that counts, or None."""
         return None
 
-    def presence(self, fields: dict) -> Dict[Any, tuple]:
+    def presence(self, fields: TaskFields) -> Dict[Any, tuple]:
         """events "presence": label -> (count, best score) of what is in the image."""
         return {}
 
@@ -337,7 +338,7 @@ class TaskKind:
         """What `model.<task>(image)` returns: the record's items (a task may add its extras)."""
         return result.fields[self.field]
 
-    def to_folder(self, option: TaskOption, folder: ImageFolderLike, path: str, result: "Result") -> dict:
+    def to_folder(self, option: TaskOption, folder: ImageFolderLike, path: str, result: "Result") -> TaskFields:
         """Write `result`'s file for input `path` into `folder` (sinks/image_folder.ImageFolder)
         for the output-folder `option`; the fields this adds to the record."""
         raise NotImplementedError(f"{self.name} declares --{option.name} but writes no file")
@@ -365,7 +366,7 @@ class Scorer:
     def add(self, index: int, result: Result) -> None:
         raise NotImplementedError
 
-    def metrics(self, done: List[int]) -> dict:
+    def metrics(self, done: List[int]) -> TaskMetrics:
         raise NotImplementedError
 
     def predictions(self) -> List[dict]:
@@ -466,7 +467,7 @@ class BoundTask:
     def interpret(self, outputs: List[np.ndarray], prepared: Prepared) -> Result:
         return self.kind.interpret(outputs, prepared, self.plan, self.options, self.model.labels)
 
-    def empty(self) -> dict:
+    def empty(self) -> TaskFields:
         return self.kind.empty()
 
     def run(self, image: ImageSource) -> Result:

@@ -20,12 +20,14 @@ from edgeapp.core.vision.classify import (
     label_count_warning,
 )
 from edgeapp.errors import UsageError
+from edgeapp.tasks import TaskFields
 from edgeapp.tasks.base import Entity, Prepared, Result, Scorer, TaskKind, TaskOption, event_name
 from edgeapp.tasks.internal.embed import EMBED_TASK
 from edgeapp.tasks.model import ImageModel, output_quantization, output_shapes
 
 if TYPE_CHECKING:
     from edgeapp.core.eval.data import EvalData
+    from edgeapp.core.eval.metrics import ClassificationMetrics
     from edgeapp.core.naming import PathLike
     from edgeapp.hw.runtime import Engine
 
@@ -80,12 +82,12 @@ class Classify(TaskKind):
     def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return ClassScorer(data, labels)
 
-    def draw(self, img, fields: dict, extras: dict) -> None:
+    def draw(self, img, fields: TaskFields, extras: dict) -> None:
         from edgeapp.core.vision.overlay import draw_classes
 
         draw_classes(img, fields["classes"])
 
-    def top(self, fields: dict) -> Optional[tuple]:
+    def top(self, fields: TaskFields) -> Optional[tuple]:
         classes = fields.get("classes") or []
         return (event_name(classes[0]), classes[0]["score"]) if classes else None
 
@@ -128,7 +130,7 @@ class ClassScorer(Scorer):
         self.ranked[index] = [c["id"] for c in classes]
         self.scores[index] = classes
 
-    def metrics(self, done: List[int]) -> dict:
+    def metrics(self, done: List[int]) -> ClassificationMetrics:
         from edgeapp.core.eval.metrics import classification_metrics, confusion
 
         names = self.labels or {i: str(n) for i, n in self.data.names.items()}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from edgeapp.core.eval.coco import box_summary, coco_evaluate, means_over, pr_curves
+from edgeapp.core.eval.coco import BoxMetrics, box_summary, coco_evaluate, means_over, pr_curves
 from edgeapp.core.eval.metrics import match_names
 from edgeapp.core.vision.box_filters import NAMES as FILTERS
 from edgeapp.core.vision.box_filters import BoxFilters, filter_boxes
@@ -39,6 +39,7 @@ from edgeapp.core.vision.yolo import (
     output_quantizations,
 )
 from edgeapp.errors import InvalidModel, UsageError
+from edgeapp.tasks import TaskFields
 from edgeapp.tasks.base import (
     RESIZE,
     Entity,
@@ -56,6 +57,7 @@ from edgeapp.tasks.model import InputSpec
 
 if TYPE_CHECKING:
     from edgeapp.core.eval.data import EvalData
+    from edgeapp.core.eval.schema import CocoTruth
     from edgeapp.core.vision.detect import SsdLayout
     from edgeapp.core.vision.preprocess import ImageSource
     from edgeapp.core.vision.yolo import YoloLayout
@@ -291,7 +293,7 @@ class Detect(TaskKind):
     def track_threshold(self, plan: DetectPlan) -> float:
         return plan.threshold
 
-    def rows(self, fields: dict) -> List[dict]:
+    def rows(self, fields: TaskFields) -> List[dict]:
         rows = []
         for r, o in enumerate(fields["objects"], 1):
             x0, y0, x1, y1 = o["bbox"]
@@ -303,13 +305,13 @@ class Detect(TaskKind):
     def item_text(self, item: dict) -> str:
         return f"{item_name(item)} {item['score']:.2f} [{', '.join(str(v) for v in item['bbox'])}]"
 
-    def summary_text(self, fields: dict) -> str:
+    def summary_text(self, fields: TaskFields) -> str:
         objects = fields["objects"]
         if not objects:
             return self.nothing
         return f"{len(objects)} object(s): " + " | ".join(self.item_text(o) for o in objects)
 
-    def draw(self, img, fields: dict, extras: dict) -> None:
+    def draw(self, img, fields: TaskFields, extras: dict) -> None:
         draw_objects(img, fields["objects"])
 
     def class_count(self, plan: DetectPlan) -> Optional[int]:
@@ -319,7 +321,7 @@ class Detect(TaskKind):
     def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return BoxScorer(data, labels)
 
-    def presence(self, fields: dict) -> Dict[Any, tuple]:
+    def presence(self, fields: TaskFields) -> Dict[Any, tuple]:
         seen: dict = {}
         for o in fields.get("objects") or []:
             count, best = seen.get(event_name(o), (0, 0.0))
@@ -379,7 +381,7 @@ class BoxScorer(Scorer):
                                      "bbox": [round(x0, 3), round(y0, 3), round(x1 - x0, 3),
                                               round(y1 - y0, 3)]})
 
-    def metrics(self, done: List[int]) -> dict:
+    def metrics(self, done: List[int]) -> BoxMetrics:
         gt = self._named_truth()
         ev = coco_evaluate(gt, self.results, "bbox", done)
         names = {c["id"]: c["name"] for c in gt["categories"]}
@@ -392,7 +394,7 @@ class BoxScorer(Scorer):
                 out["map_model_classes"], out["map50_model_classes"] = known
         return out
 
-    def _named_truth(self) -> dict:
+    def _named_truth(self) -> CocoTruth:
         """The data's ground truth, its classes named by the model's labels (its sidecar's or
         metadata's names) when the data has only numbers (YOLO labels without names)."""
         if self.data.named or not self.labels:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from edgeapp.core.eval.coco import keypoint_metrics
+from edgeapp.core.eval.coco import KeypointMetrics, keypoint_metrics
 from edgeapp.core.vision.overlay import draw_poses
 from edgeapp.core.vision.pose import (
     KEYPOINTS,
@@ -22,6 +22,7 @@ from edgeapp.core.vision.pose import (
     posenet_poses,
     posenet_refusal,
 )
+from edgeapp.tasks import TaskFields
 from edgeapp.tasks.base import (
     RESIZE,
     Entity,
@@ -87,7 +88,7 @@ class PoseKind(TaskKind):
     def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return KeypointScorer(data)
 
-    def rows(self, fields: dict) -> List[dict]:
+    def rows(self, fields: TaskFields) -> List[dict]:
         # a keypoint's rank is its pose's; its id is its COCO keypoint index
         return [{"pose": n, "pose_score": p["score"], "keypoint": k["name"], "x": k["x"],
                  "y": k["y"], "score": k["score"]}
@@ -97,10 +98,10 @@ class PoseKind(TaskKind):
         return f"pose {item['score']:.2f}: " + ", ".join(
             f"{k['name']} ({k['x']:.0f}, {k['y']:.0f}) {k['score']:.2f}" for k in item["keypoints"])
 
-    def draw(self, img, fields: dict, extras: dict) -> None:
+    def draw(self, img, fields: TaskFields, extras: dict) -> None:
         draw_poses(img, fields["poses"])
 
-    def presence(self, fields: dict) -> Dict[Any, tuple]:
+    def presence(self, fields: TaskFields) -> Dict[Any, tuple]:
         poses = fields.get("poses") or []
         return {PERSON: (len(poses), max(p["score"] for p in poses))} if poses else {}
 
@@ -129,7 +130,7 @@ class KeypointScorer(Scorer):
             self.results.append({"image_id": index, "category_id": self.category,
                                  "keypoints": flat, "score": p["score"]})
 
-    def metrics(self, done: List[int]) -> dict:
+    def metrics(self, done: List[int]) -> KeypointMetrics:
         return keypoint_metrics(self.data.coco, self.results, done)
 
     def predictions(self) -> List[dict]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from edgeapp.core.eval.metrics import IGNORE, add_masks, segmentation_metrics
+from edgeapp.core.eval.metrics import IGNORE, SegmentationMetrics, add_masks, segmentation_metrics
 from edgeapp.core.limits import MAX_CLASSES
 from edgeapp.core.vision.overlay import draw_classes, draw_mask
 from edgeapp.core.vision.segmentation import (
@@ -23,6 +23,7 @@ from edgeapp.core.vision.segmentation import (
     mask_to_original,
 )
 from edgeapp.errors import UsageError
+from edgeapp.tasks import TaskFields
 from edgeapp.tasks.base import (
     RESIZE,
     Entity,
@@ -84,21 +85,21 @@ class Segment(TaskKind):
         return Result({"classes": class_shares(full, labels), "mask": None},
                       {"mask": full, "class_count": count})
 
-    def empty(self) -> dict:
+    def empty(self) -> TaskFields:
         return {"classes": [], "mask": None}
 
-    def rows(self, fields: dict):
+    def rows(self, fields: TaskFields):
         return [{"rank": r, **c, "mask": fields.get("mask")}
                 for r, c in enumerate(fields["classes"], 1)] or [{"mask": fields.get("mask")}]
 
     def item_text(self, item: dict) -> str:
         return f"{item_name(item)} {item['share'] * 100:.1f}%"
 
-    def summary_text(self, fields: dict) -> str:
+    def summary_text(self, fields: TaskFields) -> str:
         where = f"  [mask {fields['mask']}]" if fields.get("mask") else ""
         return super().summary_text(fields) + where
 
-    def draw(self, img, fields: dict, extras: dict) -> None:
+    def draw(self, img, fields: TaskFields, extras: dict) -> None:
         if extras.get("mask") is not None:
             draw_mask(img, extras["mask"], fields["classes"])
         else:  # a record without its map (another process's): the classes at least
@@ -108,14 +109,14 @@ class Segment(TaskKind):
         """(classes present, class map at the image's size)."""
         return result.fields["classes"], result.extras["mask"]
 
-    def to_folder(self, option: TaskOption, folder: ImageFolderLike, path: str, result: Result) -> dict:
+    def to_folder(self, option: TaskOption, folder: ImageFolderLike, path: str, result: Result) -> TaskFields:
         """--mask: the class map as a PNG of class ids; the record says where."""
         return {"mask": str(folder.write(path, mask_image_array(result.extras["mask"]), ".png"))}
 
     def scorer(self, data: EvalData, labels: Optional[dict]) -> Scorer:
         return MaskScorer(data, labels)
 
-    def presence(self, fields: dict) -> Dict[Any, tuple]:
+    def presence(self, fields: TaskFields) -> Dict[Any, tuple]:
         return {event_name(c): (1, c["share"]) for c in fields.get("classes") or []
                 if c["share"] >= EVENT_SHARE}
 
@@ -167,7 +168,7 @@ class MaskScorer(Scorer):
         add_masks(self.counts, truth, predicted)
         self.rows[index] = {"image": self.data.ids[index], "classes": result.fields["classes"]}
 
-    def metrics(self, done: List[int]) -> dict:
+    def metrics(self, done: List[int]) -> SegmentationMetrics:
         if done and not self.counts.sum():
             raise UsageError(f"labelled data {self.data.source}: nothing to measure: no mask has a "
                              f"labelled pixel (every value is {IGNORE})")

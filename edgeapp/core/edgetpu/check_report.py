@@ -9,7 +9,9 @@ Pure functions over `tflite_model.Model`, like the rules.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.edgetpu.compiler_output import suggest_imgsz
 from edgeapp.core.edgetpu.ops import (
@@ -20,7 +22,7 @@ from edgeapp.core.edgetpu.ops import (
     constant_reader,
     resize_factor,
 )
-from edgeapp.core.edgetpu.rules import OpPrediction, predict
+from edgeapp.core.edgetpu.rules import OpJson, OpPrediction, predict
 from edgeapp.core.edgetpu.specs import ON_CHIP_CACHE_BYTES, USABLE_CACHE_BYTES
 from edgeapp.core.tflite.model import Tensor, TfliteModel
 from edgeapp.core.units import format_bytes
@@ -31,17 +33,81 @@ VERDICT_TEXT = {"fully_mapped": "fully mapped to the Edge TPU",
                 "not_mapped": "not mapped (everything runs on the CPU)"}
 
 
+class TensorDoc(TypedDict):
+    """A model input or output as the report shows it (scale and zero point: None unquantized)."""
+    name: str
+    shape: List[int]
+    dtype: str
+    scale: Optional[float]
+    zero_point: Optional[int]
+
+
+class CpuOp(TypedDict):
+    index: int
+    op: str
+    reason: Optional[str]
+
+
+class DetectionHead(TypedDict):
+    """The recognised detection decode left to the CPU: "ssd" or "yolo", its operators."""
+    kind: str
+    first_op: int
+    ops: List[int]
+
+
+class CheckSummary(TypedDict, total=False):
+    """The `summary` of `check`'s report. `summarize` writes the prediction's keys;
+    check_model adds the compiler's, flows/check the parameters' use (read from a compiled
+    model, or predicted) and the CLI why that compiler version was chosen."""
+    verdict: str  # fully_mapped, partially_mapped, not_mapped (VERDICT_TEXT)
+    ops_total: int
+    ops_tpu: int
+    ops_cpu: int
+    ops_tpu_share: float
+    macs_total: int
+    macs_tpu: int
+    macs_tpu_share: Optional[float]
+    parameter_bytes: int
+    parameter_bytes_tpu: int
+    on_chip_cache_bytes: int
+    streamed_bytes_estimate: int
+    first_cpu_op: Optional[int]
+    cpu_ops: List[CpuOp]
+    inputs: List[TensorDoc]
+    outputs: List[TensorDoc]
+    causes: List[str]
+    blockers: List[str]
+    already_compiled: bool
+    warnings: List[str]
+    advice: List[str]
+    detection_head: Optional[DetectionHead]
+    compiler_version: int
+    runtime_needed: int
+    compiler_version_why: str
+    on_chip_bytes: Optional[int]
+    off_chip_bytes: Optional[int]
+    caching_tokens: List[str]
+    parameters: str  # read, predicted or unknown
+
+
+class CheckDoc(TypedDict):
+    """`check --format json` of one model."""
+    model: str
+    ops: List[OpJson]
+    summary: CheckSummary
+
+
 @dataclass
 class CheckResult:
     model: str
     ops: list[OpPrediction]
-    summary: dict = field(default_factory=dict)
+    summary: CheckSummary = field(default_factory=dict)
 
     @property
     def fully_mapped(self) -> bool:
         return self.summary["verdict"] == "fully_mapped"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> CheckDoc:
         return {"model": self.model, "ops": [o.to_json() for o in self.ops], "summary": self.summary}
 
 
@@ -57,13 +123,13 @@ def check_model(model: TfliteModel, data: Optional[bytes] = None, compiler: int 
     return CheckResult(model=model.path, ops=preds, summary=summary)
 
 
-def _io(t: Tensor) -> dict:
+def _io(t: Tensor) -> TensorDoc:
     q = t.quantization
     return {"name": t.name, "shape": list(t.shape_signature or t.shape), "dtype": t.dtype,
             "scale": q.per_tensor[0] if q else None, "zero_point": q.per_tensor[1] if q else None}
 
 
-def summarize(model: TfliteModel, preds: list[OpPrediction], blockers: Sequence[str] = ()) -> dict:
+def summarize(model: TfliteModel, preds: list[OpPrediction], blockers: Sequence[str] = ()) -> CheckSummary:
     """The `summary` of the report: verdict, shares on the Edge TPU, warnings and advice."""
     n = len(preds)
     tpu = [p for p in preds if p.mapped]
@@ -83,7 +149,7 @@ def summarize(model: TfliteModel, preds: list[OpPrediction], blockers: Sequence[
     params_tpu = sum(model.tensors[t].data_size for t in consumed)
     first_cpu = next((p.index for p in preds if not p.mapped), None)
     causes = list(dict.fromkeys(c for p in preds for c in p.causes))
-    summary = {
+    summary: CheckSummary = {
         "verdict": verdict,
         "ops_total": n,
         "ops_tpu": len(tpu),
@@ -116,7 +182,7 @@ def _mib(n: int) -> str:
     return format_bytes(n, "MiB")
 
 
-def _warnings(model: TfliteModel, preds: list[OpPrediction], s: dict) -> list[str]:
+def _warnings(model: TfliteModel, preds: list[OpPrediction], s: CheckSummary) -> list[str]:
     out = []
     if s["parameter_bytes_tpu"] > ON_CHIP_CACHE_BYTES:
         out.append(f"parameters on the Edge TPU: {_mib(s['parameter_bytes_tpu'])}, over the ~8 MiB "
@@ -145,7 +211,7 @@ HEAD_MAC_SHARE = 0.01
 SSD_POSTPROCESS = "TFLite_Detection_PostProcess"
 
 
-def detection_head(model: TfliteModel, preds: list[OpPrediction], s: dict) -> Optional[dict]:
+def detection_head(model: TfliteModel, preds: list[OpPrediction], s: CheckSummary) -> Optional[DetectionHead]:
     """The CPU part after the Edge TPU when it is a recognised detection head's decode, else None.
 
     Recognised: a YOLO export (its output layout, core/vision/yolo) or an SSD (the
@@ -169,7 +235,7 @@ def detection_head(model: TfliteModel, preds: list[OpPrediction], s: dict) -> Op
     return {"kind": kind, "first_op": cpu[0].index, "ops": [p.index for p in cpu]}
 
 
-def advise(model: TfliteModel, preds: list[OpPrediction], s: dict) -> list[str]:
+def advise(model: TfliteModel, preds: list[OpPrediction], s: CheckSummary) -> list[str]:
     """One concrete piece of advice per cause found, the model-wide fixes first; the operators of
     a recognised detection head are said to be that, once, instead of one tip each."""
     head = s.get("detection_head")

@@ -15,12 +15,18 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from typing_extensions import TypedDict
+
 PERFORMANCE_LEVELS = ("low", "medium", "high", "max")
 DELEGATE_VALUES = {"low": "Low", "medium": "Medium", "high": "High", "max": "Max"}
 MAX_CLOCK_MHZ = 500.0
 STD, MAX = "std", "max"
 MAX_PACKAGE = "libedgetpu1-max"
 USB_QUEUE_RANGE = (0, 255)  # Usb.MaxBulkInQueueLength: libedgetpu's documented range
+
+# The delegate options libedgetpu reads (their names are not identifiers: the functional form)
+DelegateOptions = TypedDict("DelegateOptions", {"Performance": str, "Usb.MaxBulkInQueueLength": str},
+                            total=False)
 
 
 def clock_at(level: str) -> float:
@@ -29,9 +35,9 @@ def clock_at(level: str) -> float:
     return MAX_CLOCK_MHZ / (2 ** steps_down)
 
 
-def delegate_options(performance: Optional[str] = None, usb_queue: Optional[int] = None) -> dict:
+def delegate_options(performance: Optional[str] = None, usb_queue: Optional[int] = None) -> DelegateOptions:
     """The option keys and values libedgetpu reads, for what the user asked (nothing: none)."""
-    options = {}
+    options: DelegateOptions = {}
     if performance is not None:
         options["Performance"] = DELEGATE_VALUES[performance]
     if usb_queue is not None:

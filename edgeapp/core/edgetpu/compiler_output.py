@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.edgetpu.rules import VERSION_WORKAROUND
 from edgeapp.core.units import format_bytes
@@ -47,6 +49,44 @@ class Failure:
         return f"{self.message} — {self.fix}"
 
 
+class OperatorJson(TypedDict):
+    operator: str
+    count: int
+    status: str
+    mapped: bool
+
+
+class FailureJson(TypedDict):
+    kind: str
+    message: str
+    fix: str
+
+
+class CompileJson(TypedDict):
+    """What edgetpu_compiler's output said (CompileResult's fields), one per segment too."""
+    compiler_version: Optional[str]
+    timeout_s: Optional[int]
+    compile_ms: Optional[int]
+    input_model: Optional[str]
+    input_size_bytes: Optional[int]
+    output_model: Optional[str]
+    output_size_bytes: Optional[int]
+    on_chip_used_bytes: Optional[int]
+    on_chip_remaining_bytes: Optional[int]
+    off_chip_bytes: Optional[int]
+    subgraphs: Optional[int]
+    total_ops: Optional[int]
+    ops_tpu: Optional[int]
+    ops_cpu: Optional[int]
+    operation_log: Optional[str]
+    compiled: bool
+    succeeded: Optional[bool]
+    partial_notice: bool
+    operators: List[OperatorJson]
+    failures: List[FailureJson]
+    segments: List["CompileJson"]
+
+
 @dataclass
 class CompileResult:
     compiler_version: Optional[str] = None
@@ -71,7 +111,7 @@ class CompileResult:
     failures: list[Failure] = field(default_factory=list)
     segments: list["CompileResult"] = field(default_factory=list)  # one per "Input model:" block
 
-    def to_json(self) -> dict:
+    def to_json(self) -> CompileJson:
         d = asdict(self)
         d["operators"] = [{**asdict(o), "mapped": o.mapped} for o in self.operators]
         d["segments"] = [s.to_json() for s in self.segments]

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Dict, List, Optional
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.compat import prod
 from edgeapp.core.tflite.model import Operator, TfliteModel
@@ -28,6 +30,18 @@ from edgeapp.core.tflite.schema import PADDING
 
 MAC_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL")
 
+
+
+class OpCountJson(TypedDict):
+    """An OpCount as bench's and check's JSON show it."""
+    macs: int
+    ops: int
+    mac_operators: int
+    macs_by_type: Dict[str, int]
+    other_ops: Dict[str, int]
+    other_elements: int
+    uncounted_operators: List[int]
+    opaque: bool
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,7 @@ class OpCount:
         """Operations per inference: 2 × MACs."""
         return 2 * self.macs
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> OpCountJson:
         return {"macs": self.macs, "ops": self.ops, "mac_operators": self.mac_operators,
                 "macs_by_type": dict(self.macs_by_type), "other_ops": dict(self.other_ops),
                 "other_elements": self.other_elements, "uncounted_operators": list(self.unknown),

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, List, Optional
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.tflite.model import EDGETPU_CUSTOM_OP, _Corrupt, _Table, parse_model
 from edgeapp.errors import InvalidModel
@@ -39,6 +41,14 @@ class Executable:
     caching_token: int
 
 
+class ParameterUseJson(TypedDict):
+    on_chip_bytes: int
+    off_chip_bytes: int
+    caching_tokens: List[str]  # 16 hex digits each
+    edgetpu_ops: int
+    min_runtime_version: Optional[int]
+
+
 @dataclass(frozen=True)
 class ParameterUse:
     """Where a compiled model's parameters live: cached on the chip, or streamed every inference."""
@@ -49,7 +59,7 @@ class ParameterUse:
     edgetpu_ops: int
     min_runtime_version: Optional[int]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ParameterUseJson:
         return {"on_chip_bytes": self.on_chip_bytes, "off_chip_bytes": self.off_chip_bytes,
                 "caching_tokens": [f"{t:016x}" for t in self.caching_tokens],
                 "edgetpu_ops": self.edgetpu_ops, "min_runtime_version": self.min_runtime_version}

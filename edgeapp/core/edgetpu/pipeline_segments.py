@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
+
+from typing_extensions import TypedDict
 
 from edgeapp.core import naming
 from edgeapp.core.tflite.model import Tensor, TfliteModel
@@ -76,6 +78,21 @@ class Hop:
     cpu_ops: tuple  # operators that run on the CPU in this segment (after or beside the TPU op)
 
 
+class HopJson(TypedDict):
+    """One segment of a chain: its tensors, where its inputs come from, what skips past it."""
+    index: int
+    path: str
+    inputs: List[str]
+    outputs: List[str]
+    sources: List[int]
+    cpu_ops: List[str]
+    passed_through: List[str]
+
+
+class ChainJson(TypedDict):
+    segments: List[HopJson]
+
+
 @dataclass
 class Chain:
     """A checked segment set: how tensors flow, and which may be dropped after which segment."""
@@ -92,7 +109,7 @@ class Chain:
         made = {n for h in self.hops[:index] for n in h.outputs}
         return sorted(n for n in made if self.last_use.get(n, -1) > index)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> ChainJson:
         return {"segments": [{"index": h.index, "path": h.path, "inputs": list(h.inputs),
                               "outputs": list(h.outputs), "sources": list(h.sources),
                               "cpu_ops": list(h.cpu_ops),

@@ -50,6 +50,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from typing_extensions import TypedDict
+
 from edgeapp.core.edgetpu.opcount import macs_per_op
 
 # The per-operator rules, re-exported: importers (check_report, compiler_output, the tests) read
@@ -91,6 +93,14 @@ _SHAPE_OPERAND = {"RESHAPE": 1, "BROADCAST_TO": 1, "FILL": 0, "RESIZE_BILINEAR":
 # ----------------------------------------------------------------------------- results
 
 
+class OpJson(TypedDict):
+    """One operator of `check`'s JSON: where it is predicted to run, and why."""
+    index: int
+    op: str
+    mapped: bool
+    reason: Optional[str]
+
+
 @dataclass(frozen=True)
 class OpPrediction:
     index: int
@@ -109,7 +119,7 @@ class OpPrediction:
     after_tpu: bool = False  # a CPU op fed, directly or not, by a mapped op
     blocked_by: Optional[int] = None  # the after-TPU CPU op this one depends on
 
-    def to_json(self) -> dict:
+    def to_json(self) -> OpJson:
         return {"index": self.index, "op": self.op, "mapped": self.mapped, "reason": self.reason}
 
 

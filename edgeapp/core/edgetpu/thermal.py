@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
+from typing_extensions import TypedDict
+
 from edgeapp.core.edgetpu.clock import MAX_CLOCK_MHZ
 
 DEFAULT_TRIPS_C = (85.0, 90.0, 95.0)
@@ -23,6 +25,35 @@ SENSOR_FAULT_BELOW_C = -40.0  # below the Edge TPU's storage range: a broken rea
 DRIFT_LIMIT = 0.15  # first to last window, relative
 WINDOWS = 10  # a --duration run is cut into this many time windows
 MIN_PER_WINDOW = 3  # fewer windows when the run is too short to fill them
+
+
+class ApexThermal(TypedDict, total=False):
+    """What /sys/class/apex/apex_N's heat files say (hw/devices.apex_thermal): °C, the *_en
+    switches as 0/1; None where a file is absent or unreadable."""
+    temp: Optional[float]
+    trip_point0_temp: Optional[float]
+    trip_point1_temp: Optional[float]
+    trip_point2_temp: Optional[float]
+    hw_temp_warn1: Optional[float]
+    hw_temp_warn1_en: Optional[float]
+    hw_temp_warn2: Optional[float]
+    hw_temp_warn2_en: Optional[float]
+
+
+class PcieHeat(TypedDict):
+    """A PCIe card's heat report (pcie_state)."""
+    temperature_c: Optional[float]
+    sensor_fault: bool
+    reading_c: Optional[float]
+    trip_points_c: Optional[List[Optional[float]]]
+    trip_points_assumed: bool
+    trips_reached: Optional[int]
+    clock_mhz: Optional[float]
+    warn_c: Optional[float]
+    warn_enabled: Optional[bool]
+    shutdown_c: Optional[float]
+    shutdown_enabled: Optional[bool]
+    throttling: Optional[bool]
 
 
 def is_sensor_fault(temp_c: Optional[float]) -> bool:
@@ -43,7 +74,7 @@ def clock_from_temperature(temp_c: Optional[float], trips_c: Sequence[Optional[f
     return None if steps is None else top_mhz / (2 ** steps)
 
 
-def pcie_state(thermal: dict) -> dict:
+def pcie_state(thermal: ApexThermal) -> PcieHeat:
     """A PCIe card's heat report from its apex files (°C; None where a file is missing)."""
     raw = thermal.get("temp")
     trips = [thermal.get(f"trip_point{i}_temp") for i in range(3)]

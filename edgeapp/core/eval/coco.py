@@ -15,11 +15,30 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.errors import MissingDependency
+
+if TYPE_CHECKING:
+    from edgeapp.core.eval.schema import CocoTruth
+
+
+class BoxMetrics(TypedDict, total=False):
+    """COCO box AP: map (IoU 0.50:0.95), map50, AP50-95 per class by name; `*_model_classes`:
+    over the model's classes only (data with classes the model has not)."""
+    map: float
+    map50: float
+    per_class: Dict[str, float]
+    map_model_classes: float
+    map50_model_classes: float
+
+
+class KeypointMetrics(TypedDict):
+    oks_ap: float  # AP at OKS 0.50:0.95
+    oks_ap50: float
 
 INSTALL = "pip install 'edgeapp[eval]'"
 OLDEST = (3, 9)  # the oldest Python the eval extra installs an evaluator on (pycocotools)
@@ -71,7 +90,7 @@ def _ground_truth(gt: dict):
     return coco
 
 
-def coco_evaluate(gt: dict, results: List[dict], iou_type: str = "bbox",
+def coco_evaluate(gt: CocoTruth, results: List[dict], iou_type: str = "bbox",
              image_ids: Optional[Sequence] = None) -> Optional[object]:
     """The accumulated COCOeval of `results` against `gt` on `image_ids` (default: all), or
     None when there is no result at all (pycocotools cannot load an empty list)."""
@@ -90,13 +109,13 @@ def coco_evaluate(gt: dict, results: List[dict], iou_type: str = "bbox",
     return ev
 
 
-def box_metrics(gt: dict, results: List[dict], image_ids: Optional[Sequence] = None) -> dict:
+def box_metrics(gt: CocoTruth, results: List[dict], image_ids: Optional[Sequence] = None) -> BoxMetrics:
     """map (AP at IoU 0.50:0.95), map50 and per_class AP50-95 by category name: pycocotools'
     stats[0], stats[1] and its precision array per category (-1: no ground truth, left out)."""
     return box_summary(coco_evaluate(gt, results, "bbox", image_ids), gt)
 
 
-def box_summary(ev, gt: dict) -> dict:
+def box_summary(ev, gt: CocoTruth) -> BoxMetrics:
     """box_metrics of an accumulated COCOeval (None: no result at all)."""
     names = {c["id"]: c["name"] for c in gt.get("categories", [])}
     if ev is None:
@@ -120,7 +139,8 @@ def means_over(ev, categories: Sequence) -> Optional[tuple]:
     return float(np.mean(p[p > -1])), float(np.mean(p50[p50 > -1])) if (p50 > -1).any() else 0.0
 
 
-def keypoint_metrics(gt: dict, results: List[dict], image_ids: Optional[Sequence] = None) -> dict:
+def keypoint_metrics(gt: CocoTruth, results: List[dict],
+                     image_ids: Optional[Sequence] = None) -> KeypointMetrics:
     """oks_ap (AP at OKS 0.50:0.95) and oks_ap50: pycocotools' keypoint stats[0] and stats[1]."""
     ev = coco_evaluate(gt, results, "keypoints", image_ids)
     if ev is None:

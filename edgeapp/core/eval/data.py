@@ -5,11 +5,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Hashable, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterable, List, Optional
+
+from typing_extensions import TypedDict
 
 from edgeapp.errors import UsageError
 
+if TYPE_CHECKING:
+    from edgeapp.core.eval.schema import CocoTruth
+
 KINDS = ("classification", "detection", "segmentation", "keypoints")
+
+
+class DataSummary(TypedDict):
+    """What eval's JSON says of the labelled data."""
+    path: str
+    format: str
+    task_data: str  # one of KINDS
+    images: int
+    classes: List[str]
 
 
 @dataclass
@@ -27,7 +41,7 @@ class EvalData:
     ids: List[Any]
     names: Dict[Any, str]
     truth: List[Any] = field(default_factory=list)
-    coco: Optional[dict] = None
+    coco: Optional[CocoTruth] = None
     notes: List[str] = field(default_factory=list)
     named: bool = True  # False: the data has no class names, classes match the model's by index
     category_ids: Dict[Any, Any] = field(default_factory=dict)  # class key -> the data's own id
@@ -72,7 +86,7 @@ class EvalData:
                 "person(s)" if self.kind == "keypoints" else "object(s)")
         return f"{self.format} {self.source}: {what}, {len(self.names)} class(es)"
 
-    def summary(self) -> dict:
+    def summary(self) -> DataSummary:
         """What `--format json` says of the data."""
         return {"path": str(self.source), "format": self.format, "task_data": self.kind,
                 "images": len(self.paths), "classes": [self.names[k] for k in self.names]}

@@ -7,9 +7,32 @@ Detection mAP and pose OKS AP are COCO's own evaluation (core/eval/coco.py, pyco
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from typing_extensions import TypedDict
+
+from edgeapp.core.eval.coco import BoxMetrics, KeypointMetrics
+
+
+class ClassificationMetrics(TypedDict, total=False):
+    """Top-1/top-5 accuracy, per class top-1 by name; `*_model_classes`: without the images
+    whose class the model has not (when there are some)."""
+    top1: float
+    top5: float
+    per_class: Dict[str, float]
+    top1_model_classes: float
+    top5_model_classes: float
+
+
+class SegmentationMetrics(TypedDict):
+    miou: float
+    pixel_accuracy: float
+    per_class: Dict[str, float]  # IoU by class name
+
+
+# What a task's scorer measures (tasks/base.Scorer.metrics): one of these, by the task
+TaskMetrics = Union[ClassificationMetrics, BoxMetrics, KeypointMetrics, SegmentationMetrics]
 
 IGNORE = 255  # a segmentation mask's "not labelled" value, left out of every count
 
@@ -40,7 +63,7 @@ def match_names(model_labels: Optional[Dict[int, str]], names: Dict[object, str]
 
 
 def classification_metrics(truth: Sequence[int], ranked: Sequence[Sequence[int]],
-                           names: Dict[int, str]) -> dict:
+                           names: Dict[int, str]) -> ClassificationMetrics:
     """top1, top5 and per-class top-1 accuracy (by name) of images whose true class is the
     model's class `truth[i]`, with the model's classes `ranked[i]` best first."""
     truth_a = np.asarray(truth, dtype=np.int64)
@@ -79,7 +102,7 @@ def add_masks(counts: np.ndarray, truth: np.ndarray, predicted: np.ndarray) -> n
     return counts
 
 
-def segmentation_metrics(counts: np.ndarray, names: Dict[int, str]) -> dict:
+def segmentation_metrics(counts: np.ndarray, names: Dict[int, str]) -> SegmentationMetrics:
     """miou (mean over the classes present in the truth or the predictions), pixel_accuracy
     and per-class IoU (by name) from confusion counts."""
     inter = np.diag(counts).astype(np.float64)

@@ -14,10 +14,64 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from typing_extensions import TypedDict
+
 from edgeapp.core.limits import MAX_CLASSES
 from edgeapp.errors import UsageError
 
 INT64 = 2 ** 63
+
+Id = Union[int, str]  # an image's or category's id as the data gives it
+
+
+class CocoCategory(TypedDict, total=False):
+    id: int  # renumbered from 1, in the data's order
+    name: str
+    keypoints: List[str]  # keypoint data: the keypoints' names
+
+
+class CocoAnnotation(TypedDict, total=False):
+    """A checked object: image_id is the image's position, category_id its category's index."""
+    id: int
+    image_id: int
+    category_id: int
+    bbox: List[float]  # x, y, width, height
+    area: float
+    iscrowd: int
+    keypoints: List[float]  # x, y, v triples (keypoint data)
+    num_keypoints: int
+
+
+class CocoImage(TypedDict):
+    id: int  # the image's position
+    file_name: str
+    width: Optional[int]
+    height: Optional[int]
+
+
+class CocoTruth(TypedDict):
+    """Ground truth as the COCO evaluator reads it (renumbered: ids are positions, indexes)."""
+    images: List[CocoImage]
+    annotations: List[CocoAnnotation]
+    categories: List[CocoCategory]
+
+
+class KeypointsOf(TypedDict):
+    keypoints: List[float]
+    num_keypoints: int
+
+
+class CheckedCoco(TypedDict):
+    """A COCO JSON checked and renumbered (check_coco)."""
+    keypoints: bool  # person keypoints data
+    names: Dict[int, str]  # category index -> name
+    category_ids: Dict[int, Id]  # category index -> the data's id
+    file_names: List[str]
+    image_ids: List[Id]  # the data's, in order
+    sizes: List[Optional[Tuple[int, int]]]  # (width, height), None: not given
+    annotations: List[CocoAnnotation]
+    categories: List[CocoCategory]
+    class_at: Dict[int, str]  # category index -> the JSON path of its first object
 
 
 def is_number(value: object) -> bool:
@@ -69,7 +123,7 @@ def bbox(value: object, where: str) -> List[float]:
     return box
 
 
-def check_coco(doc: object, source: str) -> dict:
+def check_coco(doc: object, source: str) -> CheckedCoco:
     """A COCO JSON checked and renumbered: {"keypoints": bool, "names": {category index: name},
     "category_ids": {index: the data's id}, "file_names", "image_ids" (the data's, in order),
     "sizes" [(w, h) or None], "annotations" (image_id = image position, category_id = index),
@@ -84,7 +138,8 @@ def check_coco(doc: object, source: str) -> dict:
     keypoints = any(isinstance(c, dict) and "keypoints" in c for c in doc["categories"])
     index, categories = _categories(doc["categories"], source, keypoints)
     position, file_names, image_ids, sizes = _images(doc["images"], source)
-    anns, class_at = [], {}
+    anns: List[CocoAnnotation] = []
+    class_at: Dict[int, str] = {}
     needed = ("image_id", "category_id", "bbox") + (("keypoints",) if keypoints else ())
     for n, a in enumerate(doc["annotations"]):
         where = f"{source}: annotations[{n}]"
@@ -101,8 +156,8 @@ def check_coco(doc: object, source: str) -> dict:
         crowd = a.get("iscrowd", 0)
         if not (isinstance(crowd, bool) or is_number(crowd)) or crowd not in (0, 1):  # false/true too
             raise UsageError(f"{where}.iscrowd: expected 0 or 1, got {_show(crowd)}")
-        ann = {"id": n + 1, "image_id": position[iid], "category_id": index[cid], "bbox": box,
-               "area": float(area), "iscrowd": int(crowd)}
+        ann: CocoAnnotation = {"id": n + 1, "image_id": position[iid], "category_id": index[cid], "bbox": box,
+                               "area": float(area), "iscrowd": int(crowd)}
         if keypoints:
             ann.update(_keypoints(a, where))
         class_at.setdefault(index[cid], f"{where}.category_id")
@@ -113,10 +168,10 @@ def check_coco(doc: object, source: str) -> dict:
             "categories": categories, "class_at": class_at}
 
 
-def _categories(listed: list, source: str, keypoints: bool) -> Tuple[Dict[Any, int], List[dict]]:
+def _categories(listed: list, source: str, keypoints: bool) -> Tuple[Dict[Any, int], List[CocoCategory]]:
     """({the data's category id: index from 1}, the categories renumbered)."""
     index: Dict[Any, int] = {}
-    categories = []
+    categories: List[CocoCategory] = []
     seen_names: Dict[str, str] = {}
     for n, c in enumerate(listed):
         where = f"{source}: categories[{n}]"
@@ -132,7 +187,7 @@ def _categories(listed: list, source: str, keypoints: bool) -> Tuple[Dict[Any, i
                              "names must be unique")
         seen_names[folded] = f"categories[{n}]"
         index[cid] = n + 1
-        cat: dict = {"id": n + 1, "name": name}
+        cat: CocoCategory = {"id": n + 1, "name": name}
         if keypoints and "keypoints" in c:
             kp = c["keypoints"]
             if not isinstance(kp, list) or not all(isinstance(k, str) for k in kp):
@@ -177,7 +232,7 @@ def _size(im: dict, where: str) -> Optional[Tuple[int, int]]:
     return int(w), int(h)  # type: ignore[arg-type]
 
 
-def _keypoints(a: dict, where: str) -> dict:
+def _keypoints(a: dict, where: str) -> KeypointsOf:
     kps = a["keypoints"]
     if not isinstance(kps, list) or not kps or len(kps) % 3 or not all(is_number(v) for v in kps):
         raise UsageError(f"{where}.keypoints: expected a list of finite x, y, v triples")

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Tuple
 
+from typing_extensions import TypedDict
+
 from edgeapp.core.install.debian import parse_os_release
 from edgeapp.core.install.pairing import COMMUNITY, GOOGLE, GOOGLE_16_TF, Build, decide
 
@@ -119,6 +121,38 @@ def debian_arch(machine: str, pointer_bits: int = 64) -> str:
     return m
 
 
+class PlatformJson(TypedDict):
+    """A Platform's fields, and how it is said in words (`description`)."""
+    system: str
+    os_id: str
+    id_like: List[str]
+    codename: str
+    version_id: str
+    pretty: str
+    arch: str
+    python: List[int]
+    python_exe: str
+    description: str
+
+
+class StepJson(TypedDict):
+    what: str
+    commands: List[str]
+
+
+class PlanJson(TypedDict):
+    """`doctor --install-plan --format json`: the platform, the route, the pair, the steps."""
+    platform: PlatformJson
+    route: str
+    libedgetpu: str
+    runtime: str
+    verdict: str
+    source: str
+    steps: List[StepJson]
+    notes: List[str]
+    fix: str
+
+
 @dataclass(frozen=True)
 class Step:
     what: str  # why these commands, one line
@@ -137,10 +171,10 @@ class Plan:
     notes: Tuple[str, ...]
     fix: str  # one line: what turns a known-crash pair into this plan's pair
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> PlanJson:
         d = asdict(self)
         d["platform"]["description"] = self.platform.describe()
-        return d
+        return d  # type: ignore[return-value]  # asdict: tuples stay tuples, JSON lists
 
     def headline(self) -> str:
         if self.route == "none":

@@ -8,9 +8,28 @@ shape, allowing the channels-first → channels-last move a converter makes (NCH
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
+from typing_extensions import TypedDict
+
+
+class OutputAgreement(TypedDict):
+    """One model output, float vs int8: cosine (mean and min over samples) and SQNR."""
+    name: str
+    shape: List[int]
+    cosine: Optional[float]
+    cosine_min: Optional[float]
+    sqnr_db: Optional[float]
+
+
+class ClassAgreement(TypedDict):
+    """Top-1 agreement float vs int8; accuracy of both when the labels are known (else None)."""
+    agreement: Optional[float]
+    float_accuracy: Optional[float]
+    int8_accuracy: Optional[float]
+    float_top5: Optional[float]
+    int8_top5: Optional[float]
 
 
 def sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
@@ -81,9 +100,9 @@ def match_outputs(reference: list, test: list) -> list[tuple[int, int]]:
     return pairs
 
 
-def compare_outputs(reference: list, test: list, names: Sequence[str]) -> list[dict]:
+def compare_outputs(reference: list, test: list, names: Sequence[str]) -> List[OutputAgreement]:
     """Per matched output: cosine (mean, min over samples) and SQNR, float vs int8."""
-    rows = []
+    rows: List[OutputAgreement] = []
     for i, j in match_outputs(reference, test):
         ref, got = reference[i], align(reference[i], test[j])
         cos = cosine_per_sample(ref, got)
@@ -93,11 +112,12 @@ def compare_outputs(reference: list, test: list, names: Sequence[str]) -> list[d
     return rows
 
 
-def class_agreement(reference: np.ndarray, test: np.ndarray, labels: Optional[np.ndarray] = None) -> dict:
+def class_agreement(reference: np.ndarray, test: np.ndarray,
+                    labels: Optional[np.ndarray] = None) -> ClassAgreement:
     """Top-1 agreement float vs int8, and top-1/top-5 accuracy of both when labels are known."""
     f1, q1 = top_k(reference, 1)[:, 0], top_k(test, 1)[:, 0]
-    out = {"agreement": rounded(float(np.mean(f1 == q1))), "float_accuracy": None, "int8_accuracy": None,
-           "float_top5": None, "int8_top5": None}
+    out: ClassAgreement = {"agreement": rounded(float(np.mean(f1 == q1))), "float_accuracy": None,
+                           "int8_accuracy": None, "float_top5": None, "int8_top5": None}
     if labels is not None and len(labels) == len(f1) and (labels >= 0).all():
         f5, q5 = top_k(reference, 5), top_k(test, 5)
         out.update(float_accuracy=rounded(float(np.mean(f1 == labels))),

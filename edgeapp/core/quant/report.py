@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.core.quant.metrics import rounded
 
@@ -28,6 +29,17 @@ LOW_SQNR_DB = 30.0  # below this a layer is worth a cause even without a specifi
 WORTH_A_CAUSE_DB = 40.0  # above this a layer loses too little for its findings to matter
 MIXING_OPS = ("ADD", "SUB", "MUL", "CONCATENATION")
 
+
+
+class TensorError(TypedDict):
+    """A tensor's quantization error over the samples: SQNR, relative RMSE, the largest value
+    against the 99.99th percentile (outliers), the recorded range against it (inflation)."""
+    sqnr_db: Optional[float]
+    rel_rmse: Optional[float]
+    max_abs: Optional[float]
+    p99_99: Optional[float]
+    outlier_ratio: Optional[float]
+    range_inflation: Optional[float]
 
 @dataclass
 class LayerAccumulator:
@@ -65,7 +77,7 @@ class LayerAccumulator:
         i = int(np.searchsorted(cum, math.ceil(self.count * q / 100.0)))
         return min(i + 1, BINS) * self.extent / BINS
 
-    def result(self) -> dict:
+    def result(self) -> TensorError:
         p = self.percentile(99.99)
         sqnr = (math.inf if self.noise == 0 else -math.inf if self.signal == 0
                 else 10 * math.log10(self.signal / self.noise))

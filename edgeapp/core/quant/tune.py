@@ -11,9 +11,46 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
+from typing_extensions import TypedDict
+
+
+class TrialRow(TypedDict, total=False):
+    """One trial of convert's tuning (flows/convert/tune.py): what it measured, what the Edge TPU
+    would run of it, or why it was skipped or failed; with the settings of its fix."""
+    trial: str  # plain, per-channel weights, more calibration, ..., float tail from op N
+    order: int
+    skipped: str
+    error: str
+    metric: str
+    float: float
+    int8: float
+    drop: Optional[float]
+    detail: dict  # the measurement behind it (flows/convert/measures.Measured.detail)
+    ops_tpu: int
+    ops_total: int
+    macs_tpu: int
+    macs_total: int
+    macs_tpu_share: Optional[float]
+    size_bytes: int
+    seconds: float
+    calibration_samples: int  # more calibration; ranges re-measured: the images measured on
+    tensors: int  # ranges re-measured: the tensors ranged, how many it narrowed, the most (x)
+    narrowed: int
+    narrowed_most: float
+    clip_percentile: float  # ranges clipped
+    clipped: List[str]  # the tensors whose range was cut
+    pairs: List[str]  # equalization
+    alpha: float
+    max_scale: float
+    output_sqnr_db: float
+    on: str  # bias correction: the trial it corrected
+    layers_corrected: int
+    float_from_op: int  # float tail
+    float_ops: int
+
 
 BINS = 4096
 
@@ -122,7 +159,7 @@ def tpu_floor(min_tpu: float, plain: dict) -> float:
     return min(float(min_tpu), float(plain.get("macs_tpu_share") or 0.0))
 
 
-def best_of(trials: list, floor: float = 0.0) -> Optional[dict]:
+def best_of(trials: List[TrialRow], floor: float = 0.0) -> Optional[TrialRow]:
     """The trial losing least among those leaving at least `floor` of the MACs on the Edge TPU;
     ties go to the most MACs on the Edge TPU, then the earliest."""
     done = [t for t in trials if t.get("drop") is not None and mapped(t, floor)]

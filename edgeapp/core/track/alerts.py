@@ -20,8 +20,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence
 
+from typing_extensions import TypedDict
+
 from edgeapp.core.track.rules import Rule
 
+
+class Alert(TypedDict, total=False):
+    """An alert event (a JSONL line, an MQTT message, a notification): which rule fired, on
+    which track and frame, and what the rule's kind adds (`count` and `tracks` of a count rule,
+    `seconds` of a dwell); sinks/clips.py fills `clip`, `snapshot` and `sidecar` when it saves them."""
+    event: str  # "alert"
+    rule: str
+    kind: str
+    track_id: Optional[int]
+    label: Optional[str]
+    source: Optional[str]
+    frame: int
+    timestamp: float
+    media_time: float
+    count: int
+    tracks: List[int]
+    seconds: float
+    clip: Optional[str]
+    snapshot: Optional[str]
+    sidecar: Optional[str]
 
 @dataclass(frozen=True)
 class Sighting:
@@ -76,11 +98,11 @@ class Alerts:
         self.fired: Dict[str, int] = {r.name: 0 for r in self.rules}
 
     def update(self, frame: int, t: float, seen: Sequence[Sighting],
-               crossings: Sequence[dict] = ()) -> List[dict]:
+               crossings: Sequence[dict] = ()) -> List[Alert]:
         """This frame's alerts. `crossings`: the stage's `line_crossed` events of this frame
         (track_id, label, line, direction)."""
         self.tick += 1
-        out: List[dict] = []
+        out: List[Alert] = []
         for rule in self.rules:
             if rule.source is not None and rule.source != self.source:
                 continue
@@ -106,7 +128,7 @@ class Alerts:
             state.fired_tracks.discard(track_id)
 
     def _zone(self, rule: Rule, state: _RuleState, frame: int, t: float,
-              seen: Sequence[Sighting]) -> List[dict]:
+              seen: Sequence[Sighting]) -> List[Alert]:
         out = []
         for s in seen:
             if not rule.matches(s.label, self.source):
@@ -120,7 +142,7 @@ class Alerts:
         return out
 
     def _count(self, rule: Rule, state: _RuleState, frame: int, t: float,
-               seen: Sequence[Sighting]) -> List[dict]:
+               seen: Sequence[Sighting]) -> List[Alert]:
         for s in seen:
             if rule.matches(s.label, self.source):
                 state.zones.setdefault(s.track_id, Presence(rule.inertia)).see(rule.target in s.zones, t)
@@ -138,7 +160,7 @@ class Alerts:
         return [self._alert(rule, frame, t, None, label, None, count=len(inside), tracks=inside)]
 
     def _appear(self, rule: Rule, state: _RuleState, frame: int, t: float,
-                seen: Sequence[Sighting]) -> List[dict]:
+                seen: Sequence[Sighting]) -> List[Alert]:
         out = []
         for s in seen:
             if s.track_id in state.fired_tracks or not rule.matches(s.label, self.source):
@@ -153,7 +175,7 @@ class Alerts:
         return out
 
     def _alert(self, rule: Rule, frame: int, t: float, track_id: Optional[int],
-               label: Optional[str], score: Optional[float], **more) -> dict:
+               label: Optional[str], score: Optional[float], **more) -> Alert:
         self.fired[rule.name] += 1
         return {"event": "alert", "rule": rule.name, "kind": rule.kind, "track_id": track_id,
                 "label": label, "source": self.source, "frame": frame, "timestamp": round(t, 3),

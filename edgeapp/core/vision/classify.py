@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 import numpy as np
+from typing_extensions import TypedDict
+
+
+class ClassItem(TypedDict):
+    """A class in a record: its id, its label (None without labels), its score."""
+    id: int
+    label: Optional[str]
+    score: float
 
 
 class Class(NamedTuple):
@@ -41,7 +49,7 @@ def get_classes_from_scores(scores: np.ndarray, top_k: int = 5, threshold: float
     return [Class(int(i), float(scores[i])) for i in order if scores[i] >= threshold]
 
 
-def class_fields(classes: list[Class], labels: Optional[dict[int, str]]) -> list[dict]:
+def class_fields(classes: list[Class], labels: Optional[dict[int, str]]) -> List[ClassItem]:
     """The JSON form of classes, shared by classify and camera records."""
     return [{"id": c.id, "label": labels.get(c.id) if labels else None, "score": round(c.score, 6)}
             for c in classes]

@@ -16,13 +16,24 @@ order in the model's output list depends on how it was exported, so `find_layout
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.core.vision.boxes import BBox, Fit, to_original
 from edgeapp.core.vision.classify import dequantize
 from edgeapp.errors import InvalidModel
+
+
+class ObjectItem(TypedDict):
+    """An object in a record: class id, label (None without labels), score, and its box
+    [xmin, ymin, xmax, ymax] in the image's pixels."""
+    id: int
+    label: Optional[str]
+    score: float
+    bbox: List[int]
+
 
 POSTPROCESS_OP = "TFLite_Detection_PostProcess"
 ROLES = ("boxes", "classes", "scores", "count")  # the op's own output order
@@ -150,7 +161,7 @@ def get_objects(outputs: Sequence[np.ndarray], layout: SsdLayout, fit: Fit,
                    to_original(BBox.from_yxyx(*boxes[i].tolist()), fit)) for i in idx]
 
 
-def object_fields(objects: Sequence[Object], labels: Optional[dict[int, str]]) -> list[dict]:
+def object_fields(objects: Sequence[Object], labels: Optional[dict[int, str]]) -> List[ObjectItem]:
     """The JSON form of objects: id, label, score, bbox [xmin, ymin, xmax, ymax] in pixels."""
     return [{"id": o.id, "label": labels.get(o.id) if labels else None, "score": round(o.score, 6),
              "bbox": o.bbox.rounded()} for o in objects]

@@ -56,3 +56,24 @@ def fit_frame(frame: np.ndarray, size: tuple[int, int], channels: int,
     if small.ndim == 2:
         small = small[:, :, None]
     return small, fit
+
+
+def mosaic(frames: list, width: int = 1280) -> np.ndarray:
+    """Several frames as one: a grid of about square shape (2 side by side, 3-4 in 2x2...),
+    each cell the first frame's aspect, at most `width` pixels wide in all; a frame of another
+    aspect is fitted into its cell with black bars. For the live view of several sources."""
+    import math
+
+    cols = int(math.ceil(math.sqrt(len(frames))))
+    rows = int(math.ceil(len(frames) / cols))
+    h0, w0 = frames[0].shape[:2]
+    scale = min(1.0, width / float(cols * w0))
+    cw, ch = max(1, int(w0 * scale)), max(1, int(h0 * scale))
+    out = np.zeros((rows * ch, cols * cw, 3), np.uint8)
+    for i, frame in enumerate(frames):
+        h, w = frame.shape[:2]
+        s = min(cw / float(w), ch / float(h))
+        fw, fh = max(1, int(w * s)), max(1, int(h * s))
+        y, x = (i // cols) * ch + (ch - fh) // 2, (i % cols) * cw + (cw - fw) // 2
+        out[y:y + fh, x:x + fw] = resize_frame(frame, (fw, fh))
+    return out

@@ -12,12 +12,27 @@ No stock TFLite runtime has that op; `posenet_poses` decodes its outputs when on
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import List, NamedTuple, Sequence
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.core.vision.boxes import BBox, Fit, to_original
 from edgeapp.core.vision.classify import dequantize
+
+
+class KeypointItem(TypedDict):
+    name: str
+    x: float  # pixels, to 0.1
+    y: float
+    score: float
+
+
+class PoseItem(TypedDict):
+    """A pose in a record: its score and the keypoints that scored at least the threshold."""
+    score: float
+    keypoints: List[KeypointItem]
+
 
 KEYPOINTS = ("nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder",
              "right_shoulder", "left_elbow", "right_elbow", "left_wrist", "right_wrist", "left_hip",
@@ -82,12 +97,12 @@ def posenet_poses(outputs: Sequence[np.ndarray], fit: Fit) -> list[Pose]:
     return poses
 
 
-def pose_fields(poses: Sequence[Pose], threshold: float = 0.0) -> list[dict]:
+def pose_fields(poses: Sequence[Pose], threshold: float = 0.0) -> List[PoseItem]:
     """The JSON form of poses: keypoints scoring at least `threshold`, pixels to 0.1; a pose
     with no keypoint left is dropped."""
-    out = []
+    out: List[PoseItem] = []
     for p in poses:
-        kept = [{"name": k.name, "x": round(k.x, 1), "y": round(k.y, 1), "score": round(k.score, 6)}
+        kept: List[KeypointItem] = [{"name": k.name, "x": round(k.x, 1), "y": round(k.y, 1), "score": round(k.score, 6)}
                 for k in p.keypoints if k.score >= threshold]
         if kept:
             out.append({"score": round(p.score, 6), "keypoints": kept})

@@ -9,12 +9,20 @@ pixel gets the class of the model pixel it fell on.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.core.vision.boxes import Fit
 from edgeapp.core.vision.classify import dequantize
+
+
+class ClassShare(TypedDict):
+    """A class present in a segmentation: its id, label (None without labels), share of pixels."""
+    id: int
+    label: Optional[str]
+    share: float
 
 
 def is_segmentation_output(shape: Sequence[int], input_size: Optional[Sequence[int]] = None) -> bool:
@@ -59,7 +67,7 @@ def mask_to_original(mask: np.ndarray, fit: Fit) -> np.ndarray:
     return mask[rows[:, None], cols[None, :]]
 
 
-def class_shares(mask: np.ndarray, labels: Optional[dict[int, str]] = None) -> list[dict]:
+def class_shares(mask: np.ndarray, labels: Optional[dict[int, str]] = None) -> List[ClassShare]:
     """The classes present, largest first: {"id", "label", "share"} (share of the pixels)."""
     flat = mask.reshape(-1)
     if flat.size == 0:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from edgeapp.core.vision.classify import dequantize
 from edgeapp.core.vision.detect import Object
 from edgeapp.core.vision.preprocess import quantize_input
 from edgeapp.errors import InvalidModel, UsageError
+
+if TYPE_CHECKING:
+    from edgeapp.core.meta import YoloSidecar
 
 LAYOUTS = ("yolov8", "yolov5", "dfl")
 STRIDE_SETS = ((8, 16, 32), (8, 16, 32, 64))  # P3-P5 heads, and the P6 models
@@ -199,7 +202,7 @@ def _dfl_layout(dims: list, w: int, h: int, name: str) -> Optional[YoloLayout]:
                       how="(1, N, 64) + (1, N, nc)")
 
 
-def sidecar_layout(info: dict, shapes: Sequence[Sequence[int]], input_size: tuple[int, int],
+def sidecar_layout(info: YoloSidecar, shapes: Sequence[Sequence[int]], input_size: tuple[int, int],
                    name: str = "model") -> YoloLayout:
     """The layout `convert` wrote in the sidecar ({"layout": "dfl", "boxes": i, "scores": j}),
     checked against the model's outputs: it tells box logits from 64 class scores. A model

@@ -12,9 +12,10 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.core import stats
 from edgeapp.core.edgetpu.opcount import OpCount, count_ops
@@ -26,8 +27,10 @@ from edgeapp.core.userdirs import cache_dir  # the CPU peak measured by --synthe
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.flows.bench import thermal as bench_thermal
 from edgeapp.hw import hostinfo, power
+from edgeapp.hw.hostinfo import UsbLink
 from edgeapp.hw.libedgetpu import edgetpu_library
 from edgeapp.hw.runtime import Engine, find_runtime, open_engine
+from edgeapp.hw.tpu_state import TpuState
 
 
 @dataclass
@@ -85,7 +88,57 @@ def time_invocations(invoke, runs: int, duration: Optional[float],
     return np.asarray(latencies), clock() - start
 
 
-def unavailable(device: str, reason: str, model: str) -> dict:
+class EdgeTpuSection(bench_thermal.EdgeTpuHeat):
+    """A result's `edgetpu` object: library version, USB links, clock mode, heat."""
+    runtime_version: Optional[str]
+    device: str
+    usb: List[UsbLink]
+
+
+class DeviceResult(TypedDict, total=False):
+    """One row of bench's `results`: a device measured (`available`), or why it could not be
+    (`available: false`, `reason`). docs/bench.md documents each field."""
+    device: str  # cpu or edgetpu
+    device_name: str  # usb:0, pci:0, the CPU's name
+    available: bool
+    reason: str
+    model: str
+    requested_model: Optional[str]
+    runtime: str
+    runtime_version: Optional[str]
+    threads: Optional[int]
+    cpu_kernels: str
+    warmup: int
+    runs: int
+    window_s: float
+    latency_ms: stats.LatencyJson
+    throughput_ips: float
+    macs_per_inference: Optional[int]
+    ops_per_inference: Optional[int]
+    other_ops: Optional[Dict[str, int]]
+    tops: Optional[float]
+    peak_tops: Optional[float]
+    peak_source: Optional[str]
+    share_of_peak: Optional[float]
+    power_w: Optional[float]
+    power_source: str
+    power_detail: str
+    tops_per_watt: Optional[float]
+    inferences_per_joule: Optional[float]
+    mj_per_inference: Optional[float]
+    load_ms: float
+    first_ms: float
+    windows: List[bench_thermal.LatencyWindow]
+    drift: Optional[float]
+    edgetpu: EdgeTpuSection
+    throttling: bool
+    throttling_reasons: List[str]
+    notes: List[str]
+    round_p50_ms: List[float]  # a thread sweep's rounds (threads.py)
+    best: bool  # a thread sweep's fastest count
+
+
+def unavailable(device: str, reason: str, model: str) -> DeviceResult:
     return {"device": device, "available": False, "reason": reason, "model": model}
 
 
@@ -99,7 +152,7 @@ class Ready:
     load_ms: float
     first_ms: float
     notes: list
-    before: Optional[dict]  # the Edge TPU's state before the timed runs
+    before: Optional[TpuState]  # the Edge TPU's state before the timed runs
 
 
 @dataclass
@@ -114,7 +167,7 @@ class Timed:
 
 
 def bench_device(model: Union[str, TfliteModel], device: str, threads: Optional[int], opts: BenchOptions,
-                 strict: bool = True) -> dict:
+                 strict: bool = True) -> DeviceResult:
     """Benchmark one device. An unusable Edge TPU raises (strict) or gives an
     `available: false` result with the reason (for `--device all`)."""
     prepared = ready(model, device, threads, opts, strict)
@@ -124,7 +177,7 @@ def bench_device(model: Union[str, TfliteModel], device: str, threads: Optional[
 
 
 def ready(model: Union[str, TfliteModel], device: str, threads: Optional[int], opts: BenchOptions,
-          strict: bool = True) -> Union[Ready, dict]:
+          strict: bool = True) -> Union[Ready, DeviceResult]:
     """Open, load, the cold first inference and the warm-up; or an `available: false` result."""
     opened = _open(model, device, threads, opts, strict)
     if isinstance(opened, dict):
@@ -141,7 +194,7 @@ def ready(model: Union[str, TfliteModel], device: str, threads: Optional[int], o
                  bench_thermal.engine_tpu_state(engine, opts.performance))
 
 
-def finish(r: Ready, opts: BenchOptions, t: Timed) -> dict:
+def finish(r: Ready, opts: BenchOptions, t: Timed) -> DeviceResult:
     """The result of one device from its timed runs."""
     engine = r.engine
     after = bench_thermal.engine_tpu_state(engine, opts.performance)
@@ -200,7 +253,7 @@ def timed(r: Ready, opts: BenchOptions, runs: Optional[int] = None,
 
 
 def _figures(engine, threads: Optional[int], opts: BenchOptions, latencies, window: float,
-             watts: Optional[float], meter, notes: list) -> dict:
+             watts: Optional[float], meter, notes: list) -> DeviceResult:
     """Latency, throughput, ops, TOPS, power and energy of one measured device."""
     lat = stats.latency_stats(latencies)
     ips = stats.throughput(len(latencies), window)
@@ -210,7 +263,7 @@ def _figures(engine, threads: Optional[int], opts: BenchOptions, latencies, wind
     ops = counted.ops if counted and counted.macs else None
     tops = stats.achieved_tops(ops, ips)
     peak, peak_source = _peak(engine, threads, opts)
-    result = {
+    result: DeviceResult = {
         "device": engine.device, "device_name": engine.name, "available": True,
         "model": engine.model_path, "requested_model": engine.requested_model,
         "runtime": engine.runtime.name, "runtime_version": engine.runtime.version,
@@ -229,11 +282,11 @@ def _figures(engine, threads: Optional[int], opts: BenchOptions, latencies, wind
     return result
 
 
-def _edgetpu(device: str, before: Optional[dict], after: Optional[dict], notes: list) -> dict:
+def _edgetpu(device: str, before: Optional[TpuState], after: Optional[TpuState], notes: list) -> EdgeTpuSection:
     """The `edgetpu` object: library version, USB links, clock mode, heat before and after."""
-    section = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
-               "device": device, "usb": hostinfo.usb_accelerator_links(),
-               **bench_thermal.edgetpu_section(before, after)}
+    section: EdgeTpuSection = {"runtime_version": hostinfo.edgetpu_runtime_version(edgetpu_library()),
+                               "device": device, "usb": hostinfo.usb_accelerator_links(),
+                               **bench_thermal.edgetpu_section(before, after)}
     if any(u.get("speed_mbps") == "480" for u in section["usb"]):
         notes.append("the USB Accelerator is on a USB 2 link: expect 3–4× slower inference; "
                      "use a USB 3 port and cable")
@@ -297,7 +350,7 @@ def load_peaks() -> dict[str, float]:
         return {}
 
 
-def save_peaks(results: list[dict]) -> Optional[str]:
+def save_peaks(results: List[DeviceResult]) -> Optional[str]:
     """Remember the CPU TOPS the synthetic model reached, per CPU, runtime and thread count.
     Returns a note when the cache cannot be written (never an error)."""
     peaks = load_peaks()

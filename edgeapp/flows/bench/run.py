@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Dict, List, Optional
+
+from typing_extensions import TypedDict
 
 from edgeapp.core import stats
 from edgeapp.core.edgetpu.pipeline_segments import find_segment_files, set_label
@@ -19,18 +21,60 @@ from edgeapp.core.tflite.model import TfliteModel, load_model
 from edgeapp.errors import DeviceUnavailable, EdgeappError, UsageError
 from edgeapp.flows.bench.one_device import (  # noqa: F401 - importers of the benchmark find them here
     BenchOptions,
+    DeviceResult,
     bench_device,
     random_input,
     save_peaks,
     time_invocations,
     unavailable,
 )
-from edgeapp.flows.bench.several_tpus import bench_parallel, bench_pipeline
-from edgeapp.flows.bench.threads import mark_best, sweep
+from edgeapp.flows.bench.several_tpus import ParallelSection, PipelineSection, bench_parallel, bench_pipeline
+from edgeapp.flows.bench.threads import ThreadSweep, mark_best, sweep
 from edgeapp.flows.bench.which_devices import check_measured, plan_devices
 from edgeapp.hw import hostinfo
+from edgeapp.hw.hostinfo import HostInfo
 
 SCHEMA = "edgeapp.bench/1"
+
+
+class HostSection(HostInfo):
+    loadavg_1m: Optional[float]
+    runtimes: List[str]  # "name version" of each runtime that measured something
+
+
+class ModelSection(TypedDict, total=False):
+    """bench's `model`: the file measured (a segment set: its name and count; --synthetic: the
+    generated model, described)."""
+    path: str
+    bytes: int
+    edgetpu_compiled: bool
+    input_shape: List[int]
+    input_dtype: str
+    segments: int
+    synthetic: bool
+    description: str
+    macs: int
+    parameter_bytes: int
+
+
+class Speedup(TypedDict):
+    """An accelerator against the (best) CPU result: first inference, and warm median."""
+    cold_speedup: Optional[float]
+    warm_speedup: Optional[float]
+    cpu_threads: Optional[int]
+
+
+class BenchDoc(TypedDict, total=False):
+    """`bench --format json` (schema edgeapp.bench/1, docs/bench.md)."""
+    schema: str
+    host: HostSection
+    model: ModelSection
+    results: List[DeviceResult]
+    comparison: Dict[str, Speedup]  # by accelerator name
+    parallel: ParallelSection
+    pipeline: PipelineSection
+    thread_sweep: ThreadSweep
+    notes: List[str]
 
 
 def _round(v: Optional[float], digits: int) -> Optional[float]:
@@ -53,7 +97,7 @@ def thread_counts(threads: Optional[str]) -> list[Optional[int]]:
 
 
 def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchOptions,
-              progress=None, no_tpu_reason: Optional[str] = None) -> dict:
+              progress=None, no_tpu_reason: Optional[str] = None) -> BenchDoc:
     """Benchmark `model_path` on the device(s) and thread counts asked for: the JSON document.
 
     A CPU model X.tflite runs on the Edge TPU as X_edgetpu.tflite when that is beside it; a
@@ -72,7 +116,7 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     compiled_twin = None
     if not model.is_edgetpu_compiled and edgetpu_twin_path(model_path).exists():
         compiled_twin = _load_compiled(edgetpu_twin_path(model_path))
-    results = []
+    results: List[DeviceResult] = []
     for dev in plan.devices:
         tpu = dev not in ("cpu", "auto")
         target = compiled_twin if tpu and compiled_twin is not None else model
@@ -84,8 +128,8 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
         results += _measure(target, dev, [None] if tpu else counts, opts, progress, plan.lenient)
     if plan.cpu_after and not any(r.get("available") for r in results):
         results += _measure(model, "cpu", counts, opts, progress, False)  # the CPU twin takes over
-    doc = {"schema": SCHEMA, "host": host_section(results), "model": _model_section(model),
-           "results": results}
+    doc: BenchDoc = {"schema": SCHEMA, "host": host_section(results), "model": _model_section(model),
+                     "results": results}
     _mark_best(doc)
     comparison = compare(results)
     if comparison:
@@ -108,7 +152,7 @@ def _measure(target, dev: str, counts: list, opts: BenchOptions, progress, lenie
 
 
 def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
-                        progress=None) -> dict:
+                        progress=None) -> BenchDoc:
     """A segment set: the pipeline over as many TPUs, and its whole model on the CPU with all,
     with --device cpu, or when auto lets the CPU take over from a pipeline that cannot run."""
     n = len(segments)
@@ -116,12 +160,12 @@ def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
         raise UsageError(f"{n} segments run on {n} Edge TPUs, one each: use --device all or name "
                          f"{n} TPUs (usb:0,usb:1,...), not {plan.text}")
     whole = Path(opts.cpu_model) if opts.cpu_model else segment_source(segments[0])
-    results: list = []
+    results: List[DeviceResult] = []
     if plan.every and whole.exists():
         results += _measure(str(whole), "cpu", counts, opts, progress, False)
     if plan.cpu_only:
-        pipe = {"mode": "pipeline", "available": False, "segments": n,
-                "reason": f"--device cpu runs the whole model {whole.name} instead"}
+        pipe: PipelineSection = {"mode": "pipeline", "available": False, "segments": n,
+                                 "reason": f"--device cpu runs the whole model {whole.name} instead"}
     else:
         pipe = bench_pipeline(segments, plan.text, opts, random_input, opts.samples)
     if not results and (plan.cpu_only or plan.tpu_optional and not pipe.get("available")):
@@ -129,21 +173,21 @@ def _run_pipeline_bench(segments: list, plan, counts: list, opts: BenchOptions,
             raise DeviceUnavailable(f"{pipe['reason']}: the whole model's CPU twin {whole} was not "
                                     "found; pass --cpu-model X.tflite (the model that was segmented)")
         results += _measure(str(whole), "cpu", counts, opts, progress, False)
-    model = {**_model_section(load_model(segments[0])), "path": set_label(segments), "segments": n}
-    doc = {"schema": SCHEMA, "host": host_section(results), "model": model, "results": results}
+    model: ModelSection = {**_model_section(load_model(segments[0])), "path": set_label(segments), "segments": n}
+    doc: BenchDoc = {"schema": SCHEMA, "host": host_section(results), "model": model, "results": results}
     _mark_best(doc)
     doc["pipeline"] = pipe
     return doc
 
 
-def _mark_best(doc: dict) -> None:
+def _mark_best(doc: BenchDoc) -> None:
     """A thread sweep's best row and its `thread_sweep` section (threads.mark_best)."""
     section = mark_best(doc["results"])
     if section:
         doc["thread_sweep"] = section
 
 
-def compare(results: list[dict]) -> Optional[dict]:
+def compare(results: List[DeviceResult]) -> Optional[Dict[str, Speedup]]:
     """Speed-up of each accelerator over the (best) CPU result, cold and warm; warm by the
     median latency (a stall in the CPU's runs must not make the accelerator look faster)."""
     cpus = [r for r in results if r.get("available") and r["device"] == "cpu"]
@@ -151,7 +195,7 @@ def compare(results: list[dict]) -> Optional[dict]:
     if not cpus or not others:
         return None
     cpu = next((r for r in cpus if r.get("best")), None) or min(cpus, key=lambda r: r["latency_ms"]["p50"])
-    out = {}
+    out: Dict[str, Speedup] = {}
     for r in others:
         out[r.get("device_name") or r["device"]] = {
             "cold_speedup": _round(stats.speedup(cpu["first_ms"], r["first_ms"]), 2),
@@ -160,8 +204,8 @@ def compare(results: list[dict]) -> Optional[dict]:
     return out
 
 
-def host_section(results: list[dict]) -> dict:
-    host = hostinfo.host_info()
+def host_section(results: List[DeviceResult]) -> HostSection:
+    host: HostSection = hostinfo.host_info()  # type: ignore[assignment]  # completed below
     try:
         host["loadavg_1m"] = round(os.getloadavg()[0], 2)
     except (OSError, AttributeError):
@@ -180,6 +224,6 @@ def _load_compiled(path: Path) -> Optional[TfliteModel]:
     return m if m.is_edgetpu_compiled else None
 
 
-def _model_section(m: TfliteModel) -> dict:
+def _model_section(m: TfliteModel) -> ModelSection:
     return {"path": m.path, "bytes": m.size, "edgetpu_compiled": m.is_edgetpu_compiled,
             "input_shape": list(m.input_tensors[0].shape), "input_dtype": m.input_tensors[0].dtype}

@@ -14,18 +14,72 @@ pipeline gets to that bound.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.core import stats
-from edgeapp.core.edgetpu.pipeline_segments import check_chain, set_label
+from edgeapp.core.edgetpu.pipeline_segments import HopJson, check_chain, set_label
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import DeviceUnavailable
 from edgeapp.execution.parallel import DevicePool
-from edgeapp.execution.pipeline import SegmentPipeline
+from edgeapp.execution.pipeline import SegmentPipeline, SegmentStat
 from edgeapp.hw.device_choice import find_tpus, parse_devices, resolve_tpus
 from edgeapp.hw.runtime import open_engine
+
+
+class DeviceShare(TypedDict):
+    runs: int
+    mean_ms: float
+
+
+class ScalingPoint(TypedDict, total=False):
+    """Throughput on the first `tpus` TPUs together, and its efficiency against one."""
+    tpus: int
+    throughput_ips: float
+    runs: int
+    efficiency: Optional[float]
+
+
+class ParallelSection(TypedDict, total=False):
+    """bench's `parallel`: one model on 1..N Edge TPUs at once (`available: false`: why not)."""
+    mode: str  # data-parallel
+    model: str
+    devices: List[str]
+    available: bool
+    reason: str
+    runs: int
+    window_s: float
+    throughput_ips: float
+    latency_ms: stats.LatencyJson
+    per_device: Dict[str, DeviceShare]  # by device name
+    scaling: List[ScalingPoint]
+    scaling_efficiency: Optional[float]
+    notes: List[str]
+
+
+class PerSegment(SegmentStat):
+    bottleneck: bool
+
+
+class PipelineSection(TypedDict, total=False):
+    """bench's `pipeline`: a segment set over as many Edge TPUs (`available: false`: why not)."""
+    mode: str  # pipeline
+    model: str
+    segments: int
+    chain: List[HopJson]
+    available: bool
+    reason: str
+    devices: List[str]
+    runs: int
+    window_s: float
+    throughput_ips: float
+    end_to_end_ms: stats.LatencyJson
+    per_segment: List[PerSegment]
+    bottleneck_segment: Optional[int]
+    bound_ips: Optional[float]
+    share_of_bound: Optional[float]
 
 
 def _round(v: Optional[float], digits: int = 3) -> Optional[float]:
@@ -53,7 +107,7 @@ def _drain(runner, items) -> tuple[list, dict, float, int]:
 
 
 def bench_parallel(model_path: str, names: list, opts, make_input: Callable,
-                   samples: Optional[dict] = None) -> dict:
+                   samples: Optional[dict] = None) -> ParallelSection:
     """Throughput of `model_path` on 1..N of the TPUs `names` at once, and the scaling.
     `make_input(shape, dtype, seed)` gives the input tensor (bench.random_input)."""
     engines, skipped = [], []
@@ -64,14 +118,15 @@ def bench_parallel(model_path: str, names: list, opts, make_input: Callable,
                                       usb_queue=opts.usb_queue))
         except DeviceUnavailable as e:
             skipped.append(f"{name}: {e}")
-    section = {"mode": "data-parallel", "model": model_path, "devices": [e.name for e in engines]}
+    section: ParallelSection = {"mode": "data-parallel", "model": model_path, "devices": [e.name for e in engines]}
     if len(engines) < 2:
         return {**section, "available": False,
                 "reason": "fewer than 2 Edge TPUs usable" + (f" ({'; '.join(skipped)})" if skipped else "")}
     x = make_input(engines[0].input_shape, engines[0].input_dtype, opts.seed)
     for e in engines:
         e.run(x)  # cold: the model goes into each TPU's memory
-    curve, last = [], None
+    curve: List[ScalingPoint] = []
+    last = None
     for k in range(1, len(engines) + 1):
         with DevicePool(engines[:k]) as pool:
             _drain(pool, _timed_items(x, max(opts.warmup, 1) * k, None))
@@ -94,13 +149,13 @@ def bench_parallel(model_path: str, names: list, opts, make_input: Callable,
 
 
 def bench_pipeline(paths: list, device: str, opts, make_input: Callable,
-                   samples: Optional[dict] = None) -> dict:
+                   samples: Optional[dict] = None) -> PipelineSection:
     """A segment set as a pipeline over as many TPUs: throughput, end-to-end latency, and the
     mean invoke time of each segment with the bottleneck marked."""
     chain = check_chain([load_model(p) for p in paths])
     n = len(paths)
-    section = {"mode": "pipeline", "model": set_label(paths), "segments": n,
-               "chain": chain.to_json()["segments"]}
+    section: PipelineSection = {"mode": "pipeline", "model": set_label(paths), "segments": n,
+                                "chain": chain.to_json()["segments"]}
     choice = parse_devices(device)
     if choice.single is not None and choice.single.kind not in ("auto",):
         return {**section, "available": False,
@@ -137,7 +192,7 @@ def bench_pipeline(paths: list, device: str, opts, make_input: Callable,
         for i, _ in pipe.imap(items()):
             ends.append((time.perf_counter() - submitted.pop(i)) * 1000.0)
         window = time.perf_counter() - t0
-        per_segment = pipe.segment_stats()
+        per_segment: List[PerSegment] = pipe.segment_stats()  # type: ignore[assignment]  # marked below
     means = [s["mean_ms"] for s in per_segment]
     slow = stats.bottleneck(means)
     ips = stats.throughput(len(ends), window)

@@ -10,21 +10,56 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
+from typing_extensions import TypedDict
+
 from edgeapp.core.edgetpu import thermal
 from edgeapp.core.stats import median
-from edgeapp.hw.tpu_state import state_of
+from edgeapp.hw.tpu_state import TpuState, state_of
 
 
-def engine_tpu_state(engine, performance: Optional[str] = None) -> Optional[dict]:
+class EdgeTpuHeat(TypedDict):
+    """Clock mode and heat of a run's Edge TPU, before the timed runs and after them."""
+    clock_mode: Optional[str]
+    clock_mode_source: Optional[str]
+    performance: Optional[str]
+    link: Optional[str]
+    usb_state: Optional[str]
+    clock_mhz_before: Optional[float]
+    clock_mhz: Optional[float]
+    temperature_before_c: Optional[float]
+    temperature_after_c: Optional[float]
+    trip_point0_c: Optional[float]
+    sensor_fault: bool
+
+
+class LatencyWindow(TypedDict):
+    start_s: float
+    runs: int
+    p50_ms: float
+    mean_ms: float
+
+
+class WindowsSection(TypedDict, total=False):
+    """A --duration run's latency per time window and its drift (none when too short)."""
+    windows: List[LatencyWindow]
+    drift: Optional[float]
+
+
+class Throttling(TypedDict):
+    throttling: bool
+    throttling_reasons: List[str]
+
+
+def engine_tpu_state(engine, performance: Optional[str] = None) -> Optional[TpuState]:
     """The state of the Edge TPU `engine` runs on now (None on the CPU)."""
     if engine.device != "edgetpu":
         return None
     return state_of(engine.name, performance=performance)
 
 
-def edgetpu_section(before: Optional[dict], after: Optional[dict]) -> dict:
+def edgetpu_section(before: Optional[TpuState], after: Optional[TpuState]) -> EdgeTpuHeat:
     """Clock mode and heat of the run's Edge TPU, read before the timed runs and after them."""
-    state = after or before or {}
+    state: TpuState = after or before or {}  # type: ignore[assignment]
     heat = state.get("thermal") or {}
     trips = heat.get("trip_points_c") or []
     return {"clock_mode": state.get("clock_mode"), "clock_mode_source": state.get("clock_mode_source"),
@@ -37,13 +72,14 @@ def edgetpu_section(before: Optional[dict], after: Optional[dict]) -> dict:
             "sensor_fault": bool(heat.get("sensor_fault"))}
 
 
-def windows_section(starts_s: Sequence[float], latencies_ms: Sequence[float]) -> dict:
+def windows_section(starts_s: Sequence[float], latencies_ms: Sequence[float]) -> WindowsSection:
     """The warm latency per time window of a --duration run, and its drift first to last."""
     groups = thermal.split_windows(starts_s, latencies_ms)
     if len(groups) < 2:
         return {}
     t0 = starts_s[0]
-    windows, offset = [], 0
+    windows: List[LatencyWindow] = []
+    offset = 0
     for g in groups:
         windows.append({"start_s": round(starts_s[offset] - t0, 3), "runs": len(g),
                         "p50_ms": round(median(g), 4), "mean_ms": round(sum(g) / len(g), 4)})
@@ -52,7 +88,7 @@ def windows_section(starts_s: Sequence[float], latencies_ms: Sequence[float]) ->
     return {"windows": windows, "drift": None if d is None else round(d, 4)}
 
 
-def throttling_of(result: dict) -> dict:
+def throttling_of(result: dict) -> Throttling:
     """`throttling` and its reasons for one result: drift past 15% or heat past trip point 0."""
     tpu = result.get("edgetpu") or {}
     reasons: List[str] = thermal.throttling(result.get("drift"), tpu.get("temperature_after_c"),

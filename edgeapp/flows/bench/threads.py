@@ -12,15 +12,30 @@ reduced to their medians, and the best is the lowest median of round medians
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.core import stats
-from edgeapp.flows.bench.one_device import BenchOptions, Timed, finish, ready, timed
+from edgeapp.flows.bench.one_device import BenchOptions, DeviceResult, Timed, finish, ready, timed
 
 ROUNDS = 7
 REWARM = 2  # untimed inferences before each round's share (after another count's threads ran)
+
+
+class ThreadSweep(TypedDict):
+    """bench's `thread_sweep`: the fastest thread count of a device, and by how much."""
+    device: str
+    rounds: int
+    chosen_by: str
+    best_threads: Optional[int]
+    best_ms: float
+    runner_up_threads: Optional[int]
+    runner_up_ms: float
+    gap: Optional[float]
+    best_won_rounds: int
+    within_noise: bool
 
 
 def shares(runs: int, duration: Optional[float], rounds: int = ROUNDS) -> list:
@@ -39,7 +54,7 @@ def turns(count: int, round_index: int) -> list:
     return order[::-1] if round_index % 2 else order
 
 
-def sweep(model, device: str, counts: list, opts: BenchOptions, progress=None) -> list:
+def sweep(model, device: str, counts: list, opts: BenchOptions, progress=None) -> List[DeviceResult]:
     """One result per thread count, from interleaved rounds; each has `round_p50_ms`. A device
     that turned out to be an Edge TPU (auto) is measured once, as without a sweep."""
     first = ready(model, device, counts[0], opts)
@@ -79,14 +94,14 @@ def _joined(rounds: list) -> Timed:
     return Timed(np.concatenate([t.latencies for t in rounds]), starts, window, watts, rounds[-1].meter)
 
 
-def mark_best(results: list) -> Optional[dict]:
+def mark_best(results: List[DeviceResult]) -> Optional[ThreadSweep]:
     """With several thread counts on one device, flag the fastest by the median of its round
     medians; the `thread_sweep` section says by how much, and whether that is within noise."""
     groups: dict = {}
     for r in results:
         if r.get("available"):
             groups.setdefault(r.get("device_name") or r["device"], []).append(r)
-    section = None
+    section: Optional[ThreadSweep] = None
     for name, rs in groups.items():
         if len(rs) < 2:
             continue

@@ -13,9 +13,12 @@ naming why each device could not run.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, TypeVar
 
 from edgeapp.errors import DeviceUnavailable
 from edgeapp.hw.device_choice import DeviceChoice, find_tpus, parse_devices
+
+Doc = TypeVar("Doc", bound=Mapping[str, object])  # a bench document (flows/bench/run.BenchDoc)
 
 
 @dataclass(frozen=True)
@@ -65,14 +68,14 @@ def plan_devices(device: str) -> DevicePlan:
     return DevicePlan(choice, choice.tpus, lenient=choice.fallback, cpu_after=choice.fallback)
 
 
-def measured(doc: dict) -> bool:
+def measured(doc: Mapping[str, object]) -> bool:
     """Whether a bench document holds at least one measurement."""
     sections = [doc.get("parallel") or {}, doc.get("pipeline") or {}]
     return any(r.get("available") for r in doc.get("results", []) + sections)
 
 
-def check_measured(doc: dict, plan: DevicePlan) -> dict:
-    """The document, or a DeviceUnavailable naming why nothing could be measured."""
+def check_measured(doc: Doc, plan: DevicePlan) -> Doc:
+    """The document as given, or a DeviceUnavailable naming why nothing could be measured."""
     if measured(doc):
         return doc
     reasons = [f"{r.get('device_name') or r['device']}: {r['reason']}" for r in doc.get("results", [])

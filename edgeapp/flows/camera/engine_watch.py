@@ -9,7 +9,7 @@ engine was gone are the frames skipped by the outage.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from edgeapp.hw.worker.events import LOST, RECOVERED, EngineEvent, Tally
 
@@ -24,8 +24,8 @@ class EngineWatch:
         self._lock = threading.Lock()
         self.lost_now = False
         self.skipped = 0
-        self._dropped = 0  # frames dropped so far (the loop's count)
-        self._dropped_at: Optional[int] = None  # ... when the current outage began
+        self._dropped: Dict[str, int] = {}  # frames dropped so far, per source (the loop's counts)
+        self._dropped_at: Optional[Dict[str, int]] = None  # ... when the current outage began
 
     def publish_to(self, mqtt_out: Any) -> None:
         """Also publish each event and the state to this MqttOut (sinks/mqtt.publish_engine)."""
@@ -44,8 +44,8 @@ class EngineWatch:
         with self._lock:
             if event.event == LOST and event.step is None:
                 self.lost_now = True
-                if self._dropped_at is None:
-                    self._dropped_at = self._dropped
+                pending = self._dropped_at or {}  # sources not seen since the last outage: from then
+                self._dropped_at = {**self._dropped, **pending}
             elif event.event == RECOVERED:
                 self.lost_now = False
         record = event.as_dict()
@@ -57,11 +57,13 @@ class EngineWatch:
     def on_frame(self, image: object, record: dict, *, stats: object = None, **_: object) -> None:
         if stats is None:
             return
+        source = str(getattr(stats, "source", ""))
         with self._lock:
-            if self._dropped_at is not None and not self.lost_now:
-                self.skipped += max(0, stats.dropped - self._dropped_at)
-                self._dropped_at = None
-            self._dropped = stats.dropped
+            if self._dropped_at is not None and not self.lost_now:  # each source's first frame back
+                self.skipped += max(0, stats.dropped - self._dropped_at.pop(source, 0))
+                if not self._dropped_at:
+                    self._dropped_at = None
+            self._dropped[source] = stats.dropped
 
     def state(self) -> dict:
         """The engine's state: lost now or not, and the counts so far."""

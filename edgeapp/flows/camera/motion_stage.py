@@ -7,21 +7,28 @@ then runs on those regions only (tasks/detect.py, core/vision/motion.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Dict, Optional
 
 from edgeapp.core.vision.motion import MotionFrame, MotionRegions
 from edgeapp.execution.runner import Runner
 
 
 class MotionRunner:
-    """A runner whose frames carry their moving regions; everything else is the runner's."""
+    """A runner whose frames carry their moving regions; everything else is the runner's.
+    `stream_of(key)`: which source a submitted frame is of (a run of several sources), each
+    source's motion found against its own previous frames."""
 
-    def __init__(self, runner: Runner, side: int) -> None:
-        self.runner = runner
-        self.regions = MotionRegions(side)
+    def __init__(self, runner: Runner, side: int,
+                 stream_of: Optional[Callable[[Any], Any]] = None) -> None:
+        self.runner, self.side, self.stream_of = runner, side, stream_of
+        self.regions: Dict[Any, MotionRegions] = {}
 
     def submit(self, key: Any, frame: Any) -> None:
-        self.runner.submit(key, MotionFrame(frame, self.regions(frame)))
+        stream = self.stream_of(key) if self.stream_of is not None else None
+        regions = self.regions.get(stream)
+        if regions is None:
+            regions = self.regions[stream] = MotionRegions(self.side)
+        self.runner.submit(key, MotionFrame(frame, regions(frame)))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.runner, name)

@@ -20,10 +20,11 @@ import stat
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from edgeapp.core.track.zones import check_names, parse_line, parse_zone
 from edgeapp.errors import UsageError
+from edgeapp.flows.camera.sources import NamedSource, check_scopes, parse_sources, split_scope
 from edgeapp.flows.camera.tracking import TrackingSettings
 from edgeapp.flows.open_task import Placement
 from edgeapp.sinks.records import Format
@@ -38,7 +39,7 @@ OUTPUT = {"output": True}  # metadata of a field naming a file the run writes (s
 class CameraSettings:
     """What a camera run is asked, as the user wrote it: plain values, each field one option."""
 
-    source: str = "0"
+    source: Any = ()  # one, a list (--source repeated) or a dict name -> source; (): camera 0
     width: Optional[int] = None
     height: Optional[int] = None
     display: Optional[bool] = None  # None: when there is a display
@@ -145,6 +146,12 @@ class CameraRequest:
     tracking: Optional[TrackingSettings] = None  # --track and its lines, zones, events, rules
     alerts: Any = None  # flows/camera/alerts.AlertSettings: --clips, --notify, --metrics-port
     on_record: Optional[Callable[[dict], None]] = None  # every frame's record, as it is made
+    sources: List[NamedSource] = field(default_factory=list)  # the settings' `source`, named
+
+    @property
+    def several(self) -> bool:
+        """More than one source: records and events say which one they are of."""
+        return len(self.sources) > 1
 
 
 def split_settings(given: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -161,7 +168,14 @@ def camera_request(settings: CameraSettings, words: Words, *, model: PathLike, t
     """The request both faces run: `settings` checked (a UsageError names the option in
     `words`), paths as Paths, lines and zones parsed, the live view, MQTT and tracking built."""
     s = _paths(settings)
+    sources = parse_sources(s.source, words.name("source"))
     _check(s, words)
+    if len(sources) > 1 and s.clips is not None:
+        raise UsageError(f"{words.name('clips')} records one source's clips: give one "
+                         f"{words.name('source')}, or run one camera per source")
+    if len(sources) > 1 and s.mqtt is not None and _plain(s.mqtt_mode) == "events":
+        raise UsageError(f"{words.name('mqtt_mode')} events follows one source's changes: use "
+                         "frames (each record has its source), or run one camera per source")
     view = mqtt = None
     if s.serve is not None:
         view = LiveViewSettings(s.serve, s.serve_fps, s.serve_token, s.serve_token_file,
@@ -173,14 +187,15 @@ def camera_request(settings: CameraSettings, words: Words, *, model: PathLike, t
                          labels_file=labels_file, mean=mean, std=std, settings=s,
                          records_format=_format(s.format, words),
                          records_stdout=records_stdout, live_view=view, mqtt=mqtt,
-                         tracking=_tracking(s, words), alerts=_alert_outputs(s), on_record=on_record)
+                         tracking=_tracking(s, sources), alerts=_alert_outputs(s), on_record=on_record,
+                         sources=sources)
 
 
 def _paths(s: CameraSettings) -> CameraSettings:
-    """Every path-typed setting as a Path (the API takes strings too), the source as text."""
+    """Every path-typed setting as a Path (the API takes strings too)."""
     from dataclasses import replace
 
-    changes: Dict[str, Any] = {"source": str(s.source)}
+    changes: Dict[str, Any] = {}
     for f in fields(s):
         value, typed = getattr(s, f.name), str(f.type)  # the annotation as written
         if "Path" in typed and value is not None and not isinstance(value, Path):
@@ -266,21 +281,28 @@ def _same_file_key(path: Path) -> Optional[str]:
     return f"inode {st.st_dev}:{st.st_ino}"
 
 
-def _tracking(s: CameraSettings, words: Words) -> Optional[TrackingSettings]:
+def _tracking(s: CameraSettings, sources: List[NamedSource]) -> Optional[TrackingSettings]:
     """--track's settings: its lines, zones and alert rules parsed (a usage error names the
-    flag), the rules checked against the lines and zones."""
+    flag), the rules checked against the lines and zones; a line or zone prefixed with a source's
+    name (`yard/door:...`) is that source's only, and the source must be one of the run's."""
     if not s.track:
         return None
     from edgeapp.core.track.rules import check_rules
     from edgeapp.core.track.score import parse_track_score
     from edgeapp.flows.camera.alerts import read_rules
 
-    lines = [parse_line(x) for x in s.count_lines]
-    zones = [parse_zone(z) for z in s.zones]
+    line_scopes = [split_scope(x) for x in s.count_lines]
+    zone_scopes = [split_scope(z) for z in s.zones]
+    check_scopes([("--count-line", scope) for scope, _ in line_scopes] +
+                 [("--zone", scope) for scope, _ in zone_scopes], sources)
+    lines = [parse_line(x) for _, x in line_scopes]
+    zones = [parse_zone(z) for _, z in zone_scopes]
     check_names(lines, zones)
     rules = read_rules(s.alerts, s.rules)
     check_rules(rules, [x.name for x in lines], [z.name for z in zones])
     return TrackingSettings(lines=lines, zones=zones, events=s.events, rules=rules,
+                            line_sources=[scope for scope, _ in line_scopes],
+                            zone_sources=[scope for scope, _ in zone_scopes],
                             track_score=parse_track_score(s.track_score) if s.track_score else None)
 
 

@@ -7,18 +7,19 @@ statistics, warnings and the error that decides the exit code.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from edgeapp.core.version import VERSION
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
 from edgeapp.flows.camera.alerts import AlertOutputs
 from edgeapp.flows.camera.engine_watch import EngineWatch
-from edgeapp.flows.camera.loop import CameraStats, run_camera
+from edgeapp.flows.camera.loop import CameraStats, EngineLoad, RunStats, Sinks, Stream, run_cameras
 from edgeapp.flows.camera.request import CameraRequest
+from edgeapp.flows.camera.sources import record_path
 from edgeapp.flows.camera.tpu_health import TpuHealth
-from edgeapp.flows.camera.tracking import TrackStage, check_trackable, check_tracking_available
+from edgeapp.flows.camera.tracking import TrackStage, check_trackable, check_tracking_available, merge_counts
 from edgeapp.flows.open_task import open_task
 from edgeapp.hw.capture import OpenCVSource, ReconnectPolicy
 from edgeapp.hw.worker import events as engine_events
@@ -37,7 +38,9 @@ Notice = Callable[[str], None]
 
 @dataclass
 class CameraOutcome:
-    """How a run ended: its statistics, what the outputs say, and the error (None: success)."""
+    """How a run ended: its statistics, what the outputs say, and the error (None: success).
+    `stats`: the one source's, or with several the run's totals; `sources`: each source's, in
+    the order given (name -> stats); `engines`: each device's frames and busy fraction."""
 
     stats: CameraStats
     model: str
@@ -45,13 +48,44 @@ class CameraOutcome:
     outputs: dict  # "live_view" and "mqtt" summaries, when they ran
     warnings: List[str]
     error: Optional[EdgeappError] = None
+    sources: Dict[str, CameraStats] = field(default_factory=dict)
+    engines: Dict[str, EngineLoad] = field(default_factory=dict)
+    source_outputs: Dict[str, dict] = field(default_factory=dict)  # per source: its tracking
 
     @property
     def interrupted(self) -> bool:
         return self.stats.stop == "interrupted"
 
+    @property
+    def several(self) -> bool:
+        return len(self.sources) > 1
+
     def summary(self) -> dict:
-        return {**self.stats.summary(), "model": self.model, "task": self.task, **self.outputs}
+        """The JSON summary: one source's statistics as ever (and `engines`); with several,
+        the run's totals, `sources` (each one's statistics and tracking) and `engines`."""
+        if not self.several:
+            return {**self.stats.summary(), "model": self.model, "task": self.task,
+                    "engines": self.engines, **self.outputs}
+        total = self.stats
+        return {"sources": [{**s.summary(), **self.source_outputs.get(name, {})}
+                            for name, s in self.sources.items()],
+                "frames_captured": total.captured, "frames_processed": total.processed,
+                "frames_dropped": total.dropped, "seconds": round(total.seconds, 3),
+                "fps": round(total.fps, 2), "device": total.device, "stop": total.stop,
+                "engines": self.engines, "model": self.model, "task": self.task, **self.outputs}
+
+    def summary_lines(self) -> List[str]:
+        """The text summary: one line per source, and with several a last line of totals and
+        each device's busy fraction."""
+        if not self.several:
+            return [self.stats.summary_line()]
+        total = self.stats
+        busy = ", ".join(f"{device} busy {load['busy'] * 100:.0f}%"
+                         for device, load in self.engines.items()) or "no frame ran"
+        return [s.summary_line() for s in self.sources.values()] + [
+            f"{len(self.sources)} sources: {total.captured} frame(s) captured, {total.processed} "
+            f"processed, {total.dropped} dropped in {total.seconds:.2f} s ({total.fps:.1f} FPS); "
+            f"{busy}"]
 
 
 class CameraRun:
@@ -63,9 +97,10 @@ class CameraRun:
         self.request, self.say = request, on_notice or (lambda _text: None)
         self.stop = stop or threading.Event()
         self.address = self.target = self.token = None
-        self.cap = self.opened = self.live = self.publisher = self.writer = self.health = None
+        self.opened = self.live = self.publisher = self.writer = self.health = None
+        self.caps: List[OpenCVSource] = []  # one per source, in the order given
         self.events: Optional[EventFile] = None
-        self.tracker: Any = None
+        self.trackers: Dict[str, TrackStage] = {}  # per source, with --track
         self.engine_watch: Optional[EngineWatch] = None
         self.output_error: List[EdgeappError] = []
         self._events_lock = threading.Lock()  # the loop and the clips' writer both write events
@@ -93,34 +128,54 @@ class CameraRun:
     def run(self) -> CameraOutcome:
         r, s = self.request, self.request.settings
         try:
-            cap = self.cap = OpenCVSource(s.source, s.width, s.height)
-            cap.open()  # a camera or file that cannot be opened fails before the model and the live view
-            recorder = Recorder(str(s.record)) if s.record is not None else None
+            for named in r.sources:  # a camera or file that cannot be opened fails before the
+                cap = OpenCVSource(named.spec, s.width, s.height)  # model and the live view
+                self.caps.append(cap)
+                cap.open()
+                if named.named:
+                    cap.name = named.name
+            recorders = [Recorder(str(record_path(s.record, named, r.several)))
+                         if s.record is not None else None for named in r.sources]
             if s.events is not None:  # before the model, too
                 self.events = EventFile(s.events)
             self.opened = opened = self._open()
             kind = opened.task.kind
             show = has_display() if s.display is None else s.display
-            if (s.width or s.height) and not cap.live:
+            if (s.width or s.height) and not all(cap.live for cap in self.caps):
                 self.say("--width/--height ask a camera for a capture size; a file's frames keep "
                          "their size")
-            window = Display(f"edgeapp {Path(opened.engine.model_path).name}") if show else None
             self._records(show, kind)
-            self._alerts(kind, cap)
+            self._alerts(kind)
             self._tracking(kind)
-            outputs = self._outputs(kind, cap.name)
-            if self.publisher is not None and not cap.live:  # a file: every record to the broker
-                self.publisher.wait_settled(MQTT_SETTLE)
+            outputs = self._outputs(kind, ", ".join(cap.name for cap in self.caps))
+            if self.publisher is not None and not all(cap.live for cap in self.caps):
+                self.publisher.wait_settled(MQTT_SETTLE)  # a file: every record to the broker
+            streams = self._streams(show, recorders, outputs)
             with engine_events.listening(self.engine_watch, self.say):
-                stats = run_camera(cap, self._runner(), drop=s.drop_frames, max_frames=s.max_frames,
-                                   duration=s.duration, reconnect=ReconnectPolicy(timeout=s.reconnect),
-                                   on_record=self._on_record if self.writer or r.on_record else None,
-                                   display=window, recorder=recorder,
-                                   stop_event=self.stop, on_notice=self.say, kind=kind,
-                                   outputs=outputs, tracking=self.tracker, cascade=opened.cascade)
+                ran = run_cameras(streams, self._runner(), kind=kind, drop=s.drop_frames,
+                                  max_frames=s.max_frames, duration=s.duration,
+                                  reconnect=ReconnectPolicy(timeout=s.reconnect),
+                                  stop_event=self.stop, on_notice=self.say)
         finally:
             self.close()
-        return self._outcome(stats)
+        return self._outcome(ran)
+
+    def _streams(self, show: bool, recorders: list, outputs: list) -> List[Stream]:
+        """Each source with its own window, recording, tracking and cascade state (a cascade's
+        tracks are one source's: the second model is shared, what it remembers is not)."""
+        r, opened = self.request, self.opened
+        on_record = self._on_record if self.writer or r.on_record else None
+        title = f"edgeapp {Path(opened.engine.model_path).name}"
+        streams = []
+        for named, cap, recorder in zip(r.sources, self.caps, recorders):
+            cascade = opened.cascade
+            if cascade is not None and r.several:
+                cascade = replace(cascade, runs=0, _tracks={})
+            window = Display(f"{title} {named.name}" if r.several else title) if show else None
+            sinks = Sinks(on_record, window, recorder, outputs, tracking=self.trackers.get(named.name),
+                          cascade=cascade, counts=self._tracking_summary)
+            streams.append(Stream(cap, sinks, named.name if named.named else None))
+        return streams
 
     def _runner(self) -> Any:
         """The opened model's runner; with --motion, its frames carry the regions that moved."""
@@ -129,7 +184,8 @@ class CameraRun:
             return opened.runner
         from edgeapp.flows.camera.motion_stage import MotionRunner
 
-        return MotionRunner(opened.runner, max(opened.task.spec.size))
+        return MotionRunner(opened.runner, max(opened.task.spec.size),
+                            stream_of=lambda key: key[0])  # the loop's key: (source's feed, frame, t0)
 
     def _open(self) -> Any:
         r = self.request
@@ -154,7 +210,8 @@ class CameraRun:
             networked = self.address is not None or self.target is not None
             to_stdout = not show and not (networked and r.records_format is None)
         if r.settings.output is not None or to_stdout:
-            layout = Layout(kind, frames=True, tracked=r.tracking is not None)
+            layout = Layout(kind, frames=True, tracked=r.tracking is not None,
+                            sourced=any(named.named for named in r.sources))
             self.writer = layout.writer(r.records_format or Format.jsonl, r.settings.output)
 
     def _tracking(self, kind: TaskKind) -> None:
@@ -165,13 +222,21 @@ class CameraRun:
         check_trackable(kind)
         labels = self.opened.model.labels or {}
         high = kind.track_threshold(self.opened.task.plan)
-        self.tracker = TrackStage(settings, high, kind.tracks,
-                                  labels=lambda i: str(labels.get(int(i), i)),
-                                  write_events=self._write_events if self.events else None,
-                                  source=self.cap.name,
-                                  on_alert=self.alerting.claim if self.alerting is not None else None)
+        for named, cap in zip(self.request.sources, self.caps):
+            self.trackers[named.name] = TrackStage(
+                settings.for_source(named.name), high, kind.tracks,
+                labels=lambda i: str(labels.get(int(i), i)),
+                write_events=self._write_events if self.events else None, source=cap.name,
+                on_alert=self.alerting.claim if self.alerting is not None else None,
+                stamp=named.named)
 
-    def _alerts(self, kind: TaskKind, cap: OpenCVSource) -> None:
+    def _tracking_summary(self) -> dict:
+        """The tracking counts: one source's, or with several, theirs summed (merge_counts)."""
+        if len(self.trackers) == 1:
+            return next(iter(self.trackers.values())).summary()
+        return merge_counts([tracker.summary() for tracker in self.trackers.values()])
+
+    def _alerts(self, kind: TaskKind) -> None:
         """Clips, notifications and metrics, before the tracking stage that feeds them."""
         if self.alerting is None:
             return
@@ -179,7 +244,8 @@ class CameraRun:
             self.health = TpuHealth(self.request.place.engine.performance).start()
         if self.events is not None:  # a clip that cannot be written: its event
             self.alerting.on_event = lambda e: self._write_events([e])
-        self.alerting.start(kind, cap.name, cap.fps or 30.0, self.health,
+        cap = self.caps[0]  # clips take one source (request.py refuses --clips with several)
+        self.alerting.start(kind, ", ".join(c.name for c in self.caps), cap.fps or 30.0, self.health,
                             lambda: self.engine_watch.state() if self.engine_watch is not None else None)
 
     def _on_record(self, record: dict) -> None:
@@ -223,8 +289,8 @@ class CameraRun:
         self.live = LiveView(self.address, fps=view.fps, kind=kind, token=self.token,
                              extra=lambda: {**({"mqtt": self.publisher.summary()}
                                                if self.publisher is not None else {}),
-                                            **({"tracking": self.tracker.summary()}
-                                               if self.tracker is not None else {}),
+                                            **({"tracking": self._tracking_summary()}
+                                               if self.trackers else {}),
                                             **self.health.stats(), **self.engine_watch.stats()},
                              info={"model": Path(engine.model_path).name, "task": kind.name,
                                    "device": engine.device, "device_note": note,
@@ -256,48 +322,63 @@ class CameraRun:
 
     def close(self) -> None:
         for part in (self.opened, self.live, self.publisher, self.writer, self.alerting, self.health,
-                     self.tracker, self.events, self.cap):
+                     *self.trackers.values(), self.events, *self.caps):
             if part is not None:
                 part.close()
 
-    def _outcome(self, stats: CameraStats) -> CameraOutcome:
+    def _outcome(self, ran: RunStats) -> CameraOutcome:
         outputs: dict = {}
         if self.live is not None:
             outputs["live_view"] = self.live.summary()
         if self.publisher is not None:
             outputs["mqtt"] = self.publisher.summary()
-        if self.tracker is not None:
-            outputs["tracking"] = self.tracker.summary()
+        per_source: Dict[str, dict] = {}
+        if self.trackers:
+            outputs["tracking"] = self._tracking_summary()
+        if len(self.trackers) > 1:
+            per_source = {name: {"tracking": t.summary()} for name, t in self.trackers.items()}
         if self.alerting is not None:
             outputs.update(self.alerting.summary())
         if self.engine_watch is not None and self.engine_watch.tally.events:
             outputs["engine"] = self.engine_watch.state()
-        warnings = self._warnings(stats, outputs.get("mqtt"))
+        sources = {named.name: stats for named, stats in zip(self.request.sources, ran.streams)}
+        stats = ran.streams[0] if len(ran.streams) == 1 else totals(ran)
+        mqtt = outputs.get("mqtt")
+        warnings = [w for cap, st in zip(self.caps, ran.streams) for w in self._warnings(cap, st)]
+        warnings += self._mqtt_warnings(mqtt)
         warnings += self.alerting.warnings() if self.alerting is not None else []
+        error = next((e for e in (self._error(cap, st, mqtt) for cap, st in zip(self.caps, ran.streams))
+                      if e is not None), None)
+        if self.output_error:
+            stats.stop = "output error"
         return CameraOutcome(stats, self.opened.engine.model_path, self.opened.task.name, outputs,
-                             warnings, self._error(stats, outputs.get("mqtt")))
+                             warnings, error, sources, ran.engines(), per_source)
 
-    def _warnings(self, stats: CameraStats, mqtt: Optional[dict]) -> List[str]:
-        cap, out = self.cap, []
+    @staticmethod
+    def _warnings(cap: OpenCVSource, stats: CameraStats) -> List[str]:
         missing = getattr(cap, "missing_frames", 0)
         if missing and stats.stop == "end of stream" and stats.captured:
-            out.append(f"{cap.name} ended after {cap.position} frame(s), {missing} short of the "
-                       f"{cap.declared_frames} its container declares (truncated?)")
+            return [f"{cap.name} ended after {cap.position} frame(s), {missing} short of the "
+                    f"{cap.declared_frames} its container declares (truncated?)"]
+        return []
+
+    @staticmethod
+    def _mqtt_warnings(mqtt: Optional[dict]) -> List[str]:
         if mqtt is not None and not mqtt["ever_connected"]:
             why = f" ({mqtt['last_error']})" if mqtt.get("last_error") else ""
-            out.append(f"mqtt: the broker at {mqtt['url']} never answered{why}: nothing was published")
-        return out
+            return [f"mqtt: the broker at {mqtt['url']} never answered{why}: nothing was published"]
+        return []
 
-    def _error(self, stats: CameraStats, mqtt: Optional[dict]) -> Optional[EdgeappError]:
-        """What makes this run a failure, if anything (the CLI's exit code)."""
-        cap, r = self.cap, self.request
+    def _error(self, cap: OpenCVSource, stats: CameraStats, mqtt: Optional[dict]) -> Optional[EdgeappError]:
+        """What makes this source's run a failure, if anything (the CLI's exit code)."""
+        r = self.request
         if self.output_error:
             stats.stop = "output error"
             return self.output_error[0]
         if stats.stop == "interrupted":
             return None
         if stats.stop.startswith("capture error"):
-            return EdgeappError(stats.stop)
+            return EdgeappError(stats.stop if len(self.caps) == 1 else f"{cap.name}: {stats.stop}")
         if stats.captured == 0 and stats.stop == "end of stream":  # opened, but not one frame
             return DeviceUnavailable(f"--source {cap.name}: no frame could be read (an empty or "
                                      "truncated video?)")
@@ -310,3 +391,25 @@ class CameraRun:
             return InputError(f"mqtt: {mqtt['dropped']} of {mqtt['dropped'] + mqtt['published']} "
                               f"message(s) for {cap.name} were not delivered to {mqtt['url']}")
         return None
+
+
+def totals(ran: RunStats) -> CameraStats:
+    """A run of several sources as one: frames summed, latencies pooled, the run's seconds;
+    its stop is the sources' when they agree, else each one's."""
+    streams = ran.streams
+    stops = [s.stop for s in streams]
+    total = CameraStats(source=", ".join(s.source for s in streams), device=streams[0].device,
+                        policy="/".join(sorted({s.policy for s in streams})),
+                        captured=sum(s.captured for s in streams),
+                        processed=sum(s.processed for s in streams),
+                        dropped=sum(s.dropped for s in streams),
+                        reconnects=sum(s.reconnects for s in streams),
+                        reconnect_attempts=sum(s.reconnect_attempts for s in streams),
+                        seconds=ran.seconds, live=any(s.live for s in streams),
+                        stop=stops[0] if len(set(stops)) == 1 else
+                        "; ".join(f"{s.source}: {s.stop}" for s in streams))
+    for s in streams:
+        total.inference_ms += s.inference_ms
+        total.frame_ms += s.frame_ms
+        total.end_to_end_ms += s.end_to_end_ms
+    return total

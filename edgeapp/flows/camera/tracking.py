@@ -44,6 +44,19 @@ class TrackingSettings:
     lost_frames: int = 30
     rules: Sequence[Rule] = ()  # --alert, --rules
     track_score: Optional[TrackScore] = None  # --track-score median:0.6
+    line_sources: Sequence[Optional[str]] = ()  # each line's source (`yard/door:...`); None: all
+    zone_sources: Sequence[Optional[str]] = ()
+
+    def for_source(self, name: str) -> "TrackingSettings":
+        """The lines and zones one source counts: its own and the unscoped ones."""
+        from dataclasses import replace
+
+        def mine(items: Sequence, scopes: Sequence[Optional[str]]) -> list:
+            scopes = list(scopes) or [None] * len(items)
+            return [x for x, scope in zip(items, scopes) if scope is None or scope == name]
+
+        return replace(self, lines=mine(self.lines, self.line_sources),
+                       zones=mine(self.zones, self.zone_sources), line_sources=(), zone_sources=())
 
 
 def check_tracking_available() -> None:
@@ -101,11 +114,13 @@ class TrackStage:
     def __init__(self, settings: TrackingSettings, high: float, field: str = "objects",
                  labels: Optional[Callable[[int], str]] = None,
                  write_events: Optional[Callable[[List[dict]], None]] = None, source: str = "",
-                 on_alert: Optional[Callable[[dict], None]] = None) -> None:
+                 on_alert: Optional[Callable[[dict], None]] = None, stamp: bool = False) -> None:
         """`write_events` gets each frame's events (the --events file, opened by the run);
         `source`: the camera's name (rules' `source=`); `on_alert`: called with each alert
-        before it is written anywhere, to fill in its clip's paths (sinks/clips.py)."""
+        before it is written anywhere, to fill in its clip's paths (sinks/clips.py); `stamp`:
+        every event carries `source` (a run of several sources)."""
         self.settings, self.high, self.field = settings, high, field
+        self.source, self.stamp = source, stamp
         self.alerts = Alerts(settings.rules, source) if settings.rules else None
         self.on_alert = on_alert
         self.scores = ScoreHistory(settings.track_score) if settings.track_score else None
@@ -287,6 +302,9 @@ class TrackStage:
         return events
 
     def _write(self, events: List[dict]) -> None:
+        if self.stamp:
+            for event in events:
+                event.setdefault("source", self.source)
         if self.write_events is not None and events:
             self.write_events(events)
 
@@ -308,3 +326,17 @@ class TrackStage:
 
     def close(self) -> None:
         """Nothing of its own to close (the run closes the events file)."""
+
+
+def merge_counts(parts: Sequence[dict]) -> dict:
+    """Several sources' tracking summaries as one (numbers summed key by key, at every depth):
+    what MQTT's retained counts, the live view and the run's totals show. A line or zone of
+    one source is its count; one that every source counts sums theirs."""
+    out: dict = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                out[key] = merge_counts([out.get(key) or {}, value])
+            else:
+                out[key] = out.get(key, 0) + value
+    return out

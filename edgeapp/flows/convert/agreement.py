@@ -10,17 +10,34 @@ the images' class folders give labels, top-1/top-5 accuracy of both.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
+from typing_extensions import TypedDict
 
-from edgeapp.core.quant.metrics import align, class_agreement, compare_outputs, is_class_vector
+from edgeapp.core.quant.metrics import OutputAgreement, align, class_agreement, compare_outputs, is_class_vector
 from edgeapp.core.vision.preprocess import quantize_input
 from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows.convert.data import Dataset, normalize
 from edgeapp.flows.sources.base import FloatModel
+from edgeapp.flows.sources.source import BoxAgreementReport
 from edgeapp.hw.runtime import open_engine
 
+
+class AgreementReport(TypedDict, total=False):
+    """The int8 model against its float source on held-out images: per output cosine and SQNR;
+    for class scores top-1 agreement (and accuracy when labelled; None otherwise); for a
+    detector its boxes (`detection`)."""
+    samples: int
+    measured_on: str
+    float_runtime: str
+    outputs: List[OutputAgreement]
+    agreement: Optional[float]
+    float_accuracy: Optional[float]
+    int8_accuracy: Optional[float]
+    float_top5: Optional[float]
+    int8_top5: Optional[float]
+    detection: BoxAgreementReport
 
 def run_int8(path: Path, data: Dataset, mean: float, std: float) -> list:
     """Dequantized outputs of the int8 model, one (N, ...) array per output, run through the
@@ -56,15 +73,15 @@ def _limits(dtype) -> tuple[int, int]:
 
 
 def measure(path: Path, model: FloatModel, data: Dataset, mean: float, std: float,
-            source: str, labels: Optional[np.ndarray] = None, class_scores: bool = True) -> dict:
+            source: str, labels: Optional[np.ndarray] = None, class_scores: bool = True) -> AgreementReport:
     """The agreement report: where it was measured, per output cosine/SQNR, and for class
     scores (not `class_scores=False`: an embedding's features) top-1 agreement and accuracy."""
     reference = model.predict(normalize(data, mean, std))
     test = run_int8(path, data, mean, std)
     outputs = compare_outputs(reference, test, model.output_names)
-    report = {"samples": int(len(data.x)), "measured_on": source, "float_runtime": model.runtime,
-              "outputs": outputs, "agreement": None, "float_accuracy": None, "int8_accuracy": None,
-              "float_top5": None, "int8_top5": None}
+    report: AgreementReport = {"samples": int(len(data.x)), "measured_on": source, "float_runtime": model.runtime,
+                               "outputs": outputs, "agreement": None, "float_accuracy": None, "int8_accuracy": None,
+                               "float_top5": None, "int8_top5": None}
     if class_scores and reference and test and is_class_vector(reference[0].shape):
         got = align(reference[0], test[0])
         if got is not None:

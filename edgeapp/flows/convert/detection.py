@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from edgeapp.core.eval.coco import box_metrics
+from edgeapp.core.meta import YoloSidecar
 from edgeapp.core.vision.preprocess import quantize_input
 from edgeapp.core.vision.yolo import (
     CONF,
@@ -34,6 +35,7 @@ from edgeapp.errors import MissingDependency
 from edgeapp.execution.runner import SingleRunner
 from edgeapp.flows.convert.data import Dataset, normalize
 from edgeapp.flows.convert.yolo_onnx import REG_MAX, YoloHead
+from edgeapp.flows.sources.source import BoxAgreementReport
 from edgeapp.hw.runtime import open_engine
 
 EVAL_CONF = 0.001  # the score floor of a mAP evaluation (Ultralytics' val uses the same)
@@ -49,14 +51,14 @@ def letterboxer(size: tuple[int, int]):
     return fit
 
 
-def sidecar_entry(head: YoloHead, width: int, height: int) -> dict:
+def sidecar_entry(head: YoloHead, width: int, height: int) -> YoloSidecar:
     """What `detect` needs beyond the graph: which output is which, the size, the letterbox."""
     meta = head.metadata
-    entry = {"layout": "dfl", "boxes": 0, "scores": 1, "classes": head.nc, "reg_max": REG_MAX,
-             "input_size": [width, height], "strides": list(head.strides),
-             "letterbox": {"pad_value": PAD_VALUE, "centered": True, "auto": False},
-             "exported_by": " ".join(str(meta[k]) for k in ("author", "version") if meta.get(k)) or None,
-             "decode": "on the CPU: DFL softmax, anchors and strides, sigmoid (core/vision/yolo.py)"}
+    entry: YoloSidecar = {"layout": "dfl", "boxes": 0, "scores": 1, "classes": head.nc, "reg_max": REG_MAX,
+                          "input_size": [width, height], "strides": list(head.strides),
+                          "letterbox": {"pad_value": PAD_VALUE, "centered": True, "auto": False},
+                          "exported_by": " ".join(str(meta[k]) for k in ("author", "version") if meta.get(k)) or None,
+                          "decode": "on the CPU: DFL softmax, anchors and strides, sigmoid (core/vision/yolo.py)"}
     if head.rewrites:  # what the int8 graph computes differently from the export (same function)
         entry["rewritten_for_edgetpu"] = [f"attention {r}" for r in head.rewrites]
     return entry
@@ -146,7 +148,7 @@ class BoxAgreement:
     def has_boxes(self) -> bool:
         return any(self.truth)
 
-    def __call__(self, path: Path) -> dict:
+    def __call__(self, path: Path) -> BoxAgreementReport:
         found = int8_detections(path, self.data, self.mean, self.std, self.entry)
         scores = coco_map(self.truth, found, self.entry["classes"])
         return {"samples": int(len(self.data.x)), "measured_on": self.source, "float_runtime": "ONNX Runtime",

@@ -10,7 +10,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Union
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.eval.data import EvalData
 from edgeapp.core.learn.embedding import embedding_output
@@ -19,7 +21,7 @@ from edgeapp.core.naming import report_path, report_plot_path
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import MissingDependency, UsageError
 from edgeapp.flows.convert import measures
-from edgeapp.flows.convert.agreement import measure, truth_labels
+from edgeapp.flows.convert.agreement import AgreementReport, measure, truth_labels
 from edgeapp.flows.convert.data import (
     Sources,
     check_model_output,
@@ -31,10 +33,11 @@ from edgeapp.flows.convert.data import (
 )
 from edgeapp.flows.convert.measures import TaskMetric
 from edgeapp.flows.convert.quantize import exported, quantize
-from edgeapp.flows.convert.report import layer_report, mark_silent, silent_layers, silent_line
+from edgeapp.flows.convert.remeasure import RangesReport, ranges_line
+from edgeapp.flows.convert.report import SilentLayer, layer_report, mark_silent, silent_layers, silent_line
 from edgeapp.flows.convert.source import open_source
-from edgeapp.flows.convert.tune import Tuning, equalization_line
-from edgeapp.flows.evaluate import bind_float, is_labelled_data, read_data
+from edgeapp.flows.convert.tune import EqualizationReport, MaxDropReport, Tuning, equalization_line
+from edgeapp.flows.evaluate import FloatVsInt8, bind_float, is_labelled_data, read_data
 from edgeapp.flows.sources import source_format
 from edgeapp.flows.sources.base import FloatModel, Progress, no_progress
 from edgeapp.flows.sources.float_engine import engine_for
@@ -42,8 +45,60 @@ from edgeapp.flows.sources.source import ModelSource
 from edgeapp.tasks import guess_from, kind
 from edgeapp.tasks.internal.embed import EMBED_TASK
 
+if TYPE_CHECKING:
+    from edgeapp.core.edgetpu.check_report import CheckSummary
+    from edgeapp.hw.compiler import CompileReportJson
+
 Say = Callable[[str], None]
 VAL_DEFAULT = 50  # calibration images held out for agreement when --val is not given
+
+
+class LayerReport(TypedDict, total=False):
+    """--report: where the per-layer JSON and its plot went (or why the plot was skipped)."""
+    json: str
+    plot: Optional[str]
+    plot_skipped: str
+    layers: List[dict]  # flows/convert/report.layer_report's rows, worst first
+
+
+class CompileSkipped(TypedDict):
+    skipped: str  # why --compile did not run
+
+
+class ConvertReport(TypedDict, total=False):
+    """`convert --format json` (docs/convert.md): the model written, its ops, the agreement with
+    its float source (its headline figures copied to the top), what tuning did, the sidecar;
+    the CLI adds the Edge TPU check and the --compile result."""
+    model: str
+    source: str
+    source_format: str
+    io: str
+    size_bytes: int
+    input_shape: List[int]
+    calibration_samples: int
+    notes: List[str]
+    ops: Dict[str, int]  # op name -> count, most used first
+    op_versions: Dict[str, int]
+    silent_layers: List[SilentLayer]
+    equalization: EqualizationReport
+    ranges: RangesReport
+    embedding_depth: int
+    agreement_detail: AgreementReport
+    agreement: Optional[float]
+    samples: int
+    float_accuracy: Optional[float]
+    int8_accuracy: Optional[float]
+    float_top5: Optional[float]
+    int8_top5: Optional[float]
+    report: LayerReport
+    max_drop: MaxDropReport
+    eval: FloatVsInt8
+    task: Optional[str]
+    sidecar: str
+    times_s: Dict[str, float]  # seconds per step
+    edgetpu_check: CheckSummary
+    edgetpu_verdict: str
+    compile: Union[CompileReportJson, CompileSkipped]
 
 
 @dataclass
@@ -115,7 +170,7 @@ def _eval_sources(eval_dir: Optional[Path]) -> tuple:
     return held, (read_data(eval_dir) if held.classes else None)
 
 
-def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
+def run(p: Prepared, say: Say, progress: Progress = no_progress) -> ConvertReport:
     """Convert, write, measure; returns the report (`convert --format json` prints it)."""
     job, times = p.job, p.times
     for note in p.notes:
@@ -142,6 +197,9 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
             equalized = tuning.equalize()
             if equalized is not None:
                 times["equalization"] = equalized["seconds"]
+            ranges = tuning.remeasure()
+            if ranges is not None:
+                times["ranges re-measured"] = ranges["seconds"]
             if tuning.written != "plain":
                 q = replace(q, model=load_model(job.output), flatbuffer=job.output.read_bytes())
             report = _report_base(p, model, q, len(cal.x))
@@ -150,6 +208,9 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
                 report["equalization"] = equalized
                 if "plain" in equalized:  # measured (a model it cannot help is not talked about)
                     say(equalization_line(equalized))
+            if ranges is not None:
+                report["ranges"] = ranges
+                say(ranges_line(ranges))
             if embedding is not None:
                 report["embedding_depth"] = embedding
             with _timed(times, "agreement on held-out images"):
@@ -172,7 +233,7 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> dict:
     return report
 
 
-def _set_agreement(report: dict, detail: dict) -> None:
+def _set_agreement(report: ConvertReport, detail: AgreementReport) -> None:
     report["agreement_detail"] = detail
     report.update({k: detail[k] for k in (
         "agreement", "samples", "float_accuracy", "int8_accuracy", "float_top5", "int8_top5")})
@@ -214,7 +275,7 @@ def _fit(p: Prepared):
     return p.source.fit()
 
 
-def _report_base(p: Prepared, model: FloatModel, q, samples: int) -> dict:
+def _report_base(p: Prepared, model: FloatModel, q, samples: int) -> ConvertReport:
     job, tflite = p.job, q.model
     return {"model": str(job.output), "source": str(job.model), "source_format": p.source.format,
             "io": job.io, "size_bytes": tflite.size, "input_shape": list(tflite.input_tensors[0].shape),
@@ -245,7 +306,7 @@ def _held_out(p: Prepared, model: FloatModel, cal, say: Say) -> tuple:
     return data, source, truth_labels(data, job.val_labels or job.labels)
 
 
-def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> dict:
+def _agreement(p: Prepared, model: FloatModel, cal, say: Say, class_scores: bool = True) -> AgreementReport:
     data, source, labels = _held_out(p, model, cal, say)
     found = measure(p.job.output, model, data, p.job.mean, p.job.std, source, labels, class_scores)
     boxes = _box_agreement(p, data, source, say)
@@ -261,9 +322,9 @@ def _box_agreement(p: Prepared, data, source: str, say: Say):
 
 
 def _trial_measure(p: Prepared, model: FloatModel, cal, task, class_scores: bool, say: Say):
-    """What the trials (equalization by default, --max-drop's) are measured by: the task's
-    metric on labelled data (`task`), else box agreement (a YOLO export), else top-1 or cosine
-    agreement on the held-out images."""
+    """What the trials (equalization and a YOLO export's re-measured ranges by default,
+    --max-drop's) are measured by: the task's metric on labelled data (`task`), else box
+    agreement (a YOLO export), else top-1 or cosine agreement on the held-out images."""
     if task is not None:
         return task
     data, source, labels = _held_out(p, model, cal, say)
@@ -272,7 +333,7 @@ def _trial_measure(p: Prepared, model: FloatModel, cal, task, class_scores: bool
     return measure or measures.Agreement(model, data, p.job.mean, p.job.std, source, labels, class_scores)
 
 
-def _max_drop(p: Prepared, model: FloatModel, cal, report: dict, tuning: Tuning, class_scores: bool,
+def _max_drop(p: Prepared, model: FloatModel, cal, report: ConvertReport, tuning: Tuning, class_scores: bool,
               say: Say) -> None:
     """--max-drop's trials (flows/convert/tune.py); when another model than the one written is
     kept, the report describes the kept one."""
@@ -327,7 +388,7 @@ def _labels(p: Prepared, cal) -> Optional[dict]:
     return {i: n for i, n in enumerate(cal.class_names)} if cal.class_names else None
 
 
-def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, say: Say) -> dict:
+def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, say: Say) -> LayerReport:
     say(f"measuring each layer's quantization error on {min(len(calibration), 32)} image(s)")
     layers = layer_report(saved, calibration, q.model, q.flatbuffer, model.layer_names)
     mark_silent(layers, silent_layers(q.floored, model.layer_names))
@@ -335,7 +396,7 @@ def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, sa
     doc = {"model": str(p.job.output), "source": str(p.job.model), "samples": min(len(calibration), 32),
            "layers": layers}
     out.write_text(json.dumps(doc, indent=2) + "\n")
-    result = {"json": str(out), "plot": None, "layers": layers}
+    result: LayerReport = {"json": str(out), "plot": None, "layers": layers}
     try:
         from edgeapp.sinks.quant_plot import plot_layers
 
@@ -347,7 +408,7 @@ def _layer_report(p: Prepared, model: FloatModel, saved: str, calibration, q, sa
     return result
 
 
-def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
+def _sidecar(p: Prepared, tflite, cal, report: ConvertReport, say: Say) -> tuple:
     """The task by the outputs, and the sidecar X.json: labels, preprocessing, agreement."""
     job = p.job
     shapes = [t.shape for t in tflite.output_tensors]
@@ -372,6 +433,8 @@ def _sidecar(p: Prepared, tflite, cal, report: dict, say: Say) -> tuple:
                          "int8": ev["int8"]["metrics"], "drop": ev["drop"]}
     if report.get("equalization"):
         extra["equalization"] = report["equalization"]
+    if report.get("ranges"):
+        extra["ranges"] = report["ranges"]
     if report.get("max_drop"):
         extra["max_drop"] = report["max_drop"]
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,

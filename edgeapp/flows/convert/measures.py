@@ -28,7 +28,7 @@ from edgeapp.core.quant.tune import box_metric_of, metric_of, task_metric_of
 from edgeapp.errors import ConvertError, MissingDependency, UsageError
 from edgeapp.flows.convert.agreement import measure
 from edgeapp.flows.convert.data import Dataset, normalize
-from edgeapp.flows.evaluate import compared, evaluate, scalar_metrics
+from edgeapp.flows.evaluate import FloatVsInt8, compared, evaluate, scalar_metrics
 from edgeapp.flows.open_task import Placement, open_task
 from edgeapp.flows.sources.base import FloatModel
 from edgeapp.flows.sources.source import BoxCheck
@@ -146,7 +146,7 @@ class TaskMetric:
                   "int8": scalar_metrics(mine), "left_out": len(got.errors)}
         return Measured(*task_metric_of(self.data.kind, ref, mine), detail)
 
-    def report(self, path: Path) -> dict:
+    def report(self, path: Path) -> FloatVsInt8:
         """Float vs the int8 file at `path` as `convert --eval` reports it (flows/evaluate.compared)."""
         return compared(self.reference, self.evaluate(path), self.data)
 

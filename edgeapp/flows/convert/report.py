@@ -13,9 +13,10 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import Optional
+from typing import Dict, List, Optional
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.core.edgetpu.ops import constant_reader
 from edgeapp.core.quant.report import (
@@ -57,6 +58,24 @@ class _Collector:
         acc.add(f, q, float(scale), int(zero_point))
         return 0.0
 
+
+
+class TensorContext(TypedDict, total=False):
+    """The written model's facts about the op that makes a tensor (_model_context)."""
+    op: str
+    op_index: int
+    weights_name: str
+    weight_range_ratio: float  # per-channel weight ranges, largest over smallest
+    classes: int  # a Softmax's
+    input_scale_ratio: float  # a mixing op's input scales, largest over smallest
+
+
+class SilentLayer(TypedDict):
+    """A layer whose range was floored: it stays within `recorded` on every calibration image."""
+    layer: str
+    tensor: str
+    recorded: List[float]  # low, high
+    floored: List[float]
 
 def layer_report(saved_model: str, calibration: np.ndarray, tflite: TfliteModel, data: bytes,
                  layer_names: Optional[dict] = None, samples: int = 32) -> list:
@@ -168,7 +187,7 @@ def _by_position(op: str, position: Optional[int], index: int) -> str:
     return f"{op} #{position}" if position is not None else f"{op} (layer {index} of the report)"
 
 
-def _context_for(context: dict, name: str, op: str) -> dict:
+def _context_for(context: Dict[str, TensorContext], name: str, op: str) -> TensorContext:
     """The written model's facts about a debugger row: by tensor name, else (a model output,
     which the converter renames `X:01` before the final QUANTIZE makes `X:0`) the same op whose
     output name extends it."""
@@ -181,7 +200,7 @@ def _context_for(context: dict, name: str, op: str) -> dict:
     return {}
 
 
-def _model_context(tflite: TfliteModel, data: bytes) -> dict:
+def _model_context(tflite: TfliteModel, data: bytes) -> Dict[str, TensorContext]:
     """Per output tensor name: the weights' per-channel range ratio, a Softmax's class count,
     the input scale ratio of a mixing op."""
     read = constant_reader(data)
@@ -190,7 +209,7 @@ def _model_context(tflite: TfliteModel, data: bytes) -> dict:
         if not op.outputs or op.outputs[0] < 0:
             continue
         name = tflite.tensors[op.outputs[0]].name
-        info = {"op": op.op, "op_index": op.index}
+        info: TensorContext = {"op": op.op, "op_index": op.index}
         if len(op.inputs) > 1 and op.inputs[1] >= 0 and tflite.tensors[op.inputs[1]].is_constant:
             info["weights_name"] = tflite.tensors[op.inputs[1]].name
         if op.op in WEIGHTED_OPS and len(op.inputs) > 1 and op.inputs[1] >= 0:
@@ -222,10 +241,10 @@ def _weight_ratio(tensor, read, axis: int) -> Optional[float]:
     return channel_range_ratio(values, q_axis)
 
 
-def silent_layers(floored: list, layer_names: dict) -> list:
+def silent_layers(floored: list, layer_names: dict) -> List[SilentLayer]:
     """The layers whose range quantize.py floored (requantize.Floored), named by their source:
     a branch no calibration image fires, worth saying whatever --report says."""
-    rows = []
+    rows: List[SilentLayer] = []
     for f in floored:
         name = (source_layer(f.tensor, layer_names) or source_name(f.tensor)
                 or f.tensor.split(";")[0])
@@ -234,7 +253,7 @@ def silent_layers(floored: list, layer_names: dict) -> list:
     return rows
 
 
-def silent_line(row: dict) -> str:
+def silent_line(row: SilentLayer) -> str:
     """One silent layer as `convert` says it."""
     low, high = row["recorded"]
     return (f"warning: layer {row['layer']} stays within {low:g}..{high:g} on every calibration image "
@@ -242,7 +261,7 @@ def silent_line(row: dict) -> str:
             f"{row['floored'][1]:g} so that the model runs; calibrate on images that exercise it")
 
 
-def mark_silent(layers: list, silent: list) -> None:
+def mark_silent(layers: list, silent: List[SilentLayer]) -> None:
     """The --report rows of silent layers say so, as their cause."""
     tensors = {s["tensor"]: s for s in silent}
     for layer in layers:

@@ -5,6 +5,8 @@ Edge TPU (a float tail under that floor is listed as a trade, not kept: exit 14)
 
 Equalization runs by default (`Tuning.equalize`) when the plain model has two linear layers it
 may rescale across: measured like every trial, written when it measures better than plain.
+Ranges re-measured runs by default (`Tuning.remeasure`) for a source that asks for it (a YOLO
+export): measured like every trial, written when it measures better than the written model.
 
 The trials, each on top of the best one so far (a fix that does not help is not kept):
   per-channel weights   dense layers' weights per channel, when they were per tensor;
@@ -29,12 +31,23 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from edgeapp.core.edgetpu.check_report import check_model
-from edgeapp.core.quant.tune import best_of, drop_of, improves, mapped, meets, output_sqnr, tail_cuts, tpu_floor
+from edgeapp.core.quant.tune import (
+    TrialRow,
+    best_of,
+    drop_of,
+    improves,
+    mapped,
+    meets,
+    output_sqnr,
+    tail_cuts,
+    tpu_floor,
+)
 from edgeapp.core.tflite.model import parse_model
 from edgeapp.core.tflite.patch import older_equivalents
 from edgeapp.errors import ConvertError, EdgeappError
@@ -43,6 +56,7 @@ from edgeapp.flows.convert.bias import correct_biases
 from edgeapp.flows.convert.data import Dataset, load_dataset, normalize, write_atomic
 from edgeapp.flows.convert.equalize import equalize, find_pairs, worth_trying
 from edgeapp.flows.convert.quantize import non_integer_ops
+from edgeapp.flows.convert.remeasure import RANGES, RangesReport, remeasured
 
 Say = Callable[[str], None]
 Measure = Callable[[Path], tuple]  # an int8 file -> flows/convert/measures.Measured
@@ -50,6 +64,60 @@ MORE_CALIBRATION = 4  # "more calibration images": up to this many times as many
 CLIP_PERCENTILE = 99.99
 RANGE_SAMPLES = 100  # calibration images the real ranges are measured on (every tensor kept: memory, time)
 TAIL_TRIALS = 8  # float-tail cut points tried, latest first
+
+
+class TrialFigures(TypedDict):
+    """A trial's figures in the equalization report."""
+    float: Optional[float]
+    int8: Optional[float]
+    drop: Optional[float]
+    macs_tpu_share: Optional[float]
+    output_sqnr_db: Optional[float]
+
+
+class EqualizationReport(TypedDict, total=False):
+    """The report's `equalization`: kept or not (and why not), plain vs equalized when measured."""
+    kept: bool
+    why: str
+    seconds: float
+    metric: Optional[str]
+    measured_on: Optional[str]
+    samples: Optional[int]
+    plain: TrialFigures
+    equalized: TrialFigures
+    pairs: Optional[List[str]]
+    alpha: Optional[float]
+    max_scale: Optional[float]
+
+
+class Traded(TypedDict):
+    """A trial within the budget that leaves less than --min-tpu on the Edge TPU."""
+    trial: Optional[str]
+    drop: Optional[float]
+    macs_tpu_share: Optional[float]
+
+
+class MaxDropReport(TypedDict):
+    """The report's (and the sidecar's) `max_drop`: the budget, every trial, the choice."""
+    budget: float
+    min_tpu: float
+    metric: Optional[str]
+    measured_on: Optional[str]
+    samples: Optional[int]
+    trials: List[TrialRow]
+    chosen: Optional[str]
+    met: bool
+    traded: List[Traded]
+
+
+class FixBase(TypedDict):
+    """What the fixes start from: the calibrated model (and its re-measured ranges once a trial
+    kept them), the calibration images, the SavedModel, the source's fit of pixels."""
+    ranges: Optional[bytes]
+    calibrated: rq.Calibrated
+    calibration: np.ndarray
+    saved: str
+    fit: Optional[Callable]
 WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
 
 
@@ -60,17 +128,17 @@ class _Trials:
 
     def __init__(self, measure: Measure, io: str, budget: Optional[float], say: Say) -> None:
         self.measure_file, self.io, self.budget, self.say = measure, io, budget, say
-        self.rows: list = []
+        self.rows: List[TrialRow] = []
         self.files: dict = {}  # trial name -> flatbuffer
         self.floor = 0.0  # the share of MACs a trial must leave on the Edge TPU (--min-tpu)
         self.written = "plain"  # the trial whose file --output holds
         self.tmp = tempfile.TemporaryDirectory(prefix="edgeapp-trials-")
 
     def measure(self, name: str, flatbuffer: bytes, started: float, settings: dict,
-                allow_float: bool = False) -> dict:
+                allow_float: bool = False) -> TrialRow:
         flatbuffer, _ = older_equivalents(flatbuffer)
         tflite = parse_model(flatbuffer, name)
-        row = {"trial": name, "order": len(self.rows), **settings}
+        row: TrialRow = {"trial": name, "order": len(self.rows), **settings}  # type: ignore[misc]
         bad = [] if allow_float else non_integer_ops(tflite, self.io)
         if bad:
             row.update(drop=None, error=f"float ops: {', '.join(bad)}")
@@ -95,34 +163,34 @@ class _Trials:
         return row
 
     def skip(self, name: str, why: str) -> None:
-        row = {"trial": name, "order": len(self.rows), "drop": None, "skipped": why, "seconds": 0.0}
+        row: TrialRow = {"trial": name, "order": len(self.rows), "drop": None, "skipped": why, "seconds": 0.0}
         self.rows.append(row)
         if self.budget is not None:
             self.say(f"trial {name}: skipped ({why})")
 
-    def row(self, name: str) -> Optional[dict]:
+    def row(self, name: str) -> Optional[TrialRow]:
         return next((r for r in self.rows if r["trial"] == name), None)
 
-    def best(self) -> dict:
+    def best(self) -> Optional[TrialRow]:
         return best_of(self.rows, self.floor)
 
-    def ok(self, row: dict) -> bool:
+    def ok(self, row: TrialRow) -> bool:
         """Within the budget with at least the floor's share of MACs on the Edge TPU."""
         return (row.get("drop") is not None and self.budget is not None and meets(row["drop"], self.budget)
                 and mapped(row, self.floor))
 
-    def met(self) -> Optional[dict]:
+    def met(self) -> Optional[TrialRow]:
         """The first trial within the budget and the floor: the written one when it is."""
         written = self.row(self.written)
         return next((r for r in [written, *self.rows] if r is not None and self.ok(r)), None)
 
-    def traded(self) -> list:
+    def traded(self) -> List[TrialRow]:
         """Trials within the budget that leave less than the floor's share on the Edge TPU."""
         return [r for r in self.rows if r.get("drop") is not None and self.budget is not None
                 and meets(r["drop"], self.budget) and not mapped(r, self.floor)]
 
 
-def line(row: dict, budget: Optional[float], floor: float = 0.0) -> str:
+def line(row: TrialRow, budget: Optional[float], floor: float = 0.0) -> str:
     """One trial as `convert` prints it."""
     if row.get("drop") is None:
         return f"trial {row['trial']}: failed ({row.get('error') or row.get('skipped')})"
@@ -146,7 +214,7 @@ class Tuning:
         self.p, self.saved, self.cal, self.calibration, self.plain = p, saved, cal, calibration, plain
         self._measure, self.say, self.fit = measure, say, fit
         self.trials: Optional[_Trials] = None
-        self.base: Optional[dict] = None
+        self.base: Optional[FixBase] = None
         self.measured_by = None
 
     def _started(self) -> _Trials:
@@ -156,14 +224,14 @@ class Tuning:
             self.trials.measure("plain", self.plain.flatbuffer, time.monotonic(), {})
         return self.trials
 
-    def _calibrated(self) -> dict:
+    def _calibrated(self) -> FixBase:
         if self.base is None:
             job = self.p.job
             self.base = {"ranges": None, "calibrated": rq.calibrate(self.saved, self.calibration, job.io),
                          "calibration": self.calibration, "saved": self.saved, "fit": self.fit}
         return self.base
 
-    def equalize(self) -> Optional[dict]:
+    def equalize(self) -> Optional[EqualizationReport]:
         """Equalization as part of every conversion: tried when two linear layers of the plain
         model are joined only by ops it may rescale across, kept (written over --output) when it
         measures better than plain. None when the model has no such pair (nothing was run)."""
@@ -192,11 +260,44 @@ class Tuning:
                 **{k: eq.get(k) for k in ("pairs", "alpha", "max_scale")},
                 "seconds": round(time.monotonic() - started, 2)}
 
+    def remeasure(self) -> Optional[RangesReport]:
+        """Ranges re-measured as part of the conversion when the source asks for it (a YOLO
+        export): every tensor's range the one its values take on the calibration images (the
+        calibrator records a tensor an in-place ADD overwrites at the ADD's range), floored as
+        `quantize` floors. Written over --output when it measures better than the written model
+        with as much of the MACs on the Edge TPU: on the fixtures neither ranges wins on every
+        calibration sample (scripts/bench_yolo_calibration.py), so the user's data decides. None
+        when the source does not ask."""
+        if not self.p.source.remeasures_ranges:
+            return None
+        started = time.monotonic()
+        trials = self._started()
+        before = trials.row(trials.written)
+        try:
+            base = self._calibrated()
+            ranged = remeasured(trials, base["calibrated"], base["calibration"][:RANGE_SAMPLES],
+                                self.p.job.io, started)
+        except ConvertError as e:
+            trials.skip(RANGES, str(e))
+            return {"kept": False, "why": str(e), "seconds": round(time.monotonic() - started, 2)}
+        row = trials.row(RANGES)
+        kept = improves(row, before) and mapped(row, before.get("macs_tpu_share") or 0.0)
+        if kept:
+            write_atomic(self.p.job.output, trials.files[RANGES])
+            trials.written = RANGES
+            base["ranges"] = ranged
+        keys = ("float", "int8", "drop", "macs_tpu_share")
+        return {"kept": kept, "metric": before.get("metric"), "measured_on": getattr(self.measured_by, "source", None),
+                "samples": getattr(self.measured_by, "samples", None), "against": before["trial"],
+                "before": {k: before.get(k) for k in keys}, "remeasured": {k: row.get(k) for k in keys},
+                **{k: row.get(k) for k in ("calibration_samples", "tensors", "narrowed", "narrowed_most")},
+                "error": row.get("error"), "seconds": round(time.monotonic() - started, 2)}
+
     @property
     def written(self) -> str:
         return self.trials.written if self.trials is not None else "plain"
 
-    def tune(self) -> dict:
+    def tune(self) -> MaxDropReport:
         """--max-drop's trials after what ran by default; writes the kept model over --output
         when it is not the one written. Returns what the sidecar records: budget, metric, the
         Edge TPU floor, every trial, the choice, whether it met, and the trials the floor refused."""
@@ -234,7 +335,7 @@ class Tuning:
             self.trials.tmp.cleanup()
 
 
-def _fixes(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+def _fixes(trials: _Trials, base: FixBase, p, cal: Dataset, plain, say: Say) -> None:
     """The trials after plain (and equalization, when it ran by default), cheapest first,
     stopping at the first that meets the budget."""
     for step in (_per_channel, _more_calibration, _ranges, _equalization, _bias_correction, _float_tail):
@@ -246,7 +347,7 @@ def _fixes(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> Non
             return
 
 
-def _per_channel(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+def _per_channel(trials: _Trials, base: FixBase, p, cal: Dataset, plain, say: Say) -> None:
     if not _per_tensor_weights(plain.model):
         trials.skip("per-channel weights", "the weights are per channel already")
         return
@@ -254,7 +355,7 @@ def _per_channel(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) 
     trials.measure("per-channel weights", rq.requantize(base["calibrated"].data, p.job.io), started, {})
 
 
-def _more_calibration(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+def _more_calibration(trials: _Trials, base: FixBase, p, cal: Dataset, plain, say: Say) -> None:
     have, used = len(p.calibration.paths), len(cal.x)
     want = min(have, MORE_CALIBRATION * used)
     if want <= used:
@@ -271,10 +372,17 @@ def _more_calibration(trials: _Trials, base: dict, p, cal: Dataset, plain, say: 
         base["calibrated"], base["calibration"] = more, bigger
 
 
-def _ranges(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+def _ranges(trials: _Trials, base: FixBase, p, cal: Dataset, plain, say: Say) -> None:
     started = time.monotonic()
-    rq.measure_ranges(base["calibrated"], base["calibration"][:RANGE_SAMPLES])
-    for name, percentile in (("ranges re-measured", None), ("ranges clipped", CLIP_PERCENTILE)):
+    steps = [(RANGES, None), ("ranges clipped", CLIP_PERCENTILE)]
+    if trials.row(RANGES) is not None:  # re-measured by default (a YOLO export)
+        if base["calibrated"].stats:  # on the calibration still kept: only clipping is new
+            steps = steps[1:]
+        else:  # more calibration was kept since
+            steps[0] = ("ranges re-measured on more calibration", None)
+    if not base["calibrated"].stats:
+        rq.measure_ranges(base["calibrated"], base["calibration"][:RANGE_SAMPLES])
+    for name, percentile in steps:
         ranged, clipped = rq.with_ranges(base["calibrated"], percentile)
         if percentile and not clipped:
             trials.skip(name, f"no range is 4x its {percentile}th percentile")
@@ -288,7 +396,7 @@ def _ranges(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> No
             return
 
 
-def _equalization(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+def _equalization(trials: _Trials, base: FixBase, p, cal: Dataset, plain, say: Say) -> None:
     name = "equalization"
     if trials.row(name) is not None:  # ran by default on the calibrated ranges
         if base["ranges"] is None:
@@ -301,7 +409,7 @@ def _equalization(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say)
     base.setdefault("float_of", {})[name] = done.float_model
 
 
-def _bias_correction(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+def _bias_correction(trials: _Trials, base: FixBase, p, cal: Dataset, plain, say: Say) -> None:
     best = trials.best()
     if best is None or best["trial"] not in trials.files:
         return
@@ -314,12 +422,12 @@ def _bias_correction(trials: _Trials, base: dict, p, cal: Dataset, plain, say: S
     trials.measure("bias correction", fixed, started, {"on": best["trial"], "layers_corrected": count})
 
 
-def _better(row: dict, trials: _Trials) -> bool:
+def _better(row: TrialRow, trials: _Trials) -> bool:
     best = trials.best()
     return row.get("drop") is not None and best is not None and best is row
 
 
-def _float_tail(trials: _Trials, base: dict, p, cal: Dataset, plain, say: Say) -> None:
+def _float_tail(trials: _Trials, base: FixBase, p, cal: Dataset, plain, say: Say) -> None:
     job = p.job
     calibrated = base["calibrated"]
     source = base["ranges"] or rq.with_ranges(calibrated)[0]  # a float tail needs the real ranges at its cut
@@ -350,7 +458,7 @@ def _per_tensor_weights(tflite) -> bool:
     return False
 
 
-def equalization_line(done: dict) -> str:
+def equalization_line(done: EqualizationReport) -> str:
     """Equalization by default, as `convert` says it."""
     if done.get("why"):
         return f"equalization: not applied ({done['why']})"

@@ -23,6 +23,7 @@ from typing import Optional
 
 import numpy as np
 
+from edgeapp.core.meta import UltralyticsMetadata
 from edgeapp.errors import ConvertError
 
 REG_MAX = 16  # DFL bins per box side in v8/11/v5u heads
@@ -41,7 +42,7 @@ class YoloHead:
     grids: list  # (h, w) per level
     box_convs: list  # tensor names of the box Convs' outputs (1, 64, h, w), per level
     cls_convs: list  # tensor names of the class Convs' outputs (1, nc, h, w), per level
-    metadata: dict = field(default_factory=dict)  # Ultralytics' metadata_props, parsed
+    metadata: UltralyticsMetadata = field(default_factory=dict)  # type: ignore[assignment]  # metadata_props, parsed
     rewrites: list = field(default_factory=list)  # blocks rewritten for the Edge TPU (attention.py)
 
     @property
@@ -49,10 +50,10 @@ class YoloHead:
         return sum(h * w for h, w in self.grids)
 
 
-def metadata(model) -> dict:
+def metadata(model) -> UltralyticsMetadata:
     """The model's metadata_props with Python literals parsed (Ultralytics writes str() of
     each value: names as a dict literal, imgsz as a list)."""
-    out = {}
+    out: UltralyticsMetadata = {}
     for p in model.metadata_props:
         try:
             out[p.key] = ast.literal_eval(p.value)
@@ -61,7 +62,7 @@ def metadata(model) -> dict:
     return out
 
 
-def _names(meta: dict) -> Optional[dict]:
+def _names(meta: UltralyticsMetadata) -> Optional[dict]:
     names = meta.get("names")
     if isinstance(names, list):
         names = dict(enumerate(names))

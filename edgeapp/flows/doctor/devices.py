@@ -14,6 +14,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Mapping, Optional
 
+from typing_extensions import TypedDict
+
 from edgeapp.core.edgetpu.thermal import thermal_summary
 from edgeapp.core.install.linux_setup import (
     PI5_4K_KERNEL_LINE,
@@ -44,6 +46,14 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 RULE_DIRS = ("/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
 
 
+class CheckJson(TypedDict):
+    """One doctor check in JSON: its name, ok/warn/fail, what was found, how to fix it."""
+    name: str
+    status: str
+    detail: str
+    fix: str
+
+
 @dataclass
 class Check:
     name: str
@@ -51,8 +61,8 @@ class Check:
     detail: str
     fix: str = ""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> CheckJson:
+        return asdict(self)  # type: ignore[return-value]
 
 
 def device_checks(root: Root, env: Mapping[str, str]) -> list[Check]:

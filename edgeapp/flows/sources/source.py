@@ -11,13 +11,16 @@ sidecar records of its layout.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Optional, Tuple
 
 import numpy as np
-from typing_extensions import Protocol
+from typing_extensions import Protocol, TypedDict
 
 from edgeapp.core.meta import ModelMeta
 from edgeapp.flows.sources.base import FloatModel, Progress
+
+if TYPE_CHECKING:
+    from edgeapp.core.meta import YoloSidecar
 
 SayLine = Callable[[str], None]
 TimeStep = Callable[[str], ContextManager[None]]  # timed(step): the block's seconds in the report's times
@@ -30,6 +33,23 @@ class Images(Protocol):
     x: np.ndarray
 
 
+class BoxAgreementReport(TypedDict):
+    """A detector's int8 boxes scored against its float export's (the agreement's `detection`)."""
+    samples: int
+    measured_on: str
+    float_runtime: str
+    float_boxes: int
+    truth: str  # what counts as truth, in words
+    map50_95: Optional[float]
+    map50: Optional[float]
+    note: Optional[str]  # why there is no score
+
+
+class SidecarLayout(TypedDict, total=False):
+    """What a source adds to the sidecar's `extra` to open the written model."""
+    yolo: YoloSidecar
+
+
 class BoxCheck(Protocol):
     """A detector's box agreement (flows/convert/detection.BoxAgreement): the float model's boxes
     on `data` found once, then any int8 file scored on them."""
@@ -40,13 +60,16 @@ class BoxCheck(Protocol):
     @property
     def has_boxes(self) -> bool: ...
 
-    def __call__(self, path: Path) -> dict: ...
+    def __call__(self, path: Path) -> BoxAgreementReport: ...
 
 
 class ModelSource:
     """A float model file of one format, checked; `load` gives its FloatModel."""
 
     format = ""  # the report's `source_format`: "keras" or "onnx"
+    # every tensor's range also tried re-measured by default, kept when it measures better
+    # (flows/convert/tune.Tuning.remeasure): a YOLO export, whose mAP budget is one point
+    remeasures_ranges = False
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -80,7 +103,7 @@ class ModelSource:
         """What the file says of itself (an Ultralytics export's names, task, pixels / 255)."""
         return ModelMeta()
 
-    def sidecar_layout(self) -> Dict[str, Any]:
+    def sidecar_layout(self) -> SidecarLayout:
         """Entries the sidecar's `extra` needs to open the written model (a YOLO layout)."""
         return {}
 

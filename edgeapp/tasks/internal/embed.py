@@ -12,6 +12,7 @@ import numpy as np
 
 from edgeapp.core.vision.classify import dequantize
 from edgeapp.errors import InvalidModel
+from edgeapp.tasks import TaskFields
 from edgeapp.tasks.base import Prepared, Result, TaskKind
 from edgeapp.tasks.model import output_quantization
 
@@ -38,17 +39,17 @@ class Embed(TaskKind):
                   labels: Optional[dict]) -> Result:
         return Result({"embedding": dequantize(np.asarray(outputs[0]).ravel(), *plan)})
 
-    def empty(self) -> dict:
+    def empty(self) -> TaskFields:
         return {"embedding": None}
 
-    def items(self, fields: dict) -> list:
+    def items(self, fields: TaskFields) -> list:
         return []
 
-    def rows(self, fields: dict) -> List[dict]:
+    def rows(self, fields: TaskFields) -> List[dict]:
         vector = fields.get("embedding")
         return [{"embedding": " ".join(f"{v:.6g}" for v in vector)}] if vector is not None else []
 
-    def summary_text(self, fields: dict) -> str:
+    def summary_text(self, fields: TaskFields) -> str:
         vector = fields.get("embedding")
         return f"{len(vector)}-d embedding" if vector is not None else "(no embedding)"
 
