@@ -21,6 +21,7 @@ import numpy as np
 
 from edgeapp.errors import InvalidModel
 from edgeapp.hw.worker.supervisor import Supervisor
+from edgeapp.hw.worker.wire import ModelDescription
 
 # hw/runtime.EngineOptions (not imported: hw/runtime opens the worker, not the other way)
 Options = Any
@@ -59,7 +60,7 @@ class IsolatedEngine:
         self._finalizer = weakref.finalize(self, _release, supervisor, number)
 
     @property
-    def _describe(self) -> dict:
+    def _describe(self) -> ModelDescription:
         """What the model runs as now (the CPU twin's while it has taken over)."""
         model = self.supervisor.models.get(self.number)
         if model is not None:

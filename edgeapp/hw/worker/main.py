@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, RUN
+from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, RUN, ModelDescription
 
 if TYPE_CHECKING:
     from edgeapp.hw.runtime import TfliteEngine
@@ -51,7 +51,7 @@ def error_message(error: BaseException) -> tuple:
     return ("error", name, text, getattr(error, "device", None))
 
 
-def _describe(engine: "TfliteEngine", layout: "RegionLayout") -> dict:
+def _describe(engine: "TfliteEngine", layout: "RegionLayout") -> ModelDescription:
     return {"inputs": engine.inputs, "outputs": engine.outputs, "device": engine.device,
             "name": engine.name, "notice": engine.notice, "model_path": engine.model_path,
             "requested_model": engine.requested_model, "cpu_kernels": engine.cpu_kernels,

@@ -15,7 +15,7 @@ import subprocess
 import time
 from dataclasses import asdict
 from multiprocessing.reduction import recv_handle
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from edgeapp import errors
 from edgeapp.errors import DeviceFailed, EdgeappError, InvalidModel
 from edgeapp.hw.proc import isolated_python, log_command
 from edgeapp.hw.worker.shared import Region
-from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, run_message
+from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, ModelDescription, run_message
 
 # hw/runtime.EngineOptions (not imported: hw/runtime opens the worker, not the other way)
 Options = Any
@@ -33,6 +33,8 @@ CAUSES = ("hang", "crash", "error", "gone")
 # the runtime's device errors (and a device left the bus) are the device's; the rest is the model's
 _MODEL_ERRORS = (InvalidModel, errors.UsageError, errors.MissingDependency)
 
+
+Answer = TypeVar("Answer")  # what a wait for the worker gives back
 
 class WorkerLost(Exception):
     """The worker stopped answering: `cause` is one of CAUSES; `waited`, the seconds since the
@@ -68,10 +70,10 @@ class WorkerProcess:
         child.close()
         self.conn = parent
         self.regions: Dict[int, Region] = {}
-        self.describes: Dict[int, dict] = {}
+        self.describes: Dict[int, ModelDescription] = {}
 
     def open(self, number: int, model: str, device: str, options: Options, *,
-             trust_model: bool = False, timeout: float = START_TIMEOUT_S) -> dict:
+             trust_model: bool = False, timeout: float = START_TIMEOUT_S) -> ModelDescription:
         """Open `model` on `device` in the worker as model `number`: what it runs (its
         description). The model's or the device's error as raised in the worker; WorkerLost when
         the worker dies or does not answer within `timeout` (the first open includes the
@@ -122,7 +124,7 @@ class WorkerProcess:
                     raise WorkerLost("hang", f"worker {self.pid} did not open the model within {starting:.1f} s")
                 raise WorkerLost("hang", f"worker {self.pid} did not answer within {self._waited(deadline)}")
 
-    def _in_step(self, wait: Callable[[], Any]) -> Any:
+    def _in_step(self, wait: Callable[[], Answer]) -> Answer:
         """`wait()` for an answer; interrupted (Ctrl-C), the answer would come to the next
         question: the worker is ended, and the next call finds it gone and replaces it."""
         try:

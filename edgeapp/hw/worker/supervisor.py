@@ -27,6 +27,7 @@ from edgeapp.hw.worker import events
 from edgeapp.hw.worker.events import LOST, RECOVERED, EngineEvent
 from edgeapp.hw.worker.process import START_TIMEOUT_S, WorkerLost, WorkerProcess
 from edgeapp.hw.worker.watchdog import Deadline
+from edgeapp.hw.worker.wire import ModelDescription
 
 # hw/runtime.EngineOptions (not imported: hw/runtime opens the worker, not the other way)
 Options = Any
@@ -97,7 +98,7 @@ class FifoLock:
 
 
 @dataclass
-class Model:
+class HostedModel:
     """A model the worker runs: how to open it again, what it runs now, its deadline."""
 
     number: int
@@ -106,7 +107,7 @@ class Model:
     trust_model: bool
     twin: bool  # its CPU twin may take over (`auto` and a compiled model)
     device: str  # where it is opened again: the Edge TPU it ran on, or the CPU
-    describe: dict = field(default_factory=dict)
+    describe: ModelDescription = field(default_factory=dict)  # type: ignore[assignment]  # opened() fills it
     deadline: Optional[Deadline] = None
     users: int = 1  # engines sharing it (pipelines of one run on the same model)
     on_tpu: bool = False  # its first open landed on the Edge TPU
@@ -115,7 +116,7 @@ class Model:
     def key(self) -> tuple:
         return (os.path.realpath(self.path), astuple(self.options))
 
-    def opened(self, describe: dict) -> None:
+    def opened(self, describe: ModelDescription) -> None:
         """`describe` is what runs now; the deadline follows the device it runs on."""
         self.describe = describe
         key = (describe["model_path"], describe["name"])
@@ -132,7 +133,7 @@ class Supervisor:
         self.device, self.options, self._spawn = device, options, spawn
         self.ops = ops if ops is not None else HardwareOps()
         self.lock = FifoLock()
-        self.models: Dict[int, Model] = {}
+        self.models: Dict[int, HostedModel] = {}
         self._numbers = itertools.count()
         self.worker = spawn(device)
         self.home = "cpu"  # the Edge TPU's name once a model runs on it
@@ -169,7 +170,7 @@ class Supervisor:
         with self.lock:
             if self.closed:
                 return None
-            model = Model(next(self._numbers), str(path), options, trust_model, twin, self.device)
+            model = HostedModel(next(self._numbers), str(path), options, trust_model, twin, self.device)
             if share:
                 for known in self.models.values():
                     if known.key == model.key:
