@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from typing_extensions import TypedDict
+
 NAMED = {"480p": (640, 480), "540p": (960, 540), "720p": (1280, 720), "1080p": (1920, 1080),
          "1440p": (2560, 1440), "4k": (3840, 2160), "2160p": (3840, 2160)}
 _SIZE = re.compile(r"^(\d+)[xX](\d+)$")
@@ -112,6 +114,17 @@ class CpuShare:
         return max(1e-9, min(total, max(1, threads) * self.thread, float(max(1, self.cores))))
 
 
+class PredictionJson(TypedDict):
+    """A Prediction in bench --plan's JSON document (rounded)."""
+
+    loads: Dict[str, float]  # decode, device, cpu
+    bound: str
+    load: float
+    fits: bool
+    headroom: float
+    fps: List[float]
+
+
 @dataclass(frozen=True)
 class Prediction:
     """What a plan asks of each part (1.0 = all of it), which part bounds it, and the frame
@@ -124,7 +137,7 @@ class Prediction:
     headroom: float  # the bounding part's share left (negative: over)
     fps: Tuple[float, ...]  # per group, each stream's
 
-    def to_json(self) -> dict:
+    def to_json(self) -> PredictionJson:
         return {"loads": {k: round(v, 4) for k, v in self.loads.items()}, "bound": self.bound,
                 "load": round(self.load, 4), "fits": self.fits, "headroom": round(self.headroom, 4),
                 "fps": [round(f, 2) for f in self.fps]}
