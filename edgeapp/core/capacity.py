@@ -114,10 +114,19 @@ class CpuShare:
         return max(1e-9, min(total, max(1, threads) * self.thread, float(max(1, self.cores))))
 
 
+class PartLoads(TypedDict):
+    """Each part's busy fraction (1.0 = all of it): the busiest stream's capture thread
+    (decoding), the device's thread(s), and all CPU work over the CPU this process gets."""
+
+    decode: float
+    device: float
+    cpu: float
+
+
 class PredictionJson(TypedDict):
     """A Prediction in bench --plan's JSON document (rounded)."""
 
-    loads: Dict[str, float]  # decode, device, cpu
+    loads: PartLoads
     bound: str
     load: float
     fits: bool
@@ -130,7 +139,7 @@ class Prediction:
     """What a plan asks of each part (1.0 = all of it), which part bounds it, and the frame
     rate each group of streams gets."""
 
-    loads: Dict[str, float]  # decode, device, cpu
+    loads: PartLoads
     bound: str
     load: float
     fits: bool
@@ -163,7 +172,7 @@ def _helpers(c: FrameCosts, on_cpu: bool) -> int:
 
 
 def _loads(groups: Sequence[StreamGroup], costs: Dict[Tuple[int, int], FrameCosts], fps: Sequence[float],
-           cpu: CpuShare, devices: int, on_cpu: bool) -> Dict[str, float]:
+           cpu: CpuShare, devices: int, on_cpu: bool) -> PartLoads:
     """Each part's busy fraction when each stream of group i runs at fps[i]."""
     decode = max((f * costs[g.size].decode_ms / 1000.0 / cpu.thread for g, f in zip(groups, fps)), default=0.0)
     device = sum(g.count * f * _device_ms(costs[g.size], cpu, on_cpu) for g, f in zip(groups, fps))
