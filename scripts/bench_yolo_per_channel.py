@@ -38,7 +38,9 @@ Per-channel weights map to the Edge TPU as per-tensor ones do (`check`: 237/237,
 points on YOLOv8 and YOLO11, per-channel +0.47 on YOLOv5u: differences of one or two boxes on
 265 objects), so the default stays per-channel; percentile ranges, for the whole model or the box
 branch alone, do not help. Re-measured ranges (`--max-drop`'s second fix) lose nothing on
-YOLO11 and are the best on average.
+YOLO11 and are the best on average on this one calibration sample; over 11 samples per fixture
+(scripts/bench_yolo_calibration.py) they are no better than the calibrator's on average, so
+convert tries both by default for a YOLO export and keeps the one that measures better.
 
 Run in the edgeapp venv with the onnx and eval extras (about 1-2 minutes per fixture on 2 cores):
 

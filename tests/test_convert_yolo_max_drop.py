@@ -42,9 +42,12 @@ def test_with_labelled_data_every_trial_is_measured_in_evals_map(tmp_path):
     assert tuned["metric"] == "mAP50-95" and tuned["samples"] == 84, tuned
     assert tuned["measured_on"].startswith(f"--eval Ultralytics data.yaml {DATA}")
     names = [t["trial"] for t in tuned["trials"]]
-    assert names[:6] == ["plain", "per-channel weights", "more calibration", "ranges re-measured", "ranges clipped",
-                         "equalization"]
-    equalization = tuned["trials"][5]  # SiLU between the convolutions: no pair to rescale across
+    # re-measured ranges by default (a YOLO export), then --max-drop's fixes; ranges are not
+    # re-measured twice on one calibration (again only when more calibration was kept)
+    assert names[:4] == ["plain", "ranges re-measured", "per-channel weights", "more calibration"], names
+    assert names.index("ranges clipped") < names.index("equalization") and names.count("ranges re-measured") == 1
+    assert report["ranges"]["metric"] == "mAP50-95" and report["ranges"]["calibration_samples"] == 16
+    equalization = tuned["trials"][names.index("equalization")]  # SiLU between the convolutions: no pair
     assert equalization["skipped"].startswith("no two linear layers joined only by ReLU"), equalization
     assert any(n.startswith("float tail") for n in names), names
     for t in tuned["trials"]:  # measured in mAP50-95, or skipped with why; none failed
@@ -73,11 +76,35 @@ def test_without_labels_the_budget_is_in_box_agreement(yolov8_converted):
     tests/convert_fixtures.py, --max-drop 0.05)."""
     report, out, stderr = yolov8_converted
     recorded = json.loads(out.with_suffix(".json").read_text())["max_drop"]
-    assert recorded["metric"] == "box agreement mAP50-95" and recorded["chosen"] == "plain" and recorded["met"]
+    written = "ranges re-measured" if report["ranges"]["kept"] else "plain"  # by default (a YOLO export)
+    assert recorded["metric"] == "box agreement mAP50-95" and recorded["chosen"] == written and recorded["met"]
     assert recorded["measured_on"] == "held-out calibration images" and recorded["samples"] == 12
-    plain = recorded["trials"][0]
+    plain, chosen = recorded["trials"][0], next(t for t in recorded["trials"] if t["trial"] == written)
     det = report["agreement_detail"]["detection"]
-    assert plain["float"] == 1.0 and plain["int8"] == det["map50_95"] and det["float_boxes"] > 20
-    assert plain["drop"] == pytest.approx(1.0 - det["map50_95"])
+    assert plain["float"] == 1.0 and chosen["int8"] == det["map50_95"] and det["float_boxes"] > 20
+    assert chosen["drop"] == pytest.approx(1.0 - det["map50_95"])
     assert "trial plain: box agreement mAP50-95 float 1.0000" in stderr
     assert "equalization" not in report  # SiLU between the convolutions: nothing to try by default
+
+
+def test_re_measured_ranges_are_tried_by_default_and_said(yolov8_converted):
+    """A YOLO export's conversion tries every tensor's range re-measured on the calibration
+    images (the shared conversion: no labels, so measured in box agreement on the held-out
+    images), writes it only when it measures better than plain, and says so in its report, its
+    output and its sidecar."""
+    report, out, stderr = yolov8_converted
+    ranges = report["ranges"]
+    assert ranges["metric"] == "box agreement mAP50-95" and ranges["samples"] == 12 and ranges["against"] == "plain"
+    assert ranges["calibration_samples"] == 52 and 0 < ranges["narrowed"] < ranges["tensors"], ranges
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    trials = {t["trial"]: t for t in sidecar["max_drop"]["trials"]}
+    plain, remeasured = trials["plain"], trials["ranges re-measured"]
+    assert ranges["before"]["int8"] == plain["int8"] and ranges["remeasured"]["int8"] == remeasured["int8"]
+    assert ranges["kept"] == (remeasured["int8"] > plain["int8"]), ranges
+    assert remeasured["macs_tpu_share"] == 1.0 and remeasured["ops_tpu"] == remeasured["ops_total"]
+    written = trials["ranges re-measured" if ranges["kept"] else "plain"]
+    assert report["agreement_detail"]["detection"]["map50_95"] == written["int8"]
+    verdict = "kept" if ranges["kept"] else "not kept (no better than plain)"
+    assert (f"ranges re-measured on 52 calibration image(s) ({ranges['narrowed']} of {ranges['tensors']} tensor "
+            f"ranges narrowed") in stderr and f"re-measured on held-out calibration images: {verdict}" in stderr
+    assert sidecar["ranges"] == ranges and report["times_s"]["ranges re-measured"] == ranges["seconds"]

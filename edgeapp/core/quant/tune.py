@@ -36,7 +36,10 @@ class TrialRow(TypedDict, total=False):
     macs_tpu_share: Optional[float]
     size_bytes: int
     seconds: float
-    calibration_samples: int  # more calibration
+    calibration_samples: int  # more calibration; ranges re-measured: the images measured on
+    tensors: int  # ranges re-measured: the tensors ranged, how many it narrowed, the most (x)
+    narrowed: int
+    narrowed_most: float
     clip_percentile: float  # ranges clipped
     clipped: List[str]  # the tensors whose range was cut
     pairs: List[str]  # equalization

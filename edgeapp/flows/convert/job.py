@@ -33,6 +33,7 @@ from edgeapp.flows.convert.data import (
 )
 from edgeapp.flows.convert.measures import TaskMetric
 from edgeapp.flows.convert.quantize import exported, quantize
+from edgeapp.flows.convert.remeasure import RangesReport, ranges_line
 from edgeapp.flows.convert.report import SilentLayer, layer_report, mark_silent, silent_layers, silent_line
 from edgeapp.flows.convert.source import open_source
 from edgeapp.flows.convert.tune import EqualizationReport, MaxDropReport, Tuning, equalization_line
@@ -80,6 +81,7 @@ class ConvertReport(TypedDict, total=False):
     op_versions: Dict[str, int]
     silent_layers: List[SilentLayer]
     equalization: EqualizationReport
+    ranges: RangesReport
     embedding_depth: int
     agreement_detail: AgreementReport
     agreement: Optional[float]
@@ -195,6 +197,9 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> ConvertRepor
             equalized = tuning.equalize()
             if equalized is not None:
                 times["equalization"] = equalized["seconds"]
+            ranges = tuning.remeasure()
+            if ranges is not None:
+                times["ranges re-measured"] = ranges["seconds"]
             if tuning.written != "plain":
                 q = replace(q, model=load_model(job.output), flatbuffer=job.output.read_bytes())
             report = _report_base(p, model, q, len(cal.x))
@@ -203,6 +208,9 @@ def run(p: Prepared, say: Say, progress: Progress = no_progress) -> ConvertRepor
                 report["equalization"] = equalized
                 if "plain" in equalized:  # measured (a model it cannot help is not talked about)
                     say(equalization_line(equalized))
+            if ranges is not None:
+                report["ranges"] = ranges
+                say(ranges_line(ranges))
             if embedding is not None:
                 report["embedding_depth"] = embedding
             with _timed(times, "agreement on held-out images"):
@@ -314,9 +322,9 @@ def _box_agreement(p: Prepared, data, source: str, say: Say):
 
 
 def _trial_measure(p: Prepared, model: FloatModel, cal, task, class_scores: bool, say: Say):
-    """What the trials (equalization by default, --max-drop's) are measured by: the task's
-    metric on labelled data (`task`), else box agreement (a YOLO export), else top-1 or cosine
-    agreement on the held-out images."""
+    """What the trials (equalization and a YOLO export's re-measured ranges by default,
+    --max-drop's) are measured by: the task's metric on labelled data (`task`), else box
+    agreement (a YOLO export), else top-1 or cosine agreement on the held-out images."""
     if task is not None:
         return task
     data, source, labels = _held_out(p, model, cal, say)
@@ -425,6 +433,8 @@ def _sidecar(p: Prepared, tflite, cal, report: ConvertReport, say: Say) -> tuple
                          "int8": ev["int8"]["metrics"], "drop": ev["drop"]}
     if report.get("equalization"):
         extra["equalization"] = report["equalization"]
+    if report.get("ranges"):
+        extra["ranges"] = report["ranges"]
     if report.get("max_drop"):
         extra["max_drop"] = report["max_drop"]
     sidecar = write_sidecar(job.output, ModelMeta(labels=label_map, mean=job.mean, std=job.std, task=task,

@@ -5,6 +5,8 @@ Edge TPU (a float tail under that floor is listed as a trade, not kept: exit 14)
 
 Equalization runs by default (`Tuning.equalize`) when the plain model has two linear layers it
 may rescale across: measured like every trial, written when it measures better than plain.
+Ranges re-measured runs by default (`Tuning.remeasure`) for a source that asks for it (a YOLO
+export): measured like every trial, written when it measures better than the written model.
 
 The trials, each on top of the best one so far (a fix that does not help is not kept):
   per-channel weights   dense layers' weights per channel, when they were per tensor;
@@ -54,6 +56,7 @@ from edgeapp.flows.convert.bias import correct_biases
 from edgeapp.flows.convert.data import Dataset, load_dataset, normalize, write_atomic
 from edgeapp.flows.convert.equalize import equalize, find_pairs, worth_trying
 from edgeapp.flows.convert.quantize import non_integer_ops
+from edgeapp.flows.convert.remeasure import RANGES, RangesReport, remeasured
 
 Say = Callable[[str], None]
 Measure = Callable[[Path], tuple]  # an int8 file -> flows/convert/measures.Measured
@@ -257,6 +260,39 @@ class Tuning:
                 **{k: eq.get(k) for k in ("pairs", "alpha", "max_scale")},
                 "seconds": round(time.monotonic() - started, 2)}
 
+    def remeasure(self) -> Optional[RangesReport]:
+        """Ranges re-measured as part of the conversion when the source asks for it (a YOLO
+        export): every tensor's range the one its values take on the calibration images (the
+        calibrator records a tensor an in-place ADD overwrites at the ADD's range), floored as
+        `quantize` floors. Written over --output when it measures better than the written model
+        with as much of the MACs on the Edge TPU: on the fixtures neither ranges wins on every
+        calibration sample (scripts/bench_yolo_calibration.py), so the user's data decides. None
+        when the source does not ask."""
+        if not self.p.source.remeasures_ranges:
+            return None
+        started = time.monotonic()
+        trials = self._started()
+        before = trials.row(trials.written)
+        try:
+            base = self._calibrated()
+            ranged = remeasured(trials, base["calibrated"], base["calibration"][:RANGE_SAMPLES],
+                                self.p.job.io, started)
+        except ConvertError as e:
+            trials.skip(RANGES, str(e))
+            return {"kept": False, "why": str(e), "seconds": round(time.monotonic() - started, 2)}
+        row = trials.row(RANGES)
+        kept = improves(row, before) and mapped(row, before.get("macs_tpu_share") or 0.0)
+        if kept:
+            write_atomic(self.p.job.output, trials.files[RANGES])
+            trials.written = RANGES
+            base["ranges"] = ranged
+        keys = ("float", "int8", "drop", "macs_tpu_share")
+        return {"kept": kept, "metric": before.get("metric"), "measured_on": getattr(self.measured_by, "source", None),
+                "samples": getattr(self.measured_by, "samples", None), "against": before["trial"],
+                "before": {k: before.get(k) for k in keys}, "remeasured": {k: row.get(k) for k in keys},
+                **{k: row.get(k) for k in ("calibration_samples", "tensors", "narrowed", "narrowed_most")},
+                "error": row.get("error"), "seconds": round(time.monotonic() - started, 2)}
+
     @property
     def written(self) -> str:
         return self.trials.written if self.trials is not None else "plain"
@@ -338,8 +374,15 @@ def _more_calibration(trials: _Trials, base: FixBase, p, cal: Dataset, plain, sa
 
 def _ranges(trials: _Trials, base: FixBase, p, cal: Dataset, plain, say: Say) -> None:
     started = time.monotonic()
-    rq.measure_ranges(base["calibrated"], base["calibration"][:RANGE_SAMPLES])
-    for name, percentile in (("ranges re-measured", None), ("ranges clipped", CLIP_PERCENTILE)):
+    steps = [(RANGES, None), ("ranges clipped", CLIP_PERCENTILE)]
+    if trials.row(RANGES) is not None:  # re-measured by default (a YOLO export)
+        if base["calibrated"].stats:  # on the calibration still kept: only clipping is new
+            steps = steps[1:]
+        else:  # more calibration was kept since
+            steps[0] = ("ranges re-measured on more calibration", None)
+    if not base["calibrated"].stats:
+        rq.measure_ranges(base["calibrated"], base["calibration"][:RANGE_SAMPLES])
+    for name, percentile in steps:
         ranged, clipped = rq.with_ranges(base["calibrated"], percentile)
         if percentile and not clipped:
             trials.skip(name, f"no range is 4x its {percentile}th percentile")

@@ -21,7 +21,12 @@ from edgeapp.tasks import for_ultralytics
 
 
 class YoloOnnxSource(OnnxSource):
-    """An Ultralytics detection export whose Detect head (`yolo`) was found in the graph."""
+    """An Ultralytics detection export whose Detect head (`yolo`) was found in the graph. Its
+    ranges are also tried re-measured by default, kept when they measure better: on the fixtures'
+    labelled images neither the calibrator's ranges nor the re-measured ones win on every
+    calibration sample (scripts/bench_yolo_calibration.py), so the user's data decides."""
+
+    remeasures_ranges = True
 
     def __init__(self, path: Path, model, inp: OnnxInput, yolo: YoloHead) -> None:
         super().__init__(path, model, inp, cut_head(fixed_model(model, inp), yolo))

@@ -67,6 +67,9 @@ class ModelSource:
     """A float model file of one format, checked; `load` gives its FloatModel."""
 
     format = ""  # the report's `source_format`: "keras" or "onnx"
+    # every tensor's range also tried re-measured by default, kept when it measures better
+    # (flows/convert/tune.Tuning.remeasure): a YOLO export, whose mAP budget is one point
+    remeasures_ranges = False
 
     def __init__(self, path: Path) -> None:
         self.path = path
