@@ -144,6 +144,9 @@ def task_for(engine: Engine, meta: Optional[ModelMeta] = None) -> str:
     return found
 
 
+TRACK_LOW = "track_low"  # the option of a task that --track follows (TaskKind.tracks)
+
+
 def options_for(name: str, options: Optional[Mapping[str, object]], model: str = "this model"
                 ) -> Dict[str, object]:
     """The options task `name` takes, out of options meant for whichever task a model turns out
@@ -157,6 +160,8 @@ def options_for(name: str, options: Optional[Mapping[str, object]], model: str =
             kept[key] = value
             continue
         if value is None or value is False or value == "" or value == () or value == []:
+            continue
+        if key == TRACK_LOW:  # --track's own check says what a model that cannot be tracked lacks
             continue
         owners = [n for n in names() if n != name and key in kind(n).defaults]
         if owners and all(value != kind(n).defaults[key] for n in owners):
