@@ -25,23 +25,24 @@ flows.camera.run, tasks/), so results are identical. Errors are edgeapp.errors e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from edgeapp.errors import UsageError
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.camera.request import API_WORDS, CameraSettings, camera_request, split_settings
 from edgeapp.flows.cascade import Cascade
-from edgeapp.flows.evaluate import differences, evaluate, read_data, report
+from edgeapp.flows.evaluate import EvalReport, differences, evaluate, read_data, report
 from edgeapp.flows.open_task import OpenTask, Placement, open_cascade, open_task
 from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.hw.worker import RECOVER
-from edgeapp.tasks import kind, names
+from edgeapp.tasks import TaskFields, kind, names
 from edgeapp.tasks.base import BoundTask, Result
 
 if TYPE_CHECKING:
     import threading
 
     from edgeapp.core.vision.preprocess import ImageSource
+    from edgeapp.flows.camera.run import CameraOutcome
 
 PathLike = Union[str, Path]
 
@@ -84,12 +85,12 @@ class Model:
         """The task it runs when none is named: the one asked at open, else the model's own."""
         return self._opened.task.name
 
-    def run(self, image: ImageSource, task: Optional[str] = None, **options: Any) -> dict:
+    def run(self, image: ImageSource, task: Optional[str] = None, **options: object) -> TaskFields:
         """One image (a path, bytes, a Pillow image or a uint8 array) through `task` (default:
         the model's): the record's task fields, e.g. {"objects": [...]}."""
         return self.result(image, task, **options).fields
 
-    def result(self, image: ImageSource, task: Optional[str] = None, **options: Any) -> Result:
+    def result(self, image: ImageSource, task: Optional[str] = None, **options: object) -> Result:
         """As `run`, with what the record does not hold (`extras`, e.g. a segmentation's class
         map at the image's size)."""
         bound = self._task(task, options)
@@ -102,7 +103,7 @@ class Model:
         return result
 
     def batch(self, paths: Iterable[PathLike], task: Optional[str] = None, workers: int = 2,
-              **options: Any) -> Iterator[dict]:
+              **options: object) -> Iterator[dict]:
         """One record per path, in order, decoding ahead on `workers` threads and running on
         every device the model was opened on; a bad image is a record with `error` set, not an
         exception."""
@@ -111,7 +112,7 @@ class Model:
         return iter_records(_strings(paths), self._opened.runner, bound, workers,
                             on_result=cascade.hook() if cascade is not None else None)
 
-    def evaluate(self, data: PathLike, images: Optional[PathLike] = None, workers: int = 2) -> dict:
+    def evaluate(self, data: PathLike, images: Optional[PathLike] = None, workers: int = 2) -> EvalReport:
         """The model's metric on labelled `data` (class folders or a CSV, a COCO JSON or a YOLO
         dataset, images/ + masks/, a COCO keypoints JSON; `images`: a COCO JSON's image
         folder), as `edgeapp eval --format json` reports it: {"data": {...}, "models": [{"model",
@@ -126,7 +127,7 @@ class Model:
                task: Optional[str] = None,
                on_record: Optional[Callable[[dict], None]] = None,
                on_notice: Optional[Callable[[str], None]] = None, stop: Optional[threading.Event] = None,
-               **options: Any) -> Any:
+               **options: object) -> CameraOutcome:
         """Run `task` (default: the model's) on the frames of a camera (index), a video file or a
         stream, as `edgeapp camera` does: every frame's record to `on_record`. `options` are the
         camera's settings (flows.camera.request.CameraSettings: `edgeapp camera`'s flags as
@@ -186,7 +187,7 @@ class Model:
                                                lambda _text: None)
         return self._cascades[key]
 
-    def _task(self, task: Optional[str], options: dict) -> BoundTask:
+    def _task(self, task: Optional[str], options: Dict[str, object]) -> BoundTask:
         default = self._opened.task
         if (task is None or task == default.name) and not options:
             return default
@@ -198,7 +199,7 @@ class Model:
         return self._bound[key]
 
 
-def _check_api_options(task: str, options: dict) -> None:
+def _check_api_options(task: str, options: Mapping[str, object]) -> None:
     takes = {o.name for o in kind(task).options_for("api")}
     other = sorted(set(options) - takes)
     if other:
@@ -215,7 +216,7 @@ def _options_doc(task: str) -> str:
 
 
 def _image_method(model: Model, task: str) -> Callable[..., Any]:
-    def method(image: ImageSource, **options: Any) -> Any:
+    def method(image: ImageSource, **options: object) -> Any:
         return kind(task).api_value(model.result(image, task, **options))
 
     method.__name__ = task
@@ -225,7 +226,7 @@ def _image_method(model: Model, task: str) -> Callable[..., Any]:
 
 
 def _batch_method(model: Model, task: str) -> Callable[..., Any]:
-    def method(paths: Iterable[PathLike], workers: int = 2, **options: Any) -> Iterator[dict]:
+    def method(paths: Iterable[PathLike], workers: int = 2, **options: object) -> Iterator[dict]:
         return model.batch(paths, task, workers, **options)
 
     method.__name__ = f"{task}_batch"
@@ -241,7 +242,7 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
                decode: Optional[str] = None, cpu_kernels: str = "fast",
                performance: Optional[str] = None, isolate: Optional[bool] = None,
                invoke_timeout: Optional[float] = None, recover: str = "reset",
-               retry_tpu: float = 60.0, **options: Any) -> Model:
+               retry_tpu: float = 60.0, **options: object) -> Model:
     """Open an image model as the CLI does: validated, on the Edge TPU when usable (`auto`),
     else on the CPU (a compiled model's CPU twin); `device` may also list several Edge TPUs
     (`usb:0,usb:1`) or say `all`. Labels and normalization come from the arguments, else the

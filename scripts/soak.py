@@ -2,9 +2,10 @@
 """A soak you can rerun: a camera video loop and a batch side by side on one (stand-in) Edge TPU
 in a worker process, with faults injected at random times, then what came out.
 
-    python scripts/soak.py --minutes N --seed S [--faults-per-minute F] [--json]
+    python scripts/soak.py --minutes N --seed S [--faults-per-minute F] [--models 2] [--json]
 
-Both pipelines open the same model on the same device, so they share one worker (hw/worker/).
+Both pipelines open the same model on the same device, so they share one worker (hw/worker/);
+with --models 2 the camera runs a second model, which the same worker runs beside the first.
 Faults, each at a random time drawn from --seed, through the extension points only:
   hang    the worker is stopped (SIGSTOP): an invoke that never returns
   kill    the worker is killed (SIGKILL)
@@ -15,7 +16,8 @@ Faults, each at a random time drawn from --seed, through the extension points on
 Printed, with p50/p99: results written, lost and duplicated (batch: per input of every pass;
 camera: per frame of every pass over the video) and results that differ from a clean run's;
 outages and recovery times by cause (from the lost invoke's start: a hang's include its
-deadline), the slowest three; RSS, open files and threads at the start and the end.
+deadline; the Edge TPU handed back after a stay on the CPU twin apart), each hang's deadline and
+its recovery beyond it, the slowest three; RSS, open files and threads at the start and the end.
 
 The Edge TPU is tests/standin.py's stand-in (built with the C compiler), the model the bundled
 digits model compiled-looking (its CPU twin the model itself): no hardware is needed, and what
@@ -98,7 +100,7 @@ class Counter:
         return dict(self.__dict__)
 
 
-def setup(folder: Path, delay_ms: float) -> tuple:
+def setup(folder: Path, delay_ms: float, models: int = 1) -> tuple:
     from conftest import make_edgetpu_stand_in
     from media import CLASSES, make_images, make_video
     from standin import build_standin, standin_env
@@ -109,21 +111,28 @@ def setup(folder: Path, delay_ms: float) -> tuple:
     twin = folder / "digits_int8.tflite"
     twin.write_bytes((ROOT / "models" / "digits_int8.tflite").read_bytes())
     model = make_edgetpu_stand_in(twin, folder / "digits_int8_edgetpu.tflite")
+    camera_model = model
+    if models == 2:  # the camera's a second model (a copy under another name, its own twin)
+        other = folder / "other" / "digits_copy.tflite"
+        other.parent.mkdir()
+        other.write_bytes(twin.read_bytes())
+        camera_model = make_edgetpu_stand_in(other, other.parent / "digits_copy_edgetpu.tflite")
     images = [str(p) for p in make_images(folder / "images", [CLASSES[i % 3] for i in range(120)],
                                           size=32, seed=4)]
     video = make_video(folder / "video.avi", [CLASSES[(i // 5) % 3] for i in range(60)],
                        size=(64, 48), seed=4)
-    return model, images, video
+    return (model, camera_model), images, video
 
 
 class Soak:
-    def __init__(self, model: Path, images: list, video: Path, seconds: float, rng: random.Random,
+    def __init__(self, models: tuple, images: list, video: Path, seconds: float, rng: random.Random,
                  per_minute: float) -> None:
         from edgeapp.flows.open_task import Placement
         from edgeapp.hw.runtime import EngineOptions
         from edgeapp.hw.worker.events import Tally
 
-        self.model, self.images, self.video, self.seconds = model, images, video, seconds
+        (self.model, self.camera_model), self.images, self.video = models, images, video
+        self.seconds = seconds
         self.rng, self.per_minute = rng, per_minute
         self.place = Placement("auto", EngineOptions(isolate=True, retry_tpu=5.0, probe=False))
         self.tally = Tally()
@@ -149,7 +158,7 @@ class Soak:
         from edgeapp.flows.open_task import open_task
         from edgeapp.hw.capture import OpenCVSource
 
-        with open_task(self.model, "classify", self.place, frames=True) as opened:
+        with open_task(self.camera_model, "classify", self.place, frames=True) as opened:
             while not self.stop.is_set():
                 got: list = []
                 run_camera(OpenCVSource(str(self.video)), opened.runner, drop=False,
@@ -224,21 +233,40 @@ class Soak:
         with open_task(self.model, "classify", self.place) as opened:
             batch = {r["path"]: r["classes"] for r in iter_records(self.images, opened.runner, opened.task)}
         frames: dict = {}
-        with open_task(self.model, "classify", self.place, frames=True) as opened:
+        with open_task(self.camera_model, "classify", self.place, frames=True) as opened:
             run_camera(OpenCVSource(str(self.video)), opened.runner, drop=False,
                        on_record=lambda r: frames.__setitem__(r["frame"], r["classes"]))
         return batch, frames
 
+    def hang_figures(self) -> dict:
+        """Each hang's deadline (the seconds its invoke waited, its `engine_lost` event's), the
+        steps that brought it back, and a restart's time beyond the deadline (the new worker
+        started with its models open)."""
+        deadlines, beyond, steps, lost = [], [], {}, None
+        for e in self.tally.events:
+            if e.event == "engine_lost" and e.step is None:
+                lost = e
+            elif e.event == "engine_recovered" and lost is not None and lost.cause == "hang" \
+                    and e.step != "hand-back":
+                steps[e.step] = steps.get(e.step, 0) + 1
+                deadlines.append(lost.seconds)
+                if e.step == "restart":  # not a device gone meanwhile (the ladder, the twin)
+                    beyond.append(e.seconds - lost.seconds)
+                lost = None
+        return {"deadline_seconds": percentiles(deadlines), "beyond_deadline_seconds": percentiles(beyond),
+                "steps": steps}
+
     def report(self, start: dict, end: dict) -> dict:
         recovered = [e for e in self.tally.events if e.event == "engine_recovered"]
         by_cause: dict = {}
-        for e in recovered:
-            by_cause.setdefault(e.cause, []).append(e.seconds)
+        for e in recovered:  # a hand-back ends a stay on the CPU twin, counted apart
+            by_cause.setdefault(e.cause if e.step != "hand-back" else "hand-back", []).append(e.seconds)
         return {"faults": self.faults, "faults_total": sum(self.faults.values()),
                 "batch": self.batch.as_dict(), "camera": self.camera.as_dict(),
                 "engine": self.tally.summary(),
                 "recovery_seconds": percentiles([e.seconds for e in recovered]),
                 "recovery_seconds_by_cause": {c: percentiles(v) for c, v in sorted(by_cause.items())},
+                "hang": self.hang_figures(),
                 "slowest": [e.as_dict() for e in sorted(recovered, key=lambda e: -e.seconds)[:3]],
                 "resources": {"start": start, "end": end}, "errors": self.errors}
 
@@ -258,6 +286,9 @@ def print_report(r: dict, minutes: float, seed: int) -> None:
     print(f"  recovery: p50 {p['p50']} s, p99 {p['p99']} s, max {p['max']} s")
     for cause, q in r["recovery_seconds_by_cause"].items():
         print(f"    {cause}: n {q['n']}, p50 {q['p50']} s, p99 {q['p99']} s, max {q['max']} s")
+    d, b = r["hang"]["deadline_seconds"], r["hang"]["beyond_deadline_seconds"]
+    print(f"    hang deadline: p50 {d['p50']} s, p99 {d['p99']} s, max {d['max']} s; back by {r['hang']['steps']}; "
+          f"a restart's beyond the deadline: p50 {b['p50']} s, p99 {b['p99']} s, max {b['max']} s")
     for e in r["slowest"]:
         print(f"    slowest: {e['cause']} on {e['device']}, back by {e['step']} after {e['seconds']} s")
     s, t = r["resources"]["start"], r["resources"]["end"]
@@ -273,11 +304,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--faults-per-minute", type=float, default=2.5)
     ap.add_argument("--delay-ms", type=float, default=2.0, help="the stand-in's time per invoke")
+    ap.add_argument("--models", type=int, choices=(1, 2), default=1,
+                    help="2: the camera runs a second model, in the same worker as the batch's")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgeapp-soak-") as tmp:
-        model, images, video = setup(Path(tmp), args.delay_ms)
-        soak = Soak(model, images, video, args.minutes * 60.0, random.Random(args.seed),
+        models, images, video = setup(Path(tmp), args.delay_ms, args.models)
+        soak = Soak(models, images, video, args.minutes * 60.0, random.Random(args.seed),
                     args.faults_per_minute)
         result = soak.run()
     if args.json:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import SHARED, edgetpu_package, make_edgetpu_stand_in
 
-from edgeapp.core.edgetpu.agreement import TOLERANCE_STEPS, check_input, compare_outputs
+from edgeapp.core.edgetpu.agreement import TOLERANCE_STEPS, check_input, compare_with_twin
 from edgeapp.core.edgetpu.package import EXECUTION_ONLY, PARAMETER_CACHING
 from edgeapp.core.tflite.model import load_model
 from edgeapp.errors import ExitCode, InvalidModel
@@ -24,26 +24,26 @@ from edgeapp.hw.verdicts import VerdictCache
 
 def test_outputs_within_the_rounding_agree_and_wrong_ones_do_not():
     want = [np.array([[0, 10, 200, 255]], np.uint8), np.array([[-128, 0, 127]], np.int8)]
-    assert compare_outputs(want, want).max_steps == 0
+    assert compare_with_twin(want, want).max_steps == 0
     near = [np.array([[2, 9, 198, 253]], np.uint8), np.array([[-127, 1, 127]], np.int8)]
-    assert compare_outputs(near, want).agree and compare_outputs(near, want).max_steps == 2
+    assert compare_with_twin(near, want).agree and compare_with_twin(near, want).max_steps == 2
     wrong = [want[0], np.array([[-128, 60, 127]], np.int8)]
-    verdict = compare_outputs(wrong, want)
+    verdict = compare_with_twin(wrong, want)
     assert not verdict.agree and (verdict.max_steps, verdict.output) == (60, 1)
-    assert compare_outputs([want[0]], want).max_steps == float("inf")  # an output missing
-    assert compare_outputs([want[0], want[1][:, :2]], want).max_steps == float("inf")
-    assert compare_outputs(near, want, tolerance=1).agree is False
+    assert compare_with_twin([want[0]], want).max_steps == float("inf")  # an output missing
+    assert compare_with_twin([want[0], want[1][:, :2]], want).max_steps == float("inf")
+    assert compare_with_twin(near, want, tolerance=1).agree is False
 
 
 def test_float_outputs_count_steps_of_their_range_and_forgive_a_reordering():
     boxes = np.array([[0.1, 0.1, 0.5, 0.5], [0.2, 0.3, 0.9, 0.8]], np.float32)
     swapped = boxes[::-1].copy()  # two detections whose scores tied swap places
-    assert compare_outputs([swapped], [boxes]).agree
+    assert compare_with_twin([swapped], [boxes]).agree
     step = (boxes.max() - boxes.min()) / 255
     moved = boxes + np.float32(3 * step)
-    assert compare_outputs([moved], [boxes]).max_steps == pytest.approx(3, abs=0.01)
+    assert compare_with_twin([moved], [boxes]).max_steps == pytest.approx(3, abs=0.01)
     garbage = np.array([[0.9, 0.0, 0.1, 0.2], [0.7, 0.6, 0.0, 0.05]], np.float32)
-    assert not compare_outputs([garbage], [boxes]).agree
+    assert not compare_with_twin([garbage], [boxes]).agree
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.float32])

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import make_edgetpu_stand_in
 from media import CLASSES, make_images, make_video
+from worker_procs import only_worker, set_aside_earlier_workers, without_timing, workers_of_this_process
 
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.camera.loop import run_camera
@@ -29,54 +30,12 @@ from edgeapp.hw.worker.engine import IsolatedEngine
 from edgeapp.hw.worker.events import LOST, RECOVERED, Tally
 
 MODEL = Path(__file__).resolve().parent.parent / "models" / "digits_int8.tflite"
-TIMING = ("latency_ms", "frame_ms", "source_ms", "timestamp")  # when, not what
 GUARD = 120.0  # seconds: a generous bound on waiting for something that must happen
-
-
-_EARLIER: set = set()  # workers other tests' engines left running (ended when their engine is)
 
 
 @pytest.fixture(autouse=True)
 def _only_this_tests_workers():
-    """Workers are this test's only: what earlier tests' unclosed engines still hold (Python 3.9
-    collects an engine in a reference cycle later than 3.11 does) is set aside first."""
-    import gc
-
-    gc.collect()
-    _EARLIER.clear()
-    _EARLIER.update(_all_workers())
-    yield
-
-
-def workers_of_this_process() -> list:
-    """Pids of the worker processes this test started, found by their command line."""
-    return [pid for pid in _all_workers() if pid not in _EARLIER]
-
-
-def _all_workers() -> list:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if "edgeapp" in cmdline and "worker" in cmdline and parent == os.getpid():
-            found.append(int(entry))
-    return found
-
-
-def only_worker() -> int:
-    pids = workers_of_this_process()
-    assert len(pids) == 1, pids
-    return pids[0]
-
-
-def without_timing(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in TIMING}
+    set_aside_earlier_workers()
 
 
 @pytest.fixture(scope="module")
@@ -346,3 +305,33 @@ def test_the_camera_command_tells_the_outage_in_its_events_and_summary(tmp_path)
         ("engine_lost", "crash", None), ("engine_recovered", "crash", "restart")]
     assert summary["engine"]["engine_lost"] == 1 and summary["engine"]["engine_recovered"] == 1
     assert summary["frames_processed"] > 0
+
+
+def test_a_replaced_worker_keeps_the_deadline_its_model_measured(tmp_path):
+    """The start-up deadline (watchdog.START_S) is for a model never run on its device: the worker
+    that replaces a killed one, and the model opened again later, start from the latencies
+    measured already, so a hang right after a restart is noticed as fast as any other."""
+    from edgeapp.hw.runtime import open_engine
+    from edgeapp.hw.worker.watchdog import START_S, WARM_UP
+
+    model = tmp_path / MODEL.name  # a file of its own: no latencies measured before this test
+    model.write_bytes(MODEL.read_bytes())
+    options = EngineOptions(isolate=True)  # no --invoke-timeout: the deadline is measured
+    engine = open_engine(model, "cpu", options)
+    x = np.zeros(engine.input_shape, engine.input_dtype)
+    try:
+        deadline = engine.supervisor.models[engine.number].deadline
+        assert deadline.seconds == START_S
+        for _ in range(WARM_UP):
+            engine.run(x)
+        assert deadline.seconds < START_S
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.run(x)  # on the new worker
+        assert engine.supervisor.models[engine.number].deadline.seconds < START_S
+    finally:
+        engine.close()
+    again = open_engine(model, "cpu", options)
+    try:
+        assert again.supervisor.models[again.number].deadline.seconds < START_S
+    finally:
+        again.close()

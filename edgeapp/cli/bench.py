@@ -33,6 +33,7 @@ from edgeapp.hw.power import POWER_MODES
 from edgeapp.sinks.records import append_line
 
 if TYPE_CHECKING:
+    from edgeapp.flows.bench.plan import PlanReport
     from edgeapp.flows.bench.run import BenchDoc
 
 app = typer.Typer()
@@ -194,7 +195,7 @@ def _run_plan(ctx: typer.Context, model: Optional[Path], dev: str, plan: str, fm
         typer.echo(render_plan(doc))
 
 
-def render_plan(doc: dict) -> str:
+def render_plan(doc: "PlanReport") -> str:
     """The plan's verdict, each part's load and each group's frame rate, for a terminal."""
     pred = doc["prediction"]
     parts = {"decode": "decode (the busiest stream's capture thread)",

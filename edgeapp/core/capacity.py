@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from typing_extensions import TypedDict
+
 NAMED = {"480p": (640, 480), "540p": (960, 540), "720p": (1280, 720), "1080p": (1920, 1080),
          "1440p": (2560, 1440), "4k": (3840, 2160), "2160p": (3840, 2160)}
 _SIZE = re.compile(r"^(\d+)[xX](\d+)$")
@@ -112,19 +114,39 @@ class CpuShare:
         return max(1e-9, min(total, max(1, threads) * self.thread, float(max(1, self.cores))))
 
 
+class PartLoads(TypedDict):
+    """Each part's busy fraction (1.0 = all of it): the busiest stream's capture thread
+    (decoding), the device's thread(s), and all CPU work over the CPU this process gets."""
+
+    decode: float
+    device: float
+    cpu: float
+
+
+class PredictionJson(TypedDict):
+    """A Prediction in bench --plan's JSON document (rounded)."""
+
+    loads: PartLoads
+    bound: str
+    load: float
+    fits: bool
+    headroom: float
+    fps: List[float]
+
+
 @dataclass(frozen=True)
 class Prediction:
     """What a plan asks of each part (1.0 = all of it), which part bounds it, and the frame
     rate each group of streams gets."""
 
-    loads: Dict[str, float]  # decode, device, cpu
+    loads: PartLoads
     bound: str
     load: float
     fits: bool
     headroom: float  # the bounding part's share left (negative: over)
     fps: Tuple[float, ...]  # per group, each stream's
 
-    def to_json(self) -> dict:
+    def to_json(self) -> PredictionJson:
         return {"loads": {k: round(v, 4) for k, v in self.loads.items()}, "bound": self.bound,
                 "load": round(self.load, 4), "fits": self.fits, "headroom": round(self.headroom, 4),
                 "fps": [round(f, 2) for f in self.fps]}
@@ -150,7 +172,7 @@ def _helpers(c: FrameCosts, on_cpu: bool) -> int:
 
 
 def _loads(groups: Sequence[StreamGroup], costs: Dict[Tuple[int, int], FrameCosts], fps: Sequence[float],
-           cpu: CpuShare, devices: int, on_cpu: bool) -> Dict[str, float]:
+           cpu: CpuShare, devices: int, on_cpu: bool) -> PartLoads:
     """Each part's busy fraction when each stream of group i runs at fps[i]."""
     decode = max((f * costs[g.size].decode_ms / 1000.0 / cpu.thread for g, f in zip(groups, fps)), default=0.0)
     device = sum(g.count * f * _device_ms(costs[g.size], cpu, on_cpu) for g, f in zip(groups, fps))

@@ -9,7 +9,7 @@ task is the one asked for, else the model's metadata's, else what its outputs ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, List, Optional
 
@@ -97,10 +97,6 @@ def open_task(model: PathLike, task: Optional[str] = None, place: Placement = Pl
     are for whichever task the model turns out to be), not refused.
     """
     notices = Notices()
-    if (options or {}).get("then") and place.engine.isolate is None:
-        # a worker holds one model so far: the cascade's second model could not open the Edge
-        # TPU the first one's worker owns, so both run in this process unless told otherwise
-        place = replace(place, engine=replace(place.engine, isolate=False))
     path, device = Path(str(model)), place.device
     if find_segment_files(path) is None:
         path, name_notice = _resolve_quietly(path, device)

@@ -23,7 +23,7 @@ from edgeapp.core.naming import EDGETPU_SUFFIX, cpu_twin_path, glob_escape
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InvalidModel
 
 if TYPE_CHECKING:
-    from edgeapp.core.edgetpu.agreement import Agreement
+    from edgeapp.core.edgetpu.agreement import TwinAgreement
     from edgeapp.hw.runtime import Engine
     from edgeapp.hw.verdicts import VerdictCache
 
@@ -70,7 +70,7 @@ def cocompiled_partners(path: str | Path) -> List[Path]:
 
 def verify_cocompiled(engine: Engine, open_twin: Callable[[], Engine], mode: str = "warn",
                       say: Callable[[str], None] = lambda _t: None,
-                      cache: Optional[VerdictCache] = None) -> Optional[Agreement]:
+                      cache: Optional[VerdictCache] = None) -> Optional[TwinAgreement]:
     """Check, once, that a co-compiled model on the Edge TPU gives its CPU twin's outputs.
 
     `engine` is the model opened on an Edge TPU; `open_twin()` opens its CPU twin (it may raise:
@@ -91,10 +91,10 @@ def verify_cocompiled(engine: Engine, open_twin: Callable[[], Engine], mode: str
         cache = VerdictCache(cache_dir())
     key = _key(engine, cache, path)
     entry = cache.get_agreement(key)
-    from edgeapp.core.edgetpu.agreement import Agreement
+    from edgeapp.core.edgetpu.agreement import TwinAgreement
 
     if entry is not None:
-        agreement = Agreement(float(entry["max_steps"]), int(entry["output"]), float(entry["tolerance"]))
+        agreement = TwinAgreement(float(entry["max_steps"]), int(entry["output"]), float(entry["tolerance"]))
         _judge(agreement, path, partners, mode, say, cached=entry.get("checked_at"))
         return agreement
     try:
@@ -117,8 +117,8 @@ def verify_cocompiled(engine: Engine, open_twin: Callable[[], Engine], mode: str
     return agreement
 
 
-def _measure(engine: Engine, open_twin: Callable[[], Engine]) -> Agreement:
-    from edgeapp.core.edgetpu.agreement import check_input, compare_outputs
+def _measure(engine: Engine, open_twin: Callable[[], Engine]) -> TwinAgreement:
+    from edgeapp.core.edgetpu.agreement import check_input, compare_with_twin
 
     if len(engine.inputs) != 1:
         raise InvalidModel(f"it takes {len(engine.inputs)} inputs (the check feeds one)")
@@ -131,10 +131,10 @@ def _measure(engine: Engine, open_twin: Callable[[], Engine]) -> Agreement:
         release = getattr(twin, "release", None) or getattr(twin, "close", None)
         if release is not None:
             release()
-    return compare_outputs(got, want)
+    return compare_with_twin(got, want)
 
 
-def _judge(agreement: Agreement, path: str, partners: List[Path], mode: str,
+def _judge(agreement: TwinAgreement, path: str, partners: List[Path], mode: str,
            say: Callable[[str], None], cached: Optional[str] = None) -> None:
     if agreement.agree:
         return

@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Deque, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional
 
 import numpy as np
 from typing_extensions import TypedDict
@@ -33,6 +33,10 @@ from typing_extensions import TypedDict
 from edgeapp.errors import UsageError
 from edgeapp.sinks.clip_buffer import QUALITY, Buffered, Ring, jpeg_bytes, memory_bound, ring_frames
 from edgeapp.tasks.base import Result, annotate_frame
+
+if TYPE_CHECKING:
+    from edgeapp.sinks.frame_stats import StreamStats
+    from edgeapp.tasks.base import TaskKind
 
 QUEUE = 4  # raw frames waiting for the encoder at most (the bound's second term)
 OURS = re.compile(r"^\d{8}-\d{6}\.\d{3}_[A-Za-z0-9_.-]+_[A-Za-z0-9]+\.(mp4|jpg|json)$")
@@ -90,7 +94,7 @@ class ClipSink:
     alert's snapshot is on disk (or could not be written: None), from the writer thread;
     `on_event`: the sink's own events (a full disk); `on_notice`: the one-line warning."""
 
-    def __init__(self, settings: ClipSettings, kind: Any, fps: float,
+    def __init__(self, settings: ClipSettings, kind: TaskKind, fps: float,
                  on_saved: Optional[Callable[[dict, Optional[Path]], None]] = None,
                  on_event: Optional[Callable[[dict], None]] = None,
                  on_notice: Optional[Callable[[str], None]] = None) -> None:
@@ -137,8 +141,8 @@ class ClipSink:
             self._cond.notify()
 
     def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool = False,
-                 fps: Optional[float] = None, stats: Any = None, extras: Optional[dict] = None,
-                 counting: Optional[tuple] = None) -> None:
+                 fps: Optional[float] = None, stats: Optional[StreamStats] = None,
+                 extras: Optional[dict] = None, counting: Optional[tuple] = None) -> None:
         every = stats is not None and getattr(stats, "policy", "") == "every"
         with self._cond:
             while every and self._frames_queued >= QUEUE and self._encoder.is_alive():

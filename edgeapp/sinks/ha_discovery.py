@@ -32,6 +32,20 @@ class MqttState(TypedDict, total=False):
     label: Optional[Union[str, int]]
 
 
+class MqttSummary(TypedDict):
+    """The MQTT output of a camera run in its summary (sinks/mqtt.MqttOut.summary)."""
+    url: str
+    mode: str  # frames or events
+    connected: bool
+    ever_connected: bool
+    published: int
+    dropped: int  # the oldest results, beyond the queue's size while the broker was away
+    queued: int
+    events: int
+    reconnects: int
+    last_error: Optional[str]
+
+
 class HaDevice(TypedDict, total=False):
     """The camera as one Home Assistant device (its entities share it)."""
     identifiers: List[str]

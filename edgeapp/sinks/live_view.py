@@ -41,6 +41,7 @@ from edgeapp.tasks.base import Result, annotate_frame
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
 
+    from edgeapp.sinks.frame_stats import StreamStats
     from edgeapp.tasks.base import TaskKind
 
 DEFAULT_HOST = "127.0.0.1"
@@ -315,7 +316,7 @@ class LiveView:
     # -- the inference loop's side ----------------------------------------------------------------
 
     def on_frame(self, image: np.ndarray, record: dict, *, annotated: bool = False,
-                 fps: Optional[float] = None, stats: Any = None,
+                 fps: Optional[float] = None, stats: Optional[StreamStats] = None,
                  extras: Optional[dict] = None, counting: Optional[tuple] = None) -> None:
         """Keep the newest frame (a reference: the loop is done with it) and return at once."""
         now = time.monotonic()

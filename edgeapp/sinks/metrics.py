@@ -16,11 +16,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from edgeapp.errors import MissingDependency
 from edgeapp.sinks.live_http import Guard, GuardedHandler
 from edgeapp.sinks.live_view import ServeAddress, bind_server
+
+if TYPE_CHECKING:
+    from edgeapp.sinks.frame_stats import StreamStats
 
 INSTALL = "pip install 'edgeapp[metrics]'"
 BUSY_WINDOW = 10.0  # seconds the busy fraction is measured over
@@ -56,12 +59,12 @@ class Metrics:
                                  registry=self.registry)
         self.registry.register(_RunCollector(self))
         self._lock = threading.Lock()
-        self._stats: Dict[str, Any] = {}  # per source (a run of several: records carry `source`)
+        self._stats: Dict[str, StreamStats] = {}  # per source (a run of several: records carry `source`)
         self._fps: Dict[str, float] = {}
         self._busy: Dict[str, Deque[Tuple[float, float]]] = {}
 
     def on_frame(self, image: object, record: dict, *, annotated: bool = False,
-                 fps: Optional[float] = None, stats: Any = None, extras: Optional[dict] = None,
+                 fps: Optional[float] = None, stats: Optional[StreamStats] = None, extras: Optional[dict] = None,
                  counting: Optional[tuple] = None) -> None:
         latency = record.get("latency_ms")
         device = str(record.get("device", ""))

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import numpy as np
     from paho.mqtt.client import Client as MqttClient
 
-    from edgeapp.sinks.ha_discovery import MqttState
+    from edgeapp.sinks.ha_discovery import MqttState, MqttSummary
     from edgeapp.tasks.base import TaskKind
 
 INSTALL = "pip install 'edgeapp[mqtt]'"
@@ -418,7 +418,7 @@ class MqttOut:
 
     # -- numbers ----------------------------------------------------------------------------------
 
-    def summary(self) -> dict:
+    def summary(self) -> MqttSummary:
         with self._lock:
             queued = len(self._queue)
         return {"url": str(self.target), "mode": self.mode, "connected": self.connected,

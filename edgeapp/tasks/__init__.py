@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import pkgutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from typing_extensions import TypedDict
 
@@ -144,18 +144,24 @@ def task_for(engine: Engine, meta: Optional[ModelMeta] = None) -> str:
     return found
 
 
-def options_for(name: str, options: Optional[Dict[str, Any]], model: str = "this model") -> Dict[str, Any]:
+TRACK_LOW = "track_low"  # the option of a task that --track follows (TaskKind.tracks)
+
+
+def options_for(name: str, options: Optional[Mapping[str, object]], model: str = "this model"
+                ) -> Dict[str, object]:
     """The options task `name` takes, out of options meant for whichever task a model turns out
     to be (the camera's). An option only other tasks take is dropped when left at nothing or at
     their default, and is a UsageError when given (`camera classifier.tflite --tiles 2x2`
     would otherwise run without what was asked for, saying nothing)."""
     takes = kind(name).defaults
-    kept = {}
+    kept: Dict[str, object] = {}
     for key, value in (options or {}).items():
         if key in takes:
             kept[key] = value
             continue
         if value is None or value is False or value == "" or value == () or value == []:
+            continue
+        if key == TRACK_LOW:  # --track's own check says what a model that cannot be tracked lacks
             continue
         owners = [n for n in names() if n != name and key in kind(n).defaults]
         if owners and all(value != kind(n).defaults[key] for n in owners):

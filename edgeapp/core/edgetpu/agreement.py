@@ -23,7 +23,7 @@ TOLERANCE_STEPS = 8  # a rounding difference moves an output a step or two; a wr
 
 
 @dataclass(frozen=True)
-class Agreement:
+class TwinAgreement:
     """How far the outputs of a run are from the reference's, output by output."""
 
     max_steps: float  # the largest difference, in quantized steps
@@ -69,11 +69,11 @@ def steps_apart(got: np.ndarray, want: np.ndarray) -> float:
     return min(apart, reordered)
 
 
-def compare_outputs(got: Sequence[np.ndarray], want: Sequence[np.ndarray],
-                    tolerance: float = TOLERANCE_STEPS) -> Agreement:
+def compare_with_twin(got: Sequence[np.ndarray], want: Sequence[np.ndarray],
+                    tolerance: float = TOLERANCE_STEPS) -> TwinAgreement:
     """`got` (the co-compiled model's outputs) against `want` (its CPU model's)."""
     if len(got) != len(want):
-        return Agreement(float("inf"), 0, tolerance)
+        return TwinAgreement(float("inf"), 0, tolerance)
     apart = [steps_apart(g, w) for g, w in zip(got, want)]
     worst = int(np.argmax(apart)) if apart else 0
-    return Agreement(apart[worst] if apart else 0.0, worst, tolerance)
+    return TwinAgreement(apart[worst] if apart else 0.0, worst, tolerance)

@@ -21,8 +21,9 @@ from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
+from typing_extensions import TypedDict
 
-from edgeapp.core.capacity import CpuShare, FrameCosts, StreamGroup, max_fps, predict_plan, resolutions
+from edgeapp.core.capacity import CpuShare, FrameCosts, PredictionJson, StreamGroup, max_fps, predict_plan, resolutions
 from edgeapp.flows.open_task import Placement, open_task
 from edgeapp.hw.hostinfo import usable_cores
 from edgeapp.hw.runtime import run_payload
@@ -214,8 +215,52 @@ def with_camera_share(probe: CpuShare, camera: float) -> CpuShare:
                     min(float(probe.cores), max(camera, probe.capacity(probe.cores))))
 
 
+class CpuShareJson(TypedDict):
+    """The CPU this process got: one busy thread's fraction of a core, and all its cores'."""
+
+    thread: float
+    total: float
+
+
+class PlanGroup(TypedDict):
+    """A group of streams as asked, and the frame rate each stream of it is predicted to get."""
+
+    streams: int
+    width: int
+    height: int
+    fps: float
+    predicted_fps: float
+
+
+class SizeCosts(TypedDict):
+    """One frame size's measured costs (ms, medians; `p90`: their 90th percentiles)."""
+
+    decode_ms: float
+    host_ms: float
+    infer_ms: float
+    infer_cpu_ms: float
+    loop_ms: float
+    run_cpu_ms: float
+    p90: Dict[str, float]
+    one_stream_max_fps: float
+
+
+class PlanReport(TypedDict):
+    """bench --plan's JSON document."""
+
+    model: str
+    device: str
+    task: str
+    cores: int
+    cpu_share: CpuShareJson
+    plan: List[PlanGroup]
+    costs: Dict[str, SizeCosts]  # "WIDTHxHEIGHT" -> its costs
+    prediction: PredictionJson
+    notes: List[str]
+
+
 def run_plan(model: str, groups: List[StreamGroup], place: Placement = Placement(), frames: int = 30,
-             cores: Optional[int] = None, progress: Optional[Callable[[str], None]] = None) -> dict:
+             cores: Optional[int] = None, progress: Optional[Callable[[str], None]] = None) -> PlanReport:
     """Measure the plan's frame costs with `model` where `place` says, and predict it."""
     cores = cores or usable_cores()
     with open_task(model, None, place, frames=True) as opened, \

@@ -13,10 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.track.rules import Rule, parse_alert, parse_rules
 from edgeapp.errors import MissingDependency, UsageError
+
+if TYPE_CHECKING:
+    from edgeapp.flows.camera.engine_watch import EngineState
+    from edgeapp.flows.camera.tpu_health import TpuHealth
+    from edgeapp.sinks.clips import ClipsSummary
+    from edgeapp.sinks.notify import NotifySummary
+    from edgeapp.tasks.base import TaskKind
 
 RULES_INSTALL = "pip install 'edgeapp[rules]'"
 
@@ -82,6 +91,13 @@ class AlertSettings:
     metrics: Optional[MetricsSettings] = None
 
 
+class AlertSummary(TypedDict, total=False):
+    """The alert outputs in a run's summary: those that ran."""
+
+    clips: ClipsSummary
+    notify: NotifySummary
+
+
 class AlertOutputs:
     """The alert outputs of one run (the tracking stage's rules fire the alerts)."""
 
@@ -113,8 +129,8 @@ class AlertOutputs:
     def wants_health(self) -> bool:
         return self.settings.metrics is not None
 
-    def start(self, kind: Any, source: str, fps: float, health: Any = None,
-              engine: Optional[Callable[[], Optional[dict]]] = None) -> None:
+    def start(self, kind: TaskKind, source: str, fps: float, health: Optional[TpuHealth] = None,
+              engine: Optional[Callable[[], Optional[EngineState]]] = None) -> None:
         """The sinks, once the task, the source's name and frame rate are known."""
         s = self.settings
         if s.notify is not None:
@@ -147,8 +163,8 @@ class AlertOutputs:
             if part is not None:
                 part.close()
 
-    def summary(self) -> dict:
-        out = {}
+    def summary(self) -> AlertSummary:
+        out: AlertSummary = {}
         if self.clips is not None:
             out["clips"] = self.clips.summary()
         if self.notifier is not None:

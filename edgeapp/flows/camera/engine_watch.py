@@ -9,9 +9,33 @@ engine was gone are the frames skipped by the outage.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+
+from typing_extensions import TypedDict
 
 from edgeapp.hw.worker.events import LOST, RECOVERED, EngineEvent, Tally
+
+if TYPE_CHECKING:
+    from edgeapp.sinks.mqtt import MqttOut
+
+
+class EngineState(TypedDict):
+    """The engine's state (the live view's /stats, MQTT, the summary): lost now or not, and the
+    outages so far (hw/worker/events.Tally.summary's counts) with the frames they skipped."""
+
+    lost: bool
+    engine_lost: int
+    engine_recovered: int
+    outage_seconds: float
+    causes: Dict[str, int]  # outages per cause
+    steps: Dict[str, int]  # recoveries per step of the ladder
+    frames_skipped: int
+
+
+class EngineStats(TypedDict, total=False):
+    """What /stats serves of the engine: nothing until an event happened."""
+
+    engine: EngineState
 
 
 class EngineWatch:
@@ -27,7 +51,7 @@ class EngineWatch:
         self._dropped: Dict[str, int] = {}  # frames dropped so far, per source (the loop's counts)
         self._dropped_at: Optional[Dict[str, int]] = None  # ... when the current outage began
 
-    def publish_to(self, mqtt_out: Any) -> None:
+    def publish_to(self, mqtt_out: MqttOut) -> None:
         """Also publish each event and the state to this MqttOut (sinks/mqtt.publish_engine)."""
         from edgeapp.sinks.mqtt import publish_engine
 
@@ -65,11 +89,11 @@ class EngineWatch:
                     self._dropped_at = None
             self._dropped[source] = stats.dropped
 
-    def state(self) -> dict:
+    def state(self) -> EngineState:
         """The engine's state: lost now or not, and the counts so far."""
         return {"lost": self.lost_now, **self.tally.summary(), "frames_skipped": self.skipped}
 
-    def stats(self) -> dict:
+    def stats(self) -> EngineStats:
         """What /stats serves: {"engine": ...} once something happened, else {}."""
         return {"engine": self.state()} if self.tally.events else {}
 

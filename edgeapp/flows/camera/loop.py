@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 from typing_extensions import Protocol, TypedDict
 
-from edgeapp.core.stats import p50_p99
+from edgeapp.core.stats import P50P99, p50_p99
 from edgeapp.errors import is_interrupt
-from edgeapp.hw.capture import FrameGrabber, FrameSource, ReconnectPolicy
+from edgeapp.hw.capture import Frame, FrameGrabber, FrameSource, ReconnectPolicy
 from edgeapp.tasks.base import TaskKind, annotate_frame
 
 if TYPE_CHECKING:
@@ -34,6 +34,25 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------------------------------------
 # The loop
+
+
+class StreamSummary(TypedDict):
+    """One source's statistics in the JSON summary (CameraStats.summary)."""
+
+    source: str
+    device: str
+    policy: str
+    frames_captured: int
+    frames_processed: int
+    frames_dropped: int
+    seconds: float
+    fps: float
+    inference_ms: P50P99
+    frame_ms: P50P99
+    end_to_end_ms: P50P99
+    reconnects: int
+    reconnect_attempts: int
+    stop: str
 
 
 @dataclass
@@ -63,7 +82,7 @@ class CameraStats:
     def lost(self) -> bool:
         return self.stop == "source lost"
 
-    def summary(self) -> dict:
+    def summary(self) -> StreamSummary:
         return {"source": self.source, "device": self.device, "policy": self.policy,
                 "frames_captured": self.captured, "frames_processed": self.processed,
                 "frames_dropped": self.dropped, "seconds": round(self.seconds, 3),
@@ -76,7 +95,7 @@ class CameraStats:
     def summary_line(self) -> str:
         inf, frm = p50_p99(self.inference_ms), p50_p99(self.frame_ms)
 
-        def ms(p: dict) -> str:
+        def ms(p: P50P99) -> str:
             return "n/a" if p["p50"] is None else f"p50 {p['p50']:.2f} / p99 {p['p99']:.2f} ms"
 
         text = (f"{self.source}: {self.captured} frame(s) captured, {self.processed} processed, "
@@ -232,7 +251,7 @@ class _Feed:
             self.ended, self.stats.stop = True, why
             self.ended_at = time.perf_counter()
 
-    def deliver(self, frame: Any, t0: float, ran: Done) -> bool:
+    def deliver(self, frame: Frame, t0: float, ran: Done) -> bool:
         """One result to the sinks; False when the window was closed."""
         result, latency = ran.outputs
         sinks, stats = self.sinks, self.stats

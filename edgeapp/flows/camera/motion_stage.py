@@ -7,23 +7,26 @@ then runs on those regions only (tasks/detect.py, core/vision/motion.py).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, Optional
 
 from edgeapp.core.vision.motion import MotionFrame, MotionRegions
 from edgeapp.execution.runner import Runner
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class MotionRunner:
     """A runner whose frames carry their moving regions; everything else is the runner's.
     `stream_of(key)`: which source a submitted frame is of (a run of several sources), each
-    source's motion found against its own previous frames."""
+    source's motion found against its own previous frames. Keys are the caller's, passed on."""
 
     def __init__(self, runner: Runner, side: int,
-                 stream_of: Optional[Callable[[Any], Any]] = None) -> None:
+                 stream_of: Optional[Callable[[object], Hashable]] = None) -> None:
         self.runner, self.side, self.stream_of = runner, side, stream_of
-        self.regions: Dict[Any, MotionRegions] = {}
+        self.regions: Dict[Optional[Hashable], MotionRegions] = {}
 
-    def submit(self, key: Any, frame: Any) -> None:
+    def submit(self, key: object, frame: np.ndarray) -> None:
         stream = self.stream_of(key) if self.stream_of is not None else None
         regions = self.regions.get(stream)
         if regions is None:

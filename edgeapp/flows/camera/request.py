@@ -20,7 +20,7 @@ import stat
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgeapp.core.track.zones import check_names, parse_line, parse_zone
 from edgeapp.errors import UsageError
@@ -154,7 +154,7 @@ class CameraRequest:
         return len(self.sources) > 1
 
 
-def split_settings(given: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def split_settings(given: Mapping[str, object]) -> Tuple[Dict[str, object], Dict[str, object]]:
     """(the camera's settings, the rest: the task's options) of the API's keywords."""
     return ({k: v for k, v in given.items() if k in SETTING_NAMES},
             {k: v for k, v in given.items() if k not in SETTING_NAMES})

@@ -9,13 +9,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.version import VERSION
 from edgeapp.errors import DeviceUnavailable, EdgeappError, InputError
-from edgeapp.flows.camera.alerts import AlertOutputs
-from edgeapp.flows.camera.engine_watch import EngineWatch
-from edgeapp.flows.camera.loop import CameraStats, EngineLoad, RunStats, Sinks, Stream, run_cameras
+from edgeapp.flows.camera.alerts import AlertOutputs, AlertSummary
+from edgeapp.flows.camera.engine_watch import EngineState, EngineWatch
+from edgeapp.flows.camera.loop import CameraStats, EngineLoad, RunStats, Sinks, Stream, StreamSummary, run_cameras
 from edgeapp.flows.camera.request import CameraRequest
 from edgeapp.flows.camera.sources import record_path
 from edgeapp.flows.camera.tpu_health import TpuHealth
@@ -30,10 +32,54 @@ from edgeapp.sinks.recorder import Recorder
 from edgeapp.sinks.records import Format, Layout
 
 if TYPE_CHECKING:
+    from edgeapp.flows.camera.tracking import TrackingSummary
+    from edgeapp.sinks.ha_discovery import MqttSummary
+    from edgeapp.sinks.live_http import LiveSummary
     from edgeapp.tasks.base import TaskKind
 
 MQTT_SETTLE = 10.0  # seconds a file's run waits for the broker's first answer before its frames
 Notice = Callable[[str], None]
+
+
+class CameraOutputs(AlertSummary, total=False):
+    """What the outputs that ran say, in the summary (and the outcome's `outputs`)."""
+
+    live_view: LiveSummary
+    mqtt: MqttSummary
+    tracking: TrackingSummary  # one source's, or with several theirs summed
+    engine: EngineState  # when the engine was lost at least once
+
+
+class SourceOutputs(TypedDict, total=False):
+    tracking: TrackingSummary  # with several sources, each one's
+
+
+class SourceSummary(StreamSummary, SourceOutputs):
+    """One source's statistics and tracking, in the summary of a run of several."""
+
+
+class OneSourceSummary(StreamSummary, CameraOutputs):
+    """The JSON summary of a run of one source: its statistics, the model, the devices."""
+
+    model: str
+    task: str
+    engines: Dict[str, EngineLoad]
+
+
+class SourcesSummary(CameraOutputs):
+    """The JSON summary of a run of several sources: each one's, the totals, the devices."""
+
+    sources: List[SourceSummary]
+    frames_captured: int
+    frames_processed: int
+    frames_dropped: int
+    seconds: float
+    fps: float
+    device: str
+    stop: str
+    engines: Dict[str, EngineLoad]
+    model: str
+    task: str
 
 
 @dataclass
@@ -45,12 +91,12 @@ class CameraOutcome:
     stats: CameraStats
     model: str
     task: str
-    outputs: dict  # "live_view" and "mqtt" summaries, when they ran
+    outputs: CameraOutputs
     warnings: List[str]
     error: Optional[EdgeappError] = None
     sources: Dict[str, CameraStats] = field(default_factory=dict)
     engines: Dict[str, EngineLoad] = field(default_factory=dict)
-    source_outputs: Dict[str, dict] = field(default_factory=dict)  # per source: its tracking
+    source_outputs: Dict[str, SourceOutputs] = field(default_factory=dict)  # per source: its tracking
 
     @property
     def interrupted(self) -> bool:
@@ -60,7 +106,7 @@ class CameraOutcome:
     def several(self) -> bool:
         return len(self.sources) > 1
 
-    def summary(self) -> dict:
+    def summary(self) -> Union[OneSourceSummary, SourcesSummary]:
         """The JSON summary: one source's statistics as ever (and `engines`); with several,
         the run's totals, `sources` (each one's statistics and tracking) and `engines`."""
         if not self.several:
@@ -230,7 +276,7 @@ class CameraRun:
                 on_alert=self.alerting.claim if self.alerting is not None else None,
                 stamp=named.named)
 
-    def _tracking_summary(self) -> dict:
+    def _tracking_summary(self) -> TrackingSummary:
         """The tracking counts: one source's, or with several, theirs summed (merge_counts)."""
         if len(self.trackers) == 1:
             return next(iter(self.trackers.values())).summary()
@@ -327,12 +373,12 @@ class CameraRun:
                 part.close()
 
     def _outcome(self, ran: RunStats) -> CameraOutcome:
-        outputs: dict = {}
+        outputs: CameraOutputs = {}
         if self.live is not None:
             outputs["live_view"] = self.live.summary()
         if self.publisher is not None:
             outputs["mqtt"] = self.publisher.summary()
-        per_source: Dict[str, dict] = {}
+        per_source: Dict[str, SourceOutputs] = {}
         if self.trackers:
             outputs["tracking"] = self._tracking_summary()
         if len(self.trackers) > 1:

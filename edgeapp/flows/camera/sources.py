@@ -14,12 +14,16 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from edgeapp.errors import UsageError
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,39}$")  # as a line's name: no '/', no ':'
 _NAMED = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,39})=(.+)$", re.S)
+
+Spec = Union[str, int, Path]  # a camera index, a file, a URL, a pipeline
+Given = Union[Spec, Sequence[Spec], Mapping[str, Spec]]  # one, several, or several by name
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class NamedSource:
     named: bool = True
 
 
-def parse_sources(value: Any, flag: str = "--source") -> List[NamedSource]:
+def parse_sources(value: Given, flag: str = "--source") -> List[NamedSource]:
     """The run's sources from `--source` (repeated) or the API's `source` (one, a list, or a
     dict name -> source). Names must be unique and may not hold '/' (a usage error naming
     `flag`, as the face that was given it spells it)."""
@@ -139,8 +143,8 @@ def record_path(path: Path, source: NamedSource, several: bool) -> Path:
     return path.with_name(f"{path.stem}.{source.name}{path.suffix}")
 
 
-def by_source(items: Sequence[Tuple[Optional[str], Any]], sources: Sequence[NamedSource]
-              ) -> Dict[str, List[Any]]:
+def by_source(items: Sequence[Tuple[Optional[str], T]], sources: Sequence[NamedSource]
+              ) -> Dict[str, List[T]]:
     """Each source's share of (scope, item) pairs: its own and the unscoped ones, in order."""
     return {s.name: [item for scope, item in items if scope is None or scope == s.name]
             for s in sources}

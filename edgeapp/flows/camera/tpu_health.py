@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.edgetpu import thermal
 from edgeapp.core.stats import median
-from edgeapp.hw.tpu_state import state_of
+from edgeapp.hw.tpu_state import TpuState, state_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,11 +30,40 @@ WINDOW = 30  # frames per latency window
 SKIP = 5  # first frames left out (the cold start)
 
 
+class DeviceHealth(TypedDict):
+    """One Edge TPU's health as read (None: not readable on this device)."""
+
+    temperature_c: Optional[float]
+    clock_mhz: Optional[float]
+    clock_mode: Optional[str]
+    sensor_fault: bool
+    throttling: Optional[bool]
+
+
+class TpuHealthReport(TypedDict):
+    """The health of a run's Edge TPUs (/stats, MQTT's PREFIX/edgetpu): each device's, and the
+    hottest temperature, the lowest clock, the latency drift and whether they throttle."""
+
+    devices: Dict[str, DeviceHealth]
+    temperature_c: Optional[float]
+    clock_mhz: Optional[float]
+    latency_drift: Optional[float]
+    throttling: bool
+    throttling_reasons: List[str]
+    sensor_fault: bool
+
+
+class TpuHealthStats(TypedDict, total=False):
+    """What /stats serves of the Edge TPUs: nothing until a device has been read."""
+
+    edgetpu: TpuHealthReport
+
+
 class TpuHealth:
     """Watches the Edge TPUs a camera run uses (the devices its records name)."""
 
     def __init__(self, performance: Optional[str] = None, interval: float = 5.0,
-                 read_state: Optional[Callable[[str], Optional[dict]]] = None) -> None:
+                 read_state: Optional[Callable[[str], Optional[TpuState]]] = None) -> None:
         self.performance, self.interval = performance, interval
         self._read = read_state or (lambda name: state_of(name, performance=performance))
         self._devices: dict = {}  # name -> None until read
@@ -40,8 +71,8 @@ class TpuHealth:
         self._last: collections.deque = collections.deque(maxlen=WINDOW)
         self._seen = 0
         self._lock = threading.Lock()
-        self._latest: dict = {}
-        self._publish: Optional[Callable[[dict, bool], None]] = None
+        self._latest: Optional[TpuHealthReport] = None
+        self._publish: Optional[Callable[[TpuHealthReport, bool], None]] = None
         self._published = 0
         self._stop = threading.Event()
         self._wake = threading.Event()  # a device seen for the first time: read it at once
@@ -74,10 +105,10 @@ class TpuHealth:
                 self._first.append(latency)
             self._last.append(latency)
 
-    def stats(self) -> dict:
+    def stats(self) -> TpuHealthStats:
         """What /stats serves: `{"edgetpu": {...}}` once a device has been read, else {}."""
         with self._lock:
-            return {"edgetpu": dict(self._latest)} if self._latest else {}
+            return {"edgetpu": TpuHealthReport(**self._latest)} if self._latest else {}
 
     # -- the reading thread ---------------------------------------------------------------------
 
@@ -87,13 +118,14 @@ class TpuHealth:
             self._wake.wait(self.interval)
             self._wake.clear()
 
-    def refresh(self) -> dict:
-        """Read every device's state now, update the figures, publish them."""
+    def refresh(self) -> Optional[TpuHealthReport]:
+        """Read every device's state now, update the figures, publish them (None: no device
+        seen yet)."""
         with self._lock:
             names = list(self._devices)
             first, last = list(self._first), list(self._last)
         if not names:
-            return {}
+            return None
         states = {n: self._read(n) for n in names}
         health = summarize_health(states, first, last)
         with self._lock:
@@ -110,9 +142,10 @@ class TpuHealth:
             self._thread.join(timeout=2.0)
 
 
-def summarize_health(states: dict, first: list, last: list) -> dict:
+def summarize_health(states: Dict[str, Optional[TpuState]], first: Sequence[float],
+                     last: Sequence[float]) -> TpuHealthReport:
     """The health of a run's Edge TPUs: hottest temperature, lowest clock, drift, throttling."""
-    devices = {}
+    devices: Dict[str, DeviceHealth] = {}
     for name, s in states.items():
         heat = (s or {}).get("thermal") or {}
         devices[name] = {"temperature_c": (s or {}).get("temperature_c"), "clock_mhz": (s or {}).get("clock_mhz"),

@@ -17,7 +17,9 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, cast
+
+from typing_extensions import TypedDict
 
 from edgeapp.core.track.alerts import Alerts, Sighting
 from edgeapp.core.track.rules import Rule
@@ -32,6 +34,38 @@ if TYPE_CHECKING:
 LOW = 0.1  # ByteTrack's floor: boxes down to this keep a track alive, never start one
 TRAIL = 30  # centres kept per track for the overlay's trail
 INSTALL = "pip install 'edgeapp[track]'"
+
+# A line's counts: crossings each way, and per label ("in" is a keyword: the functional form).
+LineCount = TypedDict("LineCount", {"in": int, "out": int, "by_label": Dict[str, Dict[str, int]]})
+
+
+class ZoneCount(TypedDict):
+    """A zone's counts: tracks inside now, entries and exits, and per label."""
+
+    now: int
+    entered: int
+    left: int
+    by_label: Dict[str, Dict[str, int]]
+
+
+class TrackingCounts(TypedDict):
+    """A stream's tracking counts (the summary's `tracking`, MQTT's retained counts, the overlay)."""
+
+    tracks: int
+    lines: Dict[str, LineCount]
+    zones: Dict[str, ZoneCount]
+
+
+class TrackingSummary(TrackingCounts, total=False):
+    alerts: Dict[str, int]  # alerts fired per rule, with --alert or --rules
+
+
+class EventTime(TypedDict):
+    """When an event happened: the frame, the wall clock at capture, a file's own time."""
+
+    frame: int
+    timestamp: float
+    source_ms: Optional[float]
 
 
 @dataclass
@@ -104,7 +138,7 @@ class _Clock:
         """What durations and dwell are measured in: the file's time, else the wall clock."""
         return self.source_ms / 1000.0 if self.source_ms is not None else self.t
 
-    def fields(self) -> dict:
+    def fields(self) -> EventTime:
         return {"frame": self.frame, "timestamp": round(self.t, 3), "source_ms": self.source_ms}
 
 
@@ -137,7 +171,7 @@ class TrackStage:
         self.write_events = write_events
 
     @staticmethod
-    def _empty_counts(settings: TrackingSettings) -> dict:
+    def _empty_counts(settings: TrackingSettings) -> TrackingCounts:
         return {"tracks": 0,
                 "lines": {x.name: {"in": 0, "out": 0, "by_label": {}} for x in settings.lines},
                 "zones": {z.name: {"now": 0, "entered": 0, "left": 0, "by_label": {}}
@@ -317,9 +351,10 @@ class TrackStage:
         lines, zones, counts and trails as they are now, copied (drawn later, in another thread)."""
         return (self.lines, self.zones, json.loads(json.dumps(self.counts)), self.trails())
 
-    def summary(self) -> dict:
-        out = {"tracks": self.counts["tracks"], "lines": self.counts["lines"],
-               "zones": {k: {kk: vv for kk, vv in v.items()} for k, v in self.counts["zones"].items()}}
+    def summary(self) -> TrackingSummary:
+        out: TrackingSummary = {
+            "tracks": self.counts["tracks"], "lines": self.counts["lines"],
+            "zones": {k: {kk: vv for kk, vv in v.items()} for k, v in self.counts["zones"].items()}}
         if self.alerts is not None:
             out["alerts"] = dict(self.alerts.fired)
         return out
@@ -328,15 +363,20 @@ class TrackStage:
         """Nothing of its own to close (the run closes the events file)."""
 
 
-def merge_counts(parts: Sequence[dict]) -> dict:
+def merge_counts(parts: Sequence[TrackingSummary]) -> TrackingSummary:
     """Several sources' tracking summaries as one (numbers summed key by key, at every depth):
     what MQTT's retained counts, the live view and the run's totals show. A line or zone of
     one source is its count; one that every source counts sums theirs."""
+    return cast(TrackingSummary, _summed(parts))  # the same keys, summed
+
+
+def _summed(parts: Sequence[Mapping[str, object]]) -> dict:
+    """Nested maps of numbers summed key by key, at every depth."""
     out: dict = {}
     for part in parts:
         for key, value in part.items():
             if isinstance(value, dict):
-                out[key] = merge_counts([out.get(key) or {}, value])
+                out[key] = _summed([out.get(key) or {}, value])
             else:
                 out[key] = out.get(key, 0) + value
     return out

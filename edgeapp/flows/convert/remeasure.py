@@ -10,12 +10,15 @@ so a conversion measures both and writes the better.
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 import numpy as np
 from typing_extensions import Protocol, TypedDict
 
 from edgeapp.flows.convert import requantize as rq
+
+if TYPE_CHECKING:
+    from edgeapp.core.quant.tune import TrialRow
 
 RANGES = "ranges re-measured"
 
@@ -24,7 +27,7 @@ class Trials(Protocol):
     """flows/convert/tune._Trials as this step uses it."""
 
     def measure(self, name: str, flatbuffer: bytes, started: float, settings: dict,
-                allow_float: bool = False) -> dict: ...
+                allow_float: bool = False) -> TrialRow: ...
 
 
 class RangesReport(TypedDict, total=False):

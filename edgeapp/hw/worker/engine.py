@@ -2,15 +2,16 @@
 declares what every engine declares (hw/runtime.py: inputs, outputs, the input's shape, dtype
 and quantization, the model, the device, `run`), so runners, tasks and bench use it unchanged.
 
-Every engine of a run opened on the same Edge TPU with the same model shares one worker
-(`open_isolated` keeps them by (model, device, options)); the worker ends when the last of them
-is closed or collected. On the CPU each engine gets its own worker (the replicas of a CPU run
-work side by side).
+Every engine of a run opened on the same Edge TPU shares one worker, whatever its model (a
+cascade's two models, several pipelines): each model has its own interpreter and region in it,
+and engines of the same model with the same options share that one. Closing an engine releases
+its model once no other engine uses it; the worker ends with its last model. On the CPU a model
+goes into the first worker that does not run it yet: a cascade's two models share one worker,
+the replicas of one model each get their own (they work side by side).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections import namedtuple
@@ -20,6 +21,7 @@ import numpy as np
 
 from edgeapp.errors import InvalidModel
 from edgeapp.hw.worker.supervisor import Supervisor
+from edgeapp.hw.worker.wire import ModelDescription
 
 # hw/runtime.EngineOptions (not imported: hw/runtime opens the worker, not the other way)
 Options = Any
@@ -30,19 +32,20 @@ if TYPE_CHECKING:
 
 RuntimeName = namedtuple("RuntimeName", "name version")  # the worker's runtime, as records name it
 _lock = threading.Lock()
-_opening = threading.Lock()  # held while a shared worker starts
-_shared: Dict[tuple, Tuple[Supervisor, int]] = {}  # key -> (supervisor, engines using it)
+_opening = threading.Lock()  # held while a model is opened: a second pipeline shares the first's
+_workers: Dict[str, List[Supervisor]] = {}  # device as asked -> the workers of the run on it
 
 
 class IsolatedEngine:
-    """An engine whose interpreter lives in a worker process (supervisor.py watches it)."""
+    """An engine whose interpreter lives in a worker process (supervisor.py watches it); its
+    model is number `number` of the worker's."""
 
     interpreter = None  # nothing of the runtime lives here: it is the worker's
 
-    def __init__(self, supervisor: Supervisor, model: TfliteModel, requested: str,
-                 key: Optional[tuple]) -> None:
-        self.supervisor, self.model, self._key = supervisor, model, key
-        d = supervisor.describe
+    def __init__(self, supervisor: Supervisor, number: int, model: TfliteModel, requested: str) -> None:
+        self.supervisor, self.number, self.model = supervisor, number, model
+        self._last = supervisor.models[number].describe
+        d = self._describe
         self.inputs: List[dict] = d["inputs"]
         self.input = self.inputs[0]
         self.outputs: List[dict] = d["outputs"]
@@ -54,35 +57,42 @@ class IsolatedEngine:
         self.notice: Optional[str] = d["notice"]
         self._pending: Optional[np.ndarray] = None
         self._closed = False
-        self._finalizer = weakref.finalize(self, _release, key, supervisor)
+        self._finalizer = weakref.finalize(self, _release, supervisor, number)
+
+    @property
+    def _describe(self) -> ModelDescription:
+        """What the model runs as now (the CPU twin's while it has taken over)."""
+        model = self.supervisor.models.get(self.number)
+        if model is not None:
+            self._last = model.describe
+        return self._last
 
     # what changes when the CPU twin takes over, read from the worker that runs now
     @property
     def device(self) -> str:
-        return self.supervisor.describe["device"]
+        return self._describe["device"]
 
     @property
     def name(self) -> str:
-        return self.supervisor.describe["name"]
+        return self._describe["name"]
 
     @property
     def model_path(self) -> str:
-        return self.supervisor.describe["model_path"]
+        return self._describe["model_path"]
 
     @property
     def cpu_kernels(self) -> str:
-        return self.supervisor.describe["cpu_kernels"]
+        return self._describe["cpu_kernels"]
 
     @property
     def runtime(self) -> Any:
-        name, version = self.supervisor.describe["runtime"]
+        name, version = self._describe["runtime"]
         return RuntimeName(name, version)
 
     @property
     def pid(self) -> int:
         """The worker process's id (it changes when the worker is replaced)."""
         return self.supervisor.pid
-
     def run(self, tensor: np.ndarray) -> List[np.ndarray]:
         """Invoke on one input tensor in the worker; copies of all raw outputs."""
         return self.run_all([tensor])
@@ -99,7 +109,7 @@ class IsolatedEngine:
                                    f"{self.model_path}: got a {tensor.dtype} tensor of shape "
                                    f"{tuple(tensor.shape)} for input {detail.get('name', '')!r} "
                                    f"({want}, {tuple(int(d) for d in detail['shape'])})")
-        return self.supervisor.run(tensors)
+        return self.supervisor.run(self.number, tensors)
 
     def set_input(self, tensor: np.ndarray) -> None:
         """Keep one input for `invoke` (bench runs it again and again)."""
@@ -111,7 +121,8 @@ class IsolatedEngine:
         self.run(self._pending)
 
     def release(self) -> None:
-        """This engine is done: its worker ends once no engine uses it."""
+        """This engine is done: its model is closed once no engine uses it, the worker with its
+        last model."""
         self.close()
 
     def close(self) -> None:
@@ -120,37 +131,46 @@ class IsolatedEngine:
             self._finalizer()
 
 
-def _release(key: Optional[tuple], supervisor: Supervisor) -> None:
+def _release(supervisor: Supervisor, number: int) -> None:
+    if supervisor.release(number):  # its last model: the worker has ended
+        with _lock:
+            workers = _workers.get(supervisor.device, [])
+            if supervisor in workers:
+                workers.remove(supervisor)
+            if not workers:
+                _workers.pop(supervisor.device, None)
+
+
+def _candidates(device: str, path: str, options: Options) -> List[Supervisor]:
+    """The workers a model may join: the device's one (an Edge TPU is owned by one process); on
+    the CPU, those that do not run this model yet."""
     with _lock:
-        if key is not None and key in _shared and _shared[key][0] is supervisor:
-            sup, users = _shared[key]
-            if users > 1:
-                _shared[key] = (sup, users - 1)
-                return
-            del _shared[key]
-    supervisor.close()  # the last user; or one given up and replaced (closed already)
+        alive = [s for s in _workers.get(device, []) if not s.closed]
+    if device == "cpu":
+        return [s for s in alive if not s.holds(path, options)]
+    return alive[:1]
 
 
 def open_isolated(model: TfliteModel, device: str, options: Options, *, requested: str,
                   trust_model: bool = False, twin: bool = False,
                   ops: Optional[HardwareOps] = None) -> IsolatedEngine:
-    """An engine for `model` on `device` in a worker: the run's one worker for that Edge TPU
-    and model when there is one already, else a new one. `twin`: the CPU twin may take over
-    when the ladder cannot bring the Edge TPU back (`auto`)."""
-    from dataclasses import astuple
-
-    key = None if device == "cpu" else (os.path.realpath(model.path), device, astuple(options))
-    if key is None:
-        sup = Supervisor(model.path, device, options, trust_model=trust_model, twin=twin, ops=ops)
-        return IsolatedEngine(sup, model, requested, key)
-    with _opening:  # two pipelines opening at once: the second waits and shares the first's
+    """An engine for `model` on `device` in a worker: the run's worker for that device when
+    there is one already (the model opened in it, or shared when it runs there already), else a
+    new one. `twin`: the model's CPU twin may take over when the ladder cannot bring the Edge TPU
+    back (`auto`)."""
+    share = device != "cpu"
+    with _opening:  # two pipelines opening at once: the second waits and joins the first's
+        for sup in _candidates(device, model.path, options):
+            number = sup.add(model.path, options, trust_model=trust_model, twin=twin, share=share)
+            if number is not None:
+                return IsolatedEngine(sup, number, model, requested)
+        sup = Supervisor(device, options, ops=ops)
+        try:
+            number = sup.add(model.path, options, trust_model=trust_model, twin=twin, share=share)
+        except BaseException:
+            sup.close()
+            raise
+        assert number is not None
         with _lock:
-            if key in _shared and not _shared[key][0].closed:
-                sup, users = _shared[key]
-                _shared[key] = (sup, users + 1)
-                return IsolatedEngine(sup, model, requested, key)
-            _shared.pop(key, None)  # a worker given up (closed): a new one
-        sup = Supervisor(model.path, device, options, trust_model=trust_model, twin=twin, ops=ops)
-        with _lock:
-            _shared[key] = (sup, 1)
-        return IsolatedEngine(sup, model, requested, key)
+            _workers.setdefault(device, []).append(sup)
+        return IsolatedEngine(sup, number, model, requested)

@@ -10,9 +10,32 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
+
+from typing_extensions import TypedDict
 
 LOST, RECOVERED = "engine_lost", "engine_recovered"
+
+
+class EngineEventDoc(TypedDict):
+    """An event as --events, MQTT and /stats write it."""
+
+    event: str  # engine_lost | engine_recovered
+    device: str
+    cause: str  # hang | crash | error | gone
+    step: Optional[str]
+    seconds: float
+    at: float  # Unix time
+
+
+class OutageCounts(TypedDict):
+    """A command's summary of its engine outages."""
+
+    engine_lost: int
+    engine_recovered: int
+    outage_seconds: float
+    causes: Dict[str, int]  # cause -> outages
+    steps: Dict[str, int]  # ladder step -> recoveries
 
 
 @dataclass(frozen=True)
@@ -28,8 +51,8 @@ class EngineEvent:
     seconds: float
     at: float = field(default_factory=time.time)
 
-    def as_dict(self) -> dict:
-        out = asdict(self)
+    def as_dict(self) -> EngineEventDoc:
+        out: EngineEventDoc = asdict(self)  # type: ignore[assignment]
         out["seconds"] = round(self.seconds, 3)
         out["at"] = round(self.at, 3)
         return out
@@ -95,9 +118,9 @@ class Tally:
     def outage_seconds(self) -> float:
         return sum(e.seconds for e in self.events if e.event == RECOVERED)
 
-    def summary(self) -> dict:
-        causes: dict = {}
-        steps: dict = {}
+    def summary(self) -> OutageCounts:
+        causes: Dict[str, int] = {}
+        steps: Dict[str, int] = {}
         for e in self.events:
             if e.event == LOST:
                 causes[e.cause] = causes.get(e.cause, 0) + 1

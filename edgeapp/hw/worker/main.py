@@ -1,29 +1,31 @@
-"""The worker process: opens one engine and runs it on the inputs the main process writes into
-the shared region, until told to stop or its parent is gone.
+"""The worker process: owns one device and runs every model opened on it, each with its own
+engine and its own shared region, on the inputs the main process writes there, until told to
+stop or its parent is gone.
 
 Started by process.py as `python -I -c "... edgeapp.hw.worker.main ..." edgeapp-worker ...`,
-so `ps` (and an operator's `pkill -f edgeapp-worker`) finds it. Messages on the control
-connection: one byte `r` (run the inputs in the region), `q` (quit); answers `k` (outputs
-written) or a pickled ("error", class name, message, device).
+so `ps` (and an operator's `pkill -f edgeapp-worker`) finds it. What crosses the control
+connection: wire.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import pickle
 import signal
 import sys
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from edgeapp.hw.worker.wire import ARGV_MARK, DONE, RUN
+from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, RUN, ModelDescription
 
 if TYPE_CHECKING:
     from edgeapp.hw.runtime import TfliteEngine
-    from edgeapp.hw.worker.shared import RegionLayout
+    from edgeapp.hw.worker.shared import Region, RegionLayout
+
+Opened = Dict[int, Tuple["TfliteEngine", "Region"]]  # model number -> its engine and region
 
 
 def _die_with_parent() -> None:
@@ -49,7 +51,7 @@ def error_message(error: BaseException) -> tuple:
     return ("error", name, text, getattr(error, "device", None))
 
 
-def _describe(engine: "TfliteEngine", layout: "RegionLayout") -> dict:
+def _describe(engine: "TfliteEngine", layout: "RegionLayout") -> ModelDescription:
     return {"inputs": engine.inputs, "outputs": engine.outputs, "device": engine.device,
             "name": engine.name, "notice": engine.notice, "model_path": engine.model_path,
             "requested_model": engine.requested_model, "cpu_kernels": engine.cpu_kernels,
@@ -57,12 +59,13 @@ def _describe(engine: "TfliteEngine", layout: "RegionLayout") -> dict:
             "pid": os.getpid()}
 
 
-def serve(conn: Connection, model: str, device: str, options: dict, trust_model: bool,
-          parent: int) -> int:
-    """Open the engine, hand over the region, then answer runs until `q` or the end."""
+def _open(conn: Connection, opened: Opened, command: tuple, parent: int) -> None:
+    """("open", number, model, device, options, trust_model): the engine and its region, handed
+    over."""
     from edgeapp.hw.runtime import EngineOptions, open_engine
     from edgeapp.hw.worker.shared import RegionLayout, new_region
 
+    _, number, model, device, options, trust_model = command
     try:
         opts = replace(EngineOptions(**options), isolate=False)
         engine = open_engine(model, device, opts, trust_model=trust_model)
@@ -70,35 +73,65 @@ def serve(conn: Connection, model: str, device: str, options: dict, trust_model:
         region = new_region(layout)
     except BaseException as e:  # noqa: BLE001 - every failure is the parent's to word
         conn.send(error_message(e))
-        return 3
+        return
+    opened[number] = (engine, region)
     conn.send(("ready", _describe(engine, layout)))
     send_handle(conn, region.fd, parent)
-    inputs: List[Any] = region.inputs
+
+
+def _close(opened: Opened, number: int) -> None:
+    engine, region = opened.pop(number, (None, None))
+    if engine is not None and region is not None:
+        region.close()
+        engine.release()
+
+
+def _run(conn: Connection, opened: Opened, number: int) -> None:
+    if number not in opened:
+        conn.send(("error", "DeviceFailed", f"no model {number} is open in this worker", None))
+        return
+    engine, region = opened[number]
+    inputs: List = region.inputs
+    try:
+        outputs = engine.run_all(inputs) if len(inputs) > 1 else engine.run(inputs[0])
+        for view, out in zip(region.outputs, outputs):
+            view[...] = out.reshape(view.shape)
+    except Exception as e:  # noqa: BLE001 - told to the parent, which decides
+        conn.send(error_message(e))
+        return
+    conn.send_bytes(DONE)
+
+
+def serve(conn: Connection, parent: int) -> int:
+    """Answer opens, runs and closes until `q` or the end of the connection."""
+    try:  # imported before the first open asks (a restart waits less); a failure is the open's to tell
+        import edgeapp.hw.runtime  # noqa: F401
+    except BaseException:  # noqa: BLE001, S110
+        pass
+    opened: Opened = {}
     while True:
         try:
             message = conn.recv_bytes()
         except (EOFError, OSError):
             return 0
-        if message != RUN:
+        head = message[:1]
+        if head == RUN:
+            _run(conn, opened, int(message[1:]))
+        elif head == QUIT or not message:
             return 0
-        try:
-            outputs = engine.run_all(inputs) if len(inputs) > 1 else engine.run(inputs[0])
-            for view, out in zip(region.outputs, outputs):
-                view[...] = out.reshape(view.shape)
-        except Exception as e:  # noqa: BLE001 - told to the parent, which decides
-            conn.send(error_message(e))
-            continue
-        conn.send_bytes(DONE)
+        else:
+            command = pickle.loads(message)
+            if command[0] == "open":
+                _open(conn, opened, command, parent)
+            elif command[0] == "close":
+                _close(opened, command[1])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog=ARGV_MARK)
     parser.add_argument("mark")
     parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--device", required=True)
-    parser.add_argument("--options", default="{}")
-    parser.add_argument("--trust-model", action="store_true")
+    parser.add_argument("--device", required=True)  # for `ps`: each open names its device
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
     _die_with_parent()
@@ -106,8 +139,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     conn = Connection(args.fd)
     try:
-        return serve(conn, args.model, args.device, json.loads(args.options), args.trust_model,
-                     args.parent)
+        return serve(conn, args.parent)
     finally:
         conn.close()
 

@@ -8,7 +8,6 @@ from the device is an error. All three are `WorkerLost`, and the caller ends the
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import signal
@@ -16,15 +15,15 @@ import subprocess
 import time
 from dataclasses import asdict
 from multiprocessing.reduction import recv_handle
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 import numpy as np
 
 from edgeapp import errors
-from edgeapp.errors import DeviceFailed, DeviceUnavailable, EdgeappError, InvalidModel
+from edgeapp.errors import DeviceFailed, EdgeappError, InvalidModel
 from edgeapp.hw.proc import isolated_python, log_command
 from edgeapp.hw.worker.shared import Region
-from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, RUN
+from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, ModelDescription, run_message
 
 # hw/runtime.EngineOptions (not imported: hw/runtime opens the worker, not the other way)
 Options = Any
@@ -34,6 +33,8 @@ CAUSES = ("hang", "crash", "error", "gone")
 # the runtime's device errors (and a device left the bus) are the device's; the rest is the model's
 _MODEL_ERRORS = (InvalidModel, errors.UsageError, errors.MissingDependency)
 
+
+Answer = TypeVar("Answer")  # what a wait for the worker gives back
 
 class WorkerLost(Exception):
     """The worker stopped answering: `cause` is one of CAUSES; `waited`, the seconds since the
@@ -55,58 +56,88 @@ def _error(message: tuple) -> EdgeappError:
 
 
 class WorkerProcess:
-    """A started worker owning one engine (`describe` says what it runs)."""
+    """A started worker owning one device; `open` puts a model in it (`describes` says what
+    each opened model runs), `call` runs one."""
 
-    def __init__(self, model: str, device: str, options: Options, *,
-                 trust_model: bool = False, start_timeout: float = START_TIMEOUT_S) -> None:
-        self.model, self.device = model, device
+    def __init__(self, device: str) -> None:
+        self.device = device
         parent, child = multiprocessing.Pipe(duplex=True)
-        fields = {k: v for k, v in asdict(options).items()}
         code = "from edgeapp.hw.worker.main import main; sys.exit(main(sys.argv[1:]))"
-        argv = isolated_python(code, ARGV_MARK, "--fd", str(child.fileno()), "--model", str(model),
-                               "--device", device, "--options", json.dumps(fields),
-                               "--parent", str(os.getpid()), *(["--trust-model"] if trust_model else []))
+        argv = isolated_python(code, ARGV_MARK, "--fd", str(child.fileno()), "--device", device,
+                               "--parent", str(os.getpid()))
         log_command(argv[:3] + ["..."] + argv[4:], once=True)
         self.proc = subprocess.Popen(argv, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
         child.close()
         self.conn = parent
-        self.region: Optional[Region] = None
+        self.regions: Dict[int, Region] = {}
+        self.describes: Dict[int, ModelDescription] = {}
+
+    def open(self, number: int, model: str, device: str, options: Options, *,
+             trust_model: bool = False, timeout: float = START_TIMEOUT_S) -> ModelDescription:
+        """Open `model` on `device` in the worker as model `number`: what it runs (its
+        description). The model's or the device's error as raised in the worker; WorkerLost when
+        the worker dies or does not answer within `timeout` (the first open includes the
+        worker's start)."""
+        fields = {k: v for k, v in asdict(options).items()}
         try:
-            self.describe = self._handshake(start_timeout)
-        except WorkerLost as e:  # killed or stuck while it opened the model
-            self.end()
-            raise DeviceUnavailable(f"the worker for {device} did not start ({e.detail})") from None
-        except BaseException:
-            self.end()
-            raise
+            self.conn.send(("open", number, str(model), device, fields, trust_model))
+        except (OSError, ValueError):
+            raise WorkerLost("crash", f"worker {self.pid} {self._how()}") from None
+        message = self._in_step(lambda: self._answer(time.monotonic() + timeout, starting=timeout))
+        if message[0] == "error":
+            raise _error(message)
+        describe = message[1]
+        fd = recv_handle(self.conn)
+        self.regions[number] = Region(fd, describe["layout"])
+        self.describes[number] = describe
+        return describe
+
+    def release(self, number: int) -> None:
+        """Model `number` is no longer run: the worker lets go of its engine and region."""
+        region = self.regions.pop(number, None)
+        self.describes.pop(number, None)
+        if region is not None:
+            region.close()
+        try:
+            self.conn.send(("close", number))
+        except (OSError, ValueError):
+            pass  # a dead worker holds nothing
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
-    def _handshake(self, timeout: float) -> dict:
-        message = self._answer(time.monotonic() + timeout, starting=True)
-        if message[0] == "error":
-            raise _error(message)
-        describe = message[1]
-        fd = recv_handle(self.conn)
-        self.region = Region(fd, describe["layout"])
-        return describe
-
-    def _answer(self, deadline: float, starting: bool = False) -> Any:
-        """The worker's next message; WorkerLost when it dies or the deadline passes."""
+    def _answer(self, deadline: float, starting: Optional[float] = None) -> Any:
+        """The worker's next message (`starting`: an open's answer, within that many seconds);
+        WorkerLost when it dies or the deadline passes."""
         while True:
             left = deadline - time.monotonic()
             try:
                 if self.conn.poll(max(0.0, min(left, 0.5))):
-                    return self.conn.recv_bytes() if not starting else self.conn.recv()
+                    return self.conn.recv_bytes() if starting is None else self.conn.recv()
             except (EOFError, OSError, ConnectionError):
                 raise WorkerLost("crash", f"worker {self.pid} {self._how()}") from None
             if self.proc.poll() is not None and not self.conn.poll(0):
                 raise WorkerLost("crash", f"worker {self.pid} {self._how()}")
             if left <= 0:
-                what = "did not open the model" if starting else "did not answer"
-                raise WorkerLost("hang", f"worker {self.pid} {what} within {deadline_text(self, deadline)}")
+                if starting is not None:
+                    raise WorkerLost("hang", f"worker {self.pid} did not open the model within {starting:.1f} s")
+                raise WorkerLost("hang", f"worker {self.pid} did not answer within {self._waited(deadline)}")
+
+    def _in_step(self, wait: Callable[[], Answer]) -> Answer:
+        """`wait()` for an answer; interrupted (Ctrl-C), the answer would come to the next
+        question: the worker is ended, and the next call finds it gone and replaces it."""
+        try:
+            return wait()
+        except WorkerLost:
+            raise
+        except BaseException:
+            self.end()
+            raise
+
+    def _waited(self, deadline: float) -> str:
+        started = getattr(self, "_started", None)
+        return f"{deadline - started:.1f} s" if started is not None else "its deadline"
 
     def _how(self) -> str:
         try:
@@ -120,19 +151,19 @@ class WorkerProcess:
                 return f"was killed by signal {-rc}"
         return f"exited with status {rc}"
 
-    def call(self, tensors: List[np.ndarray], deadline: float) -> List[np.ndarray]:
-        """Run the inputs, outputs copied out of the region; WorkerLost or the model's error."""
-        region = self.region
-        assert region is not None
+    def call(self, number: int, tensors: List[np.ndarray], deadline: float) -> List[np.ndarray]:
+        """Run model `number` on the inputs, outputs copied out of its region; WorkerLost or the
+        model's error."""
+        region = self.regions[number]
         for view, tensor in zip(region.inputs, tensors):
             view[...] = tensor.reshape(view.shape)
         self._started = time.monotonic()
         try:
-            self.conn.send_bytes(RUN)
+            self.conn.send_bytes(run_message(number))
         except (OSError, ValueError):
             raise WorkerLost("crash", f"worker {self.pid} {self._how()}") from None
         try:
-            answer = self._answer(deadline)
+            answer = self._in_step(lambda: self._answer(deadline))
         except WorkerLost as lost:
             lost.waited = time.monotonic() - self._started
             raise
@@ -168,11 +199,8 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:  # an uninterruptible sleep in the driver: not ours to wait
             pass
         self.conn.close()
-        if self.region is not None:
-            self.region.close()
-            self.region = None
+        for region in self.regions.values():
+            region.close()
+        self.regions.clear()
 
 
-def deadline_text(worker: WorkerProcess, deadline: float) -> str:
-    started = getattr(worker, "_started", None)
-    return f"{deadline - started:.1f} s" if started is not None else "the start-up time"
