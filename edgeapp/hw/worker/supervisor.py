@@ -176,17 +176,26 @@ class Supervisor:
                     if known.key == model.key:
                         known.users += 1
                         return known.number
-            try:
-                model.opened(self.worker.open(model.number, model.path, "cpu" if self.on_twin else self.device,
-                                              options, trust_model=trust_model, timeout=START_TIMEOUT_S))
-            except WorkerLost as lost:
-                if not self.models:  # a new worker that did not start: nothing else to keep
-                    self.worker.end()
-                    raise DeviceUnavailable(f"the worker for {self.device} did not start "
-                                            f"({lost.detail})") from None
-                self._recover(lost)  # its other models are reopened in a new one
-                raise DeviceUnavailable(f"{self.name}: the worker died opening {path} "
-                                        f"({lost.detail})") from None
+            for attempt in (0, 1):
+                try:
+                    model.opened(self.worker.open(model.number, model.path, "cpu" if self.on_twin else self.device,
+                                                  options, trust_model=trust_model, timeout=START_TIMEOUT_S))
+                    break
+                except WorkerLost as lost:
+                    if self.models:
+                        self._recover(lost)  # its other models are reopened in a new one
+                        raise DeviceUnavailable(f"{self.name}: the worker died opening {path} "
+                                                f"({lost.detail})") from None
+                    self.worker.end()  # a new worker that did not start: nothing else to keep
+                    if attempt == 1 or lost.cause != "crash":
+                        raise DeviceUnavailable(f"the worker for {self.device} did not start "
+                                                f"({lost.detail})") from None
+                    # killed while it started (as after any start): a new one, once, told
+                    events.publish(EngineEvent(LOST, self.device, lost.cause, None, lost.waited))
+                    self.worker, self._spawned = self._spawn(self.device), time.monotonic()
+            if attempt == 1:
+                events.publish(EngineEvent(RECOVERED, self.device, "crash", "restart",
+                                           time.monotonic() - self._spawned))
             if not self.on_twin:
                 model.on_tpu = model.describe["device"] == "edgetpu"
                 model.device = model.describe["name"] if model.on_tpu else "cpu"
