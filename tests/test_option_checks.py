@@ -113,3 +113,19 @@ def test_an_existing_results_file_is_not_replaced_unless_asked(cli, tiny_model, 
     empty.write_text("")  # nothing to lose: written without asking
     r = cli("classify", tiny_model, color_images["red"], "-o", empty)
     assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (("classify", "{model}", "{image}", "--then", "classify:x.tflite"), "No such option: --then"),
+    (("classify",), "Missing argument 'MODEL'"),
+    (("classify", "{model}", "{image}", "--threshold", "abc"), "'--threshold'"),
+    (("detect", "{model}", "{image}", "--format", "bogus"), "bogus"),
+    (("nosuchcommand",), "No such command"),
+    (("models", "nosuchcommand"), "No such command"),
+])
+def test_a_flag_or_command_that_does_not_exist_is_one_line_and_exit_2(cli, tiny_model, color_images, args, says):
+    """Click's own usage errors (three lines: usage, hint, error) read as every other error."""
+    r = cli(*(a.format(model=tiny_model, image=color_images["red"]) for a in args))
+    assert r.exit_code == ExitCode.USAGE and not r.stdout, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("edgeapp: error: ") and says in line and "--help" in line, line

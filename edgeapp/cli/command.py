@@ -25,7 +25,7 @@ import sys
 import traceback
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Tuple, Union
 
 import click
 import typer
@@ -243,9 +243,21 @@ def _parse_args(parse: Callable[[click.Context, List[str]], List[str]], ctx: cli
             param.process_value = plain or type(param).process_value.__get__(param)
     try:
         return parse(ctx, args)
-    except typer.BadParameter as e:
-        e.message = tidy_error(e.message)
-        raise
+    except USAGE_ERRORS as e:
+        usage_error(e, ctx)
+
+
+# Typer may carry its own copy of click (typer._click): its usage errors are not click's
+USAGE_ERRORS = tuple({click.UsageError, *(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")})
+
+
+def usage_error(error: click.UsageError, ctx: click.Context) -> NoReturn:
+    """A usage error as one line, as every other error (click prints the usage, a hint and the
+    error on three), and its exit code, 2."""
+    if isinstance(error, (click.BadParameter, typer.BadParameter)):
+        error.message = tidy_error(error.message)
+    say(f"error: {error.format_message().rstrip('.')}; see `{ctx.command_path} --help`")
+    raise typer.Exit(int(ExitCode.USAGE))
 
 
 class Command(TyperCommand):
@@ -290,6 +302,12 @@ class Group(TyperGroup):
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
         return _parse_args(super().parse_args, ctx, args)
+
+    def resolve_command(self, ctx: click.Context, args: List[str]) -> Tuple[Any, Any, List[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except USAGE_ERRORS as e:  # no such command
+            usage_error(e, ctx)
 
     def command_summaries(self, ctx: click.Context) -> List[Tuple[str, str]]:
         """(name, one-line help) of each command the help lists."""
