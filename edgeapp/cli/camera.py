@@ -22,6 +22,7 @@ from edgeapp import tasks
 from edgeapp.cli import options as shared
 from edgeapp.cli.options import check_common, choice_value, finite, given, resolved, say
 from edgeapp.errors import ExitCode, UsageError
+from edgeapp.hw.worker.events import outage_words
 from edgeapp.sinks.records import Format
 
 if TYPE_CHECKING:
@@ -396,8 +397,7 @@ def _outputs_line(extra: dict) -> str:
         text += f"; notify: {n['sent']} sent, {n['held']} held, {n['undelivered']} undelivered"
     if "engine" in extra:
         e = extra["engine"]
-        text += (f"; engine lost {e['engine_lost']} time(s), recovered {e['engine_recovered']}, "
-                 f"{e['outage_seconds']:.1f} s without it, {e['frames_skipped']} frame(s) skipped")
+        text += f"; {outage_words(e)}, {e['frames_skipped']} frame(s) skipped"
     if "mqtt" in extra:
         m = extra["mqtt"]
         text += (f"; mqtt: {m['published']} published, {m['dropped']} dropped, "

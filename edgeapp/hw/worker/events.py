@@ -131,10 +131,14 @@ class Tally:
 
     def line(self) -> Optional[str]:
         """The summary's words, or None when nothing happened."""
-        if not self.events:
-            return None
-        s = self.summary()
-        causes = ", ".join(f"{n} {c}" for c, n in sorted(s["causes"].items()))
-        steps = ", ".join(f"{n} by {st}" for st, n in sorted(s["steps"].items()))
-        return (f"engine lost {s['engine_lost']} time(s) ({causes}), recovered {s['engine_recovered']}"
-                + (f" ({steps})" if steps else "") + f", {s['outage_seconds']:.1f} s without it")
+        return outage_words(self.summary()) if self.events else None
+
+
+def outage_words(s: OutageCounts) -> str:
+    """A summary's words for its engine outages: how many, their causes, the steps that ended
+    them, the time without the engine."""
+    causes = ", ".join(f"{n} {c}" for c, n in sorted(s["causes"].items()))
+    steps = ", ".join(f"{n} by {st}" for st, n in sorted(s["steps"].items()))
+    return (f"engine lost {s['engine_lost']} time(s)" + (f" ({causes})" if causes else "")
+            + f", recovered {s['engine_recovered']}" + (f" ({steps})" if steps else "")
+            + f", {s['outage_seconds']:.1f} s without it")
