@@ -16,7 +16,7 @@ from typing_extensions import Annotated
 from edgeapp import tasks
 from edgeapp.cli import bench, camera, check, compile, compiler, convert, devices, doctor, models, retrain
 from edgeapp.cli import eval as eval_cli
-from edgeapp.cli.command import Group, show_version, summary_line, use_everywhere
+from edgeapp.cli.command import USAGE_ERRORS, Group, show_version, summary_line, usage_error, use_everywhere
 from edgeapp.cli.options import Globals, RuntimeName, say
 from edgeapp.errors import ExitCode
 
@@ -55,9 +55,12 @@ class EdgeappGroup(Group):
     def invoke(self, ctx: click.Context) -> Any:
         """Ctrl-C while a command is looked up or built (its modules importing) is exit 130 and
         one line, as in the command itself (cli/command.exit_codes), not click's "Aborted!"
-        and exit 1."""
+        and exit 1; a command that does not exist (here or in `models`) is one line and exit 2,
+        as the commands' own usage errors (cli/command.usage_error)."""
         try:
             return super().invoke(ctx)
+        except USAGE_ERRORS as e:
+            usage_error(e, e.ctx or ctx)
         except KeyboardInterrupt:
             say("interrupted")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None

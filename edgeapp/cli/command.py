@@ -303,12 +303,6 @@ class Group(TyperGroup):
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
         return _parse_args(super().parse_args, ctx, args)
 
-    def resolve_command(self, ctx: click.Context, args: List[str]) -> Tuple[Any, Any, List[str]]:
-        try:
-            return super().resolve_command(ctx, args)
-        except USAGE_ERRORS as e:  # no such command
-            usage_error(e, ctx)
-
     def command_summaries(self, ctx: click.Context) -> List[Tuple[str, str]]:
         """(name, one-line help) of each command the help lists."""
         rows = []
