@@ -16,7 +16,7 @@ from typing_extensions import Annotated
 from edgeapp import tasks
 from edgeapp.cli import bench, camera, check, compile, compiler, convert, devices, doctor, models, retrain
 from edgeapp.cli import eval as eval_cli
-from edgeapp.cli.command import USAGE_ERRORS, Group, show_version, summary_line, usage_error, use_everywhere
+from edgeapp.cli.command import CLICK_ERRORS, Group, show_version, summary_line, usage_error, use_everywhere
 from edgeapp.cli.options import Globals, RuntimeName, say
 from edgeapp.errors import ExitCode
 
@@ -59,8 +59,8 @@ class EdgeappGroup(Group):
         as the commands' own usage errors (cli/command.usage_error)."""
         try:
             return super().invoke(ctx)
-        except USAGE_ERRORS as e:
-            usage_error(e, e.ctx or ctx)
+        except CLICK_ERRORS as e:
+            usage_error(e, ctx)
         except KeyboardInterrupt:
             say("interrupted")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None

@@ -243,17 +243,21 @@ def _parse_args(parse: Callable[[click.Context, List[str]], List[str]], ctx: cli
             param.process_value = plain or type(param).process_value.__get__(param)
     try:
         return parse(ctx, args)
-    except USAGE_ERRORS as e:
+    except CLICK_ERRORS as e:
         usage_error(e, ctx)
 
 
-# Typer may carry its own copy of click (typer._click): its usage errors are not click's
-USAGE_ERRORS = tuple({click.UsageError, *(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")})
+# Click's errors, and Typer's when it carries a click of its own (its public base class)
+CLICK_ERRORS = (click.ClickException,) + ((typer.TyperException,) if hasattr(typer, "TyperException") else ())
 
 
-def usage_error(error: click.UsageError, ctx: click.Context) -> NoReturn:
-    """A usage error as one line, as every other error (click prints the usage, a hint and the
-    error on three), and its exit code, 2."""
+def usage_error(error: Exception, ctx: click.Context) -> NoReturn:
+    """A usage error (exit code 2: no such option or command, a missing argument, a bad value)
+    as one line, as every other error (click prints the usage, a hint and the error on three);
+    any other click error is raised again as it is."""
+    if getattr(error, "exit_code", None) != ExitCode.USAGE:
+        raise error
+    ctx = getattr(error, "ctx", None) or ctx
     if isinstance(error, (click.BadParameter, typer.BadParameter)):
         error.message = tidy_error(error.message)
     say(f"error: {error.format_message().rstrip('.')}; see `{ctx.command_path} --help`")
