@@ -96,7 +96,10 @@ def connect(address: str):
     import logging
 
     # Dask logs connection trouble as tracebacks; edgeapp reports it as one line (ClusterError).
-    for name in ["distributed"] + [n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]:
+    # Its event loop (tornado) logs its callbacks' errors too: older distributed's sync() raises
+    # one when Ctrl-C lands early, after which edgeapp says what was kept, as one line.
+    dask_loggers = [n for n in logging.root.manager.loggerDict if n.startswith(("distributed.", "tornado."))]
+    for name in ["distributed", "tornado"] + dask_loggers:
         logging.getLogger(name).setLevel(logging.CRITICAL)  # dask's config sets some levels itself
     if address == "local" or address.startswith("local:"):
         n = address.partition(":")[2]
