@@ -335,3 +335,30 @@ def test_a_replaced_worker_keeps_the_deadline_its_model_measured(tmp_path):
         assert again.supervisor.models[again.number].deadline.seconds < START_S
     finally:
         again.close()
+
+
+def test_the_camera_counts_a_worker_stopped_while_the_model_opens(tmp_path):
+    """The camera listens to its engine once the model is open: a worker stopped in its start
+    (before that) is replaced, and the outage is still in --events and the summary."""
+    from camera_proc import CameraProc, StreamServer
+
+    events_file = tmp_path / "events.jsonl"
+    with StreamServer(fps=20) as stream, CameraProc(
+            MODEL, "--source", stream.url, "--device", "cpu", "--isolate", "--no-display",
+            "--events", events_file, "--summary", "json", "-o", tmp_path / "frames.jsonl") as cam:
+        end = time.monotonic() + GUARD
+        found: list = []
+        while not found and time.monotonic() < end:
+            found = workers_of(cam.proc.pid)
+            time.sleep(0.005)
+        os.kill(found[0], signal.SIGSTOP)  # a worker starts in ~0.5 s: this lands in its start
+        frames = tmp_path / "frames.jsonl"
+        while not (frames.exists() and frames.read_text().count("\n") >= 3) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert cam.stop() == 0, cam.stderr
+        summary = cam.summary()
+    told = [json.loads(line) for line in events_file.read_text().splitlines()]
+    assert [(e["event"], e["cause"], e["step"]) for e in told] == [
+        ("engine_lost", "hang", None), ("engine_recovered", "hang", "restart")]
+    assert summary["engine"]["engine_lost"] == 1 and summary["engine"]["engine_recovered"] == 1
+    assert summary["frames_processed"] > 0

@@ -1,5 +1,6 @@
-"""A worker killed while it starts (before its first model is open) is replaced once, as a
-worker killed later is: the run goes on and the outage is told."""
+"""A worker killed or stopped while it starts (before its first model is open) is replaced
+once, as a worker lost later is: the run goes on, and the outage is told, in the run's summary
+too (the run listens only once the model is open)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,20 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
+from media import CLASSES, make_images
 from worker_procs import set_aside_earlier_workers, workers_of_this_process
 
+from edgeapp.flows.batch import run_batch
+from edgeapp.flows.open_task import Placement, open_task
 from edgeapp.hw.runtime import EngineOptions, open_engine
 from edgeapp.hw.worker import events
 from edgeapp.hw.worker.events import LOST, RECOVERED, Tally
+from edgeapp.hw.worker.process import START_TIMEOUT_S
+from edgeapp.sinks.records import Format, Layout
 
 MODEL = Path(__file__).resolve().parent.parent / "models" / "digits_int8.tflite"
 
@@ -26,35 +33,64 @@ def _only_this_tests_workers():
     yield
 
 
-def test_a_worker_killed_while_it_starts_is_replaced_and_told():
+def open_hitting_its_start(sig: int, open_it: Callable[[], object]) -> tuple:
+    """`open_it()` in a thread, its first worker sent `sig` as soon as it appears (a worker
+    starts in ~0.5 s: this lands in its start): what it opened (or raised), and the pid hit."""
     opened: dict = {}
 
-    def open_it() -> None:
+    def run() -> None:
         try:
-            opened["engine"] = open_engine(MODEL, "cpu", EngineOptions(isolate=True))
-        except Exception as e:  # the test's assertion below says what happened
+            opened["it"] = open_it()
+        except Exception as e:  # the test's assertion says what happened
             opened["error"] = e
 
+    thread = threading.Thread(target=run)
+    thread.start()
+    hit = None
+    until = time.monotonic() + 60
+    while hit is None and thread.is_alive() and time.monotonic() < until:
+        found = workers_of_this_process()
+        if found:
+            hit = found[0]
+            os.kill(hit, sig)
+        time.sleep(0.005)
+    thread.join(90)
+    assert hit is not None and "error" not in opened, opened
+    return opened["it"], hit
+
+
+@pytest.mark.parametrize("sig, cause", [(signal.SIGKILL, "crash"), (signal.SIGSTOP, "hang")],
+                         ids=["killed", "stopped"])
+def test_a_worker_lost_while_it_starts_is_replaced_and_told(sig, cause):
     tally = Tally()
     with events.listening(tally):
-        thread = threading.Thread(target=open_it)
-        thread.start()
-        killed = None
-        until = time.monotonic() + 60
-        while killed is None and thread.is_alive() and time.monotonic() < until:
-            found = workers_of_this_process()
-            if found:
-                killed = found[0]
-                os.kill(killed, signal.SIGKILL)  # a worker starts in ~0.5 s: this lands in its start
-            time.sleep(0.005)
-        thread.join(60)
-    assert killed is not None and "error" not in opened, opened
-    engine = opened["engine"]
-    try:
-        assert engine.pid != killed
-        out = engine.run(np.zeros(engine.input_shape, engine.input_dtype))
-        assert out and out[0].size == 10
-    finally:
-        engine.close()
+        engine, hit = open_hitting_its_start(
+            sig, lambda: open_engine(MODEL, "cpu", EngineOptions(isolate=True)))
+        try:
+            assert engine.pid != hit
+            # the new worker was started by the opening thread, which has ended: it lives on
+            out = engine.run(np.zeros(engine.input_shape, engine.input_dtype))
+            assert out and out[0].size == 10
+        finally:
+            engine.close()
     assert [(e.event, e.cause, e.step) for e in tally.events] == [
-        (LOST, "crash", None), (RECOVERED, "crash", "restart")]
+        (LOST, cause, None), (RECOVERED, cause, "restart")]
+    # a stopped worker is not waited for until the start's deadline (START_TIMEOUT_S)
+    assert tally.events[-1].seconds < START_TIMEOUT_S / 4
+
+
+def test_an_outage_while_the_model_opens_is_in_the_batchs_summary(tmp_path):
+    images = make_images(tmp_path / "images", [CLASSES[i % 3] for i in range(6)], size=32)
+    opened, _ = open_hitting_its_start(signal.SIGKILL, lambda: open_task(
+        MODEL, None, Placement("cpu", EngineOptions(isolate=True))))
+    out = tmp_path / "records.jsonl"
+    with opened:
+        assert [(e.event, e.cause) for e in opened.engine_events] == [(LOST, "crash"), (RECOVERED, "crash")]
+        with Layout(opened.task.kind).writer(Format.jsonl, out) as writer:
+            stats = run_batch([str(p) for p in images], opened.runner, opened.task, writer,
+                              opening_events=opened.engine_events)
+    assert stats.ok == len(images) and stats.failed == 0
+    assert len(out.read_text().splitlines()) == len(images)
+    summary = stats.engine.summary()
+    assert summary["engine_lost"] == 1 and summary["engine_recovered"] == 1
+    assert summary["causes"] == {"crash": 1} and summary["steps"] == {"restart": 1}

@@ -337,7 +337,8 @@ def _locally(ctx: typer.Context, task: str, v: ImageOptions, options: dict, path
         with writer, resumable(writer, v.output), progress_bar(len(paths), task) as advance:
             workers = decode_workers(v.workers) if len(paths) > 1 else 0  # one image: no thread
             stats = run_batch(paths, opened.runner, opened.task, writer, workers=workers,
-                              progress=advance, on_result=opened.with_cascade(hook), on_notice=say)
+                              progress=advance, on_result=opened.with_cascade(hook), on_notice=say,
+                              opening_events=opened.engine_events)
         return stats, opened.where
 
 

@@ -11,14 +11,14 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from edgeapp.core.naming import cpu_twin_path
 from edgeapp.errors import UsageError
 from edgeapp.execution.runner import Done, Runner
 from edgeapp.hw.native_stderr import quiet_libtiff
 from edgeapp.hw.worker import events as engine_events
-from edgeapp.hw.worker.events import Tally
+from edgeapp.hw.worker.events import EngineEvent, Tally
 from edgeapp.sinks.records import RecordWriter
 from edgeapp.tasks import TaskFields
 from edgeapp.tasks.base import BoundTask, Prepared, Result, TaskKind
@@ -214,10 +214,14 @@ def drain(records: Iterable[dict], stats: BatchStats, writer: RecordWriter,
 def run_batch(paths: list[str], runner: Runner, task: BoundTask, writer: RecordWriter,
               workers: int = 2, progress: Optional[Callable[[], None]] = None,
               on_result: Optional[OnResult] = None,
-              on_notice: Optional[Callable[[str], None]] = None) -> BatchStats:
+              on_notice: Optional[Callable[[str], None]] = None,
+              opening_events: Sequence[EngineEvent] = ()) -> BatchStats:
     """Run every path not already done; each record is written as soon as it is produced.
-    The engine's outages are counted (`stats.engine`); what they have to say goes to `on_notice`."""
+    The engine's outages are counted (`stats.engine`), from `opening_events` (those while the
+    model opened: OpenTask.engine_events) on; what they have to say goes to `on_notice`."""
     stats = BatchStats(total=len(paths))
+    for event in opening_events:
+        stats.engine(event)
     try:
         with engine_events.listening(stats.engine, on_notice):
             drain(iter_records(todo(paths, writer, stats), runner, task, workers, on_result),

@@ -20,6 +20,8 @@ from edgeapp.execution.placement import Notices, open_runner
 from edgeapp.execution.runner import Runner
 from edgeapp.flows.cascade import Cascade, parse_on, parse_then
 from edgeapp.hw.runtime import Engine, EngineOptions
+from edgeapp.hw.worker import events as engine_events
+from edgeapp.hw.worker.events import EngineEvent
 from edgeapp.tasks import kind, names, options_for, task_for
 from edgeapp.tasks.base import BoundTask, bind
 from edgeapp.tasks.model import ImageModel, image_model
@@ -41,6 +43,7 @@ class OpenTask:
     task: BoundTask
     notices: List[str] = field(default_factory=list)
     cascade: Optional[Cascade] = None  # --then: the second model, run on the crops of the boxes
+    engine_events: List[EngineEvent] = field(default_factory=list)
 
     @property
     def engine(self) -> Engine:
@@ -109,25 +112,27 @@ def open_task(model: PathLike, task: Optional[str] = None, place: Placement = Pl
     kw: dict = {}
     if frames:
         kw = {"work": lambda engine, frame: holder["task"].on(engine).run_frame(frame), "depth": 1}
-    try:
-        runner = open_runner(path, device, place.engine, on_notice=notices, cpu_replicas=cpu_replicas,
-                             reconnect=place.reconnect, **kw)
-    except InvalidModel:
-        _explain_unopenable(path)
-        raise
-    try:
-        loaded = image_model(runner.engine, runner.meta_path, labels_file, mean, std, decode,
-                             labels)
-        name = task or task_for(runner.engine, loaded.meta)
-        if not strict_options:
-            options = options_for(name, options, path.name)
-        bound = holder["task"] = bind(name, loaded, options)
-        cascade = open_cascade(bound, place, notices) if bound.options.get("then") else None
-    except BaseException:
-        runner.close()
-        raise
+    heard: List[EngineEvent] = []
+    with engine_events.listening(heard.append, notices):
+        try:
+            runner = open_runner(path, device, place.engine, on_notice=notices,
+                                 cpu_replicas=cpu_replicas, reconnect=place.reconnect, **kw)
+        except InvalidModel:
+            _explain_unopenable(path)
+            raise
+        try:
+            loaded = image_model(runner.engine, runner.meta_path, labels_file, mean, std, decode,
+                                 labels)
+            name = task or task_for(runner.engine, loaded.meta)
+            if not strict_options:
+                options = options_for(name, options, path.name)
+            bound = holder["task"] = bind(name, loaded, options)
+            cascade = open_cascade(bound, place, notices) if bound.options.get("then") else None
+        except BaseException:
+            runner.close()
+            raise
     notices.opening, notices.later = False, on_notice
-    return OpenTask(runner, loaded, bound, notices.kept, cascade)
+    return OpenTask(runner, loaded, bound, notices.kept, cascade, heard)
 
 
 def open_cascade(first: BoundTask, place: Placement, notices: Notice) -> Cascade:

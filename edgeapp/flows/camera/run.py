@@ -194,6 +194,8 @@ class CameraRun:
             self._alerts(kind)
             self._tracking(kind)
             outputs = self._outputs(kind, ", ".join(cap.name for cap in self.caps))
+            for event in opened.engine_events:  # a worker lost while the model opened
+                self.engine_watch(event)
             if self.publisher is not None and not all(cap.live for cap in self.caps):
                 self.publisher.wait_settled(MQTT_SETTLE)  # a file: every record to the broker
             streams = self._streams(show, recorders, outputs)

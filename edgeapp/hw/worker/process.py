@@ -12,7 +12,9 @@ import multiprocessing
 import os
 import signal
 import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from multiprocessing.reduction import recv_handle
 from typing import Any, Callable, Dict, List, Optional, TypeVar
@@ -29,6 +31,9 @@ from edgeapp.hw.worker.wire import ARGV_MARK, DONE, QUIT, ModelDescription, run_
 Options = Any
 
 START_TIMEOUT_S = 120.0  # importing the runtime and opening the model (slow on a Pi Zero)
+# A worker stopped (SIGSTOP, a debugger) this long is a hang, whatever its deadline: a start's is
+# START_TIMEOUT_S, and a stopped process never answers until someone continues it.
+STOPPED_S = 2.0
 CAUSES = ("hang", "crash", "error", "gone")
 # the runtime's device errors (and a device left the bus) are the device's; the rest is the model's
 _MODEL_ERRORS = (InvalidModel, errors.UsageError, errors.MissingDependency)
@@ -55,6 +60,34 @@ def _error(message: tuple) -> EdgeappError:
     return cls(text)
 
 
+_spawner: Optional[ThreadPoolExecutor] = None
+_spawner_lock = threading.Lock()
+
+
+def _start_process(argv: List[str], fd: int) -> subprocess.Popen:
+    """Popen `argv` from a thread that lasts as long as this process. The worker asks the kernel
+    to end it when its parent goes (main.py, PR_SET_PDEATHSIG), and on Linux that parent is the
+    thread that started it: a worker started from a batch's decoding thread or a device's thread
+    (a replacement) would be killed when that thread ends."""
+    global _spawner
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(argv, pass_fds=(fd,), stdin=subprocess.DEVNULL)
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(1, thread_name_prefix="edgeapp-worker-start")
+    return _spawner.submit(subprocess.Popen, argv, pass_fds=(fd,), stdin=subprocess.DEVNULL).result()
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (state T or t in /proc; False where there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")
+
+
 class WorkerProcess:
     """A started worker owning one device; `open` puts a model in it (`describes` says what
     each opened model runs), `call` runs one."""
@@ -66,7 +99,7 @@ class WorkerProcess:
         argv = isolated_python(code, ARGV_MARK, "--fd", str(child.fileno()), "--device", device,
                                "--parent", str(os.getpid()))
         log_command(argv[:3] + ["..."] + argv[4:], once=True)
-        self.proc = subprocess.Popen(argv, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
+        self.proc = _start_process(argv, child.fileno())
         child.close()
         self.conn = parent
         self.regions: Dict[int, Region] = {}
@@ -83,7 +116,12 @@ class WorkerProcess:
             self.conn.send(("open", number, str(model), device, fields, trust_model))
         except (OSError, ValueError):
             raise WorkerLost("crash", f"worker {self.pid} {self._how()}") from None
-        message = self._in_step(lambda: self._answer(time.monotonic() + timeout, starting=timeout))
+        began = time.monotonic()
+        try:
+            message = self._in_step(lambda: self._answer(began + timeout, starting=timeout))
+        except WorkerLost as lost:
+            lost.waited = time.monotonic() - began
+            raise
         if message[0] == "error":
             raise _error(message)
         describe = message[1]
@@ -107,9 +145,18 @@ class WorkerProcess:
     def pid(self) -> int:
         return self.proc.pid
 
+    def pin(self, core: int) -> bool:
+        """Keep the process on CPU `core` (Linux; elsewhere, or refused, it floats: False)."""
+        try:
+            os.sched_setaffinity(self.pid, {core})
+        except (AttributeError, OSError):
+            return False
+        return True
+
     def _answer(self, deadline: float, starting: Optional[float] = None) -> Any:
         """The worker's next message (`starting`: an open's answer, within that many seconds);
-        WorkerLost when it dies or the deadline passes."""
+        WorkerLost when it dies, stays stopped STOPPED_S, or the deadline passes."""
+        stopped_since: Optional[float] = None
         while True:
             left = deadline - time.monotonic()
             try:
@@ -119,6 +166,13 @@ class WorkerProcess:
                 raise WorkerLost("crash", f"worker {self.pid} {self._how()}") from None
             if self.proc.poll() is not None and not self.conn.poll(0):
                 raise WorkerLost("crash", f"worker {self.pid} {self._how()}")
+            if is_stopped(self.pid):
+                now = time.monotonic()
+                stopped_since = now if stopped_since is None else stopped_since
+                if now - stopped_since >= STOPPED_S:
+                    raise WorkerLost("hang", f"worker {self.pid} was stopped for {STOPPED_S:g} s")
+            else:
+                stopped_since = None
             if left <= 0:
                 if starting is not None:
                     raise WorkerLost("hang", f"worker {self.pid} did not open the model within {starting:.1f} s")

@@ -135,6 +135,7 @@ class Supervisor:
         self.lock = FifoLock()
         self.models: Dict[int, HostedModel] = {}
         self._numbers = itertools.count()
+        self.core: Optional[int] = None  # the CPU core its workers are kept on (`pin`)
         self.worker = spawn(device)
         self.home = "cpu"  # the Edge TPU's name once a model runs on it
         self.on_twin = False
@@ -147,6 +148,17 @@ class Supervisor:
     @property
     def pid(self) -> int:
         return self.worker.pid
+
+    def pin(self, core: int) -> None:
+        """Keep this worker, and each that replaces it, on CPU `core` (engine.py decides when)."""
+        if self.worker.pin(core):
+            self.core = core
+
+    def _new_worker(self, device: str) -> WorkerProcess:
+        worker = self._spawn(device)
+        if self.core is not None:
+            worker.pin(self.core)
+        return worker
 
     @property
     def name(self) -> str:
@@ -187,15 +199,16 @@ class Supervisor:
                         raise DeviceUnavailable(f"{self.name}: the worker died opening {path} "
                                                 f"({lost.detail})") from None
                     self.worker.end()  # a new worker that did not start: nothing else to keep
-                    if attempt == 1 or lost.cause != "crash":
+                    if attempt == 1 or lost.cause not in ("crash", "hang"):
                         raise DeviceUnavailable(f"the worker for {self.device} did not start "
                                                 f"({lost.detail})") from None
-                    # killed while it started (as after any start): a new one, once, told
+                    # killed or stuck while it started (as after any start): a new one, once, told
                     events.publish(EngineEvent(LOST, self.device, lost.cause, None, lost.waited))
-                    self.worker, self._spawned = self._spawn(self.device), time.monotonic()
+                    cause, began = lost.cause, time.monotonic() - lost.waited
+                    self.worker, self._spawned = self._new_worker(self.device), time.monotonic()
             if attempt == 1:
-                events.publish(EngineEvent(RECOVERED, self.device, "crash", "restart",
-                                           time.monotonic() - self._spawned))
+                events.publish(EngineEvent(RECOVERED, self.device, cause, "restart",
+                                           time.monotonic() - began))
             if not self.on_twin:
                 model.on_tpu = model.describe["device"] == "edgetpu"
                 model.device = model.describe["name"] if model.on_tpu else "cpu"
@@ -253,7 +266,7 @@ class Supervisor:
         target = "cpu" if self.on_twin else self.home
         # the new process starts (Python, its imports) while the old one is ended: it opens
         # nothing before it is told to, once the old one is gone
-        fresh = self._spawn(target) if self.options.recover != "none" else None
+        fresh = self._new_worker(target) if self.options.recover != "none" else None
         self.worker.end()
         events.publish(EngineEvent(LOST, device, lost.cause, None, lost.waited))
         if fresh is None:
@@ -289,7 +302,7 @@ class Supervisor:
         the twins) with every model opened in it, within RESTART_TIMEOUT_S (or 10 times its
         last start there): on the Edge TPU each model where it ran before (a model that ran on
         the CPU beside it stays there)."""
-        worker = fresh if fresh is not None else self._spawn(device)
+        worker = fresh if fresh is not None else self._new_worker(device)
         began = time.monotonic()
         took = self._took.get(device)
         until = began + (RESTART_TIMEOUT_S if took is None else
