@@ -33,6 +33,7 @@ from edgeapp.flows.camera.request import API_WORDS, CameraSettings, camera_reque
 from edgeapp.flows.cascade import Cascade
 from edgeapp.flows.evaluate import EvalReport, differences, evaluate, read_data, report
 from edgeapp.flows.open_task import OpenTask, Placement, open_cascade, open_task
+from edgeapp.hw.cocompiled import CHECK_MODES
 from edgeapp.hw.runtime import Engine, EngineOptions
 from edgeapp.hw.worker import RECOVER
 from edgeapp.tasks import TaskFields, kind, names
@@ -242,7 +243,7 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
                decode: Optional[str] = None, cpu_kernels: str = "fast",
                performance: Optional[str] = None, isolate: Optional[bool] = None,
                invoke_timeout: Optional[float] = None, recover: str = "reset",
-               retry_tpu: float = 60.0, **options: object) -> Model:
+               retry_tpu: float = 60.0, cocompiled_check: str = "warn", **options: object) -> Model:
     """Open an image model as the CLI does: validated, on the Edge TPU when usable (`auto`),
     else on the CPU (a compiled model's CPU twin); `device` may also list several Edge TPUs
     (`usb:0,usb:1`) or say `all`. Labels and normalization come from the arguments, else the
@@ -254,12 +255,17 @@ def open_model(path: PathLike, device: str = "auto", *, task: Optional[str] = No
     or "full", as --decode; default: what the model was calibrated with, else the task's own:
     full for classify, scaled for detect, pose and segment) is how JPEG files and bytes are
     decoded. `isolate`, `invoke_timeout`, `recover` and `retry_tpu` are the worker process,
-    its watchdog and its recovery ladder (docs/recovery.md), as --isolate and the others say."""
+    its watchdog and its recovery ladder (docs/recovery.md), as --isolate and the others say.
+    `cocompiled_check` (warn, strict, off) is what a co-compiled model whose first Edge TPU run
+    disagrees with its CPU twin does, as --cocompiled-check says (strict: InvalidModel)."""
     if recover not in RECOVER:
         raise UsageError(f"recover={recover!r}: choose one of {', '.join(RECOVER)}")
+    if cocompiled_check not in CHECK_MODES:
+        raise UsageError(f"cocompiled_check={cocompiled_check!r}: choose one of {', '.join(CHECK_MODES)}")
     engine = EngineOptions(str(cpu_model) if cpu_model else None, runtime, threads,
                            cpu_kernels=cpu_kernels, performance=performance, isolate=isolate,
-                           invoke_timeout=invoke_timeout, recover=recover, retry_tpu=retry_tpu)
+                           invoke_timeout=invoke_timeout, recover=recover, retry_tpu=retry_tpu,
+                           cocompiled_check=cocompiled_check)
     place = Placement(device, engine)
     if task is not None:
         _check_api_options(task, options)

@@ -178,3 +178,16 @@ def test_classify_warns_once_per_model_file_and_strict_ends_with_exit_4(tpus, cl
     assert "Traceback" not in r.stderr
     r = cli("classify", cocompiled["solo"], images[0], "-d", "usb:0")
     assert r.exit_code == 0 and "co-compiled" not in r.stderr, r.stderr
+
+
+def test_the_api_takes_the_check_as_the_cli_does(tpus, cocompiled, images):
+    import edgeapp
+    from edgeapp.errors import UsageError
+
+    tpus("usb")
+    with edgeapp.open_model(cocompiled["a"], "usb:0", cocompiled_check="off") as model:
+        assert model.device == "edgetpu"
+    with pytest.raises(InvalidModel, match="co-compiled with b_edgetpu.tflite"):
+        edgeapp.open_model(cocompiled["a"], "usb:0", cocompiled_check="strict")
+    with pytest.raises(UsageError, match="cocompiled_check='loud'"):
+        edgeapp.open_model(cocompiled["a"], "usb:0", cocompiled_check="loud")
