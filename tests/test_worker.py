@@ -360,5 +360,7 @@ def test_the_camera_counts_a_worker_stopped_while_the_model_opens(tmp_path):
     told = [json.loads(line) for line in events_file.read_text().splitlines()]
     assert [(e["event"], e["cause"], e["step"]) for e in told] == [
         ("engine_lost", "hang", None), ("engine_recovered", "hang", "restart")]
+    first_frame = json.loads(frames.read_text().splitlines()[0])
+    assert told[1]["at"] <= first_frame["timestamp"] + 0.01  # while it opened, before any frame ran
     assert summary["engine"]["engine_lost"] == 1 and summary["engine"]["engine_recovered"] == 1
     assert summary["frames_processed"] > 0

@@ -114,6 +114,7 @@ def cpu_runner(engine: TfliteEngine, replicas: int, options: EngineOptions = Eng
                for _ in range(replicas)]
     for e in engines:
         e.requested_model, e.notice = engine.requested_model, engine.notice
+    engine.release()  # its replicas run the model now (in a worker: one model less in it)
     return CpuPool(engines, work=work, on_notice=on_notice,
                    meta_path=meta_path, depth=depth, label="cpu")
 

@@ -8,7 +8,7 @@ and engines of the same model with the same options share that one. Closing an e
 its model once no other engine uses it; the worker ends with its last model. On the CPU a model
 goes into the first worker that does not run it yet: a cascade's two models share one worker,
 the replicas of one model each get their own (they work side by side), each kept on a core of
-its own while there are free ones (`_pin_replica`).
+its own while there are free ones (`_keep_replicas_apart`).
 """
 
 from __future__ import annotations
@@ -131,6 +131,8 @@ class IsolatedEngine:
         if not self._closed:
             self._closed = True
             self._finalizer()
+            if self.supervisor.device == "cpu":  # the workers left may all be one-thread now
+                _keep_replicas_apart()
 
 
 def _release(supervisor: Supervisor, number: int) -> None:
@@ -153,24 +155,31 @@ def _candidates(device: str, path: str, options: Options) -> List[Supervisor]:
     return alive[:1]
 
 
-def _pin_replica(sup: Supervisor, options: Options) -> None:
-    """A one-thread CPU worker (a replica of `cpu_runner`) is kept on a core no other such
-    worker of the run holds. Left to the scheduler, two workers' wake-ups often land on one
-    core and the other idles (7-17% of the machine idle, against 1% in-process): pinned, a batch
-    on MobileNet V2 keeps 0.95 of in-process throughput instead of 0.88 (docs/recovery.md). More
-    such workers than cores, and the rest float; an Edge TPU's worker (and its CPU twin) is
-    never pinned: its invokes wait on the device, not on a core."""
-    if sup.device != "cpu" or options.threads != 1 or sup.core is not None:
-        return
+def _keep_replicas_apart() -> None:
+    """One-thread CPU workers (the replicas of `cpu_runner`), two or more, are each kept on a
+    core none of the others holds. Left to the scheduler, two workers' wake-ups often land on
+    one core while the other idles (7-17% of the machine idle, against 1% in-process): pinned,
+    a batch on MobileNet V2 keeps 0.95 of in-process throughput instead of 0.87
+    (docs/recovery.md). A lone one floats (another process's may hold the same core); beyond
+    the cores, the rest float; a worker a model of several threads joins floats again. An Edge
+    TPU's worker (and its CPU twin) is never pinned: its invokes wait on the device."""
     try:
         cores = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return
     with _lock:
-        taken = {s.core for s in _workers.get("cpu", []) if not s.closed}
-    free = [c for c in cores if c not in taken]
-    if len(cores) > 1 and free:
-        sup.pin(free[0])
+        alive = [s for s in _workers.get("cpu", []) if not s.closed]
+    one_thread = [s for s in alive
+                  if s.models and all(m.options.threads == 1 for m in list(s.models.values()))]
+    for sup in alive:
+        if sup.core is not None and sup not in one_thread:
+            sup.pin(None, set(cores))
+    if len(one_thread) < 2 or len(cores) < 2:
+        return
+    free = [c for c in cores if c not in {s.core for s in one_thread}]
+    for sup in one_thread:
+        if sup.core is None and free:
+            sup.pin(free.pop(0))
 
 
 def open_isolated(model: TfliteModel, device: str, options: Options, *, requested: str,
@@ -185,7 +194,8 @@ def open_isolated(model: TfliteModel, device: str, options: Options, *, requeste
         for sup in _candidates(device, model.path, options):
             number = sup.add(model.path, options, trust_model=trust_model, twin=twin, share=share)
             if number is not None:
-                _pin_replica(sup, options)
+                if device == "cpu":
+                    _keep_replicas_apart()
                 return IsolatedEngine(sup, number, model, requested)
         sup = Supervisor(device, options, ops=ops)
         try:
@@ -194,7 +204,8 @@ def open_isolated(model: TfliteModel, device: str, options: Options, *, requeste
             sup.close()
             raise
         assert number is not None
-        _pin_replica(sup, options)
         with _lock:
             _workers.setdefault(device, []).append(sup)
+        if device == "cpu":
+            _keep_replicas_apart()
         return IsolatedEngine(sup, number, model, requested)

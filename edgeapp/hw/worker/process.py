@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import signal
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from multiprocessing.reduction import recv_handle
 from typing import Any, Callable, Dict, List, Optional, TypeVar
@@ -45,9 +45,10 @@ class WorkerLost(Exception):
     """The worker stopped answering: `cause` is one of CAUSES; `waited`, the seconds since the
     call began (a hang: the deadline), part of the outage."""
 
-    def __init__(self, cause: str, detail: str, waited: float = 0.0) -> None:
+    def __init__(self, cause: str, detail: str, waited: float = 0.0, *, stopped: bool = False) -> None:
         super().__init__(f"{cause}: {detail}")
         self.cause, self.detail, self.waited = cause, detail, waited
+        self.stopped = stopped  # a hang because the process was stopped (SIGSTOP), not silent
 
 
 def _error(message: tuple) -> EdgeappError:
@@ -60,22 +61,55 @@ def _error(message: tuple) -> EdgeappError:
     return cls(text)
 
 
-_spawner: Optional[ThreadPoolExecutor] = None
-_spawner_lock = threading.Lock()
+class _Starter:
+    """The one thread that starts workers when the caller is not the main thread. The worker
+    asks the kernel to end it when its parent goes (main.py, PR_SET_PDEATHSIG), and on Linux
+    that parent is the *thread* that started it: a worker started from a batch's decoding
+    thread or a device's thread (a replacement) would be killed when that thread ends. This
+    thread is a daemon, never joined, so it lasts as long as the process; a forked child (which
+    inherits this object but not the thread) gets a new one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: Optional[queue.Queue] = None
+
+    def popen(self, argv: List[str], fd: int) -> subprocess.Popen:
+        if threading.current_thread() is threading.main_thread():
+            return _popen(argv, fd)
+        with self._lock:
+            if self._queue is None:
+                self._queue = queue.Queue()
+                threading.Thread(target=self._serve, args=(self._queue,), daemon=True,
+                                 name="edgeapp-worker-start").start()
+            asked = self._queue
+        answer: queue.Queue = queue.Queue(maxsize=1)
+        asked.put((argv, fd, answer))
+        ok, value = answer.get()
+        if not ok:
+            raise value
+        return value
+
+    @staticmethod
+    def _serve(asked: queue.Queue) -> None:
+        while True:
+            argv, fd, answer = asked.get()
+            try:
+                answer.put((True, _popen(argv, fd)))
+            except BaseException as e:  # noqa: BLE001 - raised in the asking thread
+                answer.put((False, e))
+
+    def forked(self) -> None:
+        self._lock = threading.Lock()
+        self._queue = None
 
 
-def _start_process(argv: List[str], fd: int) -> subprocess.Popen:
-    """Popen `argv` from a thread that lasts as long as this process. The worker asks the kernel
-    to end it when its parent goes (main.py, PR_SET_PDEATHSIG), and on Linux that parent is the
-    thread that started it: a worker started from a batch's decoding thread or a device's thread
-    (a replacement) would be killed when that thread ends."""
-    global _spawner
-    if threading.current_thread() is threading.main_thread():
-        return subprocess.Popen(argv, pass_fds=(fd,), stdin=subprocess.DEVNULL)
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = ThreadPoolExecutor(1, thread_name_prefix="edgeapp-worker-start")
-    return _spawner.submit(subprocess.Popen, argv, pass_fds=(fd,), stdin=subprocess.DEVNULL).result()
+def _popen(argv: List[str], fd: int) -> subprocess.Popen:
+    return subprocess.Popen(argv, pass_fds=(fd,), stdin=subprocess.DEVNULL)
+
+
+_starter = _Starter()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_starter.forked)
 
 
 def is_stopped(pid: int) -> bool:
@@ -99,7 +133,7 @@ class WorkerProcess:
         argv = isolated_python(code, ARGV_MARK, "--fd", str(child.fileno()), "--device", device,
                                "--parent", str(os.getpid()))
         log_command(argv[:3] + ["..."] + argv[4:], once=True)
-        self.proc = _start_process(argv, child.fileno())
+        self.proc = _starter.popen(argv, child.fileno())
         child.close()
         self.conn = parent
         self.regions: Dict[int, Region] = {}
@@ -145,10 +179,19 @@ class WorkerProcess:
     def pid(self) -> int:
         return self.proc.pid
 
-    def pin(self, core: int) -> bool:
-        """Keep the process on CPU `core` (Linux; elsewhere, or refused, it floats: False)."""
+    def pin(self, cores: set) -> bool:
+        """Keep every thread of the process on `cores` (Linux; elsewhere, or refused: False).
+        Affinity is a thread's: the runtime's threads, started already, are each set."""
         try:
-            os.sched_setaffinity(self.pid, {core})
+            threads = [int(t) for t in os.listdir(f"/proc/{self.pid}/task")]
+        except (OSError, ValueError):
+            threads = [self.pid]
+        try:
+            for tid in threads:
+                try:
+                    os.sched_setaffinity(tid, cores)
+                except ProcessLookupError:  # a thread that ended meanwhile
+                    pass
         except (AttributeError, OSError):
             return False
         return True
@@ -170,7 +213,8 @@ class WorkerProcess:
                 now = time.monotonic()
                 stopped_since = now if stopped_since is None else stopped_since
                 if now - stopped_since >= STOPPED_S:
-                    raise WorkerLost("hang", f"worker {self.pid} was stopped for {STOPPED_S:g} s")
+                    raise WorkerLost("hang", f"worker {self.pid} was stopped for {STOPPED_S:g} s",
+                                     stopped=True)
             else:
                 stopped_since = None
             if left <= 0:

@@ -149,15 +149,21 @@ class Supervisor:
     def pid(self) -> int:
         return self.worker.pid
 
-    def pin(self, core: int) -> None:
-        """Keep this worker, and each that replaces it, on CPU `core` (engine.py decides when)."""
-        if self.worker.pin(core):
-            self.core = core
+    def pin(self, core: Optional[int], cores: Optional[set] = None) -> None:
+        """Keep this worker, and each that replaces it, on CPU `core` (engine.py decides when);
+        None: let it run on `cores` again (those the main process may use)."""
+        with self.lock:  # not while a recovery swaps the worker
+            if core is None:
+                if self.core is not None and cores:
+                    self.worker.pin(cores)
+                self.core = None
+            elif self.worker.pin({core}):
+                self.core = core
 
     def _new_worker(self, device: str) -> WorkerProcess:
         worker = self._spawn(device)
         if self.core is not None:
-            worker.pin(self.core)
+            worker.pin({self.core})
         return worker
 
     @property
@@ -199,10 +205,11 @@ class Supervisor:
                         raise DeviceUnavailable(f"{self.name}: the worker died opening {path} "
                                                 f"({lost.detail})") from None
                     self.worker.end()  # a new worker that did not start: nothing else to keep
-                    if attempt == 1 or lost.cause not in ("crash", "hang"):
+                    if attempt == 1 or not (lost.cause == "crash" or lost.stopped):
                         raise DeviceUnavailable(f"the worker for {self.device} did not start "
                                                 f"({lost.detail})") from None
-                    # killed or stuck while it started (as after any start): a new one, once, told
+                    # killed or stopped while it started (as after any start): a new one, once,
+                    # told (one silent for START_TIMEOUT_S is not waited for twice)
                     events.publish(EngineEvent(LOST, self.device, lost.cause, None, lost.waited))
                     cause, began = lost.cause, time.monotonic() - lost.waited
                     self.worker, self._spawned = self._new_worker(self.device), time.monotonic()
