@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgeapp.errors import UsageError
 
@@ -23,7 +23,6 @@ _NAMED = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,39})=(.+)$", re.S)
 
 Spec = Union[str, int, Path]  # a camera index, a file, a URL, a pipeline
 Given = Union[Spec, Sequence[Spec], Mapping[str, Spec]]  # one, several, or several by name
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -142,9 +141,3 @@ def record_path(path: Path, source: NamedSource, several: bool) -> Path:
         return path
     return path.with_name(f"{path.stem}.{source.name}{path.suffix}")
 
-
-def by_source(items: Sequence[Tuple[Optional[str], T]], sources: Sequence[NamedSource]
-              ) -> Dict[str, List[T]]:
-    """Each source's share of (scope, item) pairs: its own and the unscoped ones, in order."""
-    return {s.name: [item for scope, item in items if scope is None or scope == s.name]
-            for s in sources}
