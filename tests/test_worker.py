@@ -364,3 +364,29 @@ def test_the_camera_counts_a_worker_stopped_while_the_model_opens(tmp_path):
     assert told[1]["at"] <= first_frame["timestamp"] + 0.01  # while it opened, before any frame ran
     assert summary["engine"]["engine_lost"] == 1 and summary["engine"]["engine_recovered"] == 1
     assert summary["frames_processed"] > 0
+
+
+def test_bench_counts_a_lost_worker_and_says_its_latencies_include_the_recovery():
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "edgeapp", "bench", str(MODEL), "--device", "cpu", "--isolate",
+           "--duration", "3", "--format", "json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + GUARD
+        found: list = []
+        while not found and proc.poll() is None and time.monotonic() < end:
+            found = workers_of(proc.pid)
+            time.sleep(0.05)
+        time.sleep(1.0)  # in its timed runs
+        os.kill(found[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=GUARD)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    doc = json.loads(out)
+    assert doc["engine"]["engine_lost"] == 1 and doc["engine"]["engine_recovered"] == 1, doc.get("engine")
+    assert any("latencies include the recovery" in note for note in doc["notes"]), doc["notes"]
+    assert doc["results"][0]["available"]

@@ -33,6 +33,8 @@ from edgeapp.flows.bench.threads import ThreadSweep, mark_best, sweep
 from edgeapp.flows.bench.which_devices import check_measured, plan_devices
 from edgeapp.hw import hostinfo
 from edgeapp.hw.hostinfo import HostInfo
+from edgeapp.hw.worker import events as engine_events
+from edgeapp.hw.worker.events import OutageCounts, Tally
 
 SCHEMA = "edgeapp.bench/1"
 
@@ -74,6 +76,7 @@ class BenchDoc(TypedDict, total=False):
     parallel: ParallelSection
     pipeline: PipelineSection
     thread_sweep: ThreadSweep
+    engine: OutageCounts  # only when an engine was lost and recovered while measuring
     notes: List[str]
 
 
@@ -104,7 +107,20 @@ def run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchO
     compiled model runs on the CPU as its twin (runtime.open_engine). `no_tpu_reason` says why
     there is no compiled model to run on the Edge TPU (e.g. no compiler for --synthetic).
     A run that measured nothing raises DeviceUnavailable (which_devices.check_measured).
+    An engine lost and recovered meanwhile (a worker, docs/recovery.md) is counted in `engine`
+    and said in a note: the latencies measured then include the recovery.
     """
+    tally = Tally()
+    with engine_events.listening(tally):
+        doc = _run_bench(model_path, device, threads, opts, progress, no_tpu_reason)
+    if tally.events:
+        doc["engine"] = tally.summary()
+        doc.setdefault("notes", []).append(f"{tally.line()}: the latencies include the recovery")
+    return doc
+
+
+def _run_bench(model_path: str, device: str, threads: Optional[str], opts: BenchOptions,
+               progress, no_tpu_reason: Optional[str]) -> BenchDoc:
     plan = plan_devices(device)
     counts = thread_counts(threads)
     segments = None
