@@ -426,3 +426,39 @@ def test_names_match_coral_style_gapped_labels():
     assert mapping == {0: 1, 2: 3, 17: 18} and unknown == []
     mapping, unknown = match_names({0: "person"}, data)
     assert mapping == {0: 1} and unknown == ["car", "dog"]
+
+
+def test_a_worker_lost_mid_eval_is_in_its_notes_and_changes_no_metric(tiny_model, color_set):
+    """eval on an Edge TPU runs the model in a worker (docs/recovery.md): one lost meanwhile is
+    replaced, every image is still measured, and the model's notes count the outage."""
+    import os
+    import signal
+    from contextlib import contextmanager
+
+    from worker_procs import set_aside_earlier_workers, workers_of_this_process
+
+    from edgeapp.flows.evaluate import evaluate_models, read_data
+    from edgeapp.flows.open_task import Placement
+    from edgeapp.hw.runtime import EngineOptions
+
+    place = Placement("cpu", EngineOptions(isolate=True))
+    data = read_data(color_set)
+    clean = evaluate_models([str(tiny_model)], data, place)[0].entry
+    set_aside_earlier_workers()
+
+    @contextmanager
+    def killing_the_worker(total: int, label: str):
+        done = [0]
+
+        def advance() -> None:
+            done[0] += 1
+            if done[0] == 3:
+                os.kill(workers_of_this_process()[0], signal.SIGKILL)
+
+        yield advance
+
+    hit = evaluate_models([str(tiny_model)], data, place, progress=killing_the_worker)[0].entry
+    assert hit["images"] == clean["images"] == 24 and hit["failed"] == 0
+    assert hit["metrics"] == clean["metrics"]
+    assert not any("engine lost" in note for note in clean["notes"])
+    assert any(note.startswith("engine lost 1 time(s) (1 crash)") for note in hit["notes"]), hit["notes"]

@@ -32,6 +32,8 @@ from edgeapp.flows.eval_reading import file_kind
 from edgeapp.flows.open_task import OpenTask, Placement, open_task
 from edgeapp.flows.sources.float_engine import is_float_source, open_float
 from edgeapp.hw.hostinfo import usable_cores
+from edgeapp.hw.worker import events as engine_events
+from edgeapp.hw.worker.events import Tally
 from edgeapp.tasks import guess_from, kind, names, task_for
 from edgeapp.tasks.base import BoundTask, Scorer, TaskKind, bind
 from edgeapp.tasks.model import ImageModel, input_spec
@@ -310,9 +312,11 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
     tflites = [m for m in models if str(m).endswith(".tflite")]
     out = []
     for n, model in enumerate(models):
-        with open_for_eval(model, places[n] if places else place, labels_file=labels_file, mean=mean,
-                        std=std, say=say, sidecars=tflites,
-                        cpu_replicas=max(1, min(usable_cores(), len(data.paths)))) as opened:
+        tally = Tally()  # an engine lost and recovered meanwhile (a worker): said in its notes
+        with engine_events.listening(tally, say), \
+                open_for_eval(model, places[n] if places else place, labels_file=labels_file, mean=mean,
+                              std=std, say=say, sidecars=tflites,
+                              cpu_replicas=max(1, min(usable_cores(), len(data.paths)))) as opened:
             for note in opened.notices:  # where it runs, when not where asked
                 say(note)
             check_task(opened, data)
@@ -320,6 +324,8 @@ def evaluate_models(models: Sequence[str], data: EvalData, place: Placement = Pl
                 contextlib.nullcontext(None)
             with bar as advance:
                 result = evaluate(opened, data, workers, advance, task_options, measure)
+        if tally.events:
+            result.entry["notes"].append(tally.line())
         for line in result.errors:
             say(f"left out: {line}")
         for note in result.entry["notes"]:
