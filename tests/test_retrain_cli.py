@@ -264,3 +264,42 @@ def test_coral_extractor_by_name(cli, photos, tmp_path, monkeypatch):
     assert doc["val_accuracy"] == 1.0 and doc["images"]["extracted"] == 36
     got = cli("classify", tmp_path / "mine.tflite", photos["new"], "--format", "jsonl", "-k", "1")
     assert all(r["classes"][0]["label"] == Path(r["path"]).parent.name for r in records(got))
+
+
+def test_a_worker_lost_while_extracting_is_counted_and_trains_the_same_head(extractor, photos, tmp_path):
+    """On an Edge TPU the extractor runs in a worker (docs/recovery.md): one lost while the
+    embeddings are extracted is replaced, every photo is still used, and the report counts it."""
+    import os
+    import signal
+
+    from worker_procs import set_aside_earlier_workers, workers_of_this_process
+
+    from edgeapp.flows.open_task import Placement, open_task
+    from edgeapp.flows.retrain import retrain as retrain_flow
+    from edgeapp.hw.runtime import EngineOptions
+    from edgeapp.tasks.internal.embed import EMBED_TASK
+
+    place = Placement("cpu", EngineOptions(isolate=True))
+
+    def run(out: Path, kill_at: int = 0) -> dict:
+        set_aside_earlier_workers()
+        done = [0]
+
+        def progress() -> None:
+            done[0] += 1
+            if done[0] == kill_at:
+                os.kill(workers_of_this_process()[0], signal.SIGKILL)
+
+        said: list = []
+        with open_task(extractor, EMBED_TASK, place) as opened:
+            doc = retrain_flow(opened.runner, photos["train"], out, workers=0, progress=progress,
+                               on_notice=said.append)
+        return {**doc, "said": said}
+
+    clean = run(tmp_path / "clean" / "head.tflite")
+    hit = run(tmp_path / "hit" / "head.tflite", kill_at=5)
+    assert "engine" not in clean
+    assert hit["engine"]["engine_lost"] == 1 and hit["engine"]["engine_recovered"] == 1
+    assert any(line.startswith("engine lost 1 time(s)") for line in hit["said"]), hit["said"]
+    assert hit["images"] == clean["images"] and hit["val_accuracy"] == clean["val_accuracy"]
+    assert (tmp_path / "hit" / "head.tflite").read_bytes() == (tmp_path / "clean" / "head.tflite").read_bytes()

@@ -36,6 +36,8 @@ from edgeapp.errors import InvalidModel, UsageError
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.embedding_cache import EmbeddingCache, content_keys
 from edgeapp.flows.inputs import IMAGE_SUFFIXES
+from edgeapp.hw.worker import events as engine_events
+from edgeapp.hw.worker.events import OutageCounts, Tally
 from edgeapp.tasks import noun_for
 from edgeapp.tasks.base import bind
 from edgeapp.tasks.classify import KIND as CLASSIFY
@@ -243,13 +245,20 @@ class RetrainReport(TypedDict):
     seconds: Dict[str, float]  # extract, train
 
 
+class RetrainDoc(RetrainReport, total=False):
+    """What `retrain` returns: the report, with `engine` when the extractor's engine was lost and
+    recovered while it extracted (a worker, docs/recovery.md)."""
+    engine: OutageCounts
+
+
 def retrain(runner: Runner, data_dir: str | Path, out: str | Path,
             options: RetrainOptions = RetrainOptions(), *, workers: int = 2,
             cache: Optional[EmbeddingCache] = None, progress: Optional[Callable[[], None]] = None,
             on_notice: Optional[Notice] = None, cpu_model: Optional[Path] = None,
-            base_name: Optional[str] = None) -> RetrainReport:
+            base_name: Optional[str] = None) -> RetrainDoc:
     """Extract, train, score, write; the report (see `report`). `runner` runs the extractor
-    (flows/open_task, as `classify` opens its model)."""
+    (flows/open_task, as `classify` opens its model); an engine lost and recovered meanwhile is
+    counted in `engine` and said."""
     if options.method not in METHODS:
         raise UsageError(f"unknown method {options.method!r}; choose one of: {', '.join(METHODS)}")
     say = on_notice or (lambda _text: None)
@@ -262,7 +271,11 @@ def retrain(runner: Runner, data_dir: str | Path, out: str | Path,
     if len(depths) != 1:
         raise InvalidModel(f"{requested.path} and its CPU twin give embeddings of different sizes "
                            f"({', '.join(str(d) for d in sorted(depths))}); pass the right --cpu-model")
-    ex = extract(runner, folders.paths, workers, cache, progress)
+    tally = Tally()
+    with engine_events.listening(tally, say):
+        ex = extract(runner, folders.paths, workers, cache, progress)
+    if tally.events:
+        say(f"{tally.line()} while extracting")
     for path, error in ex.failed:
         say(f"skipping {error if str(path) in str(error) else f'{path}: {error}'}")
     if cache is not None and cache.broken:
@@ -284,8 +297,11 @@ def retrain(runner: Runner, data_dir: str | Path, out: str | Path,
     sidecar = _write_sidecar(cpu_twin_path(plan[0][1]), folders.names, (mean, std, decode), {
         "base": base_name or str(requested.path), "method": options.method,
         "images": len(kept), "embedding": depths.pop()})
-    return retrain_report(folders, y, train, val, head, ex, options, written, sidecar,
-                  {"extract": ex.seconds, "train": trained}, runner.label)
+    doc = retrain_report(folders, y, train, val, head, ex, options, written, sidecar,
+                         {"extract": ex.seconds, "train": trained}, runner.label)
+    if tally.events:
+        doc["engine"] = tally.summary()
+    return doc
 
 
 @dataclass
@@ -352,7 +368,7 @@ def _write_sidecar(model_path: Path, names: list, normalization: tuple, info: di
 
 def retrain_report(folders: ClassFolders, y: np.ndarray, train: list, val: list, head: Head,
            ex: Extraction, options: RetrainOptions, written: list, sidecar: str,
-           seconds: dict, device: str) -> RetrainReport:
+           seconds: dict, device: str) -> RetrainDoc:
     """What `retrain --format json` prints: per class and overall validation accuracy of the
     trained head (float, on the embeddings), the confusion matrix, where the files went."""
     k = len(folders.names)
