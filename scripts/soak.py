@@ -46,19 +46,10 @@ FAULTS = ("hang", "kill", "error", "gone")
 
 
 def worker_pids() -> list:
-    """This process's worker children, by their command line."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-            parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"edgeapp-worker" in cmdline and parent == os.getpid():
-            found.append(int(entry))
-    return found
+    """This process's worker children, by their command line (tests/worker_procs.py)."""
+    from worker_procs import workers_of
+
+    return workers_of(os.getpid())
 
 
 def resources() -> dict:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import make_edgetpu_stand_in
 from media import CLASSES, make_images, make_video
-from worker_procs import only_worker, set_aside_earlier_workers, without_timing, workers_of_this_process
+from worker_procs import only_worker, set_aside_earlier_workers, without_timing, workers_of, workers_of_this_process
 
 from edgeapp.flows.batch import iter_records
 from edgeapp.flows.camera.loop import run_camera
@@ -264,21 +264,6 @@ def test_hardware_steps_act_on_the_device_found_under_the_root(tmp_path):
 def test_engine_of_a_runner_is_the_isolated_engine(photos):
     with open_task(MODEL, "classify", isolated()) as opened:
         assert isinstance(opened.runner.engine, IsolatedEngine)
-
-
-def workers_of(parent: int) -> list:
-    """Pids of the worker processes `parent` started."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if b"edgeapp-worker" in cmdline and int(stat.rsplit(")", 1)[1].split()[1]) == parent:
-                found.append(int(entry))
-    return found
 
 
 def test_the_camera_command_tells_the_outage_in_its_events_and_summary(tmp_path):

@@ -28,17 +28,22 @@ def workers_of_this_process() -> list:
 
 
 def _all_workers() -> list:
+    return workers_of(os.getpid())
+
+
+def workers_of(parent: int) -> list:
+    """Pids of the worker processes `parent` started, found by their command line (as an
+    operator finds them: `edgeapp-worker`)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if "edgeapp" in cmdline and "worker" in cmdline and parent == os.getpid():
+        if b"edgeapp-worker" in cmdline and ppid == parent:
             found.append(int(entry))
     return found
 
